@@ -1,0 +1,35 @@
+// Command gatectl is the rate-limit, retry and quota gate for LLM traffic.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes. 1 is a user error (bad config, bad input); 2 is a usage error.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "gatectl:", err)
+		os.Exit(exitFailure)
+	}
+}
+
+// newApp builds the CLI. Tests call it with their own Writer and ErrWriter.
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "gatectl",
+		Usage: "rate-limit, retry and quota gate for LLM traffic",
+		Commands: []*cli.Command{
+			versionCommand(),
+			simCommand(),
+		},
+		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
+	}
+}

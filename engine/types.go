@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Clock tells the time. Only the server and the CLI use the real one; tests and the
+// simulator inject a FakeClock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// FakeClock is a manually advanced clock, safe for concurrent use. Its zero value
+// reads the zero time; use NewFakeClock for a fixed start.
+type FakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewFakeClock returns a clock stopped at start.
+func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
+
+// Now returns the clock's current reading.
+func (c *FakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d (a negative d moves it back, which callers
+// must tolerate: clocks do go backwards).
+func (c *FakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Set moves the clock to t.
+func (c *FakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// Rand is the random source the engine draws from (jitter, route draws).
+// *math/rand/v2.Rand satisfies it.
+type Rand interface {
+	// Float64 returns a number in [0, 1).
+	Float64() float64
+}
+
+// Class is what kind of failure a request met.
+type Class string
+
+// The failure classes. Their names are part of the external contract.
+const (
+	ClassRateLimit      Class = "RATE_LIMIT"      // throttled for a short window; retry after the hint
+	ClassQuota          Class = "QUOTA"           // balance or daily/monthly allowance spent; fail over or wait long-term
+	ClassOverloaded     Class = "OVERLOADED"      // the provider is saturated, not us
+	ClassServer         Class = "SERVER"          // a 5xx with no better explanation
+	ClassTimeout        Class = "TIMEOUT"         // the request or the connection timed out
+	ClassTransport      Class = "TRANSPORT"       // reset, refused, DNS: no HTTP answer
+	ClassAuth           Class = "AUTH"            // bad or missing key, forbidden
+	ClassInvalidRequest Class = "INVALID_REQUEST" // the request itself is wrong; never retried unchanged
+	ClassContext        Class = "CONTEXT"         // the prompt does not fit the model's context
+	ClassMislabeled     Class = "MISLABELED"      // a 400 that is really a capacity failure (seed 002)
+	ClassUnknown        Class = "UNKNOWN"
+)
+
+// Classes lists every class, in the contract's order.
+var Classes = []Class{
+	ClassRateLimit, ClassQuota, ClassOverloaded, ClassServer, ClassTimeout, ClassTransport,
+	ClassAuth, ClassInvalidRequest, ClassContext, ClassMislabeled, ClassUnknown,
+}
+
+// ParseClass accepts a class name in any case.
+func ParseClass(s string) (Class, error) {
+	u := Class(strings.ToUpper(strings.TrimSpace(s)))
+	for _, c := range Classes {
+		if c == u {
+			return c, nil
+		}
+	}
+	names := make([]string, len(Classes))
+	for i, c := range Classes {
+		names[i] = string(c)
+	}
+	return "", fmt.Errorf("unknown class %q (have: %s)", s, strings.Join(names, ", "))
+}
+
+// Failure is one failed request as the classifiers see it. Its JSON form is the
+// input of `gatectl classify` and of gate/v1 classifier modules.
+type Failure struct {
+	Status   int               `json:"status"`             // HTTP status; 0 for transport errors
+	Headers  map[string]string `json:"headers,omitempty"`  // response headers, one value each
+	Body     string            `json:"body,omitempty"`     // response body, bounded by the caller
+	Provider string            `json:"provider,omitempty"` // configured provider name
+	Model    string            `json:"model,omitempty"`
+	// ErrorKind names a transport failure: "timeout", "reset", "refused", "dns", or "".
+	ErrorKind string `json:"errorKind,omitempty"`
+	// SinceCapacityMs is how long ago this provider last had a capacity failure
+	// (rate limit, overload); nil when it has none on record. MISLABELED needs it.
+	SinceCapacityMs *int64 `json:"sinceCapacityMs,omitempty"`
+}
+
+// Header looks a response header up case-insensitively.
+func (f *Failure) Header(name string) string {
+	if v, ok := f.Headers[name]; ok {
+		return v
+	}
+	for k, v := range f.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// Verdict is a classifier's answer. Its JSON form is one line of `gatectl classify`.
+type Verdict struct {
+	Class Class `json:"class"`
+	// RetryAfterMs is the provider's wait hint as sent (unclamped); nil when none.
+	RetryAfterMs *int64 `json:"retryAfterMs"`
+	// Window is the limit's window when it can be told: "minute", "day", "month".
+	Window string `json:"window,omitempty"`
+	// By names the classifier and rule that decided, e.g. "builtin/openai-insufficient-quota".
+	By string `json:"by"`
+}
+
+// RetryAfter returns the hint as a duration and whether there is one.
+func (v Verdict) RetryAfter() (time.Duration, bool) {
+	if v.RetryAfterMs == nil {
+		return 0, false
+	}
+	return time.Duration(*v.RetryAfterMs) * time.Millisecond, true
+}
+
+// Classifier is one link of the classifier chain. Classify is called once per failed
+// request, concurrently; it abstains by returning decided=false. An error means the
+// classifier failed (a trapped plugin, say): the chain logs it and asks the next one.
+type Classifier interface {
+	Name() string
+	Classify(ctx context.Context, f *Failure) (v Verdict, decided bool, err error)
+}
+
+// RateLimitSink receives rate-limit feedback. The Ledger implements it: a 429 starts
+// the model's cooldown (the hint, or the fallback when retryAfter is 0) and teaches
+// the learner. An empty model means the failing model is unknown: the cooldown then
+// covers the whole provider.
+type RateLimitSink interface {
+	RateLimited(now time.Time, provider, model string, retryAfter time.Duration)
+}
+
+// Route is one provider/model pair a session can run on.
+type Route struct {
+	Provider        string `json:"provider"`
+	Model           string `json:"model"`
+	ReasoningEffort string `json:"reasoningEffort,omitempty"`
+}
+
+// String renders the route as "provider/model" (plus "@effort" when set).
+func (r Route) String() string {
+	s := r.Provider + "/" + r.Model
+	if r.ReasoningEffort != "" {
+		s += "@" + r.ReasoningEffort
+	}
+	return s
+}
+
+// WindowReading is one named allowance of a balance reading, e.g. a weekly budget.
+type WindowReading struct {
+	Name      string   `json:"name"`
+	Remaining float64  `json:"remaining"`
+	Capacity  *float64 `json:"capacity,omitempty"`
+}
+
+// Reading is what a balance source reports (the balance script contract of DESIGN.md).
+type Reading struct {
+	Remaining *float64        `json:"remaining,omitempty"`
+	Windows   []WindowReading `json:"windows,omitempty"`
+	ResetsAt  string          `json:"resetsAt,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	// TakenAt is when the host took the reading (not part of the script contract).
+	TakenAt time.Time `json:"-"`
+}
+
+// BalanceSource reads a provider's remaining balance. Read is called when a reading
+// is due, bounded by ctx; an error is a missing reading, never a blocked request.
+type BalanceSource interface {
+	Read(ctx context.Context) (Reading, error)
+}
+
+// Scorer turns a route's reading into a draw weight. scored=false means the reading
+// cannot be scored (the route is then unscored, see the pools).
+type Scorer interface {
+	Score(ctx context.Context, r Reading, capacities map[string]float64, coefficients map[string]float64, capacity *float64) (score float64, scored bool, err error)
+}
