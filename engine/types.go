@@ -4,53 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 )
-
-// Clock tells the time. Only the server and the CLI use the real one; tests and the
-// simulator inject a FakeClock.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the real wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// FakeClock is a manually advanced clock, safe for concurrent use. Its zero value
-// reads the zero time; use NewFakeClock for a fixed start.
-type FakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewFakeClock returns a clock stopped at start.
-func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
-
-// Now returns the clock's current reading.
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d (a negative d moves it back, which callers
-// must tolerate: clocks do go backwards).
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// Set moves the clock to t.
-func (c *FakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
 
 // Rand is the random source the engine draws from (jitter, route draws).
 // *math/rand/v2.Rand satisfies it.

@@ -1,0 +1,293 @@
+package config
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is one complete, validated configuration: the file's values over the
+// defaults. It is immutable once returned by Load, Parse or Default (never change
+// it or anything it holds), and therefore safe to share between goroutines.
+// Relative paths are kept as written; Resolve turns them into paths under Dir.
+type Config struct {
+	Path string // file it came from; "" for the embedded default
+	Dir  string // directory relative paths resolve against (the config file's dir)
+
+	Listen   string
+	StateDir string
+	Log      Log
+
+	Providers map[string]Provider
+
+	Gate  Gate
+	Retry Retry
+
+	Classifiers []ClassifierRef // in order; the built-in rules always decide last
+	PluginsDir  string
+
+	Pools     map[string]Pool
+	PoolOrder []string // pool names in declared order
+
+	Balances []Balance
+	Quota    Quota
+
+	// Warnings are problems that do not refuse the config (seed 004: a balance
+	// source naming an unknown provider only loses a reading). `gatectl check`
+	// prints them; the daemon logs them once.
+	Warnings []*Error
+}
+
+// Log configures the root logger.
+type Log struct {
+	Level  string // trace | debug | info | warn | error
+	Format string // text | json
+}
+
+// Provider is one upstream. APIKeyEnv names the environment variable holding the
+// key; "" means the client's own key is passed through. Header values may
+// reference the environment as ${NAME}, expanded by the sender, never here.
+type Provider struct {
+	Kind      string // openai | anthropic
+	BaseURL   string
+	APIKeyEnv string
+	Headers   map[string]string
+}
+
+// ModelLimits are per-model budgets. A zero field means "inherit": a model's entry
+// inherits from Gate.Defaults, whose SafetyFactor (0 by default) inherits
+// Gate.SafetyFactor. Gate.Limits resolves all of it.
+type ModelLimits struct {
+	TPM, RPM     int
+	SafetyFactor float64
+}
+
+// Gate configures admission (seed 000). Defaults: Window 60s, MaxWait 120s
+// (never less than Window), FallbackCooldown 60s, SafetyFactor 0.85,
+// OutputReserveTokens 8192, Learn true, Defaults {TPM 1000000, RPM 60}.
+type Gate struct {
+	Window              time.Duration
+	MaxWait             time.Duration
+	FallbackCooldown    time.Duration
+	SafetyFactor        float64
+	OutputReserveTokens int
+	Learn               bool
+	Defaults            ModelLimits
+	Models              map[string]ModelLimits // "provider/model" -> overrides
+}
+
+// Retry configures the retry planner (seeds 002, 003). Defaults: Rounds 8,
+// InitialDelay 2s (capped at MaxDelay), Multiplier 2, MaxDelay 60s, Jitter 0.2,
+// RespectRetryAfter true, RetryOn [RATE_LIMIT OVERLOADED SERVER TIMEOUT TRANSPORT]
+// (upper-case engine.Class names), HintClamp 1s..300s, HintlessBackoff false.
+type Retry struct {
+	Rounds            int
+	InitialDelay      time.Duration
+	Multiplier        float64
+	MaxDelay          time.Duration
+	Jitter            float64
+	RespectRetryAfter bool
+	RetryOn           []string // class names, upper case
+	HintClamp         struct{ Min, Max time.Duration }
+	HintlessBackoff   bool
+	Mislabeled        Mislabeled
+}
+
+// Mislabeled configures the separate budget for 400s that are really capacity
+// failures (seed 002). Defaults: Enabled true, Rounds 3, InitialDelay 15s,
+// Evidence 10m.
+type Mislabeled struct {
+	Enabled      bool
+	Rounds       int
+	InitialDelay time.Duration
+	Evidence     time.Duration
+}
+
+// ClassifierRef is one entry of the classifier chain: exactly one of Rules or Wasm
+// is set (a path as written; see Config.Resolve). Config is handed to a wasm
+// module's gate_init; Cases are golden cases `gatectl check` runs, as decoded
+// from YAML (their schema belongs to the component that runs them).
+type ClassifierRef struct {
+	Rules  string
+	Wasm   string
+	Config map[string]any
+	Cases  []map[string]any
+}
+
+// Route is one provider/model pair of a pool.
+type Route struct {
+	Provider, Model, ReasoningEffort string
+}
+
+// Pool is a named, ordered set of interchangeable routes (seed 004). Its name
+// matches [a-z0-9-]+ and is none of ReservedPoolNames; it has at least one route,
+// each naming a configured provider. MidSessionSwitch defaults to true.
+type Pool struct {
+	MidSessionSwitch bool
+	Scoring          Scoring
+	Routes           []Route
+}
+
+// Scoring is how a pool scores its routes: exactly one of Default (the built-in
+// rule, the default), Expr (an expr string, compiled by rules/) or Wasm (a module
+// path). In YAML: `default`, an expr string, {expr: STRING} or {wasm: FILE}.
+type Scoring struct {
+	Default bool
+	Expr    string
+	Wasm    string
+}
+
+// Balance is one balance source (seed 004): exactly one of Script, HTTP or Wasm is
+// set (Kind tells which), at most one per provider. Script is an argv list run
+// without a shell, from Config.Dir. Env holds literal entries only; the key comes
+// from the variable APIKeyEnv names. Refresh defaults to 60s, Timeout to 5s;
+// Capacity is nil when not given. Coefficients are >= 0, Capacities and Capacity
+// are > 0.
+type Balance struct {
+	Provider         string
+	Script           []string // argv, never a shell
+	HTTP             *HTTPBalance
+	Wasm             *WasmBalance
+	APIKeyEnv        string
+	Env              map[string]string
+	Unit             string
+	MinimumRemaining float64
+	Refresh, Timeout time.Duration
+	Coefficients     map[string]float64
+	Capacities       map[string]float64
+	Capacity         *float64
+}
+
+// HTTPBalance fetches URL and evaluates expr strings over `body`.
+type HTTPBalance struct {
+	URL       string
+	Headers   map[string]string
+	Remaining string
+	Windows   string
+	ResetsAt  string
+}
+
+// WasmBalance fetches URL and hands the response to a gate/v1 balance module.
+type WasmBalance struct {
+	Module  string
+	URL     string
+	Headers map[string]string
+	Config  map[string]any
+}
+
+// Quota configures what a QUOTA failure does (seed 004). Defaults:
+// DefaultEnabled true, LongTermDelay 1h, ExhaustedCooldown 1h, FailOpen true,
+// NativeRetryFirstProviders none (the embedded default lists qwen).
+type Quota struct {
+	DefaultEnabled            bool
+	LongTermDelay             time.Duration
+	ExhaustedCooldown         time.Duration
+	FailOpen                  bool
+	NativeRetryFirstProviders []string
+}
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// Load reads and validates the config file at path; "" returns Default(). Every
+// problem in the file comes back at once, as Errors.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Parse decodes and validates data. filename names it in errors and sets Path and
+// Dir (its directory, made absolute). Problems come back as Errors, ordered by line.
+func Parse(data []byte, filename string) (*Config, error) {
+	return parse(data, filename)
+}
+
+// Default returns the embedded default config (default.yaml): well-known
+// providers passing the client's key through, every other setting at its
+// default, listening on 127.0.0.1:7878. Each call returns a fresh copy.
+func Default() *Config {
+	c, err := parse(defaultYAML, "")
+	if err != nil {
+		panic("config: embedded default.yaml is invalid: " + err.Error())
+	}
+	return c
+}
+
+// Resolve returns p unchanged when absolute or empty, else joined under c.Dir.
+func (c *Config) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+// ErrInvalid is the sentinel every *Error wraps.
+var ErrInvalid = errors.New("invalid config")
+
+// Error is one problem in a config file. Path is the config path of the bad value
+// ("pools.medium.routes[1].provider"); Line and Column are 1-based, 0 when
+// unknown. It wraps ErrInvalid. Its text is "file:line: path: msg".
+type Error struct {
+	File   string
+	Line   int
+	Column int
+	Path   string
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// Errors is every problem found in one config, ordered by line; Load and Parse
+// return it as their error. errors.Is(err, ErrInvalid) holds for it.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Unwrap returns the individual errors.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}

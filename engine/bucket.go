@@ -1,0 +1,363 @@
+package engine
+
+import (
+	"sync"
+	"time"
+)
+
+// bucket is one provider/model's ledger. Every field below mu is guarded by it.
+type bucket struct {
+	l        *Ledger
+	provider string
+	model    string
+	prov     *providerState
+	limits   ModelLimits
+	rpm      int // request budget: rpm × safety factor, at least 1
+
+	mu            sync.Mutex
+	win           slidingWindow
+	learn         learner
+	est           estimator
+	cooldownUntil time.Time
+	reservedOpen  int64 // reservations of tickets not yet settled
+	inFlight      int
+	perSession    map[string]int // in flight per session; kept only with a cap
+
+	slots []ticketSlot
+	free  []int32
+
+	waiters     []*Waiter
+	round       uint64 // fair round of the last grant
+	arrivals    uint64
+	waits       int64
+	rateLimited int64
+	last429     time.Time
+}
+
+// ticketSlot remembers an open ticket. gen changes when the slot is reused, so a
+// stale ticket cannot settle someone else's reservation.
+type ticketSlot struct {
+	gen      uint32
+	open     bool
+	seq      uint64
+	reserved int64
+	output   int64
+	asked    bool
+	bytes    int
+	session  string
+}
+
+func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
+	lim := l.cfg.limitsFor(provider + "/" + model)
+	b := &bucket{
+		l:        l,
+		provider: provider,
+		model:    model,
+		prov:     ps,
+		limits:   lim,
+		rpm:      max(1, int(float64(lim.RPM)*lim.SafetyFactor)),
+		win:      newSlidingWindow(l.cfg.Window),
+		learn:    newLearner(lim.TPM, l.cfg.Learn, now),
+		est:      newEstimator(l.cfg.OutputReserveTokens),
+	}
+	if l.cfg.MaxInFlightPerSession > 0 {
+		b.perSession = make(map[string]int)
+	}
+	return b
+}
+
+// tokenBudget is min(learned quota, tightest trigger) × safety factor.
+func (b *bucket) tokenBudget() int64 {
+	return int64(b.learn.budget() * b.limits.SafetyFactor)
+}
+
+func (b *bucket) cooldownLeft(now time.Time) time.Duration {
+	until := b.cooldownUntil
+	if p := b.prov.cooldownUntil.Load(); p > until.UnixNano() {
+		until = time.Unix(0, p)
+	}
+	return max(until.Sub(now), 0)
+}
+
+// block says why a reservation of res for session cannot go now, and for how long
+// at least: wait = max(cooldown left, TPM drain, RPM drain). capped means the
+// session's in-flight cap holds it until one of its calls settles.
+func (b *bucket) block(now time.Time, res int64, session string) (reason string, wait time.Duration, capped bool) {
+	cd := b.cooldownLeft(now)
+	budget := b.tokenBudget()
+	var tpm time.Duration
+	if res <= budget { // an over-budget reservation never waits for the window
+		tpm, _ = b.win.tokenDrain(now, res, budget)
+	}
+	rpm := b.win.requestDrain(now, b.rpm)
+	wait = max(cd, tpm, rpm)
+	switch {
+	case wait == 0:
+	case cd == wait:
+		reason = "cooldown"
+	case tpm == wait:
+		reason = "tpm"
+	default:
+		reason = "rpm"
+	}
+	if b.perSession != nil && b.perSession[session] >= b.l.cfg.MaxInFlightPerSession {
+		capped = true
+		if reason == "" {
+			reason = "session-cap"
+		}
+	}
+	if tpm > 0 && cd == 0 {
+		// the token budget — not RPM, not a cooldown — held this call back
+		if st, moved := b.learn.onTokenBlocked(now, b.l.cfg.Window); moved {
+			b.emitLearn(now, st)
+		}
+	}
+	return reason, wait, capped
+}
+
+// reservation sizes a request: estimated input + output reserve.
+func (b *bucket) reservation(req Request) (total, output int64, asked bool) {
+	in := int64(req.InputTokens)
+	if in <= 0 {
+		in = b.est.input(req.InputBytes)
+	}
+	output = b.est.outputReserve(req.MaxTokens)
+	return in + output, output, req.MaxTokens > 0
+}
+
+func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
+	b.win.expire(now)
+	res, out, asked := b.reservation(req)
+	if len(b.waiters) == 0 {
+		reason, wait, capped := b.block(now, res, req.Session)
+		if wait == 0 && !capped {
+			return b.grantLocked(now, req, res, out, asked, 0, ""), nil
+		}
+		if wait > b.l.cfg.MaxWait {
+			t := b.grantLocked(now, req, res, out, asked, 0, "max-wait")
+			t.FailOpen = true
+			b.event(EventFailOpen, now, req.Session, "max-wait:"+reason, wait, res)
+			return t, nil
+		}
+	}
+	// Queue: round-robin across sessions, FIFO within one.
+	queued := uint64(0)
+	for _, w := range b.waiters {
+		if w.req.Session == req.Session && w.req.Priority == req.Priority {
+			queued++
+		}
+	}
+	b.arrivals++
+	w := &Waiter{
+		b: b, req: req, reserved: res, output: out, asked: asked,
+		enqueued: now, round: b.round + queued + 1, arrival: b.arrivals,
+		ready: make(chan struct{}),
+	}
+	b.waiters = append(b.waiters, w)
+	b.dispatchLocked(now)
+	if w.granted {
+		return w.ticket, nil
+	}
+	b.waits++
+	b.event(EventWait, now, req.Session, w.reason, w.next.Sub(now), res)
+	return Ticket{}, w
+}
+
+// dispatchLocked grants, in fair order, every waiter that fits at now. A waiter
+// that does not fit lets smaller ones behind it through (no head-of-line blocking)
+// until it has waited half a window; from then on it holds everyone behind it, so
+// a huge context cannot be starved by a stream of small requests.
+func (b *bucket) dispatchLocked(now time.Time) {
+	if len(b.waiters) == 0 {
+		return
+	}
+	b.win.expire(now)
+	sortWaiters(b.waiters)
+	var held *Waiter
+	for _, w := range b.waiters {
+		if held != nil {
+			w.next = held.next
+			if w.reason == "" {
+				w.reason = "queue"
+			}
+			continue
+		}
+		reason, wait, capped := b.block(now, w.reserved, w.req.Session)
+		deadline := w.enqueued.Add(b.l.cfg.MaxWait)
+		switch {
+		case wait == 0 && !capped:
+			b.grantWaiterLocked(now, w, "")
+			continue
+		case !now.Before(deadline):
+			b.grantWaiterLocked(now, w, "max-wait")
+			w.ticket.FailOpen = true
+			b.event(EventFailOpen, now, w.req.Session, "max-wait:"+reason, now.Sub(w.enqueued), w.reserved)
+			continue
+		}
+		if w.reason == "" {
+			w.reason = reason
+		}
+		if capped && wait == 0 {
+			w.next = deadline // woken by the settlement that frees the cap
+		} else {
+			w.next = now.Add(wait)
+			if w.next.After(deadline) {
+				w.next = deadline
+			}
+		}
+		if now.Sub(w.enqueued) >= b.l.cfg.Window/2 {
+			held = w
+		}
+	}
+	n := 0
+	for _, w := range b.waiters {
+		if !w.granted {
+			b.waiters[n] = w
+			n++
+		}
+	}
+	clear(b.waiters[n:])
+	b.waiters = b.waiters[:n]
+}
+
+func (b *bucket) grantWaiterLocked(now time.Time, w *Waiter, reason string) {
+	if reason == "" {
+		reason = w.reason
+	}
+	w.ticket = b.grantLocked(now, w.req, w.reserved, w.output, w.asked, now.Sub(w.enqueued), reason)
+	w.granted = true
+	if w.round > b.round {
+		b.round = w.round
+	}
+	close(w.ready)
+	if w.ticket.Waited > 0 {
+		b.event(EventAdmitted, now, w.req.Session, w.ticket.Reason, w.ticket.Waited, w.reserved)
+	}
+}
+
+func (b *bucket) removeWaiterLocked(w *Waiter) {
+	for i, x := range b.waiters {
+		if x == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// grantLocked records the reservation in the window and issues its ticket.
+func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked bool, waited time.Duration, reason string) Ticket {
+	if budget := b.tokenBudget(); res > budget {
+		reason = "over-budget"
+		b.event(EventOverBudget, now, req.Session, reason, waited, res)
+	}
+	b.learn.observeAdmit(now, float64(b.win.tokens+res), b.l.cfg.Window)
+	seq := b.win.add(now, res)
+	var idx int32
+	if n := len(b.free); n > 0 {
+		idx = b.free[n-1]
+		b.free = b.free[:n-1]
+	} else {
+		b.slots = append(b.slots, ticketSlot{})
+		idx = int32(len(b.slots) - 1)
+	}
+	s := &b.slots[idx]
+	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, asked, req.InputBytes, req.Session
+	b.reservedOpen += res
+	b.inFlight++
+	if b.perSession != nil {
+		b.perSession[req.Session]++
+	}
+	return Ticket{b: b, slot: idx, gen: s.gen, Reserved: res, ReservedOutput: out, Waited: waited, Reason: reason}
+}
+
+// closeLocked settles (u != nil) or releases a ticket.
+func (b *bucket) closeLocked(now time.Time, t Ticket, tokens int64, u *Usage) error {
+	if int(t.slot) >= len(b.slots) {
+		return ErrTicketClosed
+	}
+	s := &b.slots[t.slot]
+	if !s.open || s.gen != t.gen {
+		return ErrTicketClosed
+	}
+	b.win.expire(now)
+	b.win.adjust(s.seq, tokens) // false: it already left the window and counts no more
+	b.reservedOpen -= s.reserved
+	b.inFlight--
+	if b.perSession != nil {
+		if b.perSession[s.session]--; b.perSession[s.session] <= 0 {
+			delete(b.perSession, s.session)
+		}
+	}
+	if u != nil {
+		b.est.observe(s.bytes, u.InputTokens+u.CacheReadTokens+u.CacheWriteTokens, u.OutputTokens, s.output, s.asked)
+	}
+	*s = ticketSlot{gen: s.gen + 1}
+	b.free = append(b.free, t.slot)
+	b.dispatchLocked(now) // the refund may let waiters through
+	return nil
+}
+
+func (b *bucket) rateLimitedLocked(now time.Time, retryAfter time.Duration, fallback bool) {
+	b.win.expire(now)
+	if until := now.Add(retryAfter); until.After(b.cooldownUntil) {
+		b.cooldownUntil = until // a shorter, later cooldown never shortens a longer one
+	}
+	b.rateLimited++
+	b.last429 = now
+	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
+	e.RetryAfter, e.FromFallback = retryAfter, fallback
+	b.l.emit(e)
+	for _, st := range b.learn.on429(now, b.providerViewLocked(), b.l.cfg.Window) {
+		b.emitLearn(now, st)
+	}
+}
+
+// providerViewLocked estimates what the provider counted in the window: settled
+// usage as is, and for calls still in flight their input plus the output the model
+// usually writes — not the output reserve, which is sized to be rarely exceeded and
+// would inflate the learner's 429 reading (seed 000: the reading overshoots).
+func (b *bucket) providerViewLocked() float64 {
+	view := b.win.tokens
+	expected := b.est.meanOutput()
+	for i := range b.slots {
+		s := &b.slots[i]
+		if !s.open || s.seq < b.win.headSeq || expected < 0 {
+			continue
+		}
+		view += min(s.output, expected) - s.output
+	}
+	return float64(view)
+}
+
+func (b *bucket) emitLearn(now time.Time, st learnStep) {
+	if st.SkippedRepeat {
+		return // a retry storm is one sample: nothing moved, nothing to log
+	}
+	kind := EventLearn
+	if st.Kind == "leak" {
+		kind = EventLeak
+	}
+	e := b.newEvent(kind, now, "", "", 0, 0)
+	e.Step, e.From, e.To = st.Kind, st.From, st.To
+	if st.Kind == "leak" {
+		e.From = st.CleanMaxSeen
+		e.To = st.Trigger
+	}
+	b.l.emit(e)
+}
+
+func (b *bucket) event(kind GateEventKind, now time.Time, session, reason string, wait time.Duration, res int64) {
+	if b.l.onEvent == nil {
+		return
+	}
+	b.l.emit(b.newEvent(kind, now, session, reason, wait, res))
+}
+
+func (b *bucket) newEvent(kind GateEventKind, now time.Time, session, reason string, wait time.Duration, res int64) GateEvent {
+	return GateEvent{
+		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
+		WindowTokens: b.win.tokens, TokenBudget: b.tokenBudget(), Reservation: res,
+		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
+		Requests: b.win.requests(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
+	}
+}
