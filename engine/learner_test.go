@@ -147,7 +147,7 @@ func TestLearnerNeverProbesAboveTrigger(t *testing.T) {
 		at = at.Add(61 * time.Second)
 		st := l.BucketStatus(at, "p", "m")
 		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: int(st.TokenBudget) - 2, MaxTokens: 1}) // fills the budget
-		heldBack(l, at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 1, MaxTokens: 1})                            // held by tpm
+		heldBack(l, at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 1, MaxTokens: 1})                           // held by tpm
 	}
 	if q, trig := quota(l, at); q != 600 || trig != 600 {
 		t.Fatalf("quota %g trigger %g, want both 600", q, trig)

@@ -92,7 +92,7 @@ func TestConfigRefusesMaxWaitBelowWindow(t *testing.T) {
 func TestTPMDrainTime(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	// reservation = 300 input + 100 reserve = 400
-	mustAdmit(t, l, t0, req(300))                   // window 400
+	mustAdmit(t, l, t0, req(300))                     // window 400
 	mustAdmit(t, l, t0.Add(10*time.Second), req(300)) // window 800
 	// 800 + 400 > 1000: the first entry (400 at t0) must leave → t0+60s.
 	mustWait(t, l, t0.Add(20*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 60*time.Second)
