@@ -29,6 +29,8 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			versionCommand(),
 			simCommand(),
+			backoffCommand(),
+			routesCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
 	}
