@@ -63,6 +63,11 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	if l.cfg.MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
+	if l.quotas != nil && l.cfg.Learn {
+		if q, ok := l.quotas.Load(provider, model); ok {
+			b.learn.restore(q)
+		}
+	}
 	return b
 }
 
@@ -332,6 +337,9 @@ func (b *bucket) providerViewLocked() float64 {
 func (b *bucket) emitLearn(now time.Time, st learnStep) {
 	if st.SkippedRepeat {
 		return // a retry storm is one sample: nothing moved, nothing to log
+	}
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
 	}
 	kind := EventLearn
 	if st.Kind == "leak" {

@@ -278,3 +278,24 @@ func TestLearningOff(t *testing.T) {
 	}
 	mustWait(t, l, t0, req(1), "cooldown", time.Second) // the cooldown still applies
 }
+
+func TestLearnedQuotaSharedThroughStore(t *testing.T) {
+	store := &MemoryQuotaStore{}
+	clk := NewFakeClock(t0)
+	a, _ := NewLedger(learnGate(), clk, WithQuotaStore(store))
+	mustAdmit(t, a, t0, req(600))
+	a.RateLimited(t0, "p", "m", time.Second)
+	b, _ := NewLedger(learnGate(), clk, WithQuotaStore(store)) // another process, same store
+	if q, trig := quota(b, t0); q != 500 || trig != 700 {
+		t.Fatalf("second ledger: quota %g trigger %g, want the first one's 500 and 700", q, trig)
+	}
+	// the cut-once-per-window rule holds across them: b's 429 in the same window is the same sample
+	b.RateLimited(t0.Add(time.Second), "p", "m", time.Second)
+	if q, _ := quota(b, t0.Add(time.Second)); q != 500 {
+		t.Fatalf("quota %g, want 500", q)
+	}
+	c, _ := NewLedger(learnGate(), clk) // no store: learns from scratch
+	if q, _ := quota(c, t0); q != 1000 {
+		t.Fatalf("quota %g", q)
+	}
+}

@@ -80,6 +80,7 @@ type Ledger struct {
 	rand   Rand
 
 	onEvent func(GateEvent)
+	quotas  QuotaStore // nil: learned state in memory only
 
 	mu        sync.RWMutex
 	buckets   map[bucketKey]*bucket
@@ -129,6 +130,12 @@ func (l *Ledger) emit(e GateEvent) {
 	}
 }
 
+// emitSafely emits from a recovery path: a hook that panics again is ignored.
+func (l *Ledger) emitSafely(e GateEvent) {
+	defer func() { _ = recover() }()
+	l.emit(e)
+}
+
 // bucketFor returns the bucket of provider/model, creating it on first use.
 func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	k := bucketKey{provider, model}
@@ -176,7 +183,7 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			t, err = Ticket{FailOpen: true, Reason: "internal"}, nil
-			l.emit(GateEvent{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
+			l.emitSafely(GateEvent{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
 		}
 	}()
 	t, w := l.Submit(l.clock.Now(), req)
@@ -217,7 +224,13 @@ func (l *Ledger) jitter(d time.Duration) time.Duration {
 
 // Submit makes the admission decision at now without blocking: either a ticket
 // (w == nil), or a queued Waiter to Poll until it is granted.
-func (l *Ledger) Submit(now time.Time, req Request) (Ticket, *Waiter) {
+func (l *Ledger) Submit(now time.Time, req Request) (t Ticket, w *Waiter) {
+	defer func() {
+		if r := recover(); r != nil { // fail open: the gate must never become the outage
+			t, w = Ticket{FailOpen: true, Reason: "internal"}, nil
+			l.emitSafely(GateEvent{Kind: EventFailOpen, At: now, Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
+		}
+	}()
 	if req.Provider == "" || req.Model == "" {
 		l.emit(GateEvent{Kind: EventFailOpen, At: now, Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "no-bucket"})
 		return Ticket{FailOpen: true, Reason: "no-bucket"}, nil

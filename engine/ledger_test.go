@@ -266,6 +266,24 @@ func TestFailOpen(t *testing.T) {
 			t.Fatalf("settling a fail-open ticket: %v", err)
 		}
 	})
+	t.Run("InternalError", func(t *testing.T) {
+		l, clk, ev := newTestLedger(t, testGate())
+		hook := l.onEvent
+		l.onEvent = func(e GateEvent) {
+			hook(e)
+			if e.Kind == EventWait {
+				panic("a broken hook")
+			}
+		}
+		l.RateLimited(t0, "p", "m", 10*time.Second)
+		tk, err := l.Admit(context.Background(), req(1))
+		if err != nil || !tk.FailOpen || tk.Reason != "internal" || clk.Timers() != 0 {
+			t.Fatalf("ticket %+v err %v: want an immediate fail-open admission", tk, err)
+		}
+		if len(ev.kinds(EventFailOpen)) != 1 {
+			t.Fatal("no fail-open warning")
+		}
+	})
 	t.Run("WaiterReachesMaxWait", func(t *testing.T) {
 		c := testGate()
 		c.Defaults.RPM = 1
