@@ -57,6 +57,11 @@ func TestOutputReserveCalibration(t *testing.T) {
 	if tk := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 1, MaxTokens: 4000}); tk.ReservedOutput != 4000 {
 		t.Fatalf("max_tokens reserve %d, want 4000", tk.ReservedOutput)
 	}
+	// calls that chose their own max_tokens say nothing about the default reserve
+	for i := 0; i < reserveSamples; i++ {
+		tk := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 1, MaxTokens: 9000})
+		l.Settle(t0, tk, Usage{InputTokens: 1, OutputTokens: 9000})
+	}
 	st := l.BucketStatus(t0, "p", "m")
 	if st.OutputReserve != 500 || st.ReserveDrift >= 0 {
 		t.Fatalf("status %+v: want reserve 500 and a negative drift (over-reserved)", st)

@@ -106,6 +106,7 @@ func TestLearnerProbesOnlyWhenTokensHeldACallBack(t *testing.T) {
 		c := learnGate()
 		c.Defaults.RPM = 2
 		l, _, _ := newTestLedger(t, c)
+		l.BucketStatus(t0, "p", "m") // known from t0: a window has passed by 61s
 		mustAdmit(t, l, t0.Add(61*time.Second), req(1))
 		mustAdmit(t, l, t0.Add(61*time.Second), req(1))
 		mustWait(t, l, t0.Add(62*time.Second), req(1), "rpm", 121*time.Second)
