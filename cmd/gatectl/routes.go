@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gatectl/gatectl/balance"
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
+)
+
+func routesCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "routes",
+		Usage:     "each pool, route, last reading, score and exhaustion mark",
+		ArgsUsage: "[POOL]",
+		Description: "Runs the balance sources that are due (each bounded by its own timeout) and prints\n" +
+			"every pool of the config, or only POOL: each route, its provider's last reading and\n" +
+			"its age, the windows that weigh in the score, the score, the exhaustion mark, and\n" +
+			"whether a starting session could be drawn onto it. A pool that refuses mid-session\n" +
+			"switches says so in its header. --draw N shows how N draws would split.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "read the config and run its balance sources here, without a server"},
+			&cli.StringFlag{Name: "config", Usage: "config `FILE` (default: the embedded default)"},
+			&cli.StringFlag{Name: "addr", Usage: "server `URL` (not available yet: use --offline)"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
+			&cli.IntFlag{Name: "draw", Usage: "draw `N` starting routes from each pool and show how they split"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed the draws (0: random)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := flagsAfterArg(c); err != nil {
+				return err
+			}
+			format := c.String("format")
+			if format != "text" && format != "json" {
+				return cli.Exit(fmt.Sprintf("routes: --format must be text or json (got %q)", format), exitUsage)
+			}
+			if !c.Bool("offline") {
+				return cli.Exit("routes: reading a running server (--addr) is not available yet; use --offline --config FILE", exitUsage)
+			}
+			n := c.Int("draw")
+			if n < 0 {
+				return cli.Exit(fmt.Sprintf("routes: --draw must be >= 0 (got %d)", n), exitUsage)
+			}
+			cfg, err := config.Load(c.String("config"))
+			if err != nil {
+				return err
+			}
+			var rnd engine.Rand
+			if seed := c.Uint64("seed"); seed != 0 {
+				rnd = rand.New(rand.NewPCG(seed, seed))
+			}
+			rep, err := routesReport(c.Context, cfg, c.Args().First(), n, rnd)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return writeRoutesText(c.App.Writer, rep)
+		},
+	}
+}
+
+// flagsAfterArg accepts the flags that follow POOL, as in `gatectl routes medium
+// --offline --config FILE` (urfave/cli stops parsing flags at the first argument).
+func flagsAfterArg(c *cli.Context) error {
+	rest := c.Args().Tail()
+	if len(rest) == 0 {
+		return nil
+	}
+	fs := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range c.Command.Flags {
+		if err := f.Apply(fs); err != nil {
+			return err
+		}
+	}
+	if err := fs.Parse(rest); err != nil {
+		return cli.Exit(fmt.Sprintf("routes: %v", err), exitUsage)
+	}
+	if fs.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("routes: at most one POOL (got %q and %q)", c.Args().First(), fs.Args()), exitUsage)
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if e := c.Set(f.Name, f.Value.String()); e != nil && err == nil {
+			err = e
+		}
+	})
+	return err
+}
+
+// routesOutput is the report with the draws and the scoring of each pool.
+type routesOutput struct {
+	engine.RoutesReport
+	// Scoring names each pool's scorer: "default", or the expr/wasm the config
+	// names and this build cannot run yet (its scores are then the default rule's).
+	Scoring map[string]string `json:"scoring"`
+	// Draws counts, per pool, where N draws landed, by route index (--draw N).
+	Draws map[string][]int `json:"draws,omitempty"`
+	// SourceErrors says, by provider, why its balance source's last read failed.
+	SourceErrors map[string]string `json:"sourceErrors,omitempty"`
+}
+
+// poolsFromConfig turns the pools:, balances: and quota: sections into the
+// engine's pools and settings. Pools whose scoring is an expr or a wasm module use
+// the default rule until rules/ and wasm/ provide scorers; notes says so.
+func poolsFromConfig(cfg *config.Config) (pools *engine.Pools, s engine.QuotaSettings, notes map[string]string, err error) {
+	pc := engine.PoolsConfig{Providers: make([]string, 0, len(cfg.Providers))}
+	for name := range cfg.Providers {
+		pc.Providers = append(pc.Providers, name)
+	}
+	sort.Strings(pc.Providers)
+	notes = map[string]string{}
+	order := cfg.PoolOrder
+	if len(order) == 0 { // a config built by hand
+		for name := range cfg.Pools {
+			order = append(order, name)
+		}
+		sort.Strings(order)
+	}
+	for _, name := range order {
+		p := cfg.Pools[name]
+		spec := engine.PoolSpec{Name: name, MidSessionSwitch: p.MidSessionSwitch}
+		for _, r := range p.Routes {
+			spec.Routes = append(spec.Routes, engine.Route{Provider: r.Provider, Model: r.Model, ReasoningEffort: r.ReasoningEffort})
+		}
+		switch {
+		case p.Scoring.Expr != "":
+			notes[name] = "expr " + strconv.Quote(p.Scoring.Expr) + " (not available in this build: scores use the default rule)"
+		case p.Scoring.Wasm != "":
+			notes[name] = "wasm " + p.Scoring.Wasm + " (not available in this build: scores use the default rule)"
+		default:
+			notes[name] = "default"
+		}
+		pc.Pools = append(pc.Pools, spec)
+	}
+	for _, b := range cfg.Balances {
+		pc.Balances = append(pc.Balances, engine.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
+			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
+	}
+	pools, err = engine.NewPools(pc)
+	if err != nil {
+		return nil, s, nil, err
+	}
+	q := cfg.Quota
+	s = engine.QuotaSettings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
+		FailOpen: q.FailOpen, NativeRetryFirstProviders: q.NativeRetryFirstProviders}
+	return pools, s, notes, nil
+}
+
+// routesReport runs the due balance sources of the selected pools and reports them.
+func routesReport(ctx context.Context, cfg *config.Config, pool string, draws int, rnd engine.Rand) (routesOutput, error) {
+	pools, settings, notes, err := poolsFromConfig(cfg)
+	if err != nil {
+		return routesOutput{}, err
+	}
+	set, err := balance.SetFromConfig(cfg, engine.SystemClock{}, nil)
+	if err != nil {
+		return routesOutput{}, err
+	}
+	q := engine.NewQuotaRetry(engine.QuotaRetryOptions{Pools: pools, Settings: settings, Readings: set, Rand: rnd})
+	var sel []string
+	if pool != "" {
+		sel = []string{pool}
+	}
+	rep, err := q.Report(ctx, true, sel...)
+	if err != nil {
+		return routesOutput{}, err
+	}
+	out := routesOutput{RoutesReport: rep, Scoring: map[string]string{}}
+	for prov, st := range set.Status() {
+		if st.Err != nil {
+			if out.SourceErrors == nil {
+				out.SourceErrors = map[string]string{}
+			}
+			out.SourceErrors[prov] = st.Err.Error()
+		}
+	}
+	for _, p := range rep.Pools {
+		out.Scoring[p.Name] = notes[p.Name]
+		if draws > 0 {
+			counts, err := q.DrawCounts(ctx, p.Name, draws)
+			if err != nil {
+				return routesOutput{}, err
+			}
+			if out.Draws == nil {
+				out.Draws = map[string][]int{}
+			}
+			out.Draws[p.Name] = counts
+		}
+	}
+	return out, nil
+}
+
+func writeRoutesText(w io.Writer, rep routesOutput) error {
+	for _, warn := range rep.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+	if len(rep.Pools) == 0 {
+		_, err := fmt.Fprintln(w, "no pools configured")
+		return err
+	}
+	for i, p := range rep.Pools {
+		if i > 0 || len(rep.Warnings) > 0 {
+			fmt.Fprintln(w)
+		}
+		head := "pool " + p.Name
+		if !p.MidSessionSwitch {
+			head += " (refuses mid-session switches: a started session waits on its route)"
+		}
+		if s := rep.Scoring[p.Name]; s != "" && s != "default" {
+			head += "; scoring " + s
+		}
+		fmt.Fprintln(w, head)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		cols := "  ROUTE\tREMAINING\tAGE\tWINDOWS\tSCORE\tMARK\tUSABLE"
+		counts := rep.Draws[p.Name]
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		if counts != nil {
+			cols += "\tDRAWS"
+		}
+		fmt.Fprintln(tw, cols)
+		for j, r := range p.Routes {
+			line := []string{"  " + r.Route.String(), remainingText(r), ageText(r), windowsText(r), scoreText(r), markText(r, rep.At), usableText(r)}
+			if counts != nil {
+				line = append(line, fmt.Sprintf("%d (%.1f%%)", counts[j], 100*float64(counts[j])/float64(max(total, 1))))
+			}
+			fmt.Fprintln(tw, strings.Join(line, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		var noted []string
+		for _, r := range p.Routes {
+			if e := rep.SourceErrors[r.Provider]; e != "" && r.Reading == nil && !slices.Contains(noted, r.Provider) {
+				noted = append(noted, r.Provider)
+				fmt.Fprintf(w, "  no reading from %s: %s\n", r.Provider, e)
+			}
+		}
+	}
+	return nil
+}
+
+func remainingText(r engine.RouteReport) string {
+	switch {
+	case r.Reading == nil:
+		return "-"
+	case r.Reading.Remaining == nil && r.Reading.Error != "":
+		return "error: " + r.Reading.Error
+	case r.Reading.Remaining == nil:
+		return "?"
+	}
+	return strconv.FormatFloat(*r.Reading.Remaining, 'g', 6, 64)
+}
+
+func ageText(r engine.RouteReport) string {
+	if r.ReadingAgeMs == nil {
+		return "-"
+	}
+	return (time.Duration(*r.ReadingAgeMs) * time.Millisecond).Round(time.Second).String()
+}
+
+// windowsText lists the reading's windows, remaining/capacity; a * marks the ones
+// that weigh in the score.
+func windowsText(r engine.RouteReport) string {
+	if r.Reading == nil || len(r.Reading.Windows) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(r.Reading.Windows))
+	for _, w := range r.Reading.Windows {
+		s := w.Name + " " + strconv.FormatFloat(w.Remaining, 'g', 6, 64)
+		if w.Capacity != nil {
+			s += "/" + strconv.FormatFloat(*w.Capacity, 'g', 6, 64)
+		}
+		if slices.Contains(r.ScoringWindows, w.Name) {
+			s += "*"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func scoreText(r engine.RouteReport) string {
+	if r.Score == nil {
+		return "unscored"
+	}
+	return strconv.FormatFloat(*r.Score, 'f', 4, 64)
+}
+
+func markText(r engine.RouteReport, now time.Time) string {
+	if !r.Marked {
+		return "-"
+	}
+	return "exhausted, lifts in " + r.MarkUntil.Sub(now).Round(time.Second).String()
+}
+
+func usableText(r engine.RouteReport) string {
+	if r.Usable {
+		return "yes"
+	}
+	return "no: " + r.Why
+}

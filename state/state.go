@@ -1,0 +1,305 @@
+// Package state keeps what must survive a restart — per-session settings (the
+// quota switch and pool of seed 004) and retry budgets (seed 003) — in one bbolt
+// file under the config's stateDir.
+//
+// Every write is one bbolt transaction, fsynced before it returns: a record is
+// either wholly on disk or not at all, and a process killed mid-write (kill -9,
+// power loss) reopens to the last committed state. A missing file is a fresh
+// start; a file that is not a gatectl state file, or is damaged, is refused with
+// an error naming it (ErrCorrupt), never a crash. Route state (readings, marks,
+// each session's current route) is not kept here: seed 004 keeps it in memory.
+package state
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// FileName is the state file's name inside stateDir.
+const FileName = "gatectl.db"
+
+// schemaVersion is the layout this package writes. A file with a higher version was
+// written by a newer gatectl and is refused rather than misread.
+const schemaVersion = 1
+
+// Buckets.
+var (
+	bucketMeta     = []byte("meta")
+	bucketSessions = []byte("sessions") // session id -> JSON engine.SessionRecord
+	bucketBudgets  = []byte("budgets")  // budgetKey(RetryBudgetKey) -> JSON engine.RetryBudget
+	keySchema      = []byte("schema")
+)
+
+// Errors Open reports, wrapped with the file's path.
+var (
+	// ErrCorrupt: the file is not a readable gatectl state file. Moving it aside
+	// starts afresh (settings and budgets are lost, nothing else).
+	ErrCorrupt = errors.New("state file is corrupt")
+	// ErrLocked: another process holds the file open.
+	ErrLocked = errors.New("state file is in use by another process")
+	// ErrNewer: the file was written by a newer gatectl.
+	ErrNewer = errors.New("state file was written by a newer gatectl")
+)
+
+// lockTimeout bounds the wait for another process's lock on the file.
+var lockTimeout = 2 * time.Second
+
+// Store is the bbolt-backed store. It implements engine.SessionStore,
+// engine.BudgetStore and engine.BudgetPruner. Safe for concurrent use; writes are
+// serialised by bbolt.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens (creating when missing) the state file FileName in dir, creating dir
+// too. See OpenFile.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("state: no state directory")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state: create %s: %w", dir, err)
+	}
+	return OpenFile(filepath.Join(dir, FileName))
+}
+
+// OpenFile opens the state file at path, creating it when missing, and checks it
+// through: a damaged file gives ErrCorrupt naming path, never a panic.
+func OpenFile(path string) (st *Store, err error) {
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil { // bbolt panics on some damaged pages
+			if db != nil {
+				db.Close()
+			}
+			st, err = nil, corrupt(path, fmt.Errorf("%v", r))
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		switch {
+		case errors.Is(err, berrors.ErrTimeout):
+			return nil, fmt.Errorf("state: open %s: %w (waited %s for its lock)", path, ErrLocked, lockTimeout)
+		case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+			errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+			return nil, corrupt(path, err)
+		}
+		if _, statErr := os.Stat(path); statErr == nil && !errors.Is(err, os.ErrPermission) {
+			// The file exists and bbolt could not make sense of it (too small, a bad
+			// page size, …): damage, not an I/O problem.
+			return nil, corrupt(path, err)
+		}
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	if err := check(db); err != nil {
+		db.Close()
+		return nil, corrupt(path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keySchema); v != nil {
+			n, perr := strconv.Atoi(string(v))
+			if perr != nil {
+				return fmt.Errorf("%w: schema %q", ErrCorrupt, v)
+			}
+			if n > schemaVersion {
+				return fmt.Errorf("%w (schema %d; this one reads up to %d)", ErrNewer, n, schemaVersion)
+			}
+		} else if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketSessions, bucketBudgets} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// check runs bbolt's consistency check over the whole file.
+func check(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			if len(errs) < 5 {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func corrupt(path string, err error) error {
+	return fmt.Errorf("state: open %s: %w: %w (move the file aside to start afresh: session settings and retry budgets are lost, nothing else)", path, ErrCorrupt, err)
+}
+
+// Path returns the state file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. The Store is unusable afterwards.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Check runs bbolt's consistency check over the file (what Open does).
+func (s *Store) Check() error {
+	if err := check(s.db); err != nil {
+		return corrupt(s.path, err)
+	}
+	return nil
+}
+
+// guard turns a bbolt panic on a damaged page into an error naming the file.
+func (s *Store) guard(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("state: %s: %w: %v", s.path, ErrCorrupt, r)
+	}
+}
+
+// LoadSession implements engine.SessionStore.
+func (s *Store) LoadSession(id string) (rec engine.SessionRecord, ok bool, err error) {
+	defer s.guard(&err)
+	err = s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketSessions).Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &rec)
+	})
+	if err != nil {
+		return engine.SessionRecord{}, false, fmt.Errorf("state: %s: session %q: %w", s.path, id, err)
+	}
+	return rec, ok, nil
+}
+
+// SaveSession implements engine.SessionStore: one fsynced transaction. A zero
+// record deletes the session's entry.
+func (s *Store) SaveSession(id string, rec engine.SessionRecord) (err error) {
+	defer s.guard(&err)
+	if id == "" {
+		return errors.New("state: empty session id")
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		if rec.IsZero() {
+			return b.Delete([]byte(id))
+		}
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), v)
+	})
+	if err != nil {
+		return fmt.Errorf("state: %s: save session %q: %w", s.path, id, err)
+	}
+	return nil
+}
+
+// Sessions returns how many session records the file holds.
+func (s *Store) Sessions() (n int, err error) {
+	defer s.guard(&err)
+	err = s.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketSessions).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
+
+// budgetKey encodes a budget key: the session's length as a uvarint, the session,
+// then the provider — unambiguous whatever bytes either holds.
+func budgetKey(k engine.RetryBudgetKey) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 2+len(k.Session)+len(k.Provider)), uint64(len(k.Session)))
+	b = append(b, k.Session...)
+	return append(b, k.Provider...)
+}
+
+// Load implements engine.BudgetStore.
+func (s *Store) Load(k engine.RetryBudgetKey) (b engine.RetryBudget, ok bool, err error) {
+	defer s.guard(&err)
+	err = s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketBudgets).Get(budgetKey(k))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &b)
+	})
+	if err != nil {
+		return engine.RetryBudget{}, false, fmt.Errorf("state: %s: budget %s/%s: %w", s.path, k.Session, k.Provider, err)
+	}
+	return b, ok, nil
+}
+
+// Save implements engine.BudgetStore: one fsynced transaction.
+func (s *Store) Save(k engine.RetryBudgetKey, b engine.RetryBudget) (err error) {
+	defer s.guard(&err)
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBudgets).Put(budgetKey(k), v)
+	})
+	if err != nil {
+		return fmt.Errorf("state: %s: save budget %s/%s: %w", s.path, k.Session, k.Provider, err)
+	}
+	return nil
+}
+
+// PruneBudgets implements engine.BudgetPruner: it drops every budget saved before
+// before (and any record it cannot read) in one transaction.
+func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
+	defer s.guard(&err)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBudgets)
+		var drop [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var rb engine.RetryBudget
+			if json.Unmarshal(v, &rb) != nil || rb.UpdatedAt.Before(before) {
+				drop = append(drop, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range drop {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(drop)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("state: %s: prune budgets: %w", s.path, err)
+	}
+	return n, nil
+}
+
+var (
+	_ engine.SessionStore = (*Store)(nil)
+	_ engine.BudgetStore  = (*Store)(nil)
+	_ engine.BudgetPruner = (*Store)(nil)
+)

@@ -1,0 +1,364 @@
+package state
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// childEnv makes the test binary a writer that the crash test kills.
+const childEnv = "GATECTL_STATE_CRASH_CHILD"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// crashChild writes records as fast as it can, printing the number of each one
+// after its transaction committed, until it is killed.
+func crashChild(dir string) {
+	st, err := Open(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	first, _ := strconv.Atoi(os.Getenv(childEnv + "_FROM"))
+	for i := first; ; i++ {
+		if err := st.SaveSession(sessionID(i), recordFor(i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(4)
+		}
+		if err := st.Save(budgetKeyFor(i), budgetFor(i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(5)
+		}
+		fmt.Fprintf(os.Stdout, "%d\n", i) // unbuffered: the parent sees it at once
+	}
+}
+
+func sessionID(i int) string { return fmt.Sprintf("session-%06d", i) }
+
+func recordFor(i int) engine.SessionRecord {
+	r := engine.SessionRecord{Switch: "on", SwitchSource: engine.SourceSession, Pool: "pool-" + strconv.Itoa(i%7), PoolSource: engine.SourceSession}
+	if i%2 == 1 {
+		r.Switch = "off"
+		r.Parent = sessionID(i - 1)
+	}
+	return r
+}
+
+func budgetKeyFor(i int) engine.RetryBudgetKey {
+	return engine.RetryBudgetKey{Session: sessionID(i), Provider: "p" + strconv.Itoa(i%3)}
+}
+
+func budgetFor(i int) engine.RetryBudget {
+	return engine.RetryBudget{Turn: "t" + strconv.Itoa(i), Step: i % 5, Rounds: i % 9, UpdatedAt: time.Unix(int64(i), 0).UTC()}
+}
+
+// TestCrashSafety kills a writing process with SIGKILL mid-writes, three times
+// over one file, and checks after each that the file opens, passes bbolt's
+// consistency check, and holds every record the writer saw committed.
+func TestCrashSafety(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs subprocesses")
+	}
+	dir := t.TempDir()
+	next := 0
+	for round := range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+dir, childEnv+"_FROM="+strconv.Itoa(next))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		last := -1
+		target := next + 40 + 25*round
+		for sc.Scan() {
+			n, err := strconv.Atoi(sc.Text())
+			if err != nil {
+				t.Fatalf("child said %q", sc.Text())
+			}
+			last = n
+			if n >= target {
+				break
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		if last < target {
+			t.Fatalf("round %d: the child stopped at %d: %s", round, last, stderr.String())
+		}
+
+		st, err := Open(dir)
+		if err != nil {
+			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
+		}
+		if err := st.Check(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i := 0; i <= last; i++ {
+			rec, ok, err := st.LoadSession(sessionID(i))
+			if err != nil || !ok || rec != recordFor(i) {
+				t.Fatalf("round %d: session %d = %+v %v %v; want %+v", round, i, rec, ok, err, recordFor(i))
+			}
+			b, ok, err := st.Load(budgetKeyFor(i))
+			if err != nil || !ok || b != budgetFor(i) {
+				t.Fatalf("round %d: budget %d = %+v %v %v", round, i, b, ok, err)
+			}
+		}
+		// The record the kill may have interrupted is either whole or absent.
+		if rec, ok, err := st.LoadSession(sessionID(last + 1)); err != nil || ok && rec != recordFor(last+1) {
+			t.Fatalf("round %d: the interrupted record is torn: %+v %v %v", round, rec, ok, err)
+		}
+		t.Logf("round %d: killed after record %d; all there", round, last)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		next = last + 1
+	}
+}
+
+func TestOpenMissingIsAFreshStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nested", "state")
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Path() != filepath.Join(dir, FileName) {
+		t.Errorf("path %s", st.Path())
+	}
+	if n, err := st.Sessions(); err != nil || n != 0 {
+		t.Errorf("Sessions = %d, %v", n, err)
+	}
+	if _, ok, err := st.LoadSession("s"); ok || err != nil {
+		t.Errorf("LoadSession on a fresh file = %v, %v", ok, err)
+	}
+}
+
+func TestOpenEmptyFileIsAFreshStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+}
+
+func TestOpenCorrupt(t *testing.T) {
+	valid := func(t *testing.T) string {
+		path := filepath.Join(t.TempDir(), FileName)
+		st, err := OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			if err := st.SaveSession(sessionID(i), recordFor(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.Close()
+		return path
+	}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T) string
+	}{
+		{"garbage", func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), FileName)
+			b := make([]byte, 32<<10)
+			for i := range b {
+				b[i] = byte(i*7 + 3)
+			}
+			os.WriteFile(path, b, 0o600)
+			return path
+		}},
+		{"text", func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), FileName)
+			os.WriteFile(path, []byte("listen: 127.0.0.1:7878\n"), 0o600)
+			return path
+		}},
+		{"truncated", func(t *testing.T) string {
+			path := valid(t)
+			os.Truncate(path, 100)
+			return path
+		}},
+		{"both meta pages smashed", func(t *testing.T) string {
+			path := valid(t)
+			f, _ := os.OpenFile(path, os.O_RDWR, 0)
+			defer f.Close()
+			junk := make([]byte, 64)
+			for i := range junk {
+				junk[i] = 0xAB
+			}
+			f.WriteAt(junk, 16)      // meta page 0, past the page header
+			f.WriteAt(junk, 4096+16) // meta page 1
+			return path
+		}},
+		{"data pages smashed", func(t *testing.T) string {
+			path := valid(t)
+			info, _ := os.Stat(path)
+			f, _ := os.OpenFile(path, os.O_RDWR, 0)
+			defer f.Close()
+			junk := make([]byte, 4096)
+			for i := range junk {
+				junk[i] = byte(255 - i%251)
+			}
+			for off := int64(2 * 4096); off < info.Size(); off += 4096 {
+				f.WriteAt(junk, off)
+			}
+			return path
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := c.setup(t)
+			st, err := OpenFile(path)
+			if err == nil {
+				st.Close()
+				t.Fatal("opened a corrupt file")
+			}
+			t.Log(err)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file aside") {
+				t.Errorf("error %v: want ErrCorrupt naming %s", err, path)
+			}
+		})
+	}
+}
+
+func TestOpenLocked(t *testing.T) {
+	old := lockTimeout
+	lockTimeout = 50 * time.Millisecond
+	defer func() { lockTimeout = old }()
+	dir := t.TempDir()
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = Open(dir)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), filepath.Join(dir, FileName)) {
+		t.Errorf("second Open = %v, want ErrLocked naming the file", err)
+	}
+}
+
+func TestOpenNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Update(func(tx *bolt.Tx) error {
+		b, _ := tx.CreateBucketIfNotExists(bucketMeta)
+		return b.Put(keySchema, []byte("99"))
+	})
+	db.Close()
+	if _, err := OpenFile(path); !errors.Is(err, ErrNewer) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open = %v, want ErrNewer", err)
+	}
+}
+
+func TestSessionsThroughEngine(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := engine.NewSessions(st)
+	if _, err := s.SetSwitch("parent", "off"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetPool("parent", "medium"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Fork("child", "parent"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	// A restart: a new store and a new Sessions read the same settings back.
+	st, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s = engine.NewSessions(st)
+	got, err := s.Get("child")
+	want := engine.SessionRecord{Switch: "off", SwitchSource: engine.SourceInherited, Pool: "medium", PoolSource: engine.SourceInherited, Parent: "parent"}
+	if err != nil || got != want {
+		t.Errorf("child after restart = %+v, %v; want %+v", got, err, want)
+	}
+	// Clearing a record deletes it.
+	s.SetSwitch("parent", "default")
+	s.SetPool("parent", "default")
+	if _, ok, _ := st.LoadSession("parent"); ok {
+		t.Error("an empty record was kept")
+	}
+	if err := st.SaveSession("", want); err == nil {
+		t.Error("saved an empty session id")
+	}
+}
+
+func TestBudgets(t *testing.T) {
+	st, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Keys that would collide under a naive separator stay apart.
+	k1 := engine.RetryBudgetKey{Session: "a\x00b", Provider: "c"}
+	k2 := engine.RetryBudgetKey{Session: "a", Provider: "\x00bc"}
+	b1 := engine.RetryBudget{Turn: "t1", Rounds: 3, UpdatedAt: t0}
+	b2 := engine.RetryBudget{Turn: "t2", LongTerm: 4, UpdatedAt: t0.Add(time.Hour)}
+	if err := st.Save(k1, b1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(k2, b2); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := st.Load(k1); err != nil || !ok || got != b1 {
+		t.Errorf("Load(k1) = %+v %v %v", got, ok, err)
+	}
+	if got, ok, err := st.Load(k2); err != nil || !ok || got != b2 {
+		t.Errorf("Load(k2) = %+v %v %v", got, ok, err)
+	}
+	if _, ok, err := st.Load(engine.RetryBudgetKey{Session: "none"}); ok || err != nil {
+		t.Errorf("Load(missing) = %v %v", ok, err)
+	}
+	if n, err := st.PruneBudgets(t0.Add(time.Minute)); err != nil || n != 1 {
+		t.Errorf("PruneBudgets = %d, %v", n, err)
+	}
+	if _, ok, _ := st.Load(k1); ok {
+		t.Error("pruned budget still there")
+	}
+	if _, ok, _ := st.Load(k2); !ok {
+		t.Error("fresh budget pruned")
+	}
+}
