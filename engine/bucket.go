@@ -47,8 +47,37 @@ type ticketSlot struct {
 	session  string
 }
 
+// reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
+func (b *bucket) reconfigureLocked(now time.Time, cfg *GateConfig) {
+	lim := cfg.limitsFor(b.provider + "/" + b.model)
+	b.limits = lim
+	b.rpm = max(1, int(float64(lim.RPM)*lim.SafetyFactor))
+	b.win.span = cfg.Window
+	b.learn.enabled = cfg.Learn
+	if start := float64(lim.TPM); start != b.learn.start {
+		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
+		fresh := newLearner(lim.TPM, cfg.Learn, now)
+		b.learn.start, b.learn.floor = fresh.start, fresh.floor
+		if untouched {
+			b.learn.quota = fresh.quota
+		}
+		b.learn.quota = max(b.learn.quota, b.learn.floor)
+	}
+	b.est.configuredReserve = cfg.OutputReserveTokens
+	if b.est.nOutputs < reserveMinSamples {
+		b.est.reserve = int64(cfg.OutputReserveTokens)
+	}
+	switch {
+	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
+		b.perSession = make(map[string]int) // calls already in flight are not counted
+	case cfg.MaxInFlightPerSession == 0:
+		b.perSession = nil
+	}
+	b.dispatchLocked(now) // a larger budget may let waiters through
+}
+
 func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
-	lim := l.cfg.limitsFor(provider + "/" + model)
+	lim := l.conf().limitsFor(provider + "/" + model)
 	b := &bucket{
 		l:        l,
 		provider: provider,
@@ -56,14 +85,14 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		prov:     ps,
 		limits:   lim,
 		rpm:      max(1, int(float64(lim.RPM)*lim.SafetyFactor)),
-		win:      newSlidingWindow(l.cfg.Window),
-		learn:    newLearner(lim.TPM, l.cfg.Learn, now),
-		est:      newEstimator(l.cfg.OutputReserveTokens),
+		win:      newSlidingWindow(l.conf().Window),
+		learn:    newLearner(lim.TPM, l.conf().Learn, now),
+		est:      newEstimator(l.conf().OutputReserveTokens),
 	}
-	if l.cfg.MaxInFlightPerSession > 0 {
+	if l.conf().MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
-	if l.quotas != nil && l.cfg.Learn {
+	if l.quotas != nil && l.conf().Learn {
 		if q, ok := l.quotas.Load(provider, model); ok {
 			b.learn.restore(q)
 		}
@@ -105,7 +134,7 @@ func (b *bucket) block(now time.Time, res int64, session string) (reason string,
 	default:
 		reason = "rpm"
 	}
-	if b.perSession != nil && b.perSession[session] >= b.l.cfg.MaxInFlightPerSession {
+	if b.perSession != nil && b.perSession[session] >= b.l.conf().MaxInFlightPerSession {
 		capped = true
 		if reason == "" {
 			reason = "session-cap"
@@ -113,7 +142,7 @@ func (b *bucket) block(now time.Time, res int64, session string) (reason string,
 	}
 	if tpm > 0 && cd == 0 {
 		// the token budget — not RPM, not a cooldown — held this call back
-		if st, moved := b.learn.onTokenBlocked(now, b.l.cfg.Window); moved {
+		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
 			b.emitLearn(now, st)
 		}
 	}
@@ -138,7 +167,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 		if wait == 0 && !capped {
 			return b.grantLocked(now, req, res, out, asked, 0, ""), nil
 		}
-		if wait > b.l.cfg.MaxWait {
+		if wait > b.l.conf().MaxWait {
 			t := b.grantLocked(now, req, res, out, asked, 0, "max-wait")
 			t.FailOpen = true
 			b.event(EventFailOpen, now, req.Session, "max-wait:"+reason, wait, res)
@@ -188,7 +217,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			continue
 		}
 		reason, wait, capped := b.block(now, w.reserved, w.req.Session)
-		deadline := w.enqueued.Add(b.l.cfg.MaxWait)
+		deadline := w.enqueued.Add(b.l.conf().MaxWait)
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
@@ -210,7 +239,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				w.next = deadline
 			}
 		}
-		if now.Sub(w.enqueued) >= b.l.cfg.Window/2 {
+		if now.Sub(w.enqueued) >= b.l.conf().Window/2 {
 			held = w
 		}
 	}
@@ -255,7 +284,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked b
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	b.learn.observeAdmit(now, float64(b.win.tokens+res), b.l.cfg.Window)
+	b.learn.observeAdmit(now, float64(b.win.tokens+res), b.l.conf().Window)
 	seq := b.win.add(now, res)
 	var idx int32
 	if n := len(b.free); n > 0 {
@@ -312,7 +341,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, retryAfter time.Duration, fall
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
 	b.l.emit(e)
-	for _, st := range b.learn.on429(now, b.providerViewLocked(), b.l.cfg.Window) {
+	for _, st := range b.learn.on429(now, b.providerViewLocked(), b.l.conf().Window) {
 		b.emitLearn(now, st)
 	}
 }

@@ -73,7 +73,7 @@ var ErrTicketClosed = errors.New("gate: ticket already settled or released")
 // the decision API. A Ledger is safe for concurrent use; buckets are independent,
 // so calls on different models do not contend beyond a read lock.
 type Ledger struct {
-	cfg   GateConfig
+	cfg   atomic.Pointer[GateConfig] // replaced whole by Reconfigure
 	clock Clock
 
 	randMu sync.Mutex
@@ -109,12 +109,12 @@ func NewLedger(cfg GateConfig, clock Clock, opts ...LedgerOption) (*Ledger, erro
 		return nil, err
 	}
 	l := &Ledger{
-		cfg:       cfg,
 		clock:     clock,
 		rand:      newSplitMix(1),
 		buckets:   make(map[bucketKey]*bucket),
 		providers: make(map[string]*providerState),
 	}
+	l.cfg.Store(&cfg)
 	for _, o := range opts {
 		o(l)
 	}
@@ -122,7 +122,31 @@ func NewLedger(cfg GateConfig, clock Clock, opts ...LedgerOption) (*Ledger, erro
 }
 
 // Config returns the configuration the ledger runs with.
-func (l *Ledger) Config() GateConfig { return l.cfg }
+func (l *Ledger) Config() GateConfig { return *l.conf() }
+
+func (l *Ledger) conf() *GateConfig { return l.cfg.Load() }
+
+// Reconfigure applies a reloaded configuration. Everything learned survives:
+// windows, reservations, cooldowns, learned quotas and triggers, waiters. A
+// model's new starting TPM replaces its quota only while nothing was learned yet.
+func (l *Ledger) Reconfigure(now time.Time, cfg GateConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l.cfg.Store(&cfg)
+	l.mu.RLock()
+	bs := make([]*bucket, 0, len(l.buckets))
+	for _, b := range l.buckets {
+		bs = append(bs, b)
+	}
+	l.mu.RUnlock()
+	for _, b := range bs {
+		b.mu.Lock()
+		b.reconfigureLocked(now, &cfg)
+		b.mu.Unlock()
+	}
+	return nil
+}
 
 func (l *Ledger) emit(e GateEvent) {
 	if l.onEvent != nil {
@@ -213,13 +237,13 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 // jitter is a random extra wait of up to Jitter×d, capped at one second, so
 // waiters that computed the same drain time do not wake together.
 func (l *Ledger) jitter(d time.Duration) time.Duration {
-	if d <= 0 || l.cfg.Jitter == 0 {
+	if d <= 0 || l.conf().Jitter == 0 {
 		return 0
 	}
 	l.randMu.Lock()
 	f := l.rand.Float64()
 	l.randMu.Unlock()
-	return min(time.Duration(f*l.cfg.Jitter*float64(d)), time.Second)
+	return min(time.Duration(f*l.conf().Jitter*float64(d)), time.Second)
 }
 
 // Submit makes the admission decision at now without blocking: either a ticket
@@ -272,7 +296,7 @@ func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {
 func (l *Ledger) RateLimited(now time.Time, provider, model string, retryAfter time.Duration) {
 	fallback := retryAfter <= 0
 	if fallback {
-		retryAfter = l.cfg.FallbackCooldown
+		retryAfter = l.conf().FallbackCooldown
 	}
 	until := now.Add(retryAfter)
 	if model == "" {

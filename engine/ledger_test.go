@@ -484,3 +484,31 @@ func TestHammerAdmitSettle(t *testing.T) {
 		t.Fatalf("window total %d, want %d", total, P*N*10)
 	}
 }
+
+func TestReconfigureKeepsWhatWasLearned(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	mustAdmit(t, l, t0, req(600))
+	l.RateLimited(t0, "p", "m", 30*time.Second) // quota 500, trigger 700, cooldown to 30s
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "fresh", InputTokens: 1})
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 2000, RPM: 20}
+	c.MaxWait = 5 * time.Minute
+	if err := l.Reconfigure(t0.Add(time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
+	if st.Quota != 500 || st.Trigger != 700 || st.Start != 2000 || st.CooldownMs != 29000 || st.WindowTokens != 700 || st.RPMBudget != 20 {
+		t.Fatalf("learned state lost: %+v", st)
+	}
+	if st := l.BucketStatus(t0.Add(time.Second), "p", "fresh"); st.Quota != 2000 {
+		t.Fatalf("an untouched model keeps its old start: %+v", st)
+	}
+	if l.Config().MaxWait != 5*time.Minute {
+		t.Fatal("config not swapped")
+	}
+	bad := c
+	bad.MaxWait = time.Second
+	if err := l.Reconfigure(t0, bad); err == nil || l.Config().MaxWait != 5*time.Minute {
+		t.Fatalf("a bad config was applied: %v", err)
+	}
+}
