@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/snapshot"
+	"github.com/urfave/cli/v2"
+)
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "check",
+		Usage: "validate a config: decode it strictly, compile its rules, load its plugins, run every golden case",
+		Flags: []cli.Flag{configFlag()},
+		Action: func(c *cli.Context) error {
+			path := c.String("config")
+			s, err := snapshot.Load(c.Context, path, snapshotOptions(nil))
+			if err != nil {
+				for _, line := range errorLines(err) {
+					fmt.Fprintln(c.App.ErrWriter, line)
+				}
+				return cli.Exit("", exitFailure)
+			}
+			name := path
+			if name == "" {
+				name = "(embedded default)"
+			}
+			for _, w := range s.Warnings {
+				fmt.Fprintln(c.App.ErrWriter, "warning:", w)
+			}
+			pools := 0
+			if s.Pools != nil {
+				pools = len(s.Pools.Names())
+			}
+			fmt.Fprintf(c.App.Writer, "%s: ok — %d providers, %d classifiers (built-in rules last), %d pools, %d balance sources\n",
+				name, len(s.Config.Providers), len(s.Chain.Links()), pools, len(s.Config.Balances))
+			return nil
+		},
+	}
+}
+
+// errorLines flattens joined errors and config.Errors into one problem a line.
+func errorLines(err error) []string {
+	var ce config.Errors
+	if errors.As(err, &ce) {
+		out := make([]string, 0, len(ce))
+		for _, e := range ce {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, errorLines(e)...)
+		}
+		return out
+	}
+	return strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the server's Prometheus metrics, on a registry of its own (so one
+// process, or one test, can run several servers). Names follow
+// gatectl_<subsystem>_<name>_<unit>.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// gatectl_gate_admissions_total{provider,model,reason}: admitted calls; reason
+	// is "none" for a call that did not wait, else why it waited or failed open.
+	admissions *prometheus.CounterVec
+	// gatectl_gate_wait_seconds{provider,model}: admission waits of calls that waited.
+	waits *prometheus.HistogramVec
+	// gatectl_upstream_responses_total{provider,status}: upstream answers by status code (0: transport error).
+	upstream *prometheus.CounterVec
+	// gatectl_failures_total{class}: classified failures.
+	failures *prometheus.CounterVec
+	// gatectl_retry_actions_total{action}: the planner's answers (retry, failover, wait_long_term, give_up).
+	actions *prometheus.CounterVec
+	// gatectl_pool_events_total{kind}: failovers, long-term waits entered and left.
+	poolEvents *prometheus.CounterVec
+	// gatectl_proxy_overhead_seconds: request time spent in gatectl (total minus upstream, minus admission waits).
+	overhead prometheus.Histogram
+	// gatectl_config_reloads_total{result}: reloads that succeeded or failed.
+	reloads *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics and the collectors that read the ledger and
+// the balance sources at scrape time.
+func NewMetrics(ledger *engine.Ledger, clock engine.Clock, readings func() []ReadingStatus) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_gate_admissions_total",
+		Help: "Calls admitted by the gate. reason: none (no wait), cooldown, tpm, rpm, session-cap, queue, over-budget, max-wait, no-bucket, internal.",
+	}, []string{"provider", "model", "reason"})
+	m.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gatectl_gate_wait_seconds",
+		Help:    "How long admission held calls that waited.",
+		Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120},
+	}, []string{"provider", "model"})
+	m.upstream = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_upstream_responses_total",
+		Help: "Upstream responses by provider and HTTP status (0: no HTTP answer).",
+	}, []string{"provider", "status"})
+	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_failures_total",
+		Help: "Failures by class (RATE_LIMIT, QUOTA, OVERLOADED, SERVER, TIMEOUT, TRANSPORT, AUTH, INVALID_REQUEST, CONTEXT, MISLABELED, UNKNOWN).",
+	}, []string{"class"})
+	m.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_retry_actions_total",
+		Help: "Retry planner decisions by action: retry, failover, wait_long_term, give_up.",
+	}, []string{"action"})
+	m.poolEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_pool_events_total",
+		Help: "Pool events by kind: failover, entered (a long-term wait), left.",
+	}, []string{"kind"})
+	m.overhead = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "gatectl_proxy_overhead_seconds",
+		Help:    "Time a proxied request spent in gatectl itself: total minus upstream time minus admission waits.",
+		Buckets: []float64{25e-6, 50e-6, 100e-6, 150e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3},
+	})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_config_reloads_total",
+		Help: "Configuration reloads by result: ok, failed.",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings})
+	return m
+}
+
+// Admitted counts one admission and, when it waited, its wait.
+func (m *Metrics) Admitted(provider, model string, t engine.Ticket) {
+	reason := t.Reason
+	if reason == "" {
+		reason = "none"
+	}
+	m.admissions.WithLabelValues(provider, model, reason).Inc()
+	if t.Waited > 0 {
+		m.waits.WithLabelValues(provider, model).Observe(t.Waited.Seconds())
+	}
+}
+
+// Upstream counts one upstream answer (status 0: transport error).
+func (m *Metrics) Upstream(provider string, status int) {
+	m.upstream.WithLabelValues(provider, strconv.Itoa(status)).Inc()
+}
+
+// Failure counts one classified failure.
+func (m *Metrics) Failure(c engine.Class) { m.failures.WithLabelValues(string(c)).Inc() }
+
+// Action counts one planner decision.
+func (m *Metrics) Action(kind string) { m.actions.WithLabelValues(kind).Inc() }
+
+// PoolEvent counts one pool event.
+func (m *Metrics) PoolEvent(kind string) { m.poolEvents.WithLabelValues(kind).Inc() }
+
+// Overhead records the time a request spent in gatectl itself.
+func (m *Metrics) Overhead(d time.Duration) { m.overhead.Observe(d.Seconds()) }
+
+// Reload counts one reload.
+func (m *Metrics) Reload(ok bool) {
+	if ok {
+		m.reloads.WithLabelValues("ok").Inc()
+	} else {
+		m.reloads.WithLabelValues("failed").Inc()
+	}
+}
+
+// ledgerCollector reads every bucket's status at scrape time.
+type ledgerCollector struct {
+	ledger *engine.Ledger
+	clock  engine.Clock
+}
+
+var (
+	descWindowTokens = prometheus.NewDesc("gatectl_gate_window_tokens", "Tokens in the model's sliding window, reservations included.", []string{"provider", "model"}, nil)
+	descInFlight     = prometheus.NewDesc("gatectl_gate_in_flight_requests", "Admitted calls not yet settled.", []string{"provider", "model"}, nil)
+	descWaiting      = prometheus.NewDesc("gatectl_gate_waiting_requests", "Calls queued for admission.", []string{"provider", "model"}, nil)
+	descQuota        = prometheus.NewDesc("gatectl_gate_learned_quota_tokens", "The learned token quota per window.", []string{"provider", "model"}, nil)
+	descTrigger      = prometheus.NewDesc("gatectl_gate_trigger_tokens", "The tightest window reading at a 429 (0: not observed).", []string{"provider", "model"}, nil)
+	descCooldown     = prometheus.NewDesc("gatectl_gate_cooldown_seconds", "Cooldown left.", []string{"provider", "model"}, nil)
+	descRateLimited  = prometheus.NewDesc("gatectl_gate_rate_limited_total", "429s the gate observed.", []string{"provider", "model"}, nil)
+	descBalance      = prometheus.NewDesc("gatectl_balance_remaining", "The last balance reading's remaining allowance (unit as configured).", []string{"provider"}, nil)
+	descBalanceAge   = prometheus.NewDesc("gatectl_balance_reading_age_seconds", "Age of the last good balance reading.", []string{"provider"}, nil)
+)
+
+func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWindowTokens, descInFlight, descWaiting, descQuota, descTrigger, descCooldown, descRateLimited} {
+		ch <- d
+	}
+}
+
+func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.ledger.Status(c.clock.Now()) {
+		l := []string{st.Provider, st.Model}
+		ch <- prometheus.MustNewConstMetric(descWindowTokens, prometheus.GaugeValue, float64(st.WindowTokens), l...)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), l...)
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting), l...)
+		ch <- prometheus.MustNewConstMetric(descQuota, prometheus.GaugeValue, st.Quota, l...)
+		ch <- prometheus.MustNewConstMetric(descTrigger, prometheus.GaugeValue, st.Trigger, l...)
+		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(st.CooldownMs)/1000, l...)
+		ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.CounterValue, float64(st.RateLimited), l...)
+	}
+}
+
+// ReadingStatus is one balance source's last good reading, for metrics and the API.
+type ReadingStatus struct {
+	Provider  string
+	Remaining *float64
+	Age       time.Duration
+	OK        bool
+}
+
+type balanceCollector struct{ readings func() []ReadingStatus }
+
+func (c *balanceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descBalance
+	ch <- descBalanceAge
+}
+
+func (c *balanceCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.readings == nil {
+		return
+	}
+	for _, r := range c.readings() {
+		if !r.OK {
+			continue
+		}
+		if r.Remaining != nil {
+			ch <- prometheus.MustNewConstMetric(descBalance, prometheus.GaugeValue, *r.Remaining, r.Provider)
+		}
+		ch <- prometheus.MustNewConstMetric(descBalanceAge, prometheus.GaugeValue, r.Age.Seconds(), r.Provider)
+	}
+}

@@ -1,0 +1,292 @@
+// Package server is gatectl's HTTP face: the OpenAI/Anthropic-compatible proxy
+// that applies every decision itself, the decision API for harnesses that make
+// their own calls, the event stream, and /metrics, /healthz, /readyz.
+//
+// A Server owns what must outlive a configuration reload — the ledger (windows,
+// cooldowns, learned quotas), the retry planner's budgets, the pools' runtime
+// (marks, each session's route), the session settings in the state file — and
+// reads the current policy (providers, classifier chain, pools, balance sources)
+// from the snapshot manager on every request.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/gatelog"
+	"github.com/gatectl/gatectl/snapshot"
+	"github.com/gatectl/gatectl/state"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure a Server.
+type Options struct {
+	Manager *snapshot.Manager // required
+	Clock   engine.Clock      // nil: the system clock
+	Logger  hclog.Logger      // nil: discard
+	Rand    engine.Rand       // jitter and route draws; nil: seeded from the time
+	// Transport carries upstream requests; nil: a pooled transport of its own.
+	Transport http.RoundTripper
+	// StateDir overrides the config's stateDir (the bbolt file lives there).
+	StateDir string
+	// ShutdownGrace is how long running requests and streams may finish after a
+	// shutdown begins (default 30s).
+	ShutdownGrace time.Duration
+}
+
+// Server is the gatectl daemon. Build it with New, run it with Serve, then Close.
+type Server struct {
+	snap     *snapshot.Manager
+	clock    engine.Clock
+	logger   hclog.Logger
+	ledger   *engine.Ledger
+	planner  *engine.Planner
+	quota    *engine.QuotaRetry
+	sessions *engine.Sessions
+	store    *state.Store
+	bus      *Bus
+	metrics  *Metrics
+	client   *http.Client
+	grace    time.Duration
+	started  time.Time
+	ready    atomic.Bool
+	handler  http.Handler
+}
+
+// New builds the server from the manager's current snapshot. Close it when done:
+// it holds the state file.
+func New(o Options) (*Server, error) {
+	if o.Manager == nil {
+		return nil, errors.New("server: no snapshot manager")
+	}
+	if o.Clock == nil {
+		o.Clock = engine.SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Rand == nil {
+		o.Rand = &lockedRand{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9a7e))}
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = 30 * time.Second
+	}
+	snap := o.Manager.Current()
+	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+
+	dir := o.StateDir
+	if dir == "" {
+		dir = snap.Config.Resolve(snap.Config.StateDir)
+	}
+	store, err := state.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: state: %w", err)
+	}
+	s.store = store
+
+	gateLog := gatelog.Hook(o.Logger.Named("gate"))
+	s.ledger, err = engine.NewLedger(snap.Gate, o.Clock, engine.WithRand(o.Rand), engine.WithEventHook(func(e engine.GateEvent) {
+		gateLog(e)
+		s.publishGate(e)
+	}))
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("server: gate: %w", err)
+	}
+	s.sessions = engine.NewSessions(store)
+	s.quota = engine.NewQuotaRetry(engine.QuotaRetryOptions{
+		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
+		Clock: o.Clock, Rand: o.Rand,
+		Events: engine.QuotaEventFunc(func(e engine.QuotaEvent) {
+			s.logger.Named("pools").Info("pool event", "kind", e.Kind, "session", e.Session)
+			s.metrics.PoolEvent(string(e.Kind))
+			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
+		}),
+	})
+	s.planner, err = engine.NewPlanner(snap.Retry, engine.PlannerOptions{
+		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
+		StoreError: func(op string, _ engine.RetryBudgetKey, err error) {
+			s.logger.Named("retry").Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
+		},
+	})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("server: retry: %w", err)
+	}
+	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus)
+
+	o.Manager.OnSwap(s.applySnapshot)
+	o.Manager.OnError(func(err error) {
+		s.metrics.Reload(false)
+		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": false, "error": err.Error()}})
+	})
+
+	transport := o.Transport
+	if transport == nil {
+		transport = newTransport()
+	}
+	s.client = &http.Client{Transport: transport} // no client timeout: streams run long; contexts bound them
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]any{"ok": true}) })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	s.registerProxy(mux)
+	s.registerAPI(mux)
+	s.handler = mux
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Ledger, Planner and Quota expose the long-lived engine objects (for tests and the CLI).
+func (s *Server) Ledger() *engine.Ledger       { return s.ledger }
+func (s *Server) Planner() *engine.Planner     { return s.planner }
+func (s *Server) Quota() *engine.QuotaRetry    { return s.quota }
+func (s *Server) Bus() *Bus                    { return s.bus }
+func (s *Server) Snapshot() *snapshot.Snapshot { return s.snap.Current() }
+
+// applySnapshot reconfigures the long-lived objects after a reload. Everything
+// learned survives: the ledger keeps its windows and quotas, the pools their marks.
+func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
+	if err := s.ledger.Reconfigure(s.clock.Now(), next.Gate); err != nil {
+		s.logger.Error("reload: the gate refused the new settings; keeping the old ones", "error", err)
+	}
+	if err := s.planner.SetPolicy(next.Retry); err != nil {
+		s.logger.Error("reload: the retry planner refused the new policy; keeping the old one", "error", err)
+	}
+	s.quota.Reload(next.Pools, next.Quota)
+	s.metrics.Reload(true)
+	s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+}
+
+// Serve answers on ln until ctx ends, then shuts down gracefully: it stops
+// accepting, lets running requests and streams finish within the grace period,
+// and cancels the rest (which releases their reservations).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	base, cancelAll := context.WithCancel(context.Background())
+	defer cancelAll()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.logger.Info("serving", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	s.logger.Info("shutting down", "grace", s.grace)
+	sctx, cancel := context.WithTimeout(context.Background(), s.grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		cancelAll() // what did not finish in time is cancelled: its reservations are released
+		err = hs.Close()
+	}
+	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
+		err = e
+	}
+	return err
+}
+
+// Close releases the state file.
+func (s *Server) Close() error { return s.store.Close() }
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": "shutting down"})
+		return
+	}
+	reloads, failures, lastErr := s.snap.Stats()
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
+		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr})
+}
+
+func (s *Server) publishGate(e engine.GateEvent) {
+	data := map[string]any{
+		"provider": e.Provider, "model": e.Model, "session": e.Session, "reason": e.Reason,
+		"waitMs": e.Wait.Milliseconds(), "windowTokens": e.WindowTokens, "tokenBudget": e.TokenBudget,
+		"reservation": e.Reservation, "quota": int64(e.Quota), "trigger": int64(e.Trigger), "cooldownMs": e.CooldownLeft.Milliseconds(),
+	}
+	if e.Kind == engine.EventLearn {
+		data["step"], data["from"], data["to"] = e.Step, int64(e.From), int64(e.To)
+	}
+	if e.Kind == engine.EventRateLimited {
+		data["retryAfterMs"], data["fallback"] = e.RetryAfter.Milliseconds(), e.FromFallback
+	}
+	s.bus.Publish(Event{Type: string(e.Kind), At: e.At, Data: data})
+}
+
+func (s *Server) readingStatus() []ReadingStatus {
+	set := s.snap.Current().Balances
+	if set == nil {
+		return nil
+	}
+	now := s.clock.Now()
+	var out []ReadingStatus
+	for p, st := range set.Status() {
+		rs := ReadingStatus{Provider: p}
+		if st.LastGood != nil {
+			rs.OK, rs.Remaining, rs.Age = true, st.LastGood.Remaining, now.Sub(st.LastGood.TakenAt)
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// liveReadings hands the pools the current snapshot's balance sources, so a
+// reload that changes them takes effect without rebuilding the pools' runtime.
+type liveReadings struct{ m *snapshot.Manager }
+
+func (l liveReadings) Refresh(ctx context.Context, providers []string) {
+	if set := l.m.Current().Balances; set != nil {
+		set.Refresh(ctx, providers)
+	}
+}
+
+func (l liveReadings) Last(provider string) (engine.Reading, bool) {
+	if set := l.m.Current().Balances; set != nil {
+		return set.Last(provider)
+	}
+	return engine.Reading{}, false
+}
+
+var _ engine.Readings = liveReadings{}
+
+// lockedRand makes a *rand.Rand safe to share.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedRand) Float64() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 512
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.ForceAttemptHTTP2 = true
+	return t
+}

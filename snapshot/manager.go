@@ -1,0 +1,240 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/gatectl/gatectl/config"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Manager holds the current snapshot and replaces it on reload. Current is a
+// single atomic load: the request path never blocks on a reload.
+type Manager struct {
+	path   string // the config file; "" for the embedded default
+	opts   Options
+	logger hclog.Logger
+
+	cur atomic.Pointer[Snapshot]
+
+	mu     sync.Mutex // serialises reloads and guards onSwap and onError
+	onSwap []func(old, new *Snapshot)
+	onErr  []func(error)
+	// Reloads and failures are counted for metrics.
+	reloads  atomic.Uint64
+	failures atomic.Uint64
+	lastErr  atomic.Pointer[string]
+}
+
+// NewManager loads path and builds the first snapshot; it fails when that does.
+func NewManager(ctx context.Context, path string, opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	m := &Manager{path: path, opts: opts, logger: opts.Logger.Named("reload")}
+	s, err := Load(ctx, path, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.cur.Store(s)
+	return m, nil
+}
+
+// Current returns the snapshot in force.
+func (m *Manager) Current() *Snapshot { return m.cur.Load() }
+
+// OnSwap registers f to run after each successful swap (to reconfigure the
+// ledger, the planner and the pools' runtime, which outlive snapshots).
+func (m *Manager) OnSwap(f func(old, new *Snapshot)) {
+	m.mu.Lock()
+	m.onSwap = append(m.onSwap, f)
+	m.mu.Unlock()
+}
+
+// OnError registers f to run after each failed reload.
+func (m *Manager) OnError(f func(error)) {
+	m.mu.Lock()
+	m.onErr = append(m.onErr, f)
+	m.mu.Unlock()
+}
+
+// Stats reports how many reloads succeeded and failed, and the last error.
+func (m *Manager) Stats() (reloads, failures uint64, lastErr string) {
+	if p := m.lastErr.Load(); p != nil {
+		lastErr = *p
+	}
+	return m.reloads.Load(), m.failures.Load(), lastErr
+}
+
+// Reload builds a new snapshot from the files as they are now and swaps it in.
+// On any failure the old snapshot stays and the error (naming its path) is
+// returned and logged. It is what SIGHUP and the watcher call.
+func (m *Manager) Reload(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.cur.Load()
+	opts := m.opts
+	opts.Prev = old
+	s, err := Load(ctx, m.path, opts)
+	if err != nil {
+		m.failures.Add(1)
+		msg := err.Error()
+		m.lastErr.Store(&msg)
+		m.logger.Error("reload failed: keeping the previous configuration", "config", m.path, "error", err)
+		for _, f := range m.onErr {
+			f(err)
+		}
+		return err
+	}
+	m.cur.Store(s)
+	m.reloads.Add(1)
+	m.logger.Info("reloaded", "config", m.path, "version", s.Version, "files", len(s.Files))
+	for _, w := range s.Warnings {
+		m.logger.Warn("config warning", "warning", w)
+	}
+	for _, f := range m.onSwap {
+		f(old, s)
+	}
+	return nil
+}
+
+// WatchOptions tune Watch.
+type WatchOptions struct {
+	Debounce time.Duration // wait for a burst of writes to end (250ms)
+	Poll     time.Duration // backstop: compare fingerprints this often (5s)
+}
+
+// Watch reloads when the config file, a rule file or a plugin changes, until ctx
+// ends. It watches directories (editors replace files by renaming), debounces
+// bursts, and polls file fingerprints as a backstop for filesystems where
+// notifications are lost.
+func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
+	if o.Debounce <= 0 {
+		o.Debounce = 250 * time.Millisecond
+	}
+	if o.Poll <= 0 {
+		o.Poll = 5 * time.Second
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer w.Close()
+	watched := map[string]bool{}
+	rewatch := func() {
+		for _, d := range m.dirs() {
+			if !watched[d] {
+				if err := w.Add(d); err == nil {
+					watched[d] = true
+				}
+			}
+		}
+	}
+	rewatch()
+	fp := m.fingerprint()
+	poll := time.NewTicker(o.Poll)
+	defer poll.Stop()
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if m.relevant(ev.Name) {
+				debounce = time.After(o.Debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			m.logger.Warn("file watcher error; the poll backstop continues", "error", err)
+		case <-poll.C:
+			if now := m.fingerprint(); now != fp {
+				debounce = time.After(o.Debounce)
+			}
+		case <-debounce:
+			debounce = nil
+			_ = m.Reload(ctx) // logged; the old snapshot stays on failure
+			fp = m.fingerprint()
+			rewatch()
+		}
+	}
+}
+
+// dirs are the directories to watch: those of every file the snapshot read, and
+// the plugins directory.
+func (m *Manager) dirs() []string {
+	set := map[string]bool{}
+	s := m.Current()
+	for _, f := range s.Files {
+		set[filepath.Dir(f)] = true
+	}
+	if d := pluginsDir(s.Config); d != "" {
+		set[d] = true
+	}
+	out := make([]string, 0, len(set))
+	for d := range set {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func pluginsDir(c *config.Config) string {
+	if c == nil || c.PluginsDir == "" {
+		return ""
+	}
+	return c.Resolve(c.PluginsDir)
+}
+
+// relevant: a file the snapshot read, or a module in the plugins directory.
+func (m *Manager) relevant(name string) bool {
+	s := m.Current()
+	abs, _ := filepath.Abs(name)
+	for _, f := range s.Files {
+		if fa, _ := filepath.Abs(f); fa == abs {
+			return true
+		}
+	}
+	if d := pluginsDir(s.Config); d != "" {
+		da, _ := filepath.Abs(d)
+		return filepath.Dir(abs) == da && strings.HasSuffix(name, ".wasm")
+	}
+	return false
+}
+
+// fingerprint summarises size and modification time of every watched file and
+// the plugins directory's listing.
+func (m *Manager) fingerprint() [32]byte {
+	s := m.Current()
+	h := sha256.New()
+	files := append([]string(nil), s.Files...)
+	if d := pluginsDir(s.Config); d != "" {
+		matches, _ := filepath.Glob(filepath.Join(d, "*.wasm"))
+		files = append(files, matches...)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			fmt.Fprintf(h, "%s:missing\n", f)
+			continue
+		}
+		fmt.Fprintf(h, "%s:%d:%d\n", f, st.Size(), st.ModTime().UnixNano())
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}

@@ -1,0 +1,268 @@
+// Package snapshot builds gatectl's runtime policy from a configuration: the
+// gate's and the retry planner's settings, the classifier chain (rule files,
+// WebAssembly plugins, the built-in rules), the pools and the balance sources.
+//
+// A Snapshot is complete and immutable: a reload builds a new one beside the old
+// one — config decoded strictly, rules compiled, modules compiled, every golden case
+// run — and the Manager swaps the pointer only when the new one is whole. What
+// must survive a reload (the ledger, learned quotas, cooldowns, marks, sessions)
+// lives outside the snapshot, in the engine objects the server keeps.
+//
+// It sits above config, rules, wasm and balance (config imports only engine, so it
+// cannot assemble them itself), and below server and cmd.
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gatectl/gatectl/balance"
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/rules"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Snapshot is one complete, validated runtime policy. Never change one after Build
+// returned it.
+type Snapshot struct {
+	Config   *config.Config
+	Gate     engine.GateConfig
+	Retry    engine.RetryPolicy
+	Chain    *engine.Chain
+	Pools    *engine.Pools // nil when the config has no pools
+	Quota    engine.QuotaSettings
+	Balances *balance.Set
+	// Scoring describes each pool's scorer, for reports.
+	Scoring map[string]string
+	// Files are the files the snapshot was read from (the config, rule files,
+	// plugin modules); the watcher watches their directories.
+	Files    []string
+	Warnings []string
+	BuiltAt  time.Time
+	Version  uint64
+}
+
+// Options are what Build needs besides the config.
+type Options struct {
+	Clock  engine.Clock // nil: the system clock
+	Logger hclog.Logger // nil: discard
+	Prev   *Snapshot    // the snapshot being replaced: unchanged modules are reused
+	Hooks  []ChainHook  // extra chain links (the wasm plugins register one)
+}
+
+// ChainHook adds classifiers for one config entry or directory scan. It returns
+// the links for entry i of cfg.Classifiers (ok=false when it does not handle that
+// entry's kind), and files it read.
+type ChainHook interface {
+	ClassifierFor(ctx context.Context, cfg *config.Config, i int, prev *Snapshot) (links []engine.Classifier, files []string, ok bool, err error)
+	// DirClassifiers returns the classifiers dropped into cfg.PluginsDir, ordered by
+	// file name; they run after the configured ones and before the built-in rules.
+	DirClassifiers(ctx context.Context, cfg *config.Config, prev *Snapshot) (links []engine.Classifier, files []string, err error)
+}
+
+// Load reads the config at path ("" for the embedded default) and builds it.
+func Load(ctx context.Context, path string, opts Options) (*Snapshot, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return Build(ctx, cfg, opts)
+}
+
+// Build assembles a snapshot from cfg. Every problem is reported at once, each
+// naming its config path.
+func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, error) {
+	if opts.Clock == nil {
+		opts.Clock = engine.SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	s := &Snapshot{Config: cfg, BuiltAt: opts.Clock.Now()}
+	if opts.Prev != nil {
+		s.Version = opts.Prev.Version + 1
+	}
+	if cfg.Path != "" {
+		s.Files = append(s.Files, cfg.Path)
+	}
+	for _, w := range cfg.Warnings {
+		s.Warnings = append(s.Warnings, w.Error())
+	}
+	var errs []error
+	var err error
+	if s.Gate, err = GateConfig(cfg); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Retry, err = RetryPolicy(cfg.Retry); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.buildChain(ctx, cfg, opts); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.buildPools(cfg); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger.Named("balance")); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+// GateConfig converts the gate section for the engine's ledger.
+func GateConfig(cfg *config.Config) (engine.GateConfig, error) {
+	g := cfg.Gate
+	c := engine.DefaultGateConfig()
+	c.Window, c.SafetyFactor, c.MaxWait, c.FallbackCooldown = g.Window, g.SafetyFactor, g.MaxWait, g.FallbackCooldown
+	c.OutputReserveTokens, c.Learn = g.OutputReserveTokens, g.Learn
+	c.Defaults = engine.ModelLimits{TPM: g.Defaults.TPM, RPM: g.Defaults.RPM, SafetyFactor: g.Defaults.SafetyFactor}
+	if len(g.Models) > 0 {
+		c.Models = make(map[string]engine.ModelLimits, len(g.Models))
+		for k, m := range g.Models {
+			c.Models[k] = engine.ModelLimits{TPM: m.TPM, RPM: m.RPM, SafetyFactor: m.SafetyFactor}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// RetryPolicy converts the retry section for the engine's planner.
+func RetryPolicy(r config.Retry) (engine.RetryPolicy, error) {
+	p := engine.DefaultRetryPolicy()
+	p.Rounds, p.InitialDelay, p.Multiplier, p.MaxDelay, p.Jitter = r.Rounds, r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter
+	p.RespectRetryAfter = r.RespectRetryAfter
+	p.RetryOn = make([]engine.Class, 0, len(r.RetryOn))
+	for i, s := range r.RetryOn {
+		c, err := engine.ParseClass(s)
+		if err != nil {
+			return engine.RetryPolicy{}, fmt.Errorf("retry.retryOn[%d]: %w", i, err)
+		}
+		p.RetryOn = append(p.RetryOn, c)
+	}
+	p.HintClamp = engine.RetryClamp{Min: r.HintClamp.Min, Max: r.HintClamp.Max}
+	p.HintlessBackoff = r.HintlessBackoff
+	p.Mislabeled = engine.RetryMislabeled{Enabled: r.Mislabeled.Enabled, Rounds: r.Mislabeled.Rounds,
+		InitialDelay: r.Mislabeled.InitialDelay, Evidence: r.Mislabeled.Evidence}
+	if err := p.Validate(); err != nil {
+		return engine.RetryPolicy{}, err
+	}
+	return p, nil
+}
+
+// buildChain: the configured classifiers in order, then the plugins directory,
+// then the built-in rules, which always decide last.
+func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Options) error {
+	ropts := rules.Options{Evidence: cfg.Retry.Mislabeled.Evidence, Now: opts.Clock.Now}
+	var links []engine.Classifier
+	var errs []error
+	for i, ref := range cfg.Classifiers {
+		where := fmt.Sprintf("classifiers[%d]", i)
+		if ref.Rules != "" {
+			path := cfg.Resolve(ref.Rules)
+			o := ropts
+			o.Cases = ref.Cases
+			rs, err := rules.Load(path, o)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s.rules: %w", where, err))
+				continue
+			}
+			links = append(links, rs)
+			s.Files = append(s.Files, path)
+			continue
+		}
+		handled := false
+		for _, h := range opts.Hooks {
+			ls, files, ok, err := h.ClassifierFor(ctx, cfg, i, opts.Prev)
+			if !ok {
+				continue
+			}
+			handled = true
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
+			links = append(links, ls...)
+			s.Files = append(s.Files, files...)
+			break
+		}
+		if !handled {
+			errs = append(errs, fmt.Errorf("%s.wasm: %s: WebAssembly classifiers need the plugin host, which this build lacks", where, ref.Wasm))
+		}
+	}
+	for _, h := range opts.Hooks {
+		ls, files, err := h.DirClassifiers(ctx, cfg, opts.Prev)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pluginsDir: %w", err))
+		}
+		links = append(links, ls...)
+		s.Files = append(s.Files, files...)
+	}
+	builtin, err := rules.Builtin(ropts)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("built-in rules: %w", err))
+	} else {
+		links = append(links, builtin)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	s.Chain = engine.NewChain(links...)
+	return nil
+}
+
+func (s *Snapshot) buildPools(cfg *config.Config) error {
+	pc := engine.PoolsConfig{Providers: cfg.ProviderNames()}
+	s.Scoring = map[string]string{}
+	order := cfg.PoolOrder
+	if len(order) == 0 {
+		for name := range cfg.Pools {
+			order = append(order, name)
+		}
+		sort.Strings(order)
+	}
+	for _, name := range order {
+		p := cfg.Pools[name]
+		spec := engine.PoolSpec{Name: name, MidSessionSwitch: p.MidSessionSwitch}
+		for _, r := range p.Routes {
+			spec.Routes = append(spec.Routes, engine.Route{Provider: r.Provider, Model: r.Model, ReasoningEffort: r.ReasoningEffort})
+		}
+		switch {
+		case p.Scoring.Expr != "":
+			sc, err := rules.NewScorer(p.Scoring.Expr)
+			if err != nil {
+				return fmt.Errorf("pools.%s.scoring: %w", name, err)
+			}
+			spec.Scorer = sc
+			s.Scoring[name] = "expr " + p.Scoring.Expr
+		case p.Scoring.Wasm != "":
+			return fmt.Errorf("pools.%s.scoring.wasm: %s: WebAssembly scorers need the plugin host, which this build lacks", name, p.Scoring.Wasm)
+		default:
+			s.Scoring[name] = "default"
+		}
+		pc.Pools = append(pc.Pools, spec)
+	}
+	for _, b := range cfg.Balances {
+		pc.Balances = append(pc.Balances, engine.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
+			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
+	}
+	q := cfg.Quota
+	s.Quota = engine.QuotaSettings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
+		FailOpen: q.FailOpen, NativeRetryFirstProviders: q.NativeRetryFirstProviders}
+	if len(pc.Pools) == 0 {
+		return nil
+	}
+	pools, err := engine.NewPools(pc)
+	if err != nil {
+		return err
+	}
+	s.Pools = pools
+	s.Warnings = append(s.Warnings, pools.Warnings()...)
+	return nil
+}

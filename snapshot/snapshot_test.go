@@ -1,0 +1,203 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+const gatewayRules = `name: mygw
+rules:
+  - name: throttled
+    when: status == 200 && jstr("code") == "GW_THROTTLED"
+    class: RATE_LIMIT
+    retryAfterMs: jnum("wait_ms")
+cases:
+  - input: {status: 200, body: '{"code":"GW_THROTTLED","wait_ms":1500}'}
+    class: RATE_LIMIT
+    retryAfterMs: 1500
+`
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func classify(t *testing.T, s *Snapshot, f engine.Failure) engine.Verdict {
+	t.Helper()
+	v, _, err := s.Chain.Classify(context.Background(), &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestBuildDefault(t *testing.T) {
+	s, err := Load(context.Background(), "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Gate.Window != time.Minute || s.Gate.SafetyFactor != 0.85 || s.Retry.Rounds != 8 || s.Pools != nil {
+		t.Fatalf("defaults: gate %+v retry rounds %d", s.Gate, s.Retry.Rounds)
+	}
+	v := classify(t, s, engine.Failure{Status: 429, Body: `{"error":{"code":"insufficient_quota","message":"You exceeded your current quota"}}`})
+	if v.Class != engine.ClassQuota || !strings.HasPrefix(v.By, "builtin/") {
+		t.Fatalf("verdict %+v", v)
+	}
+}
+
+func TestBuildChainOrderAndPools(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mygw.yaml"), gatewayRules)
+	writeFile(t, filepath.Join(dir, "gatectl.yaml"), `
+providers:
+  deepseek: {kind: openai, baseURL: "https://api.deepseek.com/v1"}
+  openrouter: {kind: openai, baseURL: "https://openrouter.ai/api/v1"}
+classifiers:
+  - rules: mygw.yaml
+pools:
+  medium:
+    scoring: "remaining"
+    routes:
+      - {provider: deepseek, model: deepseek-chat}
+      - {provider: openrouter, model: deepseek/deepseek-chat}
+`)
+	s, err := Load(context.Background(), filepath.Join(dir, "gatectl.yaml"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := classify(t, s, engine.Failure{Status: 200, Body: `{"code":"GW_THROTTLED","wait_ms":1500}`})
+	if v.Class != engine.ClassRateLimit || v.By != "mygw/throttled" || *v.RetryAfterMs != 1500 {
+		t.Fatalf("verdict %+v", v)
+	}
+	if s.Pools == nil || s.Pools.Pool("medium") == nil || s.Scoring["medium"] != "expr remaining" {
+		t.Fatalf("pools %+v scoring %v", s.Pools, s.Scoring)
+	}
+	if len(s.Files) != 2 {
+		t.Fatalf("files %v", s.Files)
+	}
+}
+
+func TestBuildReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bad.yaml"), "name: bad\nrules:\n  - name: r\n    when: status ==\n    class: RATE_LIMIT\n")
+	writeFile(t, filepath.Join(dir, "gatectl.yaml"), `
+providers:
+  deepseek: {kind: openai, baseURL: "https://api.deepseek.com/v1"}
+classifiers:
+  - rules: bad.yaml
+  - rules: missing.yaml
+pools:
+  medium:
+    scoring: "remaining +"
+    routes: [{provider: deepseek, model: deepseek-chat}]
+`)
+	_, err := Load(context.Background(), filepath.Join(dir, "gatectl.yaml"), Options{})
+	if err == nil {
+		t.Fatal("built")
+	}
+	for _, want := range []string{"classifiers[0].rules", "bad.yaml", "classifiers[1].rules", "missing.yaml", "pools.medium.scoring"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestReloadKeepsOldSnapshotOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	writeFile(t, cfg, "gate: {defaults: {tpm: 5000, rpm: 10}}\n")
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var swaps []uint64
+	m.OnSwap(func(old, new *Snapshot) { swaps = append(swaps, new.Version) })
+	writeFile(t, cfg, "gate: {defaults: {tpm: 7000, rpm: 10}}\n")
+	if err := m.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Current(); got.Gate.Defaults.TPM != 7000 || got.Version != 1 {
+		t.Fatalf("after reload: %+v v%d", got.Gate.Defaults, got.Version)
+	}
+	writeFile(t, cfg, "gate: {defaults: {tpm: -1}}\nbogus: 1\n")
+	err = m.Reload(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "gatectl.yaml:") {
+		t.Fatalf("err %v: want the file and line", err)
+	}
+	if got := m.Current(); got.Gate.Defaults.TPM != 7000 {
+		t.Fatalf("a failed reload replaced the snapshot: %+v", got.Gate.Defaults)
+	}
+	if r, f, last := m.Stats(); r != 1 || f != 1 || last == "" {
+		t.Fatalf("stats %d %d %q", r, f, last)
+	}
+	if len(swaps) != 1 || swaps[0] != 1 {
+		t.Fatalf("swaps %v", swaps)
+	}
+}
+
+// The watcher picks an edited rule file up (a real file system event; the poll
+// backstop is set long so that the notification is what fires).
+func TestWatchReloadsOnRuleFileChange(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mygw.yaml"), gatewayRules)
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	writeFile(t, cfg, "classifiers:\n  - rules: mygw.yaml\n")
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := make(chan *Snapshot, 4)
+	m.OnSwap(func(_, s *Snapshot) { swapped <- s })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: time.Hour})
+	// an editor's rename-write: write a temporary file, rename it over the original
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond) // rewrite until the watcher is up
+	defer tick.Stop()
+	for {
+		tmp := filepath.Join(dir, ".mygw.yaml.swp")
+		writeFile(t, tmp, strings.ReplaceAll(gatewayRules, "RATE_LIMIT", "OVERLOADED")) // the rule and its golden case
+		if err := os.Rename(tmp, filepath.Join(dir, "mygw.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-swapped:
+			v := classify(t, s, engine.Failure{Status: 200, Body: `{"code":"GW_THROTTLED","wait_ms":1500}`})
+			if v.Class != engine.ClassOverloaded {
+				t.Fatalf("reloaded v%d still says %+v", s.Version, v)
+			}
+			return
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("no reload after the rule file changed")
+		}
+	}
+}
+
+// A rule file whose golden case fails refuses the reload.
+func TestReloadRunsGoldenCases(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mygw.yaml"), gatewayRules)
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	writeFile(t, cfg, "classifiers:\n  - rules: mygw.yaml\n")
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "mygw.yaml"), strings.Replace(gatewayRules, "class: RATE_LIMIT\n    retryAfterMs", "class: OVERLOADED\n    retryAfterMs", 1))
+	if err := m.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "mygw.yaml") {
+		t.Fatalf("err %v: want the failing golden case named", err)
+	}
+	if v := classify(t, m.Current(), engine.Failure{Status: 200, Body: `{"code":"GW_THROTTLED","wait_ms":1500}`}); v.Class != engine.ClassRateLimit {
+		t.Fatalf("verdict %+v", v)
+	}
+}
