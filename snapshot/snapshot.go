@@ -168,8 +168,12 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 		if ref.Rules != "" {
 			path := cfg.Resolve(ref.Rules)
 			o := ropts
-			o.Cases = ref.Cases
+			o.Cases, o.CasesFile, o.CasesPath = ref.Cases, configName(cfg), where+".cases"
 			rs, err := rules.Load(path, o)
+			if errors.Is(err, rules.ErrCaseFailed) {
+				errs = append(errs, err) // it names its file and case
+				continue
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s.rules: %w", where, err))
 				continue
@@ -215,6 +219,13 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	s.Chain = engine.NewChain(links...)
 	return nil
+}
+
+func configName(cfg *config.Config) string {
+	if cfg.Path == "" {
+		return "(embedded default)"
+	}
+	return cfg.Path
 }
 
 func (s *Snapshot) buildPools(cfg *config.Config) error {

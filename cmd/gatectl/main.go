@@ -31,6 +31,9 @@ func newApp() *cli.App {
 			simCommand(),
 			backoffCommand(),
 			routesCommand(),
+			classifyCommand(),
+			serveCommand(),
+			checkCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
 	}
