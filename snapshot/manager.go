@@ -111,6 +111,7 @@ func (m *Manager) Reload(ctx context.Context) error {
 type WatchOptions struct {
 	Debounce time.Duration // wait for a burst of writes to end (250ms)
 	Poll     time.Duration // backstop: compare fingerprints this often (5s)
+	Ready    func()        // called once the watches are set, before any change is awaited
 }
 
 // Watch reloads when the config file, a rule file or a plugin changes, until ctx
@@ -143,6 +144,9 @@ func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
 	fp := m.fingerprint()
 	poll := time.NewTicker(o.Poll)
 	defer poll.Stop()
+	if o.Ready != nil {
+		o.Ready()
+	}
 	var debounce <-chan time.Time
 	for {
 		select {

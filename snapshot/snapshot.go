@@ -64,6 +64,12 @@ type ChainHook interface {
 	DirClassifiers(ctx context.Context, cfg *config.Config, prev *Snapshot) (links []engine.Classifier, files []string, err error)
 }
 
+// ScorerHook is the optional part of a ChainHook that builds
+// `pools.<name>.scoring: {wasm: FILE}` scorers.
+type ScorerHook interface {
+	ScorerFor(ctx context.Context, cfg *config.Config, pool string, prev *Snapshot) (engine.Scorer, []string, error)
+}
+
 // Load reads the config at path ("" for the embedded default) and builds it.
 func Load(ctx context.Context, path string, opts Options) (*Snapshot, error) {
 	cfg, err := config.Load(path)
@@ -103,7 +109,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	if err := s.buildChain(ctx, cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.buildPools(cfg); err != nil {
+	if err := s.buildPools(ctx, cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
 	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger.Named("balance")); err != nil {
@@ -221,6 +227,15 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	return nil
 }
 
+func wasmScorer(ctx context.Context, cfg *config.Config, pool string, opts Options) (engine.Scorer, []string, error) {
+	for _, h := range opts.Hooks {
+		if sh, ok := h.(ScorerHook); ok {
+			return sh.ScorerFor(ctx, cfg, pool, opts.Prev)
+		}
+	}
+	return nil, nil, fmt.Errorf("%s: WebAssembly scorers need the plugin host, which this build lacks", cfg.Pools[pool].Scoring.Wasm)
+}
+
 func configName(cfg *config.Config) string {
 	if cfg.Path == "" {
 		return "(embedded default)"
@@ -228,7 +243,7 @@ func configName(cfg *config.Config) string {
 	return cfg.Path
 }
 
-func (s *Snapshot) buildPools(cfg *config.Config) error {
+func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Options) error {
 	pc := engine.PoolsConfig{Providers: cfg.ProviderNames()}
 	s.Scoring = map[string]string{}
 	order := cfg.PoolOrder
@@ -253,7 +268,13 @@ func (s *Snapshot) buildPools(cfg *config.Config) error {
 			spec.Scorer = sc
 			s.Scoring[name] = "expr " + p.Scoring.Expr
 		case p.Scoring.Wasm != "":
-			return fmt.Errorf("pools.%s.scoring.wasm: %s: WebAssembly scorers need the plugin host, which this build lacks", name, p.Scoring.Wasm)
+			sc, files, err := wasmScorer(ctx, cfg, name, opts)
+			if err != nil {
+				return fmt.Errorf("pools.%s.scoring.wasm: %w", name, err)
+			}
+			spec.Scorer = sc
+			s.Files = append(s.Files, files...)
+			s.Scoring[name] = "wasm " + p.Scoring.Wasm
 		default:
 			s.Scoring[name] = "default"
 		}

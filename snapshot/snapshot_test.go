@@ -158,7 +158,9 @@ func TestWatchReloadsOnRuleFileChange(t *testing.T) {
 	m.OnSwap(func(_, s *Snapshot) { swapped <- s })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: time.Hour})
+	ready := make(chan struct{})
+	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: time.Hour, Ready: func() { close(ready) }})
+	<-ready
 	// an editor's rename-write: write a temporary file, rename it over the original
 	deadline := time.After(10 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond) // rewrite until the watcher is up

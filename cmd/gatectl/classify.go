@@ -18,9 +18,6 @@ import (
 	"github.com/gatectl/gatectl/snapshot"
 )
 
-// errNoPluginHost is what a wasm classifier gets until the plugin host exists.
-var errNoPluginHost = errors.New("wasm classifiers arrive with the plugin host")
-
 func classifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "classify",
@@ -101,21 +98,25 @@ func runClassify(c *cli.Context) error {
 // the classifiers of the config at configPath (none when ""), then the built-in
 // rules.
 func classifierChain(configPath string, plugins []string, warn io.Writer) (*engine.Chain, error) {
-	if len(plugins) > 0 {
-		return nil, fmt.Errorf("classify: --plugin %s: %w", plugins[0], errNoPluginHost)
+	links, err := pluginClassifiers(plugins) // plugin_classify.go
+	if err != nil {
+		return nil, fmt.Errorf("classify: %w", err)
 	}
 	if configPath == "" {
 		builtin, err := rules.Builtin(rules.Options{})
 		if err != nil {
 			return nil, err
 		}
-		return engine.NewChain(builtin), nil
+		return engine.NewChain(append(links, builtin)...), nil
 	}
 	snap, err := snapshot.Load(context.Background(), configPath, snapshotOptions(nil))
 	if err != nil {
 		return nil, err
 	}
-	return snap.Chain, nil
+	if len(links) == 0 {
+		return snap.Chain, nil
+	}
+	return engine.NewChain(append(links, snap.Chain.Links()...)...), nil
 }
 
 // classifier classifies one failure and prints its verdict (and explanation).

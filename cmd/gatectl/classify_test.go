@@ -188,7 +188,7 @@ func TestClassifyConfigErrors(t *testing.T) {
 		want string
 	}{
 		{"wasm in config", []string{"--config", filepath.Join(dir, "wasm-config.yaml")}, "plugins/octafuse.wasm"},
-		{"plugin flag", []string{"--plugin", "x.wasm"}, "--plugin x.wasm: wasm classifiers arrive with the plugin host"},
+		{"plugin flag", []string{"--plugin", "x.wasm"}, "--plugin x.wasm: wasm: open x.wasm: no such file or directory"},
 		{"failing config case", []string{"--config", filepath.Join(dir, "bad-case-config.yaml")}, "bad-case-config.yaml: classifiers[0].cases[0]: got RATE_LIMIT by my-gateway/cooling-down, want QUOTA"},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 	}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const pluginsTestdata = "../../testdata/plugins"
+
+func runGatectl(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := newApp()
+	app.Reader = strings.NewReader(stdin)
+	app.Writer, app.ErrWriter = &out, &errOut
+	err := app.Run(append([]string{"gatectl"}, args...))
+	return out.String(), errOut.String(), err
+}
+
+func TestPluginCheck(t *testing.T) {
+	octa := filepath.Join(pluginsTestdata, "octafuse-wat.wasm")
+	cases := "../../examples/plugins/octafuse.cases.yaml"
+	out, _, err := runGatectl(t, "", "plugin", "check", "--runs", "50", "--cases", cases, octa)
+	if err != nil {
+		t.Fatalf("err = %v\n%s", err, out)
+	}
+	for _, want := range []string{"kinds     classify", "imports   gate.input_read, gate.output_write", "cases     7 run, 0 failed", "timing    50 calls: p50", "\nok\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// A sidecar beside the module, with a config; a failing --case; JSON output.
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "cfg.wasm")
+	b, _ := os.ReadFile(filepath.Join(pluginsTestdata, "config.wasm"))
+	os.WriteFile(mod, b, 0o644)
+	os.WriteFile(filepath.Join(dir, "cfg.cases.yaml"), []byte(`
+config: {class: QUOTA, retryAfterMs: 5}
+cases:
+  - input: {status: 402}
+    expect: {class: QUOTA, retryAfterMs: 5}
+`), 0o644)
+	out, _, err = runGatectl(t, "", "plugin", "check", "--format", "json", "--runs", "10",
+		"--case", `{"name":"wrong","input":{"status":200},"expect":{"class":"AUTH"}}`, mod)
+	if err == nil {
+		t.Fatal("a failing case passed")
+	}
+	var rep pluginReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if rep.OK || rep.Cases != 2 || len(rep.Failed) != 1 || !strings.Contains(rep.Failed[0], "cases[1] (wrong): golden case failed: got QUOTA") || rep.Timing == nil {
+		t.Errorf("report = %+v", rep)
+	}
+}
+
+func TestPluginCheckRefuses(t *testing.T) {
+	for _, tc := range []struct{ module, want string }{
+		{"forbidden.wasm", `import "env.open_socket" is not allowed`},
+		{"nomarker.wasm", "does not export the gate_abi_v1 marker"},
+		{"initfail.wasm", "gate_init: returned 3"},
+	} {
+		out, _, err := runGatectl(t, "", "plugin", "check", filepath.Join(pluginsTestdata, tc.module))
+		if err == nil || !strings.Contains(out, tc.want) || !strings.Contains(out, "FAILED") {
+			t.Errorf("%s: err = %v, output:\n%s", tc.module, err, out)
+		}
+	}
+	if _, _, err := runGatectl(t, "", "plugin", "check", "a.wasm", "--runs", "3"); err == nil || !strings.Contains(err.Error(), "flags go before the module") {
+		t.Errorf("flags after the module: %v", err)
+	}
+}
+
+func TestClassifyWithPlugin(t *testing.T) {
+	octa := filepath.Join(pluginsTestdata, "octafuse-wat.wasm")
+	out, errOut, err := runGatectl(t, `{"status":200,"body":"{\"code\":\"OCTA_THROTTLED\",\"wait_ms\":1500}"}
+{"status":429,"headers":{"retry-after":"3"}}`, "classify", "--jsonl", "--plugin", octa)
+	if err != nil {
+		t.Fatalf("err = %v, stderr = %s", err, errOut)
+	}
+	vs := verdicts(t, out)
+	if len(vs) != 2 || vs[0].By != "wasm/octafuse-wat.wasm" || string(*vs[0].RetryAfterMs) != "1500" || !strings.HasPrefix(vs[1].By, "builtin/") {
+		t.Errorf("verdicts = %+v", vs)
+	}
+}
+
+// Each starter builds with its own build.sh and passes its own check.
+func TestPluginNew(t *testing.T) {
+	for _, lang := range []string{"wat", "go", "as"} {
+		t.Run(lang, func(t *testing.T) {
+			switch lang {
+			case "wat":
+				if _, err := exec.LookPath("wat2wasm"); err != nil {
+					t.Skip("wat2wasm is not installed (Debian: apt-get install -y wabt)")
+				}
+			case "go":
+				if testing.Short() {
+					t.Skip("builds a Go wasm module")
+				}
+			case "as":
+				if _, err := os.Stat("../../examples/plugins/as/node_modules/assemblyscript"); err != nil {
+					t.Skip("AssemblyScript is not installed (npm ci --prefix examples/plugins/as)")
+				}
+			}
+			dir := t.TempDir()
+			out, _, err := runGatectl(t, "", "plugin", "new", "--lang", lang, "--dir", dir, "my-gw")
+			if err != nil || !strings.Contains(out, "gatectl plugin check my-gw.wasm") {
+				t.Fatalf("new: %v\n%s", err, out)
+			}
+			root := filepath.Join(dir, "my-gw")
+			if lang == "as" { // reuse the examples' compiler instead of installing one
+				abs, _ := filepath.Abs("../../examples/plugins/as/node_modules")
+				os.Symlink(abs, filepath.Join(root, "node_modules"))
+			}
+			cmd := exec.Command("sh", filepath.Join(root, "build.sh"))
+			cmd.Env = append(os.Environ(), "PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("build.sh: %v\n%s", err, b)
+			}
+			out, _, err = runGatectl(t, "", "plugin", "check", "--runs", "10", filepath.Join(root, "my-gw.wasm"))
+			if err != nil || !strings.Contains(out, "cases     2 run, 0 failed") {
+				t.Errorf("check: %v\n%s", err, out)
+			}
+		})
+	}
+	if _, _, err := runGatectl(t, "", "plugin", "new", "--lang", "rust", "x"); err == nil || !strings.Contains(err.Error(), "--lang must be go, as or wat") {
+		t.Errorf("bad lang: %v", err)
+	}
+	if _, _, err := runGatectl(t, "", "plugin", "new", "Bad_Name"); err == nil || !strings.Contains(err.Error(), `name "Bad_Name"`) {
+		t.Errorf("bad name: %v", err)
+	}
+}

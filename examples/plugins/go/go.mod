@@ -1,0 +1,3 @@
+module github.com/gatectl/gatectl/examples/plugins/go
+
+go 1.24

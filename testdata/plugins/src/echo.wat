@@ -1,0 +1,15 @@
+;; echo.wat: a balance parser that logs its whole input (gate.log, level info)
+;; and answers {"remaining":7}. Tests read the log to see what the host handed over.
+(module
+  (import "gate" "input_read" (func $in (param i32)))
+  (import "gate" "output_write" (func $out (param i32 i32) (result i32)))
+  (import "gate" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "{\"remaining\":7}")
+  (func (export "gate_abi_v1"))
+  (func (export "gate_balance") (param $n i32) (result i32)
+    (if (i32.gt_u (local.get $n) (i32.const 100000)) (then (return (i32.const 2))))
+    (call $in (i32.const 1024))
+    (call $log (i32.const 2) (i32.const 1024) (local.get $n))
+    (drop (call $out (i32.const 0) (i32.const 15)))
+    (i32.const 0)))

@@ -1,0 +1,113 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/hashicorp/go-hclog"
+	"gopkg.in/yaml.v3"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (a logger's output).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testHost is a host on a fake clock, logging into a buffer, closed with the test.
+type testHost struct {
+	*Host
+	clock *engine.FakeClock
+	log   *syncBuffer
+	out   *syncBuffer // modules' stdout and stderr
+}
+
+func newTestHost(t testing.TB, cacheDir string) *testHost {
+	t.Helper()
+	th := &testHost{clock: engine.NewFakeClock(t0), log: &syncBuffer{}, out: &syncBuffer{}}
+	lg := hclog.New(&hclog.LoggerOptions{Output: th.log, Level: hclog.Trace})
+	h, err := NewHost(HostOptions{CacheDir: cacheDir, Logger: lg, Clock: th.clock, Stderr: th.out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Host = h
+	t.Cleanup(func() { h.Close(context.Background()) })
+	return th
+}
+
+// slow is the deadline of tests that are not about deadlines: the machine may be
+// loaded (or under -race), and a 2ms deadline would make them flaky.
+const slow = time.Second
+
+// load loads a test module as a plugin of kind k; a zero Timeout is slow.
+func (th *testHost) load(t testing.TB, name string, k Kind, l Limits) *Plugin {
+	t.Helper()
+	if l.Timeout == 0 {
+		l.Timeout = slow
+	}
+	p, err := th.LoadBytes(context.Background(), testModule(t, name), Options{Kind: k, Name: name, Limits: l})
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func (th *testHost) classifier(t testing.TB, name string, l Limits) *Classifier {
+	return ClassifierFor(th.load(t, name, KindClassify, l))
+}
+
+// octafuseCases reads the shared golden cases of the Octafuse examples.
+func octafuseCases(t testing.TB) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(examplesDir + "/octafuse.cases.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []map[string]any
+	if err := yaml.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+func failureWithBody(status int, body string) *engine.Failure {
+	return &engine.Failure{Status: status, Body: body}
+}
+
+func ms(v int64) *int64 { return &v }
+
+func hint(v engine.Verdict) string {
+	if v.RetryAfterMs == nil {
+		return "null"
+	}
+	return strconv.FormatInt(*v.RetryAfterMs, 10)
+}
+
+// staticClassifier always decides with its verdict.
+type staticClassifier struct{ v engine.Verdict }
+
+func (s staticClassifier) Name() string { return s.v.By }
+func (s staticClassifier) Classify(context.Context, *engine.Failure) (engine.Verdict, bool, error) {
+	return s.v, true, nil
+}

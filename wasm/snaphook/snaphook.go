@@ -1,0 +1,192 @@
+// Package snaphook plugs the wasm host into snapshot building: it is the
+// snapshot.ChainHook that turns `classifiers[i].wasm` entries and the modules of
+// `pluginsDir` into chain links, and it builds `pools.*.scoring.wasm` scorers.
+//
+// It lives apart from package wasm because it needs snapshot, which sits above
+// wasm. The daemon makes one Hook for its lifetime and passes it in
+// snapshot.Options.Hooks; every reload then asks the same host, so unchanged
+// modules (same sha256) keep their compiled form and warm pool.
+package snaphook
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/snapshot"
+	"github.com/gatectl/gatectl/wasm"
+)
+
+// Hook is a snapshot.ChainHook backed by one wasm.Host. The host is made on first
+// use, with its compilation cache under the first config's stateDir, and becomes
+// wasm's default host (the one balance's "wasm" kind loads with). A later config
+// with another stateDir keeps the first host.
+//
+// Handles given to a snapshot are closed two generations later: when a build
+// starts from snapshot B, the handles of the snapshot B replaced (and of builds
+// that failed before it) are released, and modules no snapshot holds any more
+// are unloaded. A Hook is safe for concurrent use.
+type Hook struct {
+	opts wasm.HostOptions
+
+	mu     sync.Mutex
+	host   *wasm.Host
+	groups []group // handles by the snapshot their build started from, oldest first
+}
+
+type group struct {
+	prev    *snapshot.Snapshot
+	closers []io.Closer
+}
+
+// New returns a hook; opts.CacheDir, when empty, is taken from the first config's
+// stateDir.
+func New(opts wasm.HostOptions) *Hook { return &Hook{opts: opts} }
+
+// Host returns the hook's host, making it for cfg if needed.
+func (h *Hook) Host(cfg *config.Config) (*wasm.Host, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.host != nil {
+		return h.host, nil
+	}
+	opts := h.opts
+	if opts.CacheDir == "" && cfg != nil && cfg.StateDir != "" {
+		opts.CacheDir = wasm.CacheDir(cfg.Resolve(cfg.StateDir))
+	}
+	host, err := wasm.NewHost(opts)
+	if err != nil {
+		return nil, err
+	}
+	h.host = host
+	wasm.SetDefaultHost(host)
+	return host, nil
+}
+
+// track records handles given to the build that starts from prev, and releases
+// those two generations old.
+func (h *Hook) track(prev *snapshot.Snapshot, cs ...io.Closer) {
+	h.mu.Lock()
+	var dead []group
+	if n := len(h.groups); n == 0 || h.groups[n-1].prev != prev {
+		h.groups = append(h.groups, group{prev: prev})
+		if n := len(h.groups); n > 2 {
+			dead = append(dead, h.groups[:n-2]...)
+			h.groups = append([]group(nil), h.groups[n-2:]...)
+		}
+	}
+	last := &h.groups[len(h.groups)-1]
+	last.closers = append(last.closers, cs...)
+	h.mu.Unlock()
+	for _, g := range dead {
+		for _, c := range g.closers {
+			c.Close()
+		}
+	}
+}
+
+// ClassifierFor implements snapshot.ChainHook for `classifiers[i].wasm`: the
+// module is loaded with the entry's config (for gate_init) and its golden cases
+// are run; a failing case refuses the snapshot.
+func (h *Hook) ClassifierFor(ctx context.Context, cfg *config.Config, i int, prev *snapshot.Snapshot) ([]engine.Classifier, []string, bool, error) {
+	ref := cfg.Classifiers[i]
+	if ref.Wasm == "" {
+		return nil, nil, false, nil
+	}
+	host, err := h.Host(cfg)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	path := cfg.Resolve(ref.Wasm)
+	c, err := wasm.NewClassifier(ctx, host, path, wasm.ClassifierOptions{Config: ref.Config, Cases: ref.Cases})
+	if err != nil {
+		return nil, []string{path}, true, err
+	}
+	h.track(prev, c)
+	return []engine.Classifier{c}, []string{path}, true, nil
+}
+
+// DirClassifiers implements snapshot.ChainHook: the classifiers dropped into
+// pluginsDir, by file name (wasm.LoadDir).
+func (h *Hook) DirClassifiers(ctx context.Context, cfg *config.Config, prev *snapshot.Snapshot) ([]engine.Classifier, []string, error) {
+	if cfg.PluginsDir == "" {
+		return nil, nil, nil
+	}
+	dir := cfg.Resolve(cfg.PluginsDir)
+	files := modules(dir)
+	if len(files) == 0 {
+		return nil, nil, nil // no host (and no cache dir) for an empty directory
+	}
+	host, err := h.Host(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := wasm.LoadDir(ctx, host, dir, wasm.DirOptions{})
+	if err != nil {
+		return nil, files, err
+	}
+	links := make([]engine.Classifier, len(cs))
+	closers := make([]io.Closer, len(cs))
+	for i, c := range cs {
+		links[i], closers[i] = c, c
+	}
+	h.track(prev, closers...)
+	return links, files, nil
+}
+
+// ScorerFor builds the scorer of `pools.<pool>.scoring.wasm`. The snapshot's
+// pool building calls it; the returned files are the module.
+func (h *Hook) ScorerFor(ctx context.Context, cfg *config.Config, pool string, prev *snapshot.Snapshot) (engine.Scorer, []string, error) {
+	p, ok := cfg.Pools[pool]
+	if !ok || p.Scoring.Wasm == "" {
+		return nil, nil, fmt.Errorf("pools.%s.scoring: not a wasm scorer", pool)
+	}
+	host, err := h.Host(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	path := cfg.Resolve(p.Scoring.Wasm)
+	s, err := wasm.NewScorer(ctx, host, path, wasm.ScorerOptions{})
+	if err != nil {
+		return nil, []string{path}, fmt.Errorf("pools.%s.scoring.wasm: %w", pool, err)
+	}
+	h.track(prev, s)
+	return s, []string{path}, nil
+}
+
+// Close closes the host and every plugin.
+func (h *Hook) Close(ctx context.Context) error {
+	h.mu.Lock()
+	host := h.host
+	h.host, h.groups = nil, nil
+	h.mu.Unlock()
+	if host == nil {
+		return nil
+	}
+	return host.Close(ctx)
+}
+
+// modules lists the *.wasm files of dir, sorted.
+func modules(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wasm") && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var _ snapshot.ChainHook = (*Hook)(nil)
