@@ -78,6 +78,9 @@ type Gate struct {
 	Learn               bool
 	Defaults            ModelLimits
 	Models              map[string]ModelLimits // "provider/model" -> overrides
+	// MaxInFlightPerSession caps a session's admitted, unsettled calls on one
+	// model; 0 (the default) means no cap.
+	MaxInFlightPerSession int
 }
 
 // Retry configures the retry planner (seeds 002, 003). Defaults: Rounds 8,
@@ -116,6 +119,17 @@ type ClassifierRef struct {
 	Wasm   string
 	Config map[string]any
 	Cases  []map[string]any
+	Limits PluginLimits // wasm only; zero fields take the host's defaults
+}
+
+// PluginLimits bound one WebAssembly plugin (`limits:` of a wasm entry). Zero
+// fields take the defaults: timeout 2ms (50ms for balance parsers), memoryPages
+// 512 (32 MiB), maxBodyBytes 16 KiB (256 KiB for balance), maxOutputBytes 16 KiB.
+type PluginLimits struct {
+	Timeout        time.Duration
+	MemoryPages    int
+	MaxBodyBytes   int
+	MaxOutputBytes int
 }
 
 // Route is one provider/model pair of a pool.

@@ -53,22 +53,23 @@ var (
 
 // Key lists of each section, in the order the docs present them.
 var (
-	topKeys        = []string{"listen", "stateDir", "log", "providers", "gate", "retry", "classifiers", "pluginsDir", "pools", "balances", "quota"}
-	logKeys        = []string{"level", "format"}
-	providerKeys   = []string{"kind", "baseURL", "apiKeyEnv", "headers"}
-	gateKeys       = []string{"window", "safetyFactor", "maxWait", "fallbackCooldown", "outputReserveTokens", "learn", "defaults", "models"}
-	limitKeys      = []string{"tpm", "rpm", "safetyFactor"}
-	retryKeys      = []string{"rounds", "initialDelay", "multiplier", "maxDelay", "jitter", "respectRetryAfter", "retryOn", "hintClamp", "hintlessBackoff", "mislabeled"}
-	clampKeys      = []string{"min", "max"}
-	mislabeledKeys = []string{"enabled", "rounds", "initialDelay", "evidence"}
-	classifierKeys = []string{"rules", "wasm", "config", "cases"}
-	poolKeys       = []string{"midSessionSwitch", "scoring", "routes"}
-	scoringKeys    = []string{"expr", "wasm"}
-	routeKeys      = []string{"provider", "model", "reasoningEffort"}
-	balanceKeys    = []string{"provider", "script", "http", "wasm", "apiKeyEnv", "env", "unit", "minimumRemaining", "refresh", "timeout", "coefficients", "capacities", "capacity"}
-	httpKeys       = []string{"url", "headers", "remaining", "windows", "resetsAt"}
-	wasmBalKeys    = []string{"module", "url", "headers", "config"}
-	quotaKeys      = []string{"defaultEnabled", "longTermDelay", "exhaustedCooldown", "failOpen", "nativeRetryFirstProviders"}
+	topKeys         = []string{"listen", "stateDir", "log", "providers", "gate", "retry", "classifiers", "pluginsDir", "pools", "balances", "quota"}
+	logKeys         = []string{"level", "format"}
+	providerKeys    = []string{"kind", "baseURL", "apiKeyEnv", "headers"}
+	gateKeys        = []string{"window", "safetyFactor", "maxWait", "fallbackCooldown", "outputReserveTokens", "learn", "defaults", "models", "maxInFlightPerSession"}
+	limitKeys       = []string{"tpm", "rpm", "safetyFactor"}
+	retryKeys       = []string{"rounds", "initialDelay", "multiplier", "maxDelay", "jitter", "respectRetryAfter", "retryOn", "hintClamp", "hintlessBackoff", "mislabeled"}
+	clampKeys       = []string{"min", "max"}
+	mislabeledKeys  = []string{"enabled", "rounds", "initialDelay", "evidence"}
+	classifierKeys  = []string{"rules", "wasm", "config", "cases", "limits"}
+	pluginLimitKeys = []string{"timeout", "memoryPages", "maxBodyBytes", "maxOutputBytes"}
+	poolKeys        = []string{"midSessionSwitch", "scoring", "routes"}
+	scoringKeys     = []string{"expr", "wasm"}
+	routeKeys       = []string{"provider", "model", "reasoningEffort"}
+	balanceKeys     = []string{"provider", "script", "http", "wasm", "apiKeyEnv", "env", "unit", "minimumRemaining", "refresh", "timeout", "coefficients", "capacities", "capacity"}
+	httpKeys        = []string{"url", "headers", "remaining", "windows", "resetsAt"}
+	wasmBalKeys     = []string{"module", "url", "headers", "config"}
+	quotaKeys       = []string{"defaultEnabled", "longTermDelay", "exhaustedCooldown", "failOpen", "nativeRetryFirstProviders"}
 )
 
 // base returns a Config holding every default but the providers.
@@ -468,6 +469,15 @@ func (v *validator) gate(n *yaml.Node) {
 			g.Learn = b
 		}
 	}
+	if x := s.val("maxInFlightPerSession"); x != nil {
+		if i, ok := v.integer(x, s.sub("maxInFlightPerSession")); ok {
+			if i < 0 {
+				v.errorf(x, s.sub("maxInFlightPerSession"), "must not be negative (got %d; 0 means no cap)", i)
+			} else {
+				g.MaxInFlightPerSession = i
+			}
+		}
+	}
 	if s.has("defaults") {
 		g.Defaults = v.limits(s.val("defaults"), s.sub("defaults"), g.Defaults)
 	}
@@ -732,6 +742,12 @@ func (v *validator) classifiers(n *yaml.Node) {
 		if x := s.val("config"); x != nil {
 			ref.Config = v.anyMap(x, s.sub("config"))
 		}
+		if x := s.val("limits"); x != nil {
+			if !s.has("wasm") {
+				v.errorf(x, s.sub("limits"), "limits apply to wasm plugins only")
+			}
+			ref.Limits = v.pluginLimits(x, s.sub("limits"))
+		}
 		if x := s.val("cases"); x != nil {
 			cp := s.sub("cases")
 			for j, cn := range v.list(x, cp) {
@@ -744,6 +760,32 @@ func (v *validator) classifiers(n *yaml.Node) {
 		}
 		v.c.Classifiers = append(v.c.Classifiers, ref)
 	}
+}
+
+// pluginLimits reads a wasm plugin's `limits:`; every value must be positive.
+func (v *validator) pluginLimits(n *yaml.Node, path string) PluginLimits {
+	s := v.object(n, path, pluginLimitKeys...)
+	var l PluginLimits
+	if x := s.val("timeout"); x != nil {
+		if d, ok := v.durPos(x, s.sub("timeout")); ok {
+			l.Timeout = d
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{{"memoryPages", &l.MemoryPages}, {"maxBodyBytes", &l.MaxBodyBytes}, {"maxOutputBytes", &l.MaxOutputBytes}} {
+		if x := s.val(f.key); x != nil {
+			if i, ok := v.positiveInt(x, s.sub(f.key)); ok {
+				*f.dst = i
+			}
+		}
+	}
+	if l.MemoryPages > 65536 {
+		v.errorf(s.val("memoryPages"), s.sub("memoryPages"), "at most 65536 (4 GiB) (got %d)", l.MemoryPages)
+		l.MemoryPages = 0
+	}
+	return l
 }
 
 func (v *validator) pools(n *yaml.Node) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // errCase is one config that must fail: want lists every expected error as
@@ -69,7 +70,7 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown top-level key", "listen: 127.0.0.1:1\nlisten_addr: x\n",
 			[]string{`2: listen_addr: unknown key "listen_addr" (valid: listen, stateDir, log, providers, gate, retry, classifiers, pluginsDir, pools, balances, quota)`}},
 		{"unknown nested key", "gate:\n  window: 60s\n  maxwait: 120s\n",
-			[]string{`3: gate.maxwait: unknown key "maxwait" (valid: window, safetyFactor, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models)`}},
+			[]string{`3: gate.maxwait: unknown key "maxwait" (valid: window, safetyFactor, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models, maxInFlightPerSession)`}},
 		{"unknown key in route", twoProviders + "pools:\n  p:\n    routes:\n      - {provider: deepseek, model: m, effort: high}\n",
 			[]string{`7: pools.p.routes[0].effort: unknown key "effort" (valid: provider, model, reasoningEffort)`}},
 		{"duplicate key", "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n",
@@ -175,9 +176,9 @@ func TestValidationErrors(t *testing.T) {
 		{"classifier with neither", "classifiers:\n  - {config: {a: 1}}\n",
 			[]string{`2: classifiers[0]: needs exactly one of rules: FILE or wasm: FILE`}},
 		{"classifier as string", "classifiers:\n  - rules/x.yaml\n",
-			[]string{`2: classifiers[0]: must be a mapping with keys rules, wasm, config, cases, got the string "rules/x.yaml"`}},
+			[]string{`2: classifiers[0]: must be a mapping with keys rules, wasm, config, cases, limits, got the string "rules/x.yaml"`}},
 		{"classifier unknown key", "classifiers:\n  - {wasm: b.wasm, timeout: 1s}\n",
-			[]string{`2: classifiers[0].timeout: unknown key "timeout" (valid: rules, wasm, config, cases)`}},
+			[]string{`2: classifiers[0].timeout: unknown key "timeout" (valid: rules, wasm, config, cases, limits)`}},
 		{"classifier case not a mapping", "classifiers:\n  - wasm: b.wasm\n    cases: [1]\n",
 			[]string{`3: classifiers[0].cases[0]: must be a mapping, got a scalar`}},
 		{"classifiers not a list", "classifiers: {rules: x.yaml}\n",
@@ -292,5 +293,39 @@ func TestValidationErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkErrs(t, tc.src, tc.want) })
+	}
+}
+
+func TestPluginLimitsAndSessionCap(t *testing.T) {
+	c, err := Parse([]byte(`
+gate: {maxInFlightPerSession: 2}
+classifiers:
+  - wasm: plugins/a.wasm
+    limits: {timeout: 5ms, memoryPages: 64, maxBodyBytes: 4096, maxOutputBytes: 1024}
+`), "gatectl.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PluginLimits{Timeout: 5 * time.Millisecond, MemoryPages: 64, MaxBodyBytes: 4096, MaxOutputBytes: 1024}
+	if c.Classifiers[0].Limits != want || c.Gate.MaxInFlightPerSession != 2 {
+		t.Fatalf("limits %+v cap %d", c.Classifiers[0].Limits, c.Gate.MaxInFlightPerSession)
+	}
+	_, err = Parse([]byte(`
+gate: {maxInFlightPerSession: -1}
+classifiers:
+  - rules: r.yaml
+    limits: {timeout: 5ms}
+  - wasm: a.wasm
+    limits: {memoryPages: 0, speed: 3}
+`), "gatectl.yaml")
+	for _, want := range []string{
+		"gatectl.yaml:2: gate.maxInFlightPerSession: must not be negative",
+		"gatectl.yaml:5: classifiers[0].limits: limits apply to wasm plugins only",
+		"classifiers[1].limits.memoryPages",
+		`classifiers[1].limits.speed: unknown key "speed" (valid: timeout, memoryPages, maxBodyBytes, maxOutputBytes)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
 	}
 }

@@ -127,6 +127,7 @@ func GateConfig(cfg *config.Config) (engine.GateConfig, error) {
 	c := engine.DefaultGateConfig()
 	c.Window, c.SafetyFactor, c.MaxWait, c.FallbackCooldown = g.Window, g.SafetyFactor, g.MaxWait, g.FallbackCooldown
 	c.OutputReserveTokens, c.Learn = g.OutputReserveTokens, g.Learn
+	c.MaxInFlightPerSession = g.MaxInFlightPerSession
 	c.Defaults = engine.ModelLimits{TPM: g.Defaults.TPM, RPM: g.Defaults.RPM, SafetyFactor: g.Defaults.SafetyFactor}
 	if len(g.Models) > 0 {
 		c.Models = make(map[string]engine.ModelLimits, len(g.Models))

@@ -105,7 +105,7 @@ func (h *Hook) ClassifierFor(ctx context.Context, cfg *config.Config, i int, pre
 		return nil, nil, true, err
 	}
 	path := cfg.Resolve(ref.Wasm)
-	c, err := wasm.NewClassifier(ctx, host, path, wasm.ClassifierOptions{Config: ref.Config, Cases: ref.Cases})
+	c, err := wasm.NewClassifier(ctx, host, path, wasm.ClassifierOptions{Config: ref.Config, Cases: ref.Cases, Limits: limitsOf(ref.Limits)})
 	if err != nil {
 		return nil, []string{path}, true, err
 	}
@@ -190,3 +190,8 @@ func modules(dir string) []string {
 }
 
 var _ snapshot.ChainHook = (*Hook)(nil)
+
+// limitsOf converts a config entry's limits; zero fields keep the host's defaults.
+func limitsOf(l config.PluginLimits) wasm.Limits {
+	return wasm.Limits{Timeout: l.Timeout, MemoryPages: uint32(l.MemoryPages), MaxBodyBytes: l.MaxBodyBytes, MaxOutputBytes: l.MaxOutputBytes}
+}
