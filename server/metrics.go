@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -73,7 +74,7 @@ func NewMetrics(ledger *engine.Ledger, clock engine.Clock, readings func() []Rea
 	}, []string{"result"})
 	m.Registry.MustRegister(m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
-		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings})
+		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{})
 	return m
 }
 
@@ -179,5 +180,42 @@ func (c *balanceCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBalance, prometheus.GaugeValue, *r.Remaining, r.Provider)
 		}
 		ch <- prometheus.MustNewConstMetric(descBalanceAge, prometheus.GaugeValue, r.Age.Seconds(), r.Provider)
+	}
+}
+
+var (
+	descPluginCalls    = prometheus.NewDesc("gatectl_plugin_calls_total", "Calls of each WebAssembly plugin. kind: classify, score, balance.", []string{"plugin", "kind"}, nil)
+	descPluginFailures = prometheus.NewDesc("gatectl_plugin_failures_total", "Failed plugin calls (trap, timeout, bad output, error code); they fall through to the next classifier.", []string{"plugin", "kind"}, nil)
+	descPluginSkipped  = prometheus.NewDesc("gatectl_plugin_skipped_total", "Calls refused while the plugin was quarantined.", []string{"plugin", "kind"}, nil)
+	descPluginSeconds  = prometheus.NewDesc("gatectl_plugin_call_seconds_total", "Time spent inside plugin calls; divide by calls for the mean.", []string{"plugin", "kind"}, nil)
+	descPluginQuar     = prometheus.NewDesc("gatectl_plugin_quarantined", "1 while the plugin is quarantined after repeated failures.", []string{"plugin", "kind"}, nil)
+)
+
+// pluginCollector reads the plugin host's counters at scrape time.
+type pluginCollector struct{}
+
+func (pluginCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPluginCalls, descPluginFailures, descPluginSkipped, descPluginSeconds, descPluginQuar} {
+		ch <- d
+	}
+}
+
+func (pluginCollector) Collect(ch chan<- prometheus.Metric) {
+	h := wasm.CurrentHost()
+	if h == nil {
+		return
+	}
+	for _, p := range h.PluginStats() {
+		l := []string{p.Name, string(p.Kind)}
+		st := p.Stats
+		ch <- prometheus.MustNewConstMetric(descPluginCalls, prometheus.CounterValue, float64(st.Calls), l...)
+		ch <- prometheus.MustNewConstMetric(descPluginFailures, prometheus.CounterValue, float64(st.Failures), l...)
+		ch <- prometheus.MustNewConstMetric(descPluginSkipped, prometheus.CounterValue, float64(st.Skipped), l...)
+		ch <- prometheus.MustNewConstMetric(descPluginSeconds, prometheus.CounterValue, st.CallTime.Seconds(), l...)
+		q := 0.0
+		if st.Quarantined {
+			q = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descPluginQuar, prometheus.GaugeValue, q, l...)
 	}
 }

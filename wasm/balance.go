@@ -36,6 +36,14 @@ func SetDefaultHost(h *Host) {
 	defaultHost.Unlock()
 }
 
+// CurrentHost returns the host set by SetDefaultHost, or nil: unlike
+// DefaultHost it never makes one (metrics ask it).
+func CurrentHost() *Host {
+	defaultHost.Lock()
+	defer defaultHost.Unlock()
+	return defaultHost.h
+}
+
 // DefaultHost returns the host set by SetDefaultHost or, when none was, a host of
 // its own made on first use: compiled code in memory only, no logger, the system
 // clock.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,6 +343,29 @@ type HostStats struct {
 }
 
 // Stats reports the host's counts.
+// PluginStat is one loaded plugin's counts, for metrics.
+type PluginStat struct {
+	Name  string
+	Kind  Kind
+	Stats Stats
+}
+
+// PluginStats reports every plugin loaded on the host, sorted by name.
+func (h *Host) PluginStats() []PluginStat {
+	h.mu.Lock()
+	ps := make([]*shared, 0, len(h.plugins))
+	for _, s := range h.plugins {
+		ps = append(ps, s)
+	}
+	h.mu.Unlock()
+	out := make([]PluginStat, 0, len(ps))
+	for _, s := range ps {
+		out = append(out, PluginStat{Name: s.name, Kind: s.kind, Stats: (&Plugin{s: s}).Stats()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 func (h *Host) Stats() HostStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -48,6 +48,7 @@ type shared struct {
 	pool pool
 
 	calls, failures, abstains, timeouts, traps, skipped, quarantines, discarded, made counter
+	busyNanos                                                                         counter // time spent in the module's entry point
 
 	// streak counts the failures in a row; quarantinedUntil is the end of the
 	// current quarantine in Unix nanoseconds of the host clock, 0 when none.
@@ -258,7 +259,9 @@ func (s *shared) call(ctx context.Context, input []byte, parse func(out []byte) 
 	inst.input = input
 	inst.stack[0] = api.EncodeU32(uint32(len(input)))
 	cctx := inst.arm(ctx, s.limits.Timeout)
+	began := time.Now()
 	callErr := inst.fn.CallWithStack(cctx, inst.stack)
+	s.busyNanos.Add(uint64(time.Since(began)))
 	reusable := inst.disarm()
 
 	switch {
@@ -367,6 +370,8 @@ type Stats struct {
 	Instances int
 	// Made and Discarded count instances made and thrown away.
 	Made, Discarded uint64
+	// CallTime is the total time spent inside the module's entry point.
+	CallTime time.Duration
 }
 
 // Stats reports the plugin's counts.
@@ -375,7 +380,7 @@ func (p *Plugin) Stats() Stats {
 	st := Stats{
 		Calls: s.calls.Load(), Failures: s.failures.Load(), Abstains: s.abstains.Load(),
 		Timeouts: s.timeouts.Load(), Traps: s.traps.Load(), Skipped: s.skipped.Load(),
-		Quarantines: s.quarantines.Load(), Instances: len(s.pool.idle),
+		Quarantines: s.quarantines.Load(), Instances: len(s.pool.idle), CallTime: time.Duration(s.busyNanos.Load()),
 		Made: s.made.Load(), Discarded: s.discarded.Load(),
 	}
 	if u := s.quarantinedUntil.Load(); u != 0 && s.host.clock.Now().UnixNano() < u {
