@@ -13,7 +13,7 @@ func TestPluginStatsForMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer h.Close(context.Background())
 	c, err := NewClassifier(context.Background(), h, filepath.Join("..", "testdata", "plugins", "octafuse-wat.wasm"), ClassifierOptions{})
 	if err != nil {
 		t.Fatal(err)
