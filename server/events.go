@@ -54,6 +54,17 @@ func (b *Bus) Publish(e Event) {
 	}
 }
 
+// CloseAll ends every subscription (their channels close), so open event streams
+// return at once when the server shuts down.
+func (b *Bus) CloseAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.subs {
+		delete(b.subs, ch)
+		close(ch)
+	}
+}
+
 // Subscribers is the number of open subscriptions.
 func (b *Bus) Subscribers() int {
 	b.mu.Lock()

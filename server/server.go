@@ -183,6 +183,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
+	hs.RegisterOnShutdown(s.bus.CloseAll) // event streams never finish on their own
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("serving", "addr", ln.Addr().String())

@@ -31,9 +31,11 @@ func newApp() *cli.App {
 			simCommand(),
 			backoffCommand(),
 			routesCommand(),
+			statusCommand(),
 			classifyCommand(),
 			serveCommand(),
 			checkCommand(),
+			pluginCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
 	}

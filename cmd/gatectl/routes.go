@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,11 +31,13 @@ func routesCommand() *cli.Command {
 			"every pool of the config, or only POOL: each route, its provider's last reading and\n" +
 			"its age, the windows that weigh in the score, the score, the exhaustion mark, and\n" +
 			"whether a starting session could be drawn onto it. A pool that refuses mid-session\n" +
-			"switches says so in its header. --draw N shows how N draws would split.",
+			"switches says so in its header. --draw N shows how N draws would split.\n\n" +
+			"By default it asks the running server at --addr (its readings, marks and draws);\n" +
+			"--offline reads --config and runs the balance sources here instead.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "read the config and run its balance sources here, without a server"},
-			&cli.StringFlag{Name: "config", Usage: "config `FILE` (default: the embedded default)"},
-			&cli.StringFlag{Name: "addr", Usage: "server `URL` (not available yet: use --offline)"},
+			&cli.StringFlag{Name: "config", Usage: "config `FILE` (with --offline; default: the embedded default)"},
+			addrFlag("server `URL` to ask (GET /gate/v1/routes)"),
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
 			&cli.IntFlag{Name: "draw", Usage: "draw `N` starting routes from each pool and show how they split"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed the draws (0: random)"},
@@ -47,12 +50,25 @@ func routesCommand() *cli.Command {
 			if format != "text" && format != "json" {
 				return cli.Exit(fmt.Sprintf("routes: --format must be text or json (got %q)", format), exitUsage)
 			}
-			if !c.Bool("offline") {
-				return cli.Exit("routes: reading a running server (--addr) is not available yet; use --offline --config FILE", exitUsage)
-			}
 			n := c.Int("draw")
 			if n < 0 {
 				return cli.Exit(fmt.Sprintf("routes: --draw must be >= 0 (got %d)", n), exitUsage)
+			}
+			if !c.Bool("offline") {
+				switch {
+				case c.IsSet("config"):
+					return cli.Exit("routes: --config is read here only with --offline (a running server reads its own): use --offline --config FILE, or --addr URL", exitUsage)
+				case c.IsSet("seed"):
+					return cli.Exit("routes: --seed needs --offline (a running server draws from its own source)", exitUsage)
+				}
+				rep, err := routesFromServer(c.Context, c.String("addr"), c.Args().First(), n)
+				if err != nil {
+					return err
+				}
+				return writeRoutes(c, format, rep)
+			}
+			if c.IsSet("addr") {
+				return cli.Exit("routes: --offline and --addr exclude each other", exitUsage)
 			}
 			cfg, err := config.Load(c.String("config"))
 			if err != nil {
@@ -66,14 +82,38 @@ func routesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			return writeRoutesText(c.App.Writer, rep)
+			return writeRoutes(c, format, rep)
 		},
 	}
+}
+
+func writeRoutes(c *cli.Context, format string, rep routesOutput) error {
+	if format == "json" {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return writeRoutesText(c.App.Writer, rep)
+}
+
+// routesFromServer asks a running server for its report (GET /gate/v1/routes),
+// refreshing the balance sources that are due, as the offline mode does.
+func routesFromServer(ctx context.Context, addr, pool string, draws int) (routesOutput, error) {
+	q := url.Values{"refresh": {"true"}}
+	if pool != "" {
+		q.Set("pool", pool)
+	}
+	if draws > 0 {
+		q.Set("draw", strconv.Itoa(draws))
+	}
+	var rep routesOutput
+	if err := apiGet(ctx, addr, "/gate/v1/routes?"+q.Encode(), &rep); err != nil {
+		if isNotFound(err) { // the server's "no such pool: ...", as the offline mode says it
+			return routesOutput{}, fmt.Errorf("%w: %s", engine.ErrNoPool, strings.TrimPrefix(err.Error(), engine.ErrNoPool.Error()+": "))
+		}
+		return routesOutput{}, cli.Exit("routes: "+err.Error(), exitFailure)
+	}
+	return rep, nil
 }
 
 // flagsAfterArg accepts the flags that follow POOL, as in `gatectl routes medium

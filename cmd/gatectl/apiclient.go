@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// defaultAddr is where `gatectl serve` listens without a config.
+const defaultAddr = "http://127.0.0.1:7878"
+
+// addrFlag is the --addr flag of the commands that talk to a running server.
+func addrFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "addr", Value: defaultAddr, Usage: usage}
+}
+
+// apiClientTimeout bounds one call to the server (a routes refresh waits for the
+// balance sources that are due, each bounded by its own timeout).
+const apiClientTimeout = 30 * time.Second
+
+// apiBase normalises --addr: a bare host:port gets http://, a trailing slash goes.
+func apiBase(addr string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("--addr %q: want a URL such as %s", addr, defaultAddr)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// apiGet fetches path (with query) from the server at addr into out. Errors say
+// what went wrong for people: an unreachable server, or the server's own message.
+func apiGet(ctx context.Context, addr, path string, out any) error {
+	base, err := apiBase(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiClientTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach gatectl at %s (is `gatectl serve` running? --addr says where): %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer of %s: %w", base+path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			return &apiStatusError{Status: resp.StatusCode, Message: e.Error.Message}
+		}
+		return &apiStatusError{Status: resp.StatusCode, Message: fmt.Sprintf("%s answered %s", base+path, resp.Status)}
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s: not the answer of a gatectl server: %w", base+path, err)
+	}
+	return nil
+}
+
+// apiStatusError is a non-200 answer from the server.
+type apiStatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *apiStatusError) Error() string { return e.Message }
+
+// isNotFound reports whether err is the server's 404.
+func isNotFound(err error) bool {
+	var se *apiStatusError
+	return errors.As(err, &se) && se.Status == http.StatusNotFound
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/server"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "each model's window, reservations, in-flight, learned quota, tightest trigger, cooldown",
+		Description: "Asks a running server (GET /gate/v1/status) for every provider/model its gate has\n" +
+			"seen: tokens in the sliding window against the budget, requests against the RPM budget,\n" +
+			"reservations not settled yet, calls in flight and queued, the learned quota (and the\n" +
+			"configured TPM it started from), the tightest window reading at a 429, and the\n" +
+			"cooldown left.",
+		Flags: []cli.Flag{
+			addrFlag("server `URL`"),
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
+		},
+		Action: func(c *cli.Context) error {
+			format := c.String("format")
+			if format != "text" && format != "json" {
+				return cli.Exit(fmt.Sprintf("status: --format must be text or json (got %q)", format), exitUsage)
+			}
+			if c.Args().Len() > 0 {
+				return cli.Exit(fmt.Sprintf("status: takes no arguments (got %q)", c.Args().Slice()), exitUsage)
+			}
+			var st server.APIStatus
+			if err := apiGet(c.Context, c.String("addr"), "/gate/v1/status", &st); err != nil {
+				return cli.Exit("status: "+err.Error(), exitFailure)
+			}
+			if format == "json" {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			return writeStatusText(c.App.Writer, st)
+		},
+	}
+}
+
+func writeStatusText(w io.Writer, st server.APIStatus) error {
+	head := fmt.Sprintf("config version %d, window %s, max wait %s", st.ConfigVersion,
+		time.Duration(st.WindowMs)*time.Millisecond, time.Duration(st.MaxWaitMs)*time.Millisecond)
+	if st.OpenTickets > 0 {
+		head += fmt.Sprintf(", %d open ticket(s)", st.OpenTickets)
+	}
+	fmt.Fprintln(w, head)
+	if st.LastReloadError != "" {
+		fmt.Fprintf(w, "last reload failed (the previous configuration runs): %s\n", st.LastReloadError)
+	}
+	if len(st.Models) == 0 {
+		_, err := fmt.Fprintln(w, "no model has been called yet")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tWINDOW\tREQUESTS\tRESERVED\tIN-FLIGHT\tWAITING\tQUOTA\tTRIGGER\tCOOLDOWN\t429s")
+	for _, m := range st.Models {
+		fmt.Fprintln(tw, strings.Join([]string{
+			m.Provider + "/" + m.Model,
+			windowText(m),
+			fmt.Sprintf("%d/%d", m.WindowRequests, m.RPMBudget),
+			strconv.FormatInt(m.Reserved, 10),
+			strconv.Itoa(m.InFlight),
+			strconv.Itoa(m.Waiting),
+			quotaText(m),
+			triggerText(m),
+			cooldownText(m),
+			strconv.FormatInt(m.RateLimited, 10),
+		}, "\t"))
+	}
+	return tw.Flush()
+}
+
+// windowText is tokens in the window against the token budget, with the share.
+func windowText(m engine.BucketStatus) string {
+	if m.TokenBudget <= 0 {
+		return strconv.FormatInt(m.WindowTokens, 10)
+	}
+	return fmt.Sprintf("%d/%d (%d%%)", m.WindowTokens, m.TokenBudget, 100*m.WindowTokens/m.TokenBudget)
+}
+
+// quotaText is the learned quota, and the configured TPM when learning moved it.
+func quotaText(m engine.BucketStatus) string {
+	q := strconv.FormatFloat(m.Quota, 'f', 0, 64)
+	if m.Start > 0 && m.Quota != m.Start {
+		q += " (from " + strconv.FormatFloat(m.Start, 'f', 0, 64) + ")"
+	}
+	return q
+}
+
+func triggerText(m engine.BucketStatus) string {
+	if m.Trigger <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(m.Trigger, 'f', 0, 64)
+}
+
+func cooldownText(m engine.BucketStatus) string {
+	if m.CooldownMs <= 0 {
+		return "-"
+	}
+	return (time.Duration(m.CooldownMs) * time.Millisecond).Round(100 * time.Millisecond).String()
+}

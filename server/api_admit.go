@@ -1,0 +1,289 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// apiAdmitRequest is the body of POST /gate/v1/admit.
+type apiAdmitRequest struct {
+	Provider        string `json:"provider"`
+	Model           string `json:"model"`
+	ReasoningEffort string `json:"reasoningEffort"`
+	Pool            string `json:"pool"`
+	Route           string `json:"route"`
+	Session         string `json:"session"`
+	Turn            string `json:"turn"`
+	// Priority is "interactive" (the default) or "batch".
+	Priority    string `json:"priority"`
+	InputTokens int    `json:"inputTokens"`
+	InputBytes  int    `json:"inputBytes"`
+	MaxTokens   int    `json:"maxTokens"`
+	// MaxWaitMs bounds the wait; absent: the gate's maxWait (past which the gate
+	// fails open and admits). 0 answers at once, like wait:false.
+	MaxWaitMs *int64 `json:"maxWaitMs"`
+	// Wait false answers at once: a ticket when the call may go now, else the wait
+	// it would take, holding nothing.
+	Wait *bool `json:"wait"`
+}
+
+// apiAdmitResponse is the answer of POST /gate/v1/admit.
+type apiAdmitResponse struct {
+	// Ticket is the admission's handle for settle; "" when not admitted.
+	Ticket   string `json:"ticket,omitempty"`
+	Admitted bool   `json:"admitted"`
+	// WaitedMs is how long this call was held.
+	WaitedMs int64 `json:"waitedMs"`
+	// WaitMs is, when not admitted, how much longer the call would have to wait
+	// (the gate's estimate); 0 when admitted.
+	WaitMs int64 `json:"waitMs"`
+	// Reason is why the call waited, failed open or was not admitted: cooldown, tpm,
+	// rpm, session-cap, queue, over-budget, max-wait, no-bucket, internal; "" when
+	// it went straight through.
+	Reason   string `json:"reason"`
+	FailOpen bool   `json:"failOpen"`
+	// ReservedTokens is the reservation held until settle: input estimate + output reserve.
+	ReservedTokens       int64 `json:"reservedTokens"`
+	ReservedOutputTokens int64 `json:"reservedOutputTokens"`
+	apiTarget
+	// ExpiresAt is when an unsettled ticket is released.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
+	var req apiAdmitRequest
+	if !apiDecode(w, r, &req) {
+		return
+	}
+	er, wait, maxWait, err := a.admitRequest(&req)
+	if err != nil {
+		apiFail(w, http.StatusBadRequest, err)
+		return
+	}
+	a.sweepTickets(a.s.clock.Now())
+	tgt, err := a.target(r.Context(), apiAsk{Provider: req.Provider, Model: req.Model, ReasoningEffort: req.ReasoningEffort,
+		Pool: req.Pool, Route: req.Route, Session: req.Session})
+	if err != nil {
+		apiFail(w, http.StatusInternalServerError, err)
+		return
+	}
+	er.Provider, er.Model = tgt.Route.Provider, tgt.Route.Model
+
+	start := a.s.clock.Now()
+	t, waiter := a.s.ledger.Submit(start, er)
+	if waiter != nil {
+		var res apiWaitResult
+		if !wait {
+			res = apiGiveUpWaiting(a.s.clock.Now(), waiter)
+		} else {
+			res = a.wait(r.Context(), waiter, start, maxWait)
+		}
+		if res.err != nil { // the client went away: nothing is held
+			return
+		}
+		if !res.admitted {
+			resp := apiAdmitResponse{WaitedMs: res.waited.Milliseconds(), WaitMs: apiMs(res.left), Reason: res.reason, apiTarget: tgt}
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((res.left+time.Second-1)/time.Second), 10))
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
+		t = res.ticket
+	}
+	now := a.s.clock.Now()
+	if r.Context().Err() != nil { // admitted, but nobody is there to use it
+		_ = a.s.ledger.Release(now, t)
+		return
+	}
+	tk, evicted := a.tickets.add(now, t, er.Provider, er.Model, er.Session)
+	for _, old := range evicted {
+		a.dropTicket(now, old, "evicted")
+	}
+	a.s.metrics.Admitted(er.Provider, er.Model, t)
+	writeJSON(w, http.StatusOK, apiAdmitResponse{
+		Ticket: tk.id, Admitted: true, WaitedMs: t.Waited.Milliseconds(), Reason: t.Reason, FailOpen: t.FailOpen,
+		ReservedTokens: t.Reserved, ReservedOutputTokens: t.ReservedOutput, apiTarget: tgt, ExpiresAt: &tk.expires,
+	})
+}
+
+// admitRequest validates an admit body and turns it into the ledger's request.
+func (a *api) admitRequest(req *apiAdmitRequest) (er engine.Request, wait bool, maxWait time.Duration, err error) {
+	er = engine.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens}
+	switch req.Priority {
+	case "", "interactive":
+		er.Priority = engine.PriorityInteractive
+	case "batch":
+		er.Priority = engine.PriorityBatch
+	default:
+		return er, false, 0, apiFieldError{"priority", fmt.Sprintf("priority %q: choices are interactive, batch", req.Priority)}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"inputTokens", req.InputTokens}, {"inputBytes", req.InputBytes}, {"maxTokens", req.MaxTokens}} {
+		if f.v < 0 {
+			return er, false, 0, apiFieldError{f.name, fmt.Sprintf("%s must not be negative (got %d)", f.name, f.v)}
+		}
+	}
+	if err := apiCheckName("turn", req.Turn); err != nil {
+		return er, false, 0, err
+	}
+	wait = req.Wait == nil || *req.Wait
+	maxWait = -1 // the gate's maxWait
+	if req.MaxWaitMs != nil {
+		ms := *req.MaxWaitMs
+		if ms < 0 {
+			return er, false, 0, apiFieldError{"maxWaitMs", fmt.Sprintf("maxWaitMs must not be negative (got %d)", ms)}
+		}
+		if ms > int64(24*time.Hour/time.Millisecond) {
+			return er, false, 0, apiFieldError{"maxWaitMs", fmt.Sprintf("maxWaitMs must be at most a day (got %d)", ms)}
+		}
+		maxWait = time.Duration(ms) * time.Millisecond
+		if maxWait == 0 {
+			wait = false
+		}
+	}
+	return er, wait, maxWait, nil
+}
+
+// apiWaitResult is how a wait in the queue ended.
+type apiWaitResult struct {
+	admitted bool
+	ticket   engine.Ticket
+	waited   time.Duration // how long this call waited
+	left     time.Duration // not admitted: the wait still ahead, as the gate estimates it
+	reason   string        // not admitted: why it is held back
+	err      error         // the request's context ended
+}
+
+// apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
+// that was ahead.
+func apiGiveUpWaiting(now time.Time, w *engine.Waiter) apiWaitResult {
+	left := max(w.Next().Sub(now), 0)
+	reason := w.Reason()
+	w.Cancel(now) // releases the grant too, if it came meanwhile
+	return apiWaitResult{left: left, reason: reason}
+}
+
+// wait holds a queued call until it is granted, maxWait passes (maxWait < 0: no
+// bound but the gate's own maxWait, where it fails open) or ctx ends. It sleeps
+// on the server's clock, so tests drive it with a fake one. It is the ledger's
+// Admit loop with a deadline of the caller's.
+func (a *api) wait(ctx context.Context, w *engine.Waiter, start time.Time, maxWait time.Duration) apiWaitResult {
+	clock := a.s.clock
+	deadline := start.Add(maxWait)
+	for {
+		if t, ok := w.Ticket(); ok {
+			return apiWaitResult{admitted: true, ticket: t}
+		}
+		now := clock.Now()
+		if maxWait >= 0 && !now.Before(deadline) {
+			if t, ok := w.Poll(now); ok {
+				return apiWaitResult{admitted: true, ticket: t}
+			}
+			res := apiGiveUpWaiting(now, w)
+			res.waited = now.Sub(start)
+			return res
+		}
+		next := w.Next()
+		if maxWait >= 0 && deadline.Before(next) {
+			next = deadline
+		}
+		timer := clock.NewTimer(max(next.Sub(now), 0))
+		select {
+		case <-w.Ready():
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			w.Cancel(clock.Now())
+			return apiWaitResult{err: ctx.Err()}
+		case <-timer.C():
+			w.Poll(clock.Now())
+		}
+	}
+}
+
+// apiSettleRequest is the body of POST /gate/v1/settle: usage, or release.
+type apiSettleRequest struct {
+	Ticket  string    `json:"ticket"`
+	Usage   *apiUsage `json:"usage"`
+	Release bool      `json:"release"`
+}
+
+// apiUsage is what the provider reported for a call. Cache reads and writes count
+// against the window.
+type apiUsage struct {
+	InputTokens      int64 `json:"inputTokens"`
+	CacheReadTokens  int64 `json:"cacheReadTokens"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	OutputTokens     int64 `json:"outputTokens"`
+}
+
+// apiSettleResponse is the answer of POST /gate/v1/settle.
+type apiSettleResponse struct {
+	Ticket   string `json:"ticket"`
+	Settled  bool   `json:"settled"`  // usage recorded
+	Released bool   `json:"released"` // reservation given back whole
+	// ReservedTokens was held; UsedTokens replaces it in the window (0 on release).
+	ReservedTokens int64  `json:"reservedTokens"`
+	UsedTokens     int64  `json:"usedTokens"`
+	Provider       string `json:"provider"`
+	Model          string `json:"model"`
+}
+
+func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
+	var req apiSettleRequest
+	if !apiDecode(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Ticket == "":
+		writeError(w, http.StatusBadRequest, "ticket", "ticket is required")
+		return
+	case req.Usage == nil && !req.Release:
+		writeError(w, http.StatusBadRequest, "usage", "give usage, or release: true")
+		return
+	case req.Usage != nil && req.Release:
+		writeError(w, http.StatusBadRequest, "release", "give usage or release: true, not both")
+		return
+	}
+	var u engine.Usage
+	if req.Usage != nil {
+		u = engine.Usage{InputTokens: req.Usage.InputTokens, CacheReadTokens: req.Usage.CacheReadTokens,
+			CacheWriteTokens: req.Usage.CacheWriteTokens, OutputTokens: req.Usage.OutputTokens}
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"usage.inputTokens", u.InputTokens}, {"usage.cacheReadTokens", u.CacheReadTokens},
+			{"usage.cacheWriteTokens", u.CacheWriteTokens}, {"usage.outputTokens", u.OutputTokens}} {
+			if f.v < 0 {
+				writeError(w, http.StatusBadRequest, f.name, fmt.Sprintf("%s must not be negative (got %d)", f.name, f.v))
+				return
+			}
+		}
+	}
+	now := a.s.clock.Now()
+	a.sweepTickets(now)
+	tk := a.tickets.take(req.Ticket)
+	if tk == nil {
+		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
+		return
+	}
+	resp := apiSettleResponse{Ticket: tk.id, ReservedTokens: tk.t.Reserved, Provider: tk.provider, Model: tk.model}
+	var err error
+	if req.Release {
+		err, resp.Released = a.s.ledger.Release(now, tk.t), true
+	} else {
+		err, resp.Settled, resp.UsedTokens = a.s.ledger.Settle(now, tk.t, u), true, u.Total()
+	}
+	if err != nil { // the table hands each ticket out once: the ledger refusing it is a bug
+		a.s.logger.Named("api").Error("the ledger refused a ticket", "provider", tk.provider, "model", tk.model, "error", err)
+		writeError(w, http.StatusConflict, "ticket", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

@@ -1,0 +1,332 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+const apiBig = `{"provider":"alpha","model":"small","session":"s1","inputTokens":5000,"maxTokens":1000`
+
+func TestAPIAdmitSettle(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	a := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
+	tk, _ := a["ticket"].(string)
+	if a["admitted"] != true || !strings.HasPrefix(tk, "gt_") || apiNum(t, a, "reservedTokens") != 6000 ||
+		apiNum(t, a, "reservedOutputTokens") != 1000 || a["reason"] != "" || a["failOpen"] != false || apiNum(t, a, "waitedMs") != 0 {
+		t.Fatalf("admit: %v", a)
+	}
+	if r := a["route"].(map[string]any); r["provider"] != "alpha" || r["model"] != "small" {
+		t.Fatalf("route: %v", a)
+	}
+	if a["expiresAt"] != apiT0.Add(apiTicketTTL).Format(time.RFC3339) {
+		t.Fatalf("expiresAt: %v", a["expiresAt"])
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 1 || b.Reserved != 6000 || b.WindowTokens != 6000 {
+		t.Fatalf("after admit: %+v", b)
+	}
+	s := e.post("/gate/v1/settle", `{"ticket":"`+tk+`","usage":{"inputTokens":4000,"cacheReadTokens":500,"cacheWriteTokens":0,"outputTokens":300}}`, http.StatusOK)
+	if s["settled"] != true || s["released"] != false || apiNum(t, s, "usedTokens") != 4800 || apiNum(t, s, "reservedTokens") != 6000 {
+		t.Fatalf("settle: %v", s)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.Reserved != 0 || b.WindowTokens != 4800 {
+		t.Fatalf("after settle: %+v", b)
+	}
+	// A ticket settles once.
+	status, body, _ := e.do(http.MethodPost, "/gate/v1/settle", `{"ticket":"`+tk+`","release":true}`)
+	if field, msg := apiErrorOf(t, body); status != http.StatusNotFound || field != "ticket" || !strings.Contains(msg, "already settled") {
+		t.Fatalf("second settle: %d %s", status, body)
+	}
+	// Release gives the whole reservation back.
+	a = e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":100}`, http.StatusOK)
+	r := e.post("/gate/v1/settle", `{"ticket":"`+a["ticket"].(string)+`","release":true}`, http.StatusOK)
+	if r["released"] != true || r["settled"] != false || apiNum(t, r, "usedTokens") != 0 {
+		t.Fatalf("release: %v", r)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.WindowTokens != 4800 {
+		t.Fatalf("after release: %+v", b)
+	}
+}
+
+func TestAPIAdmitBlocksUntilSettle(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	first := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
+	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", apiBig+`,"session":"s2"}`)
+	apiEventually(t, "the second call to queue", func() bool { return e.bucket("alpha", "small").Waiting == 1 })
+	select {
+	case a := <-ch:
+		t.Fatalf("answered while the window is full: %s", a.raw)
+	default:
+	}
+	// The first call used far less than it reserved: the refund lets the second in.
+	e.post("/gate/v1/settle", `{"ticket":"`+first["ticket"].(string)+`","usage":{"inputTokens":100,"outputTokens":10}}`, http.StatusOK)
+	a := apiRecv(t, ch)
+	if a.status != http.StatusOK || a.body["admitted"] != true || a.body["reason"] != "tpm" || a.body["ticket"] == "" {
+		t.Fatalf("second: %d %s", a.status, a.raw)
+	}
+}
+
+func TestAPIAdmitBlocksUntilWindowDrains(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
+	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", apiBig+`,"priority":"batch"}`)
+	apiEventually(t, "the second call to sleep", func() bool { return e.clock.Timers() == 1 })
+	e.clock.Advance(60 * time.Second)
+	a := apiRecv(t, ch)
+	if a.status != http.StatusOK || a.body["admitted"] != true || a.body["reason"] != "tpm" || apiNum(t, a.body, "waitedMs") != 60000 {
+		t.Fatalf("second: %d %s", a.status, a.raw)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 2 || b.Waiting != 0 {
+		t.Fatalf("bucket: %+v", b)
+	}
+}
+
+func TestAPIAdmitMaxWait(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
+	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", apiBig+`,"maxWaitMs":5000}`)
+	apiEventually(t, "the second call to sleep", func() bool { return e.clock.Timers() == 1 })
+	e.clock.Advance(5 * time.Second)
+	a := apiRecv(t, ch)
+	if a.status != http.StatusOK || a.body["admitted"] != false || a.body["ticket"] != nil || a.body["reason"] != "tpm" ||
+		apiNum(t, a.body, "waitMs") != 55000 || apiNum(t, a.body, "waitedMs") != 5000 {
+		t.Fatalf("second: %d %s", a.status, a.raw)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 1 || b.Waiting != 0 || b.Reserved != 6000 {
+		t.Fatalf("nothing may be held: %+v", b)
+	}
+}
+
+func TestAPIAdmitNoWait(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	// wait:false on a free model is an ordinary admission.
+	a := e.post("/gate/v1/admit", apiBig+`,"wait":false}`, http.StatusOK)
+	if a["admitted"] != true || a["ticket"] == nil {
+		t.Fatalf("first: %v", a)
+	}
+	status, body, h := e.do(http.MethodPost, "/gate/v1/admit", apiBig+`,"wait":false}`)
+	if status != http.StatusOK || !strings.Contains(string(body), `"admitted":false`) || !strings.Contains(string(body), `"waitMs":60000`) ||
+		!strings.Contains(string(body), `"reason":"tpm"`) || h.Get("Retry-After") != "60" {
+		t.Fatalf("second: %d %s %v", status, body, h)
+	}
+	// maxWaitMs 0 is the same.
+	b := e.post("/gate/v1/admit", apiBig+`,"maxWaitMs":0}`, http.StatusOK)
+	if b["admitted"] != false || apiNum(t, b, "waitMs") != 60000 {
+		t.Fatalf("maxWaitMs 0: %v", b)
+	}
+	if st := e.bucket("alpha", "small"); st.InFlight != 1 || st.Waiting != 0 || st.Reserved != 6000 {
+		t.Fatalf("nothing may be held: %+v", st)
+	}
+}
+
+func TestAPIAdmitClientGoneHoldsNothing(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := e.async(ctx, http.MethodPost, "/gate/v1/admit", apiBig+`}`)
+	apiEventually(t, "the second call to queue", func() bool { return e.bucket("alpha", "small").Waiting == 1 })
+	cancel()
+	apiRecv(t, ch)
+	apiEventually(t, "the waiter to leave", func() bool { return e.bucket("alpha", "small").Waiting == 0 })
+	if b := e.bucket("alpha", "small"); b.InFlight != 1 {
+		t.Fatalf("bucket: %+v", b)
+	}
+}
+
+func TestAPIAdmitCooldownAfterRateLimit(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t1","status":429,"headers":{"Retry-After":"20"}}`, http.StatusOK)
+	a := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s1","inputTokens":10,"wait":false}`, http.StatusOK)
+	if a["admitted"] != false || a["reason"] != "cooldown" || apiNum(t, a, "waitMs") != 20000 {
+		t.Fatalf("admit during cooldown: %v", a)
+	}
+}
+
+func TestAPIAdmitTargets(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	route := func(m map[string]any) string {
+		r := m["route"].(map[string]any)
+		s := r["provider"].(string) + "/" + r["model"].(string)
+		if eff, ok := r["reasoningEffort"].(string); ok {
+			s += "@" + eff
+		}
+		return s
+	}
+	cases := []struct {
+		name, body, route, pool string
+		drawn                   bool
+	}{
+		{"ProviderModel", `{"provider":"alpha","model":"big"}`, "alpha/big", "", false},
+		{"RouteString", `{"route":"openrouter/deepseek/deepseek-chat@high"}`, "openrouter/deepseek/deepseek-chat@high", "", false},
+		{"ModelProviderSlash", `{"model":"beta/m9"}`, "beta/m9", "", false},
+		{"PoolRouteGoverned", `{"provider":"alpha","model":"m1"}`, "alpha/m1", "medium", false},
+		{"PoolNoSession", `{"pool":"medium"}`, "", "medium", true},
+		{"ModelIsPool", `{"model":"medium"}`, "", "medium", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := e.post("/gate/v1/admit", c.body, http.StatusOK)
+			if a["admitted"] != true || (c.route != "" && route(a) != c.route) || a["pool"] != anyOrNil(c.pool) || (a["drawn"] == true) != c.drawn {
+				t.Fatalf("%s: %v", c.body, a)
+			}
+			if c.pool != "" && route(a) != "alpha/m1" && route(a) != "beta/m1" {
+				t.Fatalf("drawn outside the pool: %v", a)
+			}
+		})
+	}
+	t.Run("SessionKeepsItsDraw", func(t *testing.T) {
+		first := route(e.post("/gate/v1/admit", `{"pool":"medium","session":"sticky"}`, http.StatusOK))
+		for range 5 {
+			if got := route(e.post("/gate/v1/admit", `{"pool":"medium","session":"sticky"}`, http.StatusOK)); got != first {
+				t.Fatalf("session moved from %s to %s", first, got)
+			}
+		}
+		pick := e.get("/gate/v1/pools/medium/pick?session=sticky", http.StatusOK)
+		if route(pick) != first || pick["session"] != "sticky" {
+			t.Fatalf("pick: %v", pick)
+		}
+	})
+}
+
+func anyOrNil(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func TestAPIAdmitValidation(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	cases := []struct{ name, body, field, msg string }{
+		{"UnknownField", `{"provider":"alpha","model":"x","tokens":5}`, "tokens", `unknown field "tokens"`},
+		{"WrongType", `{"provider":"alpha","model":"x","inputTokens":"many"}`, "inputTokens", "must be an integer"},
+		{"Negative", `{"provider":"alpha","model":"x","maxTokens":-1}`, "maxTokens", "must not be negative"},
+		{"NegativeMaxWait", `{"provider":"alpha","model":"x","maxWaitMs":-5}`, "maxWaitMs", "must not be negative"},
+		{"Priority", `{"provider":"alpha","model":"x","priority":"urgent"}`, "priority", "choices are interactive, batch"},
+		{"NoModel", `{"provider":"alpha"}`, "model", "model is required"},
+		{"NoTarget", `{"session":"s"}`, "model", "name the target"},
+		{"TwoTargets", `{"provider":"alpha","model":"x","pool":"medium"}`, "pool", "one way"},
+		{"UnknownPool", `{"pool":"large"}`, "pool", `no such pool: "large" (pools: medium)`},
+		{"BareModelTwoRoutes", `{"model":"m1"}`, "model", "served by 2 routes (alpha/m1, beta/m1)"},
+		{"BareModelUnknown", `{"model":"gpt-9"}`, "provider", "neither a pool"},
+		{"BadRoute", `{"route":"nothing"}`, "route", "want provider/model"},
+		{"ControlChars", `{"provider":"al\u0000pha","model":"x"}`, "provider", "control characters"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body, _ := e.do(http.MethodPost, "/gate/v1/admit", c.body)
+			field, msg := apiErrorOf(t, body)
+			if status != http.StatusBadRequest || field != c.field || !strings.Contains(msg, c.msg) {
+				t.Fatalf("%s: %d field %q message %q", c.body, status, field, msg)
+			}
+		})
+	}
+	if n := len(e.srv.Ledger().Status(e.clock.Now())); n != 0 {
+		t.Fatalf("refused calls created %d buckets", n)
+	}
+}
+
+func TestAPISettleValidation(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	tk := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":10}`, http.StatusOK)["ticket"].(string)
+	cases := []struct{ name, body, field, msg string }{
+		{"NoTicket", `{"release":true}`, "ticket", "ticket is required"},
+		{"Neither", `{"ticket":"` + tk + `"}`, "usage", "give usage, or release"},
+		{"Both", `{"ticket":"` + tk + `","release":true,"usage":{}}`, "release", "not both"},
+		{"NestedUnknown", `{"ticket":"` + tk + `","usage":{"inputTokens":1,"reasoningTokens":2}}`, "usage.reasoningTokens", "fields: inputTokens, cacheReadTokens, cacheWriteTokens, outputTokens"},
+		{"NestedType", `{"ticket":"` + tk + `","usage":{"outputTokens":1.5}}`, "usage.outputTokens", "must be an integer"},
+		{"NegativeUsage", `{"ticket":"` + tk + `","usage":{"outputTokens":-1}}`, "usage.outputTokens", "must not be negative"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body, _ := e.do(http.MethodPost, "/gate/v1/settle", c.body)
+			field, msg := apiErrorOf(t, body)
+			if status != http.StatusBadRequest || field != c.field || !strings.Contains(msg, c.msg) {
+				t.Fatalf("%s: %d field %q message %q", c.body, status, field, msg)
+			}
+		})
+	}
+	status, body, _ := e.do(http.MethodPost, "/gate/v1/settle", `{"ticket":"gt_nope","release":true}`)
+	if field, _ := apiErrorOf(t, body); status != http.StatusNotFound || field != "ticket" {
+		t.Fatalf("unknown ticket: %d %s", status, body)
+	}
+	// None of that touched the ticket.
+	e.post("/gate/v1/settle", `{"ticket":"`+tk+`","usage":{"inputTokens":10}}`, http.StatusOK)
+}
+
+func TestAPITicketExpiry(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	events, stop := e.srv.Bus().Subscribe(16)
+	defer stop()
+	tk := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)["ticket"].(string)
+	e.clock.Advance(apiTicketTTL - time.Second)
+	if st := e.get("/gate/v1/status", http.StatusOK); apiNum(t, st, "openTickets") != 1 {
+		t.Fatalf("expired early: %v", st)
+	}
+	e.clock.Advance(time.Second)
+	if st := e.get("/gate/v1/status", http.StatusOK); apiNum(t, st, "openTickets") != 0 {
+		t.Fatalf("not expired: %v", st)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.Reserved != 0 {
+		t.Fatalf("the expired ticket still holds: %+v", b)
+	}
+	status, body, _ := e.do(http.MethodPost, "/gate/v1/settle", `{"ticket":"`+tk+`","usage":{"outputTokens":5}}`)
+	if field, msg := apiErrorOf(t, body); status != http.StatusNotFound || field != "ticket" || !strings.Contains(msg, "expired") {
+		t.Fatalf("settle after expiry: %d %s", status, body)
+	}
+	for {
+		select {
+		case ev := <-events:
+			if ev.Type != "ticket-expired" {
+				continue
+			}
+			if d := ev.Data.(map[string]any); d["provider"] != "alpha" || d["reservedTokens"] != int64(6000) {
+				t.Fatalf("event: %+v", ev)
+			}
+			return
+		default:
+			t.Fatal("no ticket-expired event")
+		}
+	}
+}
+
+func TestAPITicketTableBounded(t *testing.T) {
+	ts := newAPITickets(time.Minute, 2)
+	a, ev := ts.add(apiT0, engine.Ticket{Reserved: 1}, "p", "m", "s")
+	b, _ := ts.add(apiT0, engine.Ticket{Reserved: 2}, "p", "m", "s")
+	if len(ev) != 0 || a.id == b.id {
+		t.Fatalf("ids %q %q, evicted %v", a.id, b.id, ev)
+	}
+	c, ev := ts.add(apiT0, engine.Ticket{Reserved: 3}, "p", "m", "s")
+	if len(ev) != 1 || ev[0] != a || ts.open() != 2 || ts.take(a.id) != nil {
+		t.Fatalf("evicted %v, open %d", ev, ts.open())
+	}
+	if got := ts.expired(apiT0.Add(time.Minute)); len(got) != 2 || got[0] != b || got[1] != c || ts.open() != 0 {
+		t.Fatalf("expired %v", got)
+	}
+}
+
+func TestAPIAdmitEvictionReleases(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	a := newAPI(e.srv) // a second API on the same server, with a table of one
+	a.tickets.max = 1
+	mux := http.NewServeMux()
+	a.mount(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	e.http = hs
+	first := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":10}`, http.StatusOK)["ticket"].(string)
+	e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":10}`, http.StatusOK)
+	if b := e.bucket("alpha", "small"); b.InFlight != 1 {
+		t.Fatalf("the evicted ticket still holds: %+v", b)
+	}
+	status, _, _ := e.do(http.MethodPost, "/gate/v1/settle", `{"ticket":"`+first+`","release":true}`)
+	if status != http.StatusNotFound {
+		t.Fatalf("evicted ticket settled: %d", status)
+	}
+}

@@ -1,0 +1,347 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+type pxResult struct {
+	resp *http.Response
+	body string
+}
+
+// callAsync posts in a goroutine; the result arrives on the channel.
+func (f *pxFixture) callAsync(path string, body any, headers ...string) <-chan pxResult {
+	ch := make(chan pxResult, 1)
+	go func() {
+		resp, b := f.call(path, body, headers...)
+		ch <- pxResult{resp, b}
+	}()
+	return ch
+}
+
+func retryConfig(up string, retry string) string {
+	return fmt.Sprintf(`
+providers:
+  pa: {kind: openai, baseURL: %s/v1}
+retry:
+%s
+`, up, retry)
+}
+
+// TestProxyRateLimitRetriedAfterCooldown: a 429 with Retry-After is retried
+// inside gatectl once the model's cooldown is over; the client sees a success,
+// and the wait in X-Gate-Waited-Ms.
+func TestProxyRateLimitRetriedAfterCooldown(t *testing.T) {
+	up := newFakeUpstream(t,
+		jsonAnswer(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "5"),
+		chatOK(10, 2, 0))
+	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/rl"))
+	waitFor(t, "the admission wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	if st := f.status("pa", "rl"); st.CooldownMs != 5000 || st.Waiting != 1 || st.InFlight != 0 {
+		t.Fatalf("after the 429: cooldown %dms waiting %d in flight %d", st.CooldownMs, st.Waiting, st.InFlight)
+	}
+	f.clock.Advance(4 * time.Second)
+	if up.n() != 1 {
+		t.Fatal("retried before the cooldown ended")
+	}
+	f.clock.Advance(2 * time.Second) // past the cooldown and its jitter
+	r := <-res
+	if r.resp.StatusCode != 200 || up.n() != 2 {
+		t.Fatalf("status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
+	}
+	if w, _ := strconv.Atoi(r.resp.Header.Get("X-Gate-Waited-Ms")); w < 5000 {
+		t.Fatalf("X-Gate-Waited-Ms %d, want ≥ 5000", w)
+	}
+	if st := f.status("pa", "rl"); st.RateLimited != 1 || st.InFlight != 0 || st.WindowTokens != 12 {
+		t.Fatalf("ledger: rate limited %d in flight %d window %d", st.RateLimited, st.InFlight, st.WindowTokens)
+	}
+}
+
+// TestProxyServerErrorRetried: a 500 is retried after the curve's delay, on the
+// server's clock; a 200 whose body is an error is a failure too.
+func TestProxyServerErrorRetried(t *testing.T) {
+	up := newFakeUpstream(t,
+		jsonAnswer(500, `{"error":{"message":"internal error"}}`),
+		jsonAnswer(200, `{"error":{"message":"The server is overloaded, please try again later","type":"server_error"}}`),
+		chatOK(3, 1, 0))
+	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3\n  initialDelay: 2s\n  jitter: 0"), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/se"))
+	waitFor(t, "the first retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	f.clock.Advance(2 * time.Second)
+	waitFor(t, "the second retry delay", func() bool { return up.n() == 2 && f.clock.Timers() == 1 })
+	f.clock.Advance(4 * time.Second)
+	r := <-res
+	if r.resp.StatusCode != 200 || up.n() != 3 {
+		t.Fatalf("status %d after %d calls: %s", r.resp.StatusCode, up.n(), r.body)
+	}
+}
+
+// TestProxyGivesUp: what the client gets when gatectl stops trying.
+func TestProxyGivesUp(t *testing.T) {
+	cases := []struct {
+		name        string
+		retry       string
+		answer      http.HandlerFunc
+		priorCool   time.Duration // a cooldown another session starts while the call is upstream
+		wantStatus  int
+		wantRetryAt string // Retry-After; "" for none
+		wantShould  string
+		wantCalls   int
+		wantBody    string
+	}{
+		{"rate limit with the budget at 0: the hint", "  rounds: 0", jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "30", "retry-after-ms", "30000"),
+			0, 429, "30", "true", 1, "Rate limit reached"},
+		{"rate limit: the longer cooldown wins over a short hint", "  rounds: 0", jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "5", "retry-after-ms", "5000"),
+			90 * time.Second, 429, "90", "true", 1, "Rate limit reached"},
+		{"a cooldown longer than gate.maxWait is handed back, not retried into", "  rounds: 5", jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "600"),
+			0, 429, "600", "true", 1, "Rate limit reached"},
+		{"auth is never retried", "  rounds: 5", jsonAnswer(401, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`),
+			0, 401, "", "false", 1, "Incorrect API key"},
+		{"server error with the budget at 0", "  rounds: 0", jsonAnswer(503, `{"error":{"message":"upstream connect error"}}`),
+			0, 503, "1", "true", 1, "upstream connect error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var f *pxFixture
+			up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if tc.priorCool > 0 { // another session's 429 started a longer cooldown meanwhile
+					f.srv.Ledger().RateLimited(f.clock.Now(), "pa", "gu", tc.priorCool)
+				}
+				tc.answer(w, r)
+			})
+			f = newPxFixture(t, retryConfig(up.URL, tc.retry), true)
+			res := f.callAsync("/v1/chat/completions", chatReq("pa/gu"))
+			r := <-res
+			if r.resp.StatusCode != tc.wantStatus || !strings.Contains(r.body, tc.wantBody) {
+				t.Fatalf("status %d body %s", r.resp.StatusCode, r.body)
+			}
+			if got := r.resp.Header.Get("Retry-After"); got != tc.wantRetryAt {
+				t.Errorf("Retry-After %q, want %q", got, tc.wantRetryAt)
+			}
+			if tc.wantRetryAt != "" {
+				ra, _ := strconv.Atoi(tc.wantRetryAt)
+				if ms, _ := strconv.Atoi(r.resp.Header.Get("Retry-After-Ms")); ms > ra*1000 || ms <= (ra-1)*1000 {
+					t.Errorf("retry-after-ms %d disagrees with Retry-After %d", ms, ra)
+				}
+			}
+			if got := r.resp.Header.Get("X-Should-Retry"); got != tc.wantShould {
+				t.Errorf("x-should-retry %q, want %q", got, tc.wantShould)
+			}
+			if up.n() != tc.wantCalls {
+				t.Errorf("%d upstream calls, want %d", up.n(), tc.wantCalls)
+			}
+			if st := f.status("pa", "gu"); st.InFlight != 0 || st.Reserved != 0 {
+				t.Errorf("ledger holds %d in flight, %d reserved", st.InFlight, st.Reserved)
+			}
+		})
+	}
+}
+
+// TestProxyTransportFailure: no HTTP answer at all is a 502 the client may retry.
+func TestProxyTransportFailure(t *testing.T) {
+	up := newFakeUpstream(t, chatOK(1, 1, 0))
+	dead := up.URL
+	up.Close() // nothing listens there any more
+	f := newPxFixture(t, retryConfig(dead, "  rounds: 0"), true)
+	r, body := f.call("/v1/chat/completions", chatReq("pa/tr"))
+	if r.StatusCode != http.StatusBadGateway || r.Header.Get("X-Should-Retry") != "true" || r.Header.Get("Retry-After") == "" ||
+		!strings.Contains(body, "TRANSPORT") || strings.Contains(body, "/v1/chat/completions") {
+		t.Fatalf("status %d headers %v body %s", r.StatusCode, r.Header, body)
+	}
+}
+
+// TestProxyQuotaFailsOver: a spent allowance moves the request to another route
+// of the pool at once.
+func TestProxyQuotaFailsOver(t *testing.T) {
+	t.Setenv("GATECTL_TEST_KEY_PA", "sk-test-pa")
+	t.Setenv("GATECTL_TEST_KEY_PB", "sk-test-pb")
+	ua := newFakeUpstream(t, jsonAnswer(429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}`))
+	ub := newFakeUpstream(t, chatOK(5, 1, 0))
+	f := newPxFixture(t, routingConfig(ua.URL, ub.URL, ub.URL), true)
+	events, stop := f.srv.Bus().Subscribe(64)
+	defer stop()
+	r, body := f.call("/v1/chat/completions", chatReq("pa/model-a"))
+	if r.StatusCode != 200 || r.Header.Get("X-Gate-Route") != "pb/model-b" {
+		t.Fatalf("status %d route %q: %s", r.StatusCode, r.Header.Get("X-Gate-Route"), body)
+	}
+	if ua.n() != 1 || ub.n() != 1 || ub.call(0).Body["model"] != "model-b" {
+		t.Fatalf("calls: a %d b %d", ua.n(), ub.n())
+	}
+	var kinds []string
+	for len(events) > 0 {
+		e := <-events
+		kinds = append(kinds, e.Type)
+	}
+	if !strings.Contains(strings.Join(kinds, ","), "failover") || !strings.Contains(strings.Join(kinds, ","), "retry") {
+		t.Fatalf("events %v", kinds)
+	}
+}
+
+// TestProxyClientDisconnect: a client that goes away cancels its wait or its
+// upstream request, and its reservation is released.
+func TestProxyClientDisconnect(t *testing.T) {
+	t.Run("while waiting for admission", func(t *testing.T) {
+		up := newFakeUpstream(t, chatOK(1, 1, 0))
+		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+		f.srv.Ledger().RateLimited(f.clock.Now(), "pa", "dc", 30*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc")))
+			done <- err
+		}()
+		waitFor(t, "the wait", func() bool { return f.status("pa", "dc").Waiting == 1 })
+		cancel()
+		<-done
+		waitFor(t, "the waiter to leave", func() bool { st := f.status("pa", "dc"); return st.Waiting == 0 && st.InFlight == 0 })
+		if up.n() != 0 {
+			t.Fatal("a cancelled request reached the upstream")
+		}
+	})
+	t.Run("while the upstream works", func(t *testing.T) {
+		started, cancelled := make(chan struct{}), make(chan struct{})
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			select {
+			case <-r.Context().Done():
+				close(cancelled)
+			case <-time.After(10 * time.Second): // a bound, not a wait
+			}
+		})
+		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc2")))
+			done <- err
+		}()
+		<-started
+		if st := f.status("pa", "dc2"); st.InFlight != 1 {
+			t.Fatalf("in flight %d", st.InFlight)
+		}
+		cancel()
+		<-done
+		select {
+		case <-cancelled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the upstream request was not cancelled")
+		}
+		waitFor(t, "the release", func() bool {
+			st := f.status("pa", "dc2")
+			return st.InFlight == 0 && st.Reserved == 0 && st.WindowTokens == 0
+		})
+	})
+	t.Run("while sleeping before a retry", func(t *testing.T) {
+		up := newFakeUpstream(t, jsonAnswer(500, `{"error":{"message":"boom"}}`))
+		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc3")))
+			done <- err
+		}()
+		waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+		cancel()
+		<-done
+		waitFor(t, "the sleep to end", func() bool { return f.clock.Timers() == 0 })
+		f.clock.Advance(time.Hour)
+		if up.n() != 1 || f.status("pa", "dc3").InFlight != 0 {
+			t.Fatalf("calls %d in flight %d", up.n(), f.status("pa", "dc3").InFlight)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustRequest(t *testing.T, ctx context.Context, url string, body any) *http.Request {
+	t.Helper()
+	b := strings.NewReader(mustJSON(t, body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// TestProxyLongTermWait: a spent allowance with no other route is waited out
+// (quota.longTermDelay on the server's clock), then retried on the same route.
+func TestProxyLongTermWait(t *testing.T) {
+	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  pa: {kind: openai, baseURL: %s/v1}
+pools:
+  solo:
+    routes:
+      - {provider: pa, model: m1}
+quota:
+  longTermDelay: 10m
+`, up.URL), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x")
+	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	if st, ok := f.srv.Quota().State("lt"); !ok || !st.Pending {
+		t.Fatalf("quota state %+v %v: want a pending long-term wait", st, ok)
+	}
+	f.clock.Advance(9 * time.Minute)
+	if up.n() != 1 {
+		t.Fatal("retried before the long-term delay")
+	}
+	f.clock.Advance(time.Minute)
+	r := <-res
+	if r.resp.StatusCode != 200 || up.n() != 2 {
+		t.Fatalf("status %d after %d calls: %s", r.resp.StatusCode, up.n(), r.body)
+	}
+	if w, _ := strconv.Atoi(r.resp.Header.Get("X-Gate-Waited-Ms")); w < 600000 {
+		t.Fatalf("X-Gate-Waited-Ms %d", w)
+	}
+	if _, ok := f.srv.Quota().State("lt"); ok {
+		t.Fatal("the session's entry did not end with the success")
+	}
+}
+
+// TestProxyMetrics: the proxy's decisions show in /metrics.
+func TestProxyMetrics(t *testing.T) {
+	up := newFakeUpstream(t, jsonAnswer(500, `{"error":{"message":"boom"}}`), chatOK(3, 1, 0))
+	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 2\n  jitter: 0"), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/mx"))
+	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	f.clock.Advance(time.Minute)
+	if r := <-res; r.resp.StatusCode != 200 {
+		t.Fatalf("status %d", r.resp.StatusCode)
+	}
+	resp, err := http.Get(f.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`gatectl_retry_actions_total{action="retry"} 1`,
+		`gatectl_failures_total{class="SERVER"} 1`,
+		`gatectl_upstream_responses_total{provider="pa",status="500"} 1`,
+		`gatectl_upstream_responses_total{provider="pa",status="200"} 1`,
+		`gatectl_gate_admissions_total{model="mx",provider="pa",reason="none"} 2`,
+		`gatectl_proxy_overhead_seconds_count 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

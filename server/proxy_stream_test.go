@@ -1,0 +1,242 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func streamConfig(openaiURL, anthURL string) string {
+	return fmt.Sprintf(`
+providers:
+  po:   {kind: openai, baseURL: %s/v1}
+  anth: {kind: anthropic, baseURL: %s}
+`, openaiURL, anthURL)
+}
+
+// TestProxyStreamsChunkByChunk: the client reads the first chunk before the
+// upstream sends the second (the upstream waits for it: without a flush per
+// event the test would time out); include_usage is asked for upstream, its chunk
+// settles the ticket, and it is stripped unless the client asked for it.
+func TestProxyStreamsChunkByChunk(t *testing.T) {
+	for _, clientAsked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clientAskedUsage=%v", clientAsked), func(t *testing.T) {
+			firstSeen := make(chan struct{})
+			up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				sse(w, chatChunk("first"))
+				select {
+				case <-firstSeen:
+				case <-r.Context().Done():
+					return
+				case <-time.After(10 * time.Second): // a bound, not a wait: the test fails first
+					return
+				}
+				sse(w, chatChunk("second"), usageChunk(7, 2), "data: [DONE]\n\n")
+			})
+			f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+			req := chatReq("po/stream-model", "stream", true, "max_tokens", 100)
+			if clientAsked {
+				req["stream_options"] = map[string]any{"include_usage": true}
+			}
+			resp := f.post(context.Background(), "/v1/chat/completions", req, "Authorization", "Bearer sk-client")
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("status %d content-type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			if resp.Header.Get("X-Gate-Route") != "po/stream-model" || resp.Header.Get("X-Gate-Waited-Ms") == "" {
+				t.Fatalf("gate headers: %v", resp.Header)
+			}
+			br := bufio.NewReader(resp.Body)
+			line, err := br.ReadString('\n')
+			if err != nil || !strings.Contains(line, `"first"`) {
+				t.Fatalf("first line %q, %v", line, err)
+			}
+			close(firstSeen)
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := readEvents(t, line+string(rest))
+			var sawUsage bool
+			for _, e := range events {
+				sawUsage = sawUsage || strings.Contains(e, `"usage"`)
+			}
+			if sawUsage != clientAsked {
+				t.Fatalf("usage chunk passed on: %v, want %v (%v)", sawUsage, clientAsked, events)
+			}
+			if events[len(events)-1] != "[DONE]" || !strings.Contains(strings.Join(events, ""), `"second"`) {
+				t.Fatalf("events %v", events)
+			}
+			opts, _ := up.call(0).Body["stream_options"].(map[string]any)
+			if opts["include_usage"] != true {
+				t.Fatalf("upstream stream_options %v", up.call(0).Body["stream_options"])
+			}
+			waitFor(t, "the settle", func() bool { return f.status("po", "stream-model").InFlight == 0 })
+			if st := f.status("po", "stream-model"); st.WindowTokens != 9 || st.Reserved != 0 {
+				t.Fatalf("window %d reserved %d; want 9 0", st.WindowTokens, st.Reserved)
+			}
+		})
+	}
+}
+
+func anthropicEvent(name string, data any) string {
+	b, _ := json.Marshal(data)
+	return "event: " + name + "\ndata: " + string(b) + "\n\n"
+}
+
+// TestProxyAnthropicStreamUsage: message_start's usage (cache reads and writes
+// included) and message_delta's output settle the ticket.
+func TestProxyAnthropicStreamUsage(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w,
+			anthropicEvent("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "m1",
+				"usage": map[string]any{"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 3, "output_tokens": 1}}}),
+			anthropicEvent("content_block_delta", map[string]any{"type": "content_block_delta", "delta": map[string]any{"type": "text_delta", "text": "hi"}}),
+			anthropicEvent("message_delta", map[string]any{"type": "message_delta", "usage": map[string]any{"output_tokens": 7}}),
+			anthropicEvent("message_stop", map[string]any{"type": "message_stop"}))
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	resp, body := f.call("/v1/messages", chatReq("anth/claude-s", "stream", true, "max_tokens", 500), "X-Api-Key", "sk-ant-client")
+	if resp.StatusCode != 200 || strings.Count(body, "event: ") != 4 {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	if up.call(0).Body["stream_options"] != nil {
+		t.Fatal("stream_options sent to an anthropic provider")
+	}
+	if up.call(0).Header.Get("X-Api-Key") != "sk-ant-client" || up.call(0).Header.Get("Anthropic-Version") == "" {
+		t.Fatalf("upstream headers %v", up.call(0).Header)
+	}
+	waitFor(t, "the settle", func() bool { return f.status("anth", "claude-s").InFlight == 0 })
+	if st := f.status("anth", "claude-s"); st.WindowTokens != 25 {
+		t.Fatalf("window %d, want 25 (10 input + 5 cache read + 3 cache write + 7 output)", st.WindowTokens)
+	}
+}
+
+// TestProxyResponsesStreamUsage: the responses API reports usage in
+// response.completed; cached tokens are within input_tokens.
+func TestProxyResponsesStreamUsage(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w,
+			anthropicEvent("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "delta": "hi"}),
+			anthropicEvent("response.completed", map[string]any{"type": "response.completed", "response": map[string]any{
+				"usage": map[string]any{"input_tokens": 20, "input_tokens_details": map[string]any{"cached_tokens": 5}, "output_tokens": 4}}}))
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	resp, body := f.call("/v1/responses", map[string]any{"model": "po/resp", "input": "hi", "stream": true})
+	if resp.StatusCode != 200 || !strings.Contains(body, "response.completed") {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	if up.call(0).Path != "/v1/responses" || up.call(0).Body["stream_options"] != nil {
+		t.Fatalf("upstream call %+v", up.call(0))
+	}
+	waitFor(t, "the settle", func() bool { return f.status("po", "resp").InFlight == 0 })
+	if st := f.status("po", "resp"); st.WindowTokens != 24 {
+		t.Fatalf("window %d, want 24", st.WindowTokens)
+	}
+}
+
+// cutAfter writes events, then drops the connection without ending the chunked
+// body: a transport failure after the first byte.
+func cutAfter(events ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, events...)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}
+}
+
+// TestProxyMidStreamError: a failure after the first byte ends the stream with
+// the protocol's error event, and what was used is settled.
+func TestProxyMidStreamError(t *testing.T) {
+	t.Run("openai transport cut", func(t *testing.T) {
+		up := newFakeUpstream(t, cutAfter(chatChunk("partial")))
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/chat/completions", chatReq("po/cut", "stream", true, "max_tokens", 100))
+		events := readEvents(t, body)
+		if resp.StatusCode != 200 || len(events) != 2 || !strings.Contains(events[0], "partial") || !strings.HasPrefix(events[1], `{"error":{`) {
+			t.Fatalf("status %d events %q", resp.StatusCode, events)
+		}
+		if up.n() != 1 {
+			t.Fatalf("%d upstream calls: a started stream was retried", up.n())
+		}
+		waitFor(t, "the settle", func() bool { return f.status("po", "cut").InFlight == 0 })
+		if st := f.status("po", "cut"); st.Reserved != 0 || st.WindowTokens == 0 || st.WindowTokens >= 100 {
+			t.Fatalf("window %d reserved %d: want the input estimate plus one chunk settled", st.WindowTokens, st.Reserved)
+		}
+	})
+	t.Run("anthropic transport cut", func(t *testing.T) {
+		up := newFakeUpstream(t, cutAfter(anthropicEvent("message_start", map[string]any{"type": "message_start",
+			"message": map[string]any{"usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})))
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/messages", chatReq("anth/cut", "stream", true, "max_tokens", 100))
+		if resp.StatusCode != 200 || !strings.Contains(body, "event: message_start") || !strings.HasSuffix(body, "\n\n") ||
+			!strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{") {
+			t.Fatalf("status %d body %q", resp.StatusCode, body)
+		}
+		waitFor(t, "the settle", func() bool { return f.status("anth", "cut").InFlight == 0 })
+		if st := f.status("anth", "cut"); st.WindowTokens != 13 {
+			t.Fatalf("window %d, want 13 (message_start's usage)", st.WindowTokens)
+		}
+	})
+	t.Run("anthropic error event mid-stream", func(t *testing.T) {
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, anthropicEvent("message_start", map[string]any{"type": "message_start",
+				"message": map[string]any{"usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}}),
+				anthropicEvent("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}),
+				anthropicEvent("ping", map[string]any{"type": "ping"}))
+		})
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/messages", chatReq("anth/err", "stream", true, "max_tokens", 100))
+		if resp.StatusCode != 200 || strings.Count(body, "event: error") != 1 || strings.Contains(body, "ping") {
+			t.Fatalf("status %d body %q: want the upstream's error event, then the end", resp.StatusCode, body)
+		}
+		if up.n() != 1 {
+			t.Fatalf("%d upstream calls", up.n())
+		}
+	})
+}
+
+// TestProxyStreamFirstEventError: a stream whose first event is an error has sent
+// nothing to the client yet: it is retried like any failure.
+func TestProxyStreamFirstEventError(t *testing.T) {
+	up := newFakeUpstream(t,
+		func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, anthropicEvent("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}))
+		},
+		func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, anthropicEvent("message_start", map[string]any{"type": "message_start",
+				"message": map[string]any{"usage": map[string]any{"input_tokens": 4, "output_tokens": 1}}}),
+				anthropicEvent("message_stop", map[string]any{"type": "message_stop"}))
+		})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	type result struct {
+		status int
+		body   string
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, body := f.call("/v1/messages", chatReq("anth/first", "stream", true, "max_tokens", 10))
+		done <- result{resp.StatusCode, body}
+	}()
+	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	f.clock.Advance(time.Minute)
+	r := <-done
+	if r.status != 200 || strings.Contains(r.body, "event: error") || !strings.Contains(r.body, "message_stop") || up.n() != 2 {
+		t.Fatalf("status %d calls %d body %q", r.status, up.n(), r.body)
+	}
+}

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/snapshot"
+)
+
+// apiKind is the wire protocol of an endpoint and of a provider.
+type apiKind string
+
+const (
+	kindOpenAI    apiKind = "openai"
+	kindAnthropic apiKind = "anthropic"
+)
+
+// resolved is where a proxied request goes first, and what its key may reach.
+type resolved struct {
+	route engine.Route
+	// asked is the route the client named (for a pool: the pool's first route,
+	// which stands for the pool in QuotaRetry.RouteFor); pool is the pool's name
+	// when the client named one.
+	asked engine.Route
+	pool  string
+	// keyProvider is the provider the client's own key is meant for: the one it
+	// named (provider/model, or a bare model's), or for a pool the provider of the
+	// route the request started on. See upstream_keys.go.
+	keyProvider string
+}
+
+// routeError is a 400 about the request's model: the message lists what exists.
+type routeError struct{ msg string }
+
+func (e *routeError) Error() string { return e.msg }
+
+// resolveModel turns the request's model into a route (see the package doc of
+// proxy.go for the rules): a pool name (a draw through QuotaRetry), provider/model,
+// or a bare model that exactly one configured route serves.
+func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
+	cfg := snap.Config
+	if model == "" {
+		return resolved{}, &routeError{"the request has no model; " + s.modelChoices(snap)}
+	}
+	if p := snap.Pools.Pool(model); p != nil {
+		return s.resolvePool(ctx, snap, kind, p, session)
+	}
+	var asked engine.Route
+	if i := strings.IndexByte(model, '/'); i > 0 {
+		if _, ok := cfg.Providers[model[:i]]; ok && i < len(model)-1 {
+			asked = engine.Route{Provider: model[:i], Model: model[i+1:]}
+		}
+	}
+	if asked.Provider == "" {
+		routes := configuredRoutes(snap)
+		var found []engine.Route
+		for _, r := range routes {
+			if r.Model == model {
+				found = append(found, r)
+			}
+		}
+		switch len(found) {
+		case 0:
+			return resolved{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
+		case 1:
+			asked = found[0]
+		default:
+			names := make([]string, len(found))
+			for i, r := range found {
+				names[i] = r.String()
+			}
+			return resolved{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
+		}
+	}
+	if err := kindMatches(cfg, kind, asked.Provider); err != nil {
+		return resolved{}, err
+	}
+	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider}
+	ch, err := s.quota.RouteFor(ctx, session, asked)
+	if err != nil {
+		s.logger.Named("proxy").Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
+	}
+	if ch.Route.Provider != "" && kindMatches(cfg, kind, ch.Route.Provider) == nil {
+		res.route = ch.Route
+	}
+	return res, nil
+}
+
+// resolvePool draws (or keeps) the session's route in pool p.
+func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *engine.Pool, session string) (resolved, error) {
+	routes := p.Routes()
+	res := resolved{asked: routes[0], pool: p.Name()}
+	var r engine.Route
+	// RouteFor governs the session by the pool holding its route; a route that
+	// several pools share is governed by none, so such a pool draws afresh.
+	if session != "" && snap.Pools.Holding(routes[0]) == p {
+		ch, err := s.quota.RouteFor(ctx, session, routes[0])
+		if err != nil {
+			s.logger.Named("proxy").Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
+		}
+		r = ch.Route
+	} else {
+		var err error
+		if r, err = s.quota.PickRoute(ctx, p.Name()); err != nil {
+			return resolved{}, &routeError{err.Error()}
+		}
+	}
+	if err := kindMatches(snap.Config, kind, r.Provider); err != nil {
+		return resolved{}, &routeError{fmt.Sprintf("pool %q: route %s: %s", p.Name(), r, err)}
+	}
+	res.route, res.keyProvider = r, r.Provider
+	return res, nil
+}
+
+// kindMatches refuses an endpoint of one protocol for a provider of the other.
+func kindMatches(cfg *config.Config, kind apiKind, provider string) error {
+	pc, ok := cfg.Providers[provider]
+	if !ok {
+		return &routeError{fmt.Sprintf("no provider %q is configured (have: %s)", provider, strings.Join(cfg.ProviderNames(), ", "))}
+	}
+	if apiKind(pc.Kind) != kind {
+		other := "/v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses"
+		if pc.Kind == string(kindAnthropic) {
+			other = "/v1/messages"
+		}
+		return &routeError{fmt.Sprintf("provider %q is %s-kind: send its requests to %s", provider, pc.Kind, other)}
+	}
+	return nil
+}
+
+// configuredRoutes are the routes the config names: every pool's, then the
+// gate.models keys, deduplicated, in that order.
+func configuredRoutes(snap *snapshot.Snapshot) []engine.Route {
+	seen := map[engine.Route]bool{}
+	var out []engine.Route
+	add := func(r engine.Route) {
+		r.ReasoningEffort = ""
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	for _, p := range snap.Pools.All() {
+		for _, r := range p.Routes() {
+			add(r)
+		}
+	}
+	keys := make([]string, 0, len(snap.Config.Gate.Models))
+	for k := range snap.Config.Gate.Models {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if i := strings.IndexByte(k, '/'); i > 0 && i < len(k)-1 {
+			if _, ok := snap.Config.Providers[k[:i]]; ok {
+				add(engine.Route{Provider: k[:i], Model: k[i+1:]})
+			}
+		}
+	}
+	return out
+}
+
+// modelChoices lists what a model may name, for a 400.
+func (s *Server) modelChoices(snap *snapshot.Snapshot) string {
+	var b strings.Builder
+	b.WriteString("use a pool (")
+	if names := snap.Pools.Names(); len(names) > 0 {
+		b.WriteString(strings.Join(names, ", "))
+	} else {
+		b.WriteString("none configured")
+	}
+	b.WriteString("), a configured route (")
+	routes := configuredRoutes(snap)
+	if len(routes) == 0 {
+		b.WriteString("none")
+	}
+	for i, r := range routes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.String())
+	}
+	b.WriteString(") or provider/model with a provider of ")
+	b.WriteString(strings.Join(snap.Config.ProviderNames(), ", "))
+	return b.String()
+}
+
+// modelEntry is one item of GET /v1/models (OpenAI's list shape).
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Routes lists a pool's routes; Kind is the route's or pool's protocol.
+	Routes []string `json:"routes,omitempty"`
+	Kind   string   `json:"kind,omitempty"`
+}
+
+// handleModels lists what the config serves: each pool, each configured route as
+// provider/model and as its bare model when only one route serves it. Models a
+// pass-through provider serves beyond those are not known to gatectl and are
+// not listed (ask the provider); any of them works as provider/model.
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	snap := s.snap.Current()
+	created := snap.BuiltAt.Unix()
+	data := []modelEntry{}
+	for _, p := range snap.Pools.All() {
+		e := modelEntry{ID: p.Name(), Object: "model", Created: created, OwnedBy: "gatectl-pool"}
+		for _, rt := range p.Routes() {
+			e.Routes = append(e.Routes, rt.String())
+			if e.Kind == "" {
+				e.Kind = snap.Config.Providers[rt.Provider].Kind
+			}
+		}
+		data = append(data, e)
+	}
+	routes := configuredRoutes(snap)
+	count := map[string]int{}
+	for _, rt := range routes {
+		count[rt.Model]++
+	}
+	for _, rt := range routes {
+		kind := snap.Config.Providers[rt.Provider].Kind
+		data = append(data, modelEntry{ID: rt.Provider + "/" + rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
+		if count[rt.Model] == 1 && snap.Pools.Pool(rt.Model) == nil {
+			data = append(data, modelEntry{ID: rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}

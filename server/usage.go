@@ -1,0 +1,280 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// wireUsage is the union of the usage objects the APIs report:
+//
+//   - OpenAI chat/completions/embeddings: prompt_tokens (cached tokens counted
+//     within it, in prompt_tokens_details.cached_tokens) and completion_tokens;
+//   - OpenAI responses: input_tokens (cached within, input_tokens_details) and
+//     output_tokens;
+//   - Anthropic messages: input_tokens (cache reads and writes not included),
+//     cache_read_input_tokens, cache_creation_input_tokens, output_tokens.
+type wireUsage struct {
+	PromptTokens     int64          `json:"prompt_tokens"`
+	CompletionTokens int64          `json:"completion_tokens"`
+	PromptDetails    *cachedDetails `json:"prompt_tokens_details"`
+	InputTokens      int64          `json:"input_tokens"`
+	OutputTokens     int64          `json:"output_tokens"`
+	InputDetails     *cachedDetails `json:"input_tokens_details"`
+	CacheRead        int64          `json:"cache_read_input_tokens"`
+	CacheCreation    int64          `json:"cache_creation_input_tokens"`
+}
+
+type cachedDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// toEngine converts to the ledger's usage: every token the provider counts,
+// cache reads and writes apart, none counted twice.
+func (u *wireUsage) toEngine(kind apiKind) engine.Usage {
+	if kind == kindAnthropic {
+		return engine.Usage{InputTokens: u.InputTokens, CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheCreation, OutputTokens: u.OutputTokens}
+	}
+	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
+		var cached int64
+		if u.PromptDetails != nil {
+			cached = min(u.PromptDetails.CachedTokens, u.PromptTokens)
+		}
+		return engine.Usage{InputTokens: u.PromptTokens - cached, CacheReadTokens: cached, OutputTokens: u.CompletionTokens}
+	}
+	var cached int64
+	if u.InputDetails != nil {
+		cached = min(u.InputDetails.CachedTokens, u.InputTokens)
+	}
+	return engine.Usage{InputTokens: u.InputTokens - cached, CacheReadTokens: cached, OutputTokens: u.OutputTokens}
+}
+
+// bodyInfo is what gatectl reads from a non-streaming response body.
+type bodyInfo struct {
+	Usage *wireUsage      `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// inspectBody reads a complete JSON response: its usage, and whether it is an
+// error dressed as a success (HTTP 200 with {"error": …}).
+func inspectBody(kind apiKind, body []byte) (u engine.Usage, hasUsage, isError bool) {
+	var bi bodyInfo
+	if err := json.Unmarshal(body, &bi); err != nil {
+		return u, false, false // not JSON: passed on as it is
+	}
+	if len(bi.Error) > 0 && !bytes.Equal(bi.Error, []byte("null")) {
+		return u, false, true
+	}
+	if bi.Usage == nil {
+		return u, false, false
+	}
+	return bi.Usage.toEngine(kind), true, false
+}
+
+// sseEvent is one server-sent event as received: raw holds its bytes, the blank
+// line that ends it included, so that it is passed on exactly.
+type sseEvent struct {
+	raw  []byte
+	name []byte // the event: field, nil when absent
+	data []byte // the data: fields joined by "\n"
+}
+
+// sseReader splits a stream into events without buffering more than one.
+type sseReader struct {
+	r    *bufio.Reader
+	raw  []byte
+	data []byte
+}
+
+func newSSEReader(r io.Reader) *sseReader { return &sseReader{r: bufio.NewReaderSize(r, 16<<10)} }
+
+// next returns the next event. At the end of the stream it returns io.EOF, or
+// io.ErrUnexpectedEOF when the stream stopped inside an event. The event's slices
+// are valid until the next call.
+func (s *sseReader) next() (sseEvent, error) {
+	s.raw, s.data = s.raw[:0], s.data[:0]
+	var ev sseEvent
+	nameAt, nameLen := -1, 0
+	hasData := false
+	for {
+		line, err := s.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// a line longer than the buffer: gather it whole
+			start := len(s.raw)
+			s.raw = append(s.raw, line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = s.r.ReadSlice('\n')
+				s.raw = append(s.raw, line...)
+			}
+			line = s.raw[start:]
+			s.raw = s.raw[:start]
+		}
+		if len(line) == 0 && err != nil {
+			if len(s.raw) > 0 {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				ev.raw = s.raw
+				return ev, err
+			}
+			return ev, err
+		}
+		start := len(s.raw)
+		s.raw = append(s.raw, line...)
+		content := bytes.TrimRight(s.raw[start:], "\r\n")
+		switch {
+		case len(content) == 0:
+			if start == 0 { // blank lines between events: skip
+				s.raw = s.raw[:0]
+				if err != nil {
+					return ev, err
+				}
+				continue
+			}
+			ev.raw = s.raw
+			if nameAt >= 0 {
+				ev.name = s.raw[nameAt : nameAt+nameLen]
+			}
+			if hasData {
+				ev.data = s.data
+			}
+			return ev, nil
+		case bytes.HasPrefix(content, []byte("data:")):
+			v := bytes.TrimPrefix(content[5:], []byte(" "))
+			if hasData {
+				s.data = append(s.data, '\n')
+			}
+			s.data = append(s.data, v...)
+			hasData = true
+		case bytes.HasPrefix(content, []byte("event:")):
+			v := bytes.TrimPrefix(content[6:], []byte(" "))
+			nameAt, nameLen = start+(len(content)-len(v)), len(v)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			ev.raw = s.raw
+			return ev, err
+		}
+	}
+}
+
+// streamUsage follows the usage a stream reports, per API.
+type streamUsage struct {
+	kind  apiKind
+	u     engine.Usage
+	seen  bool
+	chunk int64 // content events passed on, for settling a cut stream without usage
+}
+
+var (
+	evMessageStart      = []byte("message_start")
+	evMessageDelta      = []byte("message_delta")
+	evError             = []byte("error")
+	evResponseCompleted = []byte("response.completed")
+	evResponseFailed    = []byte("response.failed")
+	evResponseInc       = []byte("response.incomplete")
+	dataDone            = []byte("[DONE]")
+	keyUsage            = []byte(`"usage"`)
+	keyError            = []byte(`"error"`)
+)
+
+// observe reads one event's usage and says whether the event is an error, and
+// whether it is OpenAI's usage-only chunk (no choices), which gatectl asked for.
+func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
+	switch s.kind {
+	case kindAnthropic:
+		switch {
+		case bytes.Equal(ev.name, evError):
+			return true, false
+		case bytes.Equal(ev.name, evMessageStart):
+			var m struct {
+				Message struct {
+					Usage *wireUsage `json:"usage"`
+				} `json:"message"`
+			}
+			if json.Unmarshal(ev.data, &m) == nil && m.Message.Usage != nil {
+				s.u = m.Message.Usage.toEngine(kindAnthropic)
+				s.seen = true
+			}
+		case bytes.Equal(ev.name, evMessageDelta):
+			var m struct {
+				Usage *wireUsage `json:"usage"`
+			}
+			if json.Unmarshal(ev.data, &m) == nil && m.Usage != nil {
+				// message_delta's counts are cumulative; input counts, when present,
+				// restate message_start's.
+				d := m.Usage.toEngine(kindAnthropic)
+				s.u.OutputTokens = max(s.u.OutputTokens, d.OutputTokens)
+				s.u.InputTokens = max(s.u.InputTokens, d.InputTokens)
+				s.u.CacheReadTokens = max(s.u.CacheReadTokens, d.CacheReadTokens)
+				s.u.CacheWriteTokens = max(s.u.CacheWriteTokens, d.CacheWriteTokens)
+				s.seen = true
+			}
+		default:
+			s.chunk++
+		}
+		return false, false
+	}
+	// OpenAI: chat/completions and completions send data-only chunks; responses
+	// sends named events.
+	if len(ev.name) > 0 {
+		switch {
+		case bytes.Equal(ev.name, evError):
+			return true, false
+		case bytes.Equal(ev.name, evResponseCompleted), bytes.Equal(ev.name, evResponseFailed), bytes.Equal(ev.name, evResponseInc):
+			var m struct {
+				Response struct {
+					Usage *wireUsage `json:"usage"`
+				} `json:"response"`
+			}
+			if json.Unmarshal(ev.data, &m) == nil && m.Response.Usage != nil {
+				s.u, s.seen = m.Response.Usage.toEngine(kindOpenAI), true
+			}
+		default:
+			s.chunk++
+		}
+		return false, false
+	}
+	if ev.data == nil || bytes.Equal(ev.data, dataDone) {
+		return false, false
+	}
+	hasUsage, hasErr := bytes.Contains(ev.data, keyUsage), bytes.Contains(ev.data, keyError)
+	if !hasUsage && !hasErr {
+		s.chunk++
+		return false, false
+	}
+	var m struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *wireUsage        `json:"usage"`
+		Error   json.RawMessage   `json:"error"`
+	}
+	if json.Unmarshal(ev.data, &m) != nil {
+		s.chunk++
+		return false, false
+	}
+	if len(m.Error) > 0 && !bytes.Equal(m.Error, []byte("null")) {
+		return true, false
+	}
+	if m.Usage != nil {
+		s.u, s.seen = m.Usage.toEngine(kindOpenAI), true
+		return false, len(m.Choices) == 0
+	}
+	s.chunk++
+	return false, false
+}
+
+// settleUsage is what to settle a stream with: the usage it reported, else (a
+// stream cut before its usage) the input estimate plus one token per content
+// event passed on.
+func (s *streamUsage) settleUsage(t engine.Ticket) engine.Usage {
+	if s.seen {
+		return s.u
+	}
+	return engine.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk}
+}

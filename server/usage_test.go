@@ -1,0 +1,83 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+func TestSSEReader(t *testing.T) {
+	long := strings.Repeat("x", 40<<10) // longer than the reader's buffer
+	cases := []struct {
+		name    string
+		in      string
+		want    []string // each event's data
+		names   []string
+		lastErr error
+	}{
+		{"data-only events", "data: a\n\ndata: b\n\n", []string{"a", "b"}, []string{"", ""}, io.EOF},
+		{"named, CRLF, comments, extra blank lines", "\r\n: ping\r\nevent: x\r\ndata: 1\r\n\r\n\n\nevent: y\ndata:2\n\n", []string{"1", "2"}, []string{"x", "y"}, io.EOF},
+		{"multi-line data", "data: a\ndata: b\n\n", []string{"a\nb"}, []string{""}, io.EOF},
+		{"a line longer than the buffer", "event: big\ndata: " + long + "\n\n", []string{long}, []string{"big"}, io.EOF},
+		{"cut inside an event", "data: a\n\ndata: b", []string{"a"}, []string{""}, io.ErrUnexpectedEOF},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSSEReader(strings.NewReader(tc.in))
+			var got, names []string
+			var raw strings.Builder
+			var err error
+			for {
+				var ev sseEvent
+				ev, err = r.next()
+				if err != nil {
+					break
+				}
+				got = append(got, string(ev.data))
+				names = append(names, string(ev.name))
+				raw.Write(ev.raw)
+			}
+			if !errors.Is(err, tc.lastErr) {
+				t.Fatalf("last error %v, want %v", err, tc.lastErr)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") || strings.Join(names, "|") != strings.Join(tc.names, "|") {
+				t.Fatalf("events %q names %q; want %q %q", got, names, tc.want, tc.names)
+			}
+			if tc.lastErr == io.EOF && !strings.Contains(tc.in, ": ping") && raw.String() != strings.TrimLeft(tc.in, "\r\n") {
+				t.Fatalf("raw bytes changed:\n%q\n%q", raw.String(), tc.in)
+			}
+		})
+	}
+}
+
+func TestWireUsage(t *testing.T) {
+	cases := []struct {
+		name string
+		kind apiKind
+		body string
+		want engine.Usage
+		err  bool
+	}{
+		{"chat with cached prompt", kindOpenAI, `{"usage":{"prompt_tokens":100,"completion_tokens":20,"prompt_tokens_details":{"cached_tokens":40}}}`,
+			engine.Usage{InputTokens: 60, CacheReadTokens: 40, OutputTokens: 20}, false},
+		{"embeddings", kindOpenAI, `{"usage":{"prompt_tokens":8,"total_tokens":8}}`, engine.Usage{InputTokens: 8}, false},
+		{"responses", kindOpenAI, `{"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":10},"output_tokens":5}}`,
+			engine.Usage{InputTokens: 20, CacheReadTokens: 10, OutputTokens: 5}, false},
+		{"anthropic", kindAnthropic, `{"usage":{"input_tokens":3,"cache_read_input_tokens":50,"cache_creation_input_tokens":7,"output_tokens":11}}`,
+			engine.Usage{InputTokens: 3, CacheReadTokens: 50, CacheWriteTokens: 7, OutputTokens: 11}, false},
+		{"a 200 carrying an error", kindOpenAI, `{"error":{"message":"overloaded"}}`, engine.Usage{}, true},
+		{"anthropic error body", kindAnthropic, `{"type":"error","error":{"type":"overloaded_error"}}`, engine.Usage{}, true},
+		{"error null is no error", kindOpenAI, `{"error":null,"usage":{"prompt_tokens":1,"completion_tokens":1}}`, engine.Usage{InputTokens: 1, OutputTokens: 1}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u, _, isErr := inspectBody(tc.kind, []byte(tc.body))
+			if isErr != tc.err || u != tc.want {
+				t.Fatalf("usage %+v error %v; want %+v %v", u, isErr, tc.want, tc.err)
+			}
+		})
+	}
+}
