@@ -119,7 +119,7 @@ func (u *upstream) chat(w http.ResponseWriter, r *http.Request) {
 	if !req.Stream {
 		writeJSON(w, map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": strings.Join(words, " ")}}},
-			"usage": usage})
+			"usage":   usage})
 		return
 	}
 	sse(w)
