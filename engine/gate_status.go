@@ -30,12 +30,7 @@ type BucketStatus struct {
 
 // Status returns a snapshot of every bucket at now, sorted by provider and model.
 func (l *Ledger) Status(now time.Time) []BucketStatus {
-	l.mu.RLock()
-	bs := make([]*bucket, 0, len(l.buckets))
-	for _, b := range l.buckets {
-		bs = append(bs, b)
-	}
-	l.mu.RUnlock()
+	bs := l.allBuckets()
 	out := make([]BucketStatus, 0, len(bs))
 	for _, b := range bs {
 		out = append(out, b.status(now))

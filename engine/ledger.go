@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -82,9 +83,40 @@ type Ledger struct {
 	onEvent func(GateEvent)
 	quotas  QuotaStore // nil: learned state in memory only
 
-	mu        sync.RWMutex
-	buckets   map[bucketKey]*bucket
+	// Buckets are spread over shards, each with its own lock, so calls on different
+	// models on different cores do not contend on one lock word.
+	shards [ledgerShards]bucketShard
+	seed   maphash.Seed
+
+	mu        sync.RWMutex // guards providers
 	providers map[string]*providerState
+}
+
+const ledgerShards = 32
+
+type bucketShard struct {
+	mu sync.RWMutex
+	m  map[bucketKey]*bucket
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func (l *Ledger) shardOf(provider, model string) *bucketShard {
+	h := maphash.String(l.seed, provider) ^ (maphash.String(l.seed, model) * 0x9e3779b97f4a7c15)
+	return &l.shards[h%ledgerShards]
+}
+
+// allBuckets lists every bucket (for status snapshots and reconfiguration).
+func (l *Ledger) allBuckets() []*bucket {
+	var bs []*bucket
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.RLock()
+		for _, b := range sh.m {
+			bs = append(bs, b)
+		}
+		sh.mu.RUnlock()
+	}
+	return bs
 }
 
 type bucketKey struct{ provider, model string }
@@ -111,8 +143,11 @@ func NewLedger(cfg GateConfig, clock Clock, opts ...LedgerOption) (*Ledger, erro
 	l := &Ledger{
 		clock:     clock,
 		rand:      newSplitMix(1),
-		buckets:   make(map[bucketKey]*bucket),
+		seed:      maphash.MakeSeed(),
 		providers: make(map[string]*providerState),
+	}
+	for i := range l.shards {
+		l.shards[i].m = make(map[bucketKey]*bucket)
 	}
 	l.cfg.Store(&cfg)
 	for _, o := range opts {
@@ -134,13 +169,7 @@ func (l *Ledger) Reconfigure(now time.Time, cfg GateConfig) error {
 		return err
 	}
 	l.cfg.Store(&cfg)
-	l.mu.RLock()
-	bs := make([]*bucket, 0, len(l.buckets))
-	for _, b := range l.buckets {
-		bs = append(bs, b)
-	}
-	l.mu.RUnlock()
-	for _, b := range bs {
+	for _, b := range l.allBuckets() {
 		b.mu.Lock()
 		b.reconfigureLocked(now, &cfg)
 		b.mu.Unlock()
@@ -163,24 +192,21 @@ func (l *Ledger) emitSafely(e GateEvent) {
 // bucketFor returns the bucket of provider/model, creating it on first use.
 func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	k := bucketKey{provider, model}
-	l.mu.RLock()
-	b := l.buckets[k]
-	l.mu.RUnlock()
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[k]
+	sh.mu.RUnlock()
 	if b != nil {
 		return b
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b = l.buckets[k]; b != nil {
+	ps := l.providerState(provider)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b = sh.m[k]; b != nil {
 		return b
 	}
-	ps := l.providers[provider]
-	if ps == nil {
-		ps = &providerState{}
-		l.providers[provider] = ps
-	}
 	b = newBucket(l, provider, model, ps, now)
-	l.buckets[k] = b
+	sh.m[k] = b
 	return b
 }
 
