@@ -204,7 +204,7 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 			break
 		}
 		if !handled {
-			errs = append(errs, fmt.Errorf("%s.wasm: %s: WebAssembly classifiers need the plugin host, which this build lacks", where, ref.Wasm))
+			errs = append(errs, fmt.Errorf("%s.wasm: %s: WebAssembly classifiers need a plugin host, and none was given (snapshot.Options.Hooks)", where, ref.Wasm))
 		}
 	}
 	for _, h := range opts.Hooks {
@@ -234,7 +234,7 @@ func wasmScorer(ctx context.Context, cfg *config.Config, pool string, opts Optio
 			return sh.ScorerFor(ctx, cfg, pool, opts.Prev)
 		}
 	}
-	return nil, nil, fmt.Errorf("%s: WebAssembly scorers need the plugin host, which this build lacks", cfg.Pools[pool].Scoring.Wasm)
+	return nil, nil, fmt.Errorf("%s: WebAssembly scorers need a plugin host, and none was given (snapshot.Options.Hooks)", cfg.Pools[pool].Scoring.Wasm)
 }
 
 func configName(cfg *config.Config) string {

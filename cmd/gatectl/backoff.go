@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/snapshot"
 )
 
 // backoffBarWidth is how many terminal cells the cap (retry.maxDelay) spans.
@@ -37,7 +38,7 @@ func backoffCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			p, err := retryPolicyFromConfig(cfg.Retry)
+			p, err := snapshot.RetryPolicy(cfg.Retry)
 			if err != nil {
 				return err
 			}
@@ -47,38 +48,6 @@ func backoffCommand() *cli.Command {
 			return writeBackoffText(c.App.Writer, p)
 		},
 	}
-}
-
-// retryPolicyFromConfig turns the retry: section into the planner's policy. Fields
-// the config does not carry (HintlessBaseDelay, BudgetPerStep) keep their defaults.
-func retryPolicyFromConfig(r config.Retry) (engine.RetryPolicy, error) {
-	p := engine.DefaultRetryPolicy()
-	p.Rounds = r.Rounds
-	p.InitialDelay = r.InitialDelay
-	p.Multiplier = r.Multiplier
-	p.MaxDelay = r.MaxDelay
-	p.Jitter = r.Jitter
-	p.RespectRetryAfter = r.RespectRetryAfter
-	p.RetryOn = make([]engine.Class, 0, len(r.RetryOn))
-	for i, s := range r.RetryOn {
-		c, err := engine.ParseClass(s)
-		if err != nil {
-			return engine.RetryPolicy{}, fmt.Errorf("retry.retryOn[%d]: %w", i, err)
-		}
-		p.RetryOn = append(p.RetryOn, c)
-	}
-	p.HintClamp = engine.RetryClamp{Min: r.HintClamp.Min, Max: r.HintClamp.Max}
-	p.HintlessBackoff = r.HintlessBackoff
-	p.Mislabeled = engine.RetryMislabeled{
-		Enabled:      r.Mislabeled.Enabled,
-		Rounds:       r.Mislabeled.Rounds,
-		InitialDelay: r.Mislabeled.InitialDelay,
-		Evidence:     r.Mislabeled.Evidence,
-	}
-	if err := p.Validate(); err != nil {
-		return engine.RetryPolicy{}, err
-	}
-	return p, nil
 }
 
 // writeBackoffText draws the curve as seed 003's settings panel does: one bar per

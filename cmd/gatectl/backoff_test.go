@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/snapshot"
 )
 
 // runBackoff runs `gatectl backoff args...` and returns stdout and the error.
@@ -166,7 +167,7 @@ func TestBackoffRetryPolicyFromConfig(t *testing.T) {
 	r.RetryOn = []string{"RATE_LIMIT", "auth"}
 	r.HintClamp.Min, r.HintClamp.Max = 2*time.Second, time.Minute
 	r.Mislabeled = config.Mislabeled{Enabled: true, Rounds: 2, InitialDelay: 5 * time.Second, Evidence: time.Minute}
-	p, err := retryPolicyFromConfig(r)
+	p, err := snapshot.RetryPolicy(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,12 +182,12 @@ func TestBackoffRetryPolicyFromConfig(t *testing.T) {
 	}
 
 	r.RetryOn = []string{"RATE_LIMIT", "NOPE"}
-	if _, err := retryPolicyFromConfig(r); err == nil || !strings.Contains(err.Error(), "retry.retryOn[1]") {
+	if _, err := snapshot.RetryPolicy(r); err == nil || !strings.Contains(err.Error(), "retry.retryOn[1]") {
 		t.Errorf("unknown class: %v", err)
 	}
 	r.RetryOn = nil
 	r.Jitter = 3
-	if _, err := retryPolicyFromConfig(r); err == nil || !strings.Contains(err.Error(), "retry.jitter") {
+	if _, err := snapshot.RetryPolicy(r); err == nil || !strings.Contains(err.Error(), "retry.jitter") {
 		t.Errorf("bad jitter: %v", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,9 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gatectl/gatectl/balance"
-	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/snapshot"
 )
 
 func routesCommand() *cli.Command {
@@ -70,7 +68,7 @@ func routesCommand() *cli.Command {
 			if c.IsSet("addr") {
 				return cli.Exit("routes: --offline and --addr exclude each other", exitUsage)
 			}
-			cfg, err := config.Load(c.String("config"))
+			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil))
 			if err != nil {
 				return err
 			}
@@ -78,7 +76,7 @@ func routesCommand() *cli.Command {
 			if seed := c.Uint64("seed"); seed != 0 {
 				rnd = rand.New(rand.NewPCG(seed, seed))
 			}
-			rep, err := routesReport(c.Context, cfg, c.Args().First(), n, rnd)
+			rep, err := routesReport(c.Context, snap, c.Args().First(), n, rnd)
 			if err != nil {
 				return err
 			}
@@ -157,64 +155,10 @@ type routesOutput struct {
 	SourceErrors map[string]string `json:"sourceErrors,omitempty"`
 }
 
-// poolsFromConfig turns the pools:, balances: and quota: sections into the
-// engine's pools and settings. Pools whose scoring is an expr or a wasm module use
-// the default rule until rules/ and wasm/ provide scorers; notes says so.
-func poolsFromConfig(cfg *config.Config) (pools *engine.Pools, s engine.QuotaSettings, notes map[string]string, err error) {
-	pc := engine.PoolsConfig{Providers: make([]string, 0, len(cfg.Providers))}
-	for name := range cfg.Providers {
-		pc.Providers = append(pc.Providers, name)
-	}
-	sort.Strings(pc.Providers)
-	notes = map[string]string{}
-	order := cfg.PoolOrder
-	if len(order) == 0 { // a config built by hand
-		for name := range cfg.Pools {
-			order = append(order, name)
-		}
-		sort.Strings(order)
-	}
-	for _, name := range order {
-		p := cfg.Pools[name]
-		spec := engine.PoolSpec{Name: name, MidSessionSwitch: p.MidSessionSwitch}
-		for _, r := range p.Routes {
-			spec.Routes = append(spec.Routes, engine.Route{Provider: r.Provider, Model: r.Model, ReasoningEffort: r.ReasoningEffort})
-		}
-		switch {
-		case p.Scoring.Expr != "":
-			notes[name] = "expr " + strconv.Quote(p.Scoring.Expr) + " (not available in this build: scores use the default rule)"
-		case p.Scoring.Wasm != "":
-			notes[name] = "wasm " + p.Scoring.Wasm + " (not available in this build: scores use the default rule)"
-		default:
-			notes[name] = "default"
-		}
-		pc.Pools = append(pc.Pools, spec)
-	}
-	for _, b := range cfg.Balances {
-		pc.Balances = append(pc.Balances, engine.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
-			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
-	}
-	pools, err = engine.NewPools(pc)
-	if err != nil {
-		return nil, s, nil, err
-	}
-	q := cfg.Quota
-	s = engine.QuotaSettings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
-		FailOpen: q.FailOpen, NativeRetryFirstProviders: q.NativeRetryFirstProviders}
-	return pools, s, notes, nil
-}
-
 // routesReport runs the due balance sources of the selected pools and reports them.
-func routesReport(ctx context.Context, cfg *config.Config, pool string, draws int, rnd engine.Rand) (routesOutput, error) {
-	pools, settings, notes, err := poolsFromConfig(cfg)
-	if err != nil {
-		return routesOutput{}, err
-	}
-	set, err := balance.SetFromConfig(cfg, engine.SystemClock{}, nil)
-	if err != nil {
-		return routesOutput{}, err
-	}
-	q := engine.NewQuotaRetry(engine.QuotaRetryOptions{Pools: pools, Settings: settings, Readings: set, Rand: rnd})
+func routesReport(ctx context.Context, snap *snapshot.Snapshot, pool string, draws int, rnd engine.Rand) (routesOutput, error) {
+	set, notes := snap.Balances, snap.Scoring
+	q := engine.NewQuotaRetry(engine.QuotaRetryOptions{Pools: snap.Pools, Settings: snap.Quota, Readings: set, Rand: rnd})
 	var sel []string
 	if pool != "" {
 		sel = []string{pool}
