@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -16,8 +17,15 @@ const (
 
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "gatectl:", err)
-		os.Exit(exitFailure)
+		if msg := err.Error(); msg != "" { // an empty message: the command already said what was wrong
+			fmt.Fprintln(os.Stderr, "gatectl:", msg)
+		}
+		code := exitFailure
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) && ec.ExitCode() != 0 {
+			code = ec.ExitCode()
+		}
+		os.Exit(code)
 	}
 }
 
