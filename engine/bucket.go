@@ -32,6 +32,10 @@ type bucket struct {
 	waits       int64
 	rateLimited int64
 	last429     time.Time
+
+	// Limits the provider stated (Calibrate), per minute; 0 when none. They
+	// override the configured ones, across reloads too.
+	statedTokens, statedRequests int64
 }
 
 // ticketSlot remembers an open ticket. gen changes when the slot is reused, so a
@@ -50,6 +54,12 @@ type ticketSlot struct {
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
 func (b *bucket) reconfigureLocked(now time.Time, cfg *GateConfig) {
 	lim := cfg.limitsFor(b.provider + "/" + b.model)
+	if b.statedTokens > 0 { // a stated limit supersedes the configured guess
+		lim.TPM = int(scaleLimit(b.statedTokens, cfg.Window))
+	}
+	if b.statedRequests > 0 {
+		lim.RPM = int(scaleLimit(b.statedRequests, cfg.Window))
+	}
 	b.limits = lim
 	b.rpm = max(1, int(float64(lim.RPM)*lim.SafetyFactor))
 	b.win.span = cfg.Window
@@ -170,6 +180,12 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 		if wait > b.l.conf().MaxWait {
 			t := b.grantLocked(now, req, res, out, asked, 0, "max-wait")
 			t.FailOpen = true
+			defer func() {
+				if r := recover(); r != nil { // the event hook panicked: Submit fails open without t
+					_ = b.closeSlotLocked(now, t, 0, nil)
+					panic(r)
+				}
+			}()
 			b.event(EventFailOpen, now, req.Session, "max-wait:"+reason, wait, res)
 			return t, nil
 		}
@@ -188,6 +204,15 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 		ready: make(chan struct{}),
 	}
 	b.waiters = append(b.waiters, w)
+	defer func() {
+		if r := recover(); r != nil {
+			// The event hook panicked: Submit fails the call open, so nothing of
+			// this waiter may stay behind (queued, it would be granted later and
+			// never settled).
+			b.abandonLocked(now, w)
+			panic(r)
+		}
+	}()
 	b.dispatchLocked(now)
 	if w.granted {
 		return w.ticket, nil
@@ -209,15 +234,27 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	sortWaiters(b.waiters)
 	var held *Waiter
 	for _, w := range b.waiters {
+		if w.granted {
+			continue // granted by a dispatch that a panicking event hook cut short
+		}
+		deadline := w.enqueued.Add(b.l.conf().MaxWait)
 		if held != nil {
-			w.next = held.next
 			if w.reason == "" {
 				w.reason = "queue"
+			}
+			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
+				b.grantWaiterLocked(now, w, "max-wait")
+				w.ticket.FailOpen = true
+				b.event(EventFailOpen, now, w.req.Session, "max-wait:queue", now.Sub(w.enqueued), w.reserved)
+				continue
+			}
+			w.next = held.next
+			if w.next.After(deadline) {
+				w.next = deadline
 			}
 			continue
 		}
 		reason, wait, capped := b.block(now, w.reserved, w.req.Session)
-		deadline := w.enqueued.Add(b.l.conf().MaxWait)
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
@@ -239,7 +276,9 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				w.next = deadline
 			}
 		}
-		if now.Sub(w.enqueued) >= b.l.conf().Window/2 {
+		// Only a call the window holds back holds the queue: one held by its own
+		// session's in-flight cap waits for that session, not for capacity.
+		if now.Sub(w.enqueued) >= b.l.conf().Window/2 && !capped {
 			held = w
 		}
 	}
@@ -306,6 +345,29 @@ func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked b
 
 // closeLocked settles (u != nil) or releases a ticket.
 func (b *bucket) closeLocked(now time.Time, t Ticket, tokens int64, u *Usage) error {
+	if err := b.closeSlotLocked(now, t, tokens, u); err != nil {
+		return err
+	}
+	b.dispatchLocked(now) // the refund may let waiters through
+	return nil
+}
+
+// abandonLocked takes w out without dispatching (nor emitting): it leaves the
+// queue, or gives back the grant nobody will use. For recovery from a panic.
+func (b *bucket) abandonLocked(now time.Time, w *Waiter) {
+	if w.cancelled {
+		return
+	}
+	w.cancelled = true
+	if w.granted {
+		_ = b.closeSlotLocked(now, w.ticket, 0, nil)
+		return
+	}
+	b.removeWaiterLocked(w)
+}
+
+// closeSlotLocked is closeLocked without the dispatch.
+func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage) error {
 	if int(t.slot) >= len(b.slots) {
 		return ErrTicketClosed
 	}
@@ -327,7 +389,6 @@ func (b *bucket) closeLocked(now time.Time, t Ticket, tokens int64, u *Usage) er
 	}
 	*s = ticketSlot{gen: s.gen + 1}
 	b.free = append(b.free, t.slot)
-	b.dispatchLocked(now) // the refund may let waiters through
 	return nil
 }
 

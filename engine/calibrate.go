@@ -43,6 +43,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if limitRequests > 0 {
+		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)
 		b.limits.RPM = int(rpm)
 		b.rpm = max(1, int(float64(rpm)*b.limits.SafetyFactor))
@@ -51,6 +52,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		b.dispatchLocked(now)
 		return
 	}
+	b.statedTokens = limitTokens
 	q := float64(scaleLimit(limitTokens, span))
 	from := b.learn.budget()
 	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {

@@ -125,3 +125,33 @@ func TestLedgerCalibrateDropsTrigger(t *testing.T) {
 	}
 	_ = l.Release(now, tk)
 }
+
+// TestLedgerCalibrateSurvivesReconfigure: a reload (even of the same config) keeps
+// the limits the provider stated; they are rescaled when the window changes.
+func TestLedgerCalibrateSurvivesReconfigure(t *testing.T) {
+	cases := []struct {
+		name                 string
+		window               time.Duration
+		wantQuota, wantStart float64
+		wantRPM              int
+	}{
+		{"same config", time.Minute, 600, 600, 3},
+		{"a 30s window", 30 * time.Second, 300, 300, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, clk, _ := newTestLedger(t, testGate())
+			now := clk.Now()
+			l.Calibrate(now, "p", "m", 600, 500, 3, 2)
+			cfg := testGate()
+			cfg.Window = tc.window
+			if err := l.Reconfigure(now.Add(time.Second), cfg); err != nil {
+				t.Fatal(err)
+			}
+			st := l.BucketStatus(now.Add(time.Second), "p", "m")
+			if st.Quota != tc.wantQuota || st.Start != tc.wantStart || st.RPMBudget != tc.wantRPM {
+				t.Fatalf("after reload: quota %v start %v rpm %d; want %v %v %d (the stated limits)", st.Quota, st.Start, st.RPMBudget, tc.wantQuota, tc.wantStart, tc.wantRPM)
+			}
+		})
+	}
+}

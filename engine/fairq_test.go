@@ -143,3 +143,85 @@ func TestFairPerSessionInFlightCap(t *testing.T) {
 		t.Fatalf("A's second call %+v %v: want granted by the settlement", tk, ok)
 	}
 }
+
+// A waiter queued behind one that holds the queue (it waited half a window) still
+// fails open at its own maxWait deadline: holding the queue must not stretch
+// another call's wait past maxWait.
+func TestFairHeldQueueKeepsMaxWait(t *testing.T) {
+	cases := []struct {
+		name     string
+		behind   Request // queued first, sorted behind the holder
+		behindAt time.Duration
+	}{
+		{"batch behind an interactive holder", Request{Provider: "p", Model: "m", Session: "b", InputTokens: 50, Priority: PriorityBatch}, 0},
+		{"a later round behind the holder", Request{Provider: "p", Model: "m", Session: "i", InputTokens: 50}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// maxWait 120s, window 60s; the window holds 900 of 1000
+			l, _, ev := newTestLedger(t, testGate())
+			mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "x", InputTokens: 800})
+			if tc.behind.Session == "i" {
+				// session i queues two: its second one sorts behind the holder of session h
+				if _, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "i", InputTokens: 50}); w == nil {
+					t.Fatal("admitted")
+				}
+			}
+			_, behind := l.Submit(t0.Add(tc.behindAt), tc.behind)
+			_, holder := l.Submit(t0.Add(10*time.Second), Request{Provider: "p", Model: "m", Session: "h", InputTokens: 50})
+			if behind == nil || holder == nil {
+				t.Fatal("admitted")
+			}
+			// a cooldown past everyone's deadline: nobody fits before failing open
+			l.RateLimited(t0.Add(20*time.Second), "p", "m", 180*time.Second)
+			holder.Poll(t0.Add(40 * time.Second)) // the holder has waited half a window
+			if got := behind.Next(); got.After(t0.Add(tc.behindAt + 120*time.Second)) {
+				t.Fatalf("next poll at %s, after the maxWait deadline %s", got.Sub(t0), tc.behindAt+120*time.Second)
+			}
+			tk, ok := behind.Poll(t0.Add(tc.behindAt + 120*time.Second))
+			if !ok || !tk.FailOpen || tk.Waited != 120*time.Second {
+				t.Fatalf("ticket %+v ok=%v: want a fail-open grant at its 120s deadline", tk, ok)
+			}
+			if len(ev.kinds(EventFailOpen)) == 0 {
+				t.Fatal("no fail-open warning")
+			}
+		})
+	}
+}
+
+// A waiter held back only by its own session's in-flight cap does not hold the
+// queue once it has waited half a window: capacity is free, and only its own
+// session's settlement can let it through.
+func TestFairSessionCapDoesNotHoldTheQueue(t *testing.T) {
+	cases := []struct {
+		name  string
+		other Request
+	}{
+		{"another session", Request{Provider: "p", Model: "m", Session: "B", InputTokens: 10}},
+		{"another session, batch", Request{Provider: "p", Model: "m", Session: "C", InputTokens: 10, Priority: PriorityBatch}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fairGate()
+			c.MaxInFlightPerSession = 1
+			l, _, _ := newTestLedger(t, c)
+			a := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "A", InputTokens: 10}) // a long stream
+			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "A", InputTokens: 10})
+			if w == nil || w.Reason() != "session-cap" {
+				t.Fatalf("A's second call: %+v, want a session-cap wait", w)
+			}
+			w.Poll(t0.Add(31 * time.Second)) // it has waited half a window
+			if tk, wb := l.Submit(t0.Add(31*time.Second), tc.other); wb != nil {
+				t.Fatalf("%s waits (%s until %s) behind a session-capped call with the window empty", tc.other.Session, wb.Reason(), wb.Next().Sub(t0))
+			} else if tk.Waited != 0 {
+				t.Fatalf("ticket %+v", tk)
+			}
+			if err := l.Settle(t0.Add(40*time.Second), a, Usage{InputTokens: 10}); err != nil {
+				t.Fatal(err)
+			}
+			if tk, ok := w.Ticket(); !ok || tk.Waited != 40*time.Second {
+				t.Fatalf("A's second call %+v %v: want granted by the settlement", tk, ok)
+			}
+		})
+	}
+}

@@ -230,13 +230,19 @@ func (l *Ledger) providerState(provider string) *providerState {
 // maxWait (then it fails open). It never returns an error but ctx's: any internal
 // failure admits at once with FailOpen set — the gate must never become the outage.
 func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
+	var w *Waiter
 	defer func() {
 		if r := recover(); r != nil {
+			if w != nil { // failing open: leave nothing queued or granted behind
+				w.b.mu.Lock()
+				w.b.abandonLocked(l.clock.Now(), w)
+				w.b.mu.Unlock()
+			}
 			t, err = Ticket{FailOpen: true, Reason: "internal"}, nil
 			l.emitSafely(GateEvent{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
 		}
 	}()
-	t, w := l.Submit(l.clock.Now(), req)
+	t, w = l.Submit(l.clock.Now(), req)
 	if w == nil {
 		return t, nil
 	}

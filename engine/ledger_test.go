@@ -512,3 +512,89 @@ func TestReconfigureKeepsWhatWasLearned(t *testing.T) {
 		t.Fatalf("a bad config was applied: %v", err)
 	}
 }
+
+// A panicking event hook is an internal error: the call it hit fails open, and the
+// bucket's books stay straight — no waiter left queued (to be granted later and
+// never settled), no waiter granted twice.
+func TestPanickingHookLeavesNoOrphans(t *testing.T) {
+	cases := []struct {
+		name    string
+		panicOn GateEventKind
+		run     func(t *testing.T, l *Ledger, clk *FakeClock)
+	}{
+		{"wait event while queueing, through Admit", EventWait, func(t *testing.T, l *Ledger, clk *FakeClock) {
+			l.RateLimited(t0, "p", "m", 10*time.Second)
+			tk, err := l.Admit(context.Background(), req(1))
+			if err != nil || !tk.FailOpen {
+				t.Fatalf("ticket %+v err %v: want fail-open", tk, err)
+			}
+		}},
+		{"wait event while queueing behind another waiter, through Submit", EventWait, func(t *testing.T, l *Ledger, clk *FakeClock) {
+			l.onEvent = nil
+			l.RateLimited(t0, "p", "m", 10*time.Second)
+			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 1})
+			if w == nil {
+				t.Fatal("admitted during a cooldown")
+			}
+			l.onEvent = func(e GateEvent) {
+				if e.Kind == EventWait {
+					panic("a broken hook")
+				}
+			}
+			tk, w2 := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 1})
+			if w2 != nil || !tk.FailOpen {
+				t.Fatalf("ticket %+v waiter %v: want fail-open", tk, w2)
+			}
+			w.Cancel(t0)
+		}},
+		{"fail-open event of a wait beyond maxWait", EventFailOpen, func(t *testing.T, l *Ledger, clk *FakeClock) {
+			l.RateLimited(t0, "p", "x", 200*time.Second) // longer than maxWait
+			tk, w := l.Submit(t0, Request{Provider: "p", Model: "x", Session: "a", InputTokens: 1})
+			if w != nil || !tk.FailOpen || tk.Reason != "internal" {
+				t.Fatalf("ticket %+v waiter %v: want an internal fail-open", tk, w)
+			}
+			if st := l.BucketStatus(t0, "p", "x"); st.InFlight != 0 || st.Reserved != 0 {
+				t.Fatalf("status %+v: the grant the panic cut short is still held", st)
+			}
+		}},
+		{"admitted event while dispatching", EventAdmitted, func(t *testing.T, l *Ledger, clk *FakeClock) {
+			hook := l.onEvent
+			l.onEvent = nil
+			l.RateLimited(t0, "p", "m", 10*time.Second)
+			_, w1 := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 1})
+			_, w2 := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 1})
+			l.onEvent = hook
+			func() {
+				defer func() { _ = recover() }()
+				w1.Poll(t0.Add(10 * time.Second)) // grants w1, then the hook panics
+			}()
+			l.onEvent = nil
+			w2.Poll(t0.Add(11 * time.Second)) // must neither grant w1 again nor panic
+			for _, w := range []*Waiter{w1, w2} {
+				if tk, ok := w.Ticket(); !ok {
+					t.Fatal("waiter not granted")
+				} else if err := l.Release(t0.Add(12*time.Second), tk); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, clk, _ := newTestLedger(t, testGate())
+			l.onEvent = func(e GateEvent) {
+				if e.Kind == tc.panicOn {
+					panic("a broken hook")
+				}
+			}
+			tc.run(t, l, clk)
+			l.onEvent = nil
+			later := t0.Add(time.Minute)
+			mustAdmit(t, l, later, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1}) // dispatches what is left
+			st := l.BucketStatus(later, "p", "m")
+			if st.Waiting != 0 || st.InFlight != 1 || st.Reserved != 101 {
+				t.Fatalf("status %+v: want nothing queued and only the last call in flight", st)
+			}
+		})
+	}
+}
