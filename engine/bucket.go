@@ -150,8 +150,10 @@ func (b *bucket) block(now time.Time, res int64, session string) (reason string,
 			reason = "session-cap"
 		}
 	}
-	if tpm > 0 && cd == 0 {
-		// the token budget — not RPM, not a cooldown — held this call back
+	if cd == 0 && (tpm > 0 || res > budget) {
+		// the token budget — not RPM, not a cooldown — held this call back, or is too
+		// small to hold it at all (a trigger set by outside traffic can shrink it
+		// below every reservation: the relax rules must still see the pressure)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
 			b.emitLearn(now, st)
 		}
@@ -323,8 +325,15 @@ func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked b
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	b.learn.observeAdmit(now, float64(b.win.tokens+res), b.l.conf().Window)
-	seq := b.win.add(now, res)
+	// The clean-window record counts calls at their expected output, like the 429
+	// reading; before any output was seen there is no expectation, and a reading
+	// made of reserves would overstate it (and later raise a false leak warning).
+	reading := 0.0
+	if b.est.meanOutput() >= 0 {
+		reading = b.providerViewLocked() + float64(res-out+b.est.expectedOutput(out))
+	}
+	b.learn.observeAdmit(now, reading, b.l.conf().Window)
+	seq := b.win.add(now, res, out)
 	var idx int32
 	if n := len(b.free); n > 0 {
 		idx = b.free[n-1]
@@ -376,7 +385,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		return ErrTicketClosed
 	}
 	b.win.expire(now)
-	b.win.adjust(s.seq, tokens) // false: it already left the window and counts no more
+	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
 	b.reservedOpen -= s.reserved
 	b.inFlight--
 	if b.perSession != nil {
@@ -410,16 +419,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, retryAfter time.Duration, fall
 // providerViewLocked estimates what the provider counted in the window: settled
 // usage as is, and for calls still in flight their input plus the output the model
 // usually writes — not the output reserve, which is sized to be rarely exceeded and
-// would inflate the learner's 429 reading (seed 000: the reading overshoots).
+// would inflate the learner's readings (seed 000: the reading overshoots). Both the
+// 429 reading and the clean-window record use it, so the leak signal compares like
+// with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
 	view := b.win.tokens
-	expected := b.est.meanOutput()
-	for i := range b.slots {
-		s := &b.slots[i]
-		if !s.open || s.seq < b.win.headSeq || expected < 0 {
-			continue
-		}
-		view += min(s.output, expected) - s.output
+	if expected := b.est.meanOutput(); expected >= 0 {
+		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
 	}
 	return float64(view)
 }

@@ -33,6 +33,7 @@ type estimator struct {
 
 	outputs    [reserveSamples]int64
 	nOutputs   int
+	outputSum  int64 // invariant: the sum of the outputs in the ring
 	reserve    int64 // calibrated reserve; configuredReserve until calibrated
 	driftSum   float64
 	driftCount int64
@@ -104,7 +105,9 @@ func (e *estimator) observe(inputBytes int, inputTokens, outputTokens, reservedO
 	if askedMaxTokens {
 		return // the request chose its own reserve; it says nothing about the default
 	}
-	e.outputs[e.nOutputs%reserveSamples] = outputTokens
+	i := e.nOutputs % reserveSamples
+	e.outputSum += outputTokens - e.outputs[i]
+	e.outputs[i] = outputTokens
 	e.nOutputs++
 	if e.nOutputs%reserveMinSamples == 0 { // recalibrate every few samples: cheap on the settle path
 		e.reserve = e.calibratedReserve()
@@ -130,11 +133,17 @@ func (e *estimator) meanOutput() int64 {
 	if n == 0 {
 		return -1
 	}
-	var sum int64
-	for i := 0; i < n; i++ {
-		sum += e.outputs[i]
+	return e.outputSum / int64(n)
+}
+
+// expectedOutput is what a call reserving `reserved` output tokens will likely
+// write: the recent mean, never more than it reserved; the reserve itself before
+// anything was seen.
+func (e *estimator) expectedOutput(reserved int64) int64 {
+	if m := e.meanOutput(); m >= 0 {
+		return min(m, reserved)
 	}
-	return sum / int64(n)
+	return reserved
 }
 
 // drift is the mean relative error of reserved output against real output

@@ -74,6 +74,18 @@ func TestLearnerFloor(t *testing.T) {
 	}
 }
 
+// withOutputHistory teaches the model, long before t0, that it writes as much as
+// the reserve (100): readings then count calls in flight at their reserve, as the
+// tests' arithmetic assumes.
+func withOutputHistory(t *testing.T, l *Ledger) {
+	t.Helper()
+	early := t0.Add(-time.Hour)
+	for i := 0; i < reserveMinSamples; i++ {
+		tk := mustAdmit(t, l, early, Request{Provider: "p", Model: "m", InputTokens: 1})
+		l.Settle(early, tk, Usage{OutputTokens: 100})
+	}
+}
+
 // heldBack submits r and withdraws it if it had to wait: it only asks the gate.
 func heldBack(l *Ledger, at time.Time, r Request) {
 	if _, w := l.Submit(at, r); w != nil {
@@ -175,6 +187,7 @@ func TestLearnerTriggerRelaxes(t *testing.T) {
 	}
 	t.Run("LeakedTriggerRelaxesUpToTheCleanWindow", func(t *testing.T) {
 		l, _, ev := newTestLedger(t, learnGate())
+		withOutputHistory(t, l)
 		mustAdmit(t, l, t0, req(799)) // a clean window reading 899
 		mustAdmit(t, l, t0.Add(61*time.Second), req(99))
 		l.RateLimited(t0.Add(61*time.Second), "p", "m", time.Second) // trigger 200: outside traffic
@@ -243,6 +256,7 @@ func TestLearnerReadingUsesExpectedOutput(t *testing.T) {
 
 func TestLearnerLeakWarning(t *testing.T) {
 	l, _, ev := newTestLedger(t, learnGate())
+	withOutputHistory(t, l)
 	mustAdmit(t, l, t0, req(800)) // a clean window reading 900
 	mustAdmit(t, l, t0.Add(61*time.Second), req(200))
 	l.RateLimited(t0.Add(61*time.Second), "p", "m", time.Second) // 429 at 300 < 900: impossible alone
@@ -259,6 +273,7 @@ func TestLearnerLeakWarning(t *testing.T) {
 
 func TestLearnerNoLeakWhenWindowHadA429(t *testing.T) {
 	l, _, ev := newTestLedger(t, learnGate())
+	withOutputHistory(t, l)
 	mustAdmit(t, l, t0, req(800))
 	l.RateLimited(t0.Add(time.Second), "p", "m", time.Second) // the 900 window was not clean
 	mustAdmit(t, l, t0.Add(61*time.Second), req(200))
@@ -298,5 +313,60 @@ func TestLearnedQuotaSharedThroughStore(t *testing.T) {
 	c, _ := NewLedger(learnGate(), clk) // no store: learns from scratch
 	if q, _ := quota(c, t0); q != 1000 {
 		t.Fatalf("quota %g", q)
+	}
+}
+
+// A trigger below every reservation (outside traffic at the 429) makes every call
+// over budget; that pressure must still reach the relax rules, or the gate would
+// stop pacing the model for good (seed 000's gap 2, worst case).
+func TestLearnerOverBudgetPressureRelaxesTrigger(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	withOutputHistory(t, l)
+	mustAdmit(t, l, t0, req(799)) // a clean window reading 899
+	mustAdmit(t, l, t0.Add(61*time.Second), Request{Provider: "p", Model: "m", InputTokens: 20, MaxTokens: 10})
+	l.RateLimited(t0.Add(61*time.Second), "p", "m", time.Second) // trigger 30: below any call of 100+
+	at := t0.Add(61 * time.Second)
+	for i := 0; i < 40; i++ {
+		at = at.Add(61 * time.Second)
+		tk := mustAdmit(t, l, at, req(50)) // 150 > the budget: admitted over budget
+		l.Settle(at, tk, Usage{InputTokens: 50, OutputTokens: 100})
+	}
+	_, trig := quota(l, at)
+	if trig < 150 {
+		t.Fatalf("trigger %g: over-budget pressure never relaxed it", trig)
+	}
+	if len(ev.kinds(EventLeak)) != 1 {
+		t.Fatal("the leak was not reported")
+	}
+}
+
+// The clean-window record and the 429 reading both count calls in flight at
+// their expected output, so a reserve far above what the model writes raises no
+// false leak warning.
+func TestLearnerNoFalseLeakFromReserves(t *testing.T) {
+	c := learnGate()
+	c.Defaults = ModelLimits{TPM: 10000, RPM: 100}
+	c.OutputReserveTokens = 2000
+	l, _, ev := newTestLedger(t, c)
+	for i := 0; i < reserveMinSamples; i++ { // the model writes 50 tokens; the reserve stays large (max_tokens asked)
+		tk := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 10})
+		l.Settle(t0, tk, Usage{InputTokens: 10, OutputTokens: 50})
+	}
+	// a window with three calls in flight, each reserving 2000 output (the model
+	// writes 50): clean
+	w := t0.Add(61 * time.Second)
+	for i := 0; i < 3; i++ {
+		mustAdmit(t, l, w, Request{Provider: "p", Model: "m", InputTokens: 100, MaxTokens: 2000})
+	}
+	// the next window: one call more in flight, and a 429 — more load than any clean
+	// window carried, so no leak; counted at their reserves, the clean window would
+	// have read 6,300 and the 429 600
+	w2 := w.Add(61 * time.Second)
+	for i := 0; i < 4; i++ {
+		mustAdmit(t, l, w2, Request{Provider: "p", Model: "m", InputTokens: 100, MaxTokens: 2000})
+	}
+	l.RateLimited(w2.Add(time.Second), "p", "m", time.Second)
+	if n := len(ev.kinds(EventLeak)); n != 0 {
+		t.Fatalf("%d leak warnings for the same load read two ways", n)
 	}
 }

@@ -17,14 +17,19 @@ type slidingWindow struct {
 	n       int           // live entries
 	headSeq uint64        // sequence number of entries[head]
 	tokens  int64         // invariant: sum of entries[*].tokens
+	// Calls still in flight, among the entries: how many, and the output tokens
+	// they reserved (the learner's readings count them at their expected output).
+	openCount  int
+	openOutput int64
 	last    int64         // latest entry time (unix nanos), to clamp a clock going backwards
 }
 
-// windowEntry is 16 bytes (unix nanos, not time.Time): the ring is scanned on
+// windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
 // every drain computation and should stay in few cache lines.
 type windowEntry struct {
 	at     int64
 	tokens int64
+	open   int64 // 1 + the output reserved while the call is in flight; 0 once settled
 }
 
 func newSlidingWindow(span time.Duration) slidingWindow {
@@ -40,6 +45,7 @@ func (w *slidingWindow) expire(now time.Time) {
 			return
 		}
 		w.tokens -= e.tokens
+		w.closeEntry(e)
 		*e = windowEntry{}
 		w.head = (w.head + 1) % len(w.entries)
 		w.n--
@@ -47,8 +53,17 @@ func (w *slidingWindow) expire(now time.Time) {
 	}
 }
 
-// add appends an entry and returns its sequence number.
-func (w *slidingWindow) add(now time.Time, tokens int64) uint64 {
+func (w *slidingWindow) closeEntry(e *windowEntry) {
+	if e.open > 0 {
+		w.openCount--
+		w.openOutput -= e.open - 1
+		e.open = 0
+	}
+}
+
+// add appends the entry of a call in flight (tokens reserved, output of them the
+// output reserve) and returns its sequence number.
+func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
 	at := now.UnixNano()
 	if at < w.last {
 		at = w.last // keep entries ordered when the clock steps back
@@ -57,9 +72,11 @@ func (w *slidingWindow) add(now time.Time, tokens int64) uint64 {
 	if w.n == len(w.entries) {
 		w.grow()
 	}
-	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens}
+	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens, open: output + 1}
 	w.n++
 	w.tokens += tokens
+	w.openCount++
+	w.openOutput += output
 	return w.headSeq + uint64(w.n) - 1
 }
 
@@ -71,15 +88,17 @@ func (w *slidingWindow) grow() {
 	w.entries, w.head = next, 0
 }
 
-// adjust changes the tokens of entry seq to tokens, if it is still in the window.
-// It returns false when the entry already left (its tokens no longer count).
-func (w *slidingWindow) adjust(seq uint64, tokens int64) bool {
+// settle replaces the tokens of entry seq (a call that ended) with tokens, if it
+// is still in the window. It returns false when the entry already left (its
+// tokens no longer count).
+func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
 		return false
 	}
 	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
 	w.tokens += tokens - e.tokens
 	e.tokens = tokens
+	w.closeEntry(e)
 	return true
 }
 
