@@ -21,7 +21,7 @@ type slidingWindow struct {
 	// they reserved (the learner's readings count them at their expected output).
 	openCount  int
 	openOutput int64
-	last    int64         // latest entry time (unix nanos), to clamp a clock going backwards
+	last       int64 // latest entry time (unix nanos), to clamp a clock going backwards
 }
 
 // windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
