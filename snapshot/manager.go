@@ -33,6 +33,9 @@ type Manager struct {
 	reloads  atomic.Uint64
 	failures atomic.Uint64
 	lastErr  atomic.Pointer[string]
+	// pending are the files a config that failed to build refers to (a rule file
+	// not written yet, say): the watcher watches them too, so creating one retries.
+	pending atomic.Pointer[[]string]
 }
 
 // NewManager loads path and builds the first snapshot; it fails when that does.
@@ -90,12 +93,17 @@ func (m *Manager) Reload(ctx context.Context) error {
 		msg := err.Error()
 		m.lastErr.Store(&msg)
 		m.logger.Error("reload failed: keeping the previous configuration", "config", m.path, "error", err)
+		if cfg, cerr := config.Load(m.path); cerr == nil {
+			refs := referencedFiles(cfg)
+			m.pending.Store(&refs)
+		}
 		for _, f := range m.onErr {
 			f(err)
 		}
 		return err
 	}
 	m.cur.Store(s)
+	m.pending.Store(nil)
 	m.reloads.Add(1)
 	m.logger.Info("reloaded", "config", m.path, "version", s.Version, "files", len(s.Files))
 	for _, w := range s.Warnings {
@@ -177,12 +185,39 @@ func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
 	}
 }
 
-// dirs are the directories to watch: those of every file the snapshot read, and
-// the plugins directory.
+// referencedFiles are the files a config names: rule files and wasm modules.
+func referencedFiles(cfg *config.Config) []string {
+	var out []string
+	for _, c := range cfg.Classifiers {
+		for _, f := range []string{c.Rules, c.Wasm} {
+			if f != "" {
+				out = append(out, cfg.Resolve(f))
+			}
+		}
+	}
+	for _, name := range cfg.PoolOrder {
+		if w := cfg.Pools[name].Scoring.Wasm; w != "" {
+			out = append(out, cfg.Resolve(w))
+		}
+	}
+	return out
+}
+
+// watchedFiles are the files the snapshot read, and those a failed config named.
+func (m *Manager) watchedFiles() []string {
+	files := append([]string(nil), m.Current().Files...)
+	if p := m.pending.Load(); p != nil {
+		files = append(files, *p...)
+	}
+	return files
+}
+
+// dirs are the directories to watch: those of every watched file, and the
+// plugins directory.
 func (m *Manager) dirs() []string {
 	set := map[string]bool{}
 	s := m.Current()
-	for _, f := range s.Files {
+	for _, f := range m.watchedFiles() {
 		set[filepath.Dir(f)] = true
 	}
 	if d := pluginsDir(s.Config); d != "" {
@@ -207,7 +242,7 @@ func pluginsDir(c *config.Config) string {
 func (m *Manager) relevant(name string) bool {
 	s := m.Current()
 	abs, _ := filepath.Abs(name)
-	for _, f := range s.Files {
+	for _, f := range m.watchedFiles() {
 		if fa, _ := filepath.Abs(f); fa == abs {
 			return true
 		}
@@ -224,7 +259,7 @@ func (m *Manager) relevant(name string) bool {
 func (m *Manager) fingerprint() [32]byte {
 	s := m.Current()
 	h := sha256.New()
-	files := append([]string(nil), s.Files...)
+	files := m.watchedFiles()
 	if d := pluginsDir(s.Config); d != "" {
 		matches, _ := filepath.Glob(filepath.Join(d, "*.wasm"))
 		files = append(files, matches...)

@@ -203,3 +203,43 @@ func TestReloadRunsGoldenCases(t *testing.T) {
 		t.Fatalf("verdict %+v", v)
 	}
 }
+
+// A config edit that names a rule file not written yet fails to reload; writing
+// the file afterwards retries by itself.
+func TestWatchRetriesWhenAMissingFileAppears(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	writeFile(t, cfg, "gate: {defaults: {tpm: 5000, rpm: 10}}\n")
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 4)
+	swapped := make(chan *Snapshot, 4)
+	m.OnError(func(err error) { failed <- err })
+	m.OnSwap(func(_, s *Snapshot) { swapped <- s })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: 100 * time.Millisecond, Ready: func() { close(ready) }})
+	<-ready
+	writeFile(t, cfg, "classifiers:\n  - rules: extra/mygw.yaml\n")
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the edit was not noticed")
+	}
+	if err := os.Mkdir(filepath.Join(dir, "extra"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "extra", "mygw.yaml"), gatewayRules)
+	select {
+	case s := <-swapped:
+		v := classify(t, s, engine.Failure{Status: 200, Body: `{"code":"GW_THROTTLED","wait_ms":1500}`})
+		if v.By != "mygw/throttled" {
+			t.Fatalf("verdict %+v", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("creating the missing rule file did not retry the reload")
+	}
+}
