@@ -3,12 +3,18 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
 )
+
+// apiMaxCount bounds every token and byte count of a request (the proxy bounds
+// max_tokens the same way): the ledger adds them up in int64, and a sum that
+// overflows would make a reservation or a usage negative.
+const apiMaxCount = math.MaxInt32
 
 // apiAdmitRequest is the body of POST /gate/v1/admit.
 type apiAdmitRequest struct {
@@ -127,6 +133,9 @@ func (a *api) admitRequest(req *apiAdmitRequest) (er engine.Request, wait bool, 
 	}{{"inputTokens", req.InputTokens}, {"inputBytes", req.InputBytes}, {"maxTokens", req.MaxTokens}} {
 		if f.v < 0 {
 			return er, false, 0, apiFieldError{f.name, fmt.Sprintf("%s must not be negative (got %d)", f.name, f.v)}
+		}
+		if f.v > apiMaxCount {
+			return er, false, 0, apiFieldError{f.name, fmt.Sprintf("%s must be at most %d (got %d)", f.name, apiMaxCount, f.v)}
 		}
 	}
 	if err := apiCheckName("turn", req.Turn); err != nil {
@@ -262,6 +271,10 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 			{"usage.cacheWriteTokens", u.CacheWriteTokens}, {"usage.outputTokens", u.OutputTokens}} {
 			if f.v < 0 {
 				writeError(w, http.StatusBadRequest, f.name, fmt.Sprintf("%s must not be negative (got %d)", f.name, f.v))
+				return
+			}
+			if f.v > apiMaxCount {
+				writeError(w, http.StatusBadRequest, f.name, fmt.Sprintf("%s must be at most %d (got %d)", f.name, apiMaxCount, f.v))
 				return
 			}
 		}

@@ -206,6 +206,9 @@ func TestAPIAdmitValidation(t *testing.T) {
 		{"UnknownField", `{"provider":"alpha","model":"x","tokens":5}`, "tokens", `unknown field "tokens"`},
 		{"WrongType", `{"provider":"alpha","model":"x","inputTokens":"many"}`, "inputTokens", "must be an integer"},
 		{"Negative", `{"provider":"alpha","model":"x","maxTokens":-1}`, "maxTokens", "must not be negative"},
+		{"HugeInput", `{"provider":"alpha","model":"small","inputTokens":9223372036854775000,"maxTokens":1000,"wait":false}`, "inputTokens", "must be at most 2147483647"},
+		{"HugeBytes", `{"provider":"alpha","model":"small","inputBytes":9223372036854775000,"wait":false}`, "inputBytes", "must be at most"},
+		{"HugeMaxTokens", `{"provider":"alpha","model":"small","maxTokens":9223372036854775000,"wait":false}`, "maxTokens", "must be at most"},
 		{"NegativeMaxWait", `{"provider":"alpha","model":"x","maxWaitMs":-5}`, "maxWaitMs", "must not be negative"},
 		{"Priority", `{"provider":"alpha","model":"x","priority":"urgent"}`, "priority", "choices are interactive, batch"},
 		{"NoModel", `{"provider":"alpha"}`, "model", "model is required"},
@@ -241,6 +244,7 @@ func TestAPISettleValidation(t *testing.T) {
 		{"NestedUnknown", `{"ticket":"` + tk + `","usage":{"inputTokens":1,"reasoningTokens":2}}`, "usage.reasoningTokens", "fields: inputTokens, cacheReadTokens, cacheWriteTokens, outputTokens"},
 		{"NestedType", `{"ticket":"` + tk + `","usage":{"outputTokens":1.5}}`, "usage.outputTokens", "must be an integer"},
 		{"NegativeUsage", `{"ticket":"` + tk + `","usage":{"outputTokens":-1}}`, "usage.outputTokens", "must not be negative"},
+		{"HugeUsage", `{"ticket":"` + tk + `","usage":{"inputTokens":9223372036854775000,"outputTokens":1000}}`, "usage.inputTokens", "must be at most 2147483647"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ var eventTypes = []string{
 	"failover", "entered", "left", // the pools
 	"reload",                           // the config
 	"ticket-expired", "ticket-evicted", // the decision API's tickets
+	"retry", "giveup", // the proxy's failures: planned, and handed back (or a stream cut after its start)
 }
 
 // handleEvents streams the server's events as server-sent events: one

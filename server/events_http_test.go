@@ -212,3 +212,19 @@ func TestEventsHeartbeatEndsOnShutdown(t *testing.T) {
 	}
 	apiEventually(t, "the subscription to end", func() bool { return e.srv.Bus().Subscribers() == 0 })
 }
+
+// TestEventsFilterProxyTypes: the proxy's own events (retry, giveup) can be
+// selected with ?types= like any other.
+func TestEventsFilterProxyTypes(t *testing.T) {
+	e := newAPIEnv(t, strings.Replace(apiTestConfig, "  rounds: 3", "  rounds: 0", 1))
+	sse := e.openEvents(t, "?types=retry,giveup")
+	sse.next(t) // the opening comment
+	// Nothing listens at alpha's base URL: a transport failure, given up at once.
+	status, body, _ := e.do(http.MethodPost, "/v1/chat/completions", `{"model":"alpha/m9","messages":[]}`)
+	if status != http.StatusBadGateway {
+		t.Fatalf("proxy: %d %s", status, body)
+	}
+	if typ, d := sse.nextEvent(t); typ != "giveup" || d["model"] != "m9" || d["class"] != "TRANSPORT" {
+		t.Fatalf("giveup: %s %v", typ, d)
+	}
+}

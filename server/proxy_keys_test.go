@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -122,4 +125,100 @@ func assertNoKeyLogged(t *testing.T, f *pxFixture) {
 			t.Fatalf("the logs hold a key (%q):\n%s", k, logs)
 		}
 	}
+}
+
+// TestProxyRedirectKeepsKeys: an upstream's redirect to another origin is not
+// followed: net/http would carry x-api-key (and, to another port of the same
+// host, Authorization) there. It is passed back to the client as it is.
+func TestProxyRedirectKeepsKeys(t *testing.T) {
+	t.Setenv("GATECTL_TEST_KEY_CONF", pxConfKey)
+	elsewhere := newFakeUpstream(t, jsonAnswer(200, `{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":1}}`))
+	redirectTo := func(base string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, base+r.URL.Path, http.StatusTemporaryRedirect)
+		}
+	}
+	// anth passes the client's x-api-key through; conf sends gatectl's Authorization.
+	anth := newFakeUpstream(t, redirectTo(strings.Replace(elsewhere.URL, "127.0.0.1", "localhost", 1)))
+	conf := newFakeUpstream(t, redirectTo(elsewhere.URL))
+	f := newPxFixture(t, fmt.Sprintf(`
+log: {level: trace}
+providers:
+  anth: {kind: anthropic, baseURL: %s}
+  conf: {kind: openai, baseURL: %s/v1, apiKeyEnv: GATECTL_TEST_KEY_CONF}
+`, anth.URL, conf.URL), true)
+
+	// The test's own client must not follow the redirect either.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(path string, body any, headers ...string) int {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, f.url+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	if st := send("/v1/messages", chatReq("anth/claude-x", "max_tokens", 10), "X-Api-Key", pxClientKey); st != http.StatusTemporaryRedirect || anth.n() != 1 {
+		t.Fatalf("anthropic: status %d, %d calls", st, anth.n())
+	}
+	if st := send("/v1/chat/completions", chatReq("conf/x"), "Authorization", "Bearer "+pxClientKey); st != http.StatusTemporaryRedirect || conf.n() != 1 {
+		t.Fatalf("openai: status %d, %d calls", st, conf.n())
+	}
+	for i := range elsewhere.n() {
+		t.Errorf("the redirect was followed: %s got X-Api-Key %q Authorization %q", elsewhere.URL,
+			elsewhere.call(i).Header.Get("X-Api-Key"), elsewhere.call(i).Header.Get("Authorization"))
+	}
+	for _, m := range []string{"claude-x", "x"} {
+		p := map[string]string{"claude-x": "anth", "x": "conf"}[m]
+		if st := f.status(p, m); st.InFlight != 0 || st.Reserved != 0 {
+			t.Errorf("%s/%s: %d in flight, %d reserved", p, m, st.InFlight, st.Reserved)
+		}
+	}
+	assertNoKeyLogged(t, f)
+}
+
+// TestProxyGoogleKeyHeader: x-goog-api-key (Gemini's key header, a credential
+// header to the config too) is a key like the others: the client's goes only to
+// the pass-through provider it is meant for, and a provider whose headers set it
+// is keyed.
+func TestProxyGoogleKeyHeader(t *testing.T) {
+	t.Setenv("GATECTL_TEST_KEY_GOOG", pxConfKey)
+	goog, pt1 := newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, quotaAnswer)
+	f := newPxFixture(t, fmt.Sprintf(`
+log: {level: trace}
+providers:
+  goog: {kind: openai, baseURL: %s/v1, headers: {X-Goog-Api-Key: "${GATECTL_TEST_KEY_GOOG}"}}
+  pt1:  {kind: openai, baseURL: %s/v1}
+pools:
+  mixed:
+    routes:
+      - {provider: pt1, model: k}
+      - {provider: goog, model: k}
+`, goog.URL, pt1.URL), true)
+	r, body := f.call("/v1/chat/completions", chatReq("pt1/k"), "X-Goog-Api-Key", pxClientKey, "Authorization", "Bearer "+pxClientKey)
+	if r.StatusCode != 200 || r.Header.Get("X-Gate-Route") != "goog/k" {
+		t.Fatalf("status %d route %q body %s: the failover to a keyed provider was not taken", r.StatusCode, r.Header.Get("X-Gate-Route"), body)
+	}
+	if got := pt1.call(0).Header.Get("X-Goog-Api-Key"); got != pxClientKey {
+		t.Fatalf("pt1 (the key's own provider) got X-Goog-Api-Key %q", got)
+	}
+	for k, vs := range goog.call(0).Header {
+		for _, v := range vs {
+			if strings.Contains(v, pxClientKey) {
+				t.Fatalf("goog got the client's key in %s", k)
+			}
+		}
+	}
+	if got := goog.call(0).Header.Get("X-Goog-Api-Key"); got != pxConfKey {
+		t.Fatalf("goog got X-Goog-Api-Key %q, want gatectl's", got)
+	}
+	assertNoKeyLogged(t, f)
 }

@@ -240,3 +240,44 @@ func TestProxyStreamFirstEventError(t *testing.T) {
 		t.Fatalf("status %d calls %d body %q", r.status, up.n(), r.body)
 	}
 }
+
+// TestProxyStreamEventBounded: an upstream that never ends an event is cut at
+// maxStreamEvent like a transport failure (the client gets the error event, the
+// ticket is settled), instead of gatectl buffering it without limit.
+func TestProxyStreamEventBounded(t *testing.T) {
+	defer func(n int) { maxStreamEvent = n }(maxStreamEvent)
+	maxStreamEvent = 1 << 20
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, chatChunk("first"), "data: ")
+		chunk := strings.Repeat("x", 32<<10)
+		for range 8 * (1 << 20) / len(chunk) { // 8 MiB of one line
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+		w.(http.Flusher).Flush()
+		select { // then silence: only a reader that stops on its own ends the call
+		case <-r.Context().Done():
+		case <-time.After(20 * time.Second):
+		}
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp := f.post(ctx, "/v1/chat/completions", chatReq("po/endless", "stream", true, "max_tokens", 100))
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the stream: %v (%d bytes)", err, len(b))
+	}
+	events := readEvents(t, string(b))
+	if resp.StatusCode != 200 || len(events) != 2 || !strings.Contains(events[0], "first") ||
+		!strings.HasPrefix(events[1], `{"error":{`) || !strings.Contains(events[1], "too large") {
+		t.Fatalf("status %d events %.300q", resp.StatusCode, events)
+	}
+	waitFor(t, "the settle", func() bool { return f.status("po", "endless").InFlight == 0 })
+	if st := f.status("po", "endless"); st.Reserved != 0 {
+		t.Fatalf("reserved %d after the cut", st.Reserved)
+	}
+}

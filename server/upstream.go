@@ -21,9 +21,10 @@ import (
 //
 //   - A provider with apiKeyEnv gets gatectl's key from that variable
 //     (Authorization: Bearer for openai kind, x-api-key for anthropic kind); one
-//     whose headers set Authorization, x-api-key or api-key counts as keyed too. The
-//     client's Authorization, x-api-key, api-key, OpenAI-Organization and
-//     OpenAI-Project are dropped: they belong to the client's account, not ours.
+//     whose headers set Authorization, x-api-key, api-key or x-goog-api-key counts
+//     as keyed too. The client's Authorization, x-api-key, api-key, x-goog-api-key,
+//     OpenAI-Organization and OpenAI-Project are dropped: they belong to the
+//     client's account, not ours.
 //   - A provider without one is pass-through: the client's own key goes to it —
 //     but only to the provider the key is meant for (resolved.keyProvider: the
 //     provider the client named, a bare model's provider, or the route a pool
@@ -57,7 +58,7 @@ func hasOwnKey(pc config.Provider) bool {
 	}
 	for k := range pc.Headers {
 		switch http.CanonicalHeaderKey(k) {
-		case "Authorization", "X-Api-Key", "Api-Key":
+		case "Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key":
 			return true
 		}
 	}
@@ -86,7 +87,7 @@ func upstreamURL(pc config.Provider, ep *endpoint, rawQuery string) string {
 // sets, gatectl's own, the client's credentials (added back only for a
 // pass-through provider), and what would reveal the client's network.
 var dropRequestHeaders = map[string]bool{
-	"Authorization": true, "X-Api-Key": true, "Api-Key": true, "Openai-Organization": true, "Openai-Project": true,
+	"Authorization": true, "X-Api-Key": true, "Api-Key": true, "X-Goog-Api-Key": true, "Openai-Organization": true, "Openai-Project": true,
 	"Cookie": true, "Host": true, "Content-Length": true, "Connection": true, "Keep-Alive": true,
 	"Proxy-Authorization": true, "Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
 	"Upgrade": true, "Accept-Encoding": true, "Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true,
@@ -95,7 +96,7 @@ var dropRequestHeaders = map[string]bool{
 
 // passThroughHeaders are the client's credentials, forwarded only to the
 // pass-through provider its key is meant for.
-var passThroughHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "Openai-Organization", "Openai-Project"}
+var passThroughHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Openai-Organization", "Openai-Project"}
 
 // errKeyNotSet: a provider's apiKeyEnv names a variable that is empty.
 var errKeyNotSet = errors.New("key variable not set")

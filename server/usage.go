@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/gatectl/gatectl/engine"
@@ -83,6 +84,14 @@ type sseEvent struct {
 	data []byte // the data: fields joined by "\n"
 }
 
+// maxStreamEvent bounds one event of a stream, as maxResponseBody bounds a whole
+// non-streaming body: an upstream that sends more without ending the event is a
+// transport failure, not memory gatectl holds without limit. A var for tests.
+var maxStreamEvent = maxResponseBody
+
+// errEventTooLarge: a stream event over maxStreamEvent.
+var errEventTooLarge = errors.New("a stream event is too large")
+
 // sseReader splits a stream into events without buffering more than one.
 type sseReader struct {
 	r    *bufio.Reader
@@ -107,6 +116,9 @@ func (s *sseReader) next() (sseEvent, error) {
 			start := len(s.raw)
 			s.raw = append(s.raw, line...)
 			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(s.raw) > maxStreamEvent {
+					return ev, fmt.Errorf("%w (over %d bytes)", errEventTooLarge, maxStreamEvent)
+				}
 				line, err = s.r.ReadSlice('\n')
 				s.raw = append(s.raw, line...)
 			}
@@ -125,6 +137,9 @@ func (s *sseReader) next() (sseEvent, error) {
 		}
 		start := len(s.raw)
 		s.raw = append(s.raw, line...)
+		if len(s.raw) > maxStreamEvent {
+			return ev, fmt.Errorf("%w (over %d bytes)", errEventTooLarge, maxStreamEvent)
+		}
 		content := bytes.TrimRight(s.raw[start:], "\r\n")
 		switch {
 		case len(content) == 0:
