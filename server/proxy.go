@@ -138,6 +138,11 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	}
 	pr.session = strings.TrimSpace(h.Get("X-Gate-Session"))
 	pr.turn = strings.TrimSpace(h.Get("X-Gate-Turn"))
+	for _, hv := range []struct{ name, v string }{{"X-Gate-Session", pr.session}, {"X-Gate-Turn", pr.turn}} {
+		if len(hv.v) > 256 { // names key budgets, sessions and the state file: bounded, as in the API
+			return nil, hv.name, fmt.Errorf("%s is too long (%d bytes; at most 256)", hv.name, len(hv.v))
+		}
+	}
 	if pr.turn == "" {
 		pr.turn = "req-" + strconv.FormatUint(turnSeq.Add(1), 36)
 	}
@@ -330,6 +335,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.logger.Named("proxy").Error("cannot send upstream", "route", route.String(), "error", err)
+		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
 		writeError(x.w, http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}

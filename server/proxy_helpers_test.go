@@ -148,6 +148,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // upstreamCall is one request a fake upstream received.
 type upstreamCall struct {
 	Path   string
+	Query  string
 	Header http.Header
 	Body   map[string]any
 }
@@ -170,7 +171,7 @@ func newFakeUpstream(t *testing.T, script ...http.HandlerFunc) *fakeUpstream {
 		_ = json.Unmarshal(b, &body)
 		u.mu.Lock()
 		n := len(u.calls)
-		u.calls = append(u.calls, upstreamCall{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+		u.calls = append(u.calls, upstreamCall{Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 		h := u.script[min(n, len(u.script)-1)]
 		u.mu.Unlock()
 		h(w, r)

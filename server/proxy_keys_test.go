@@ -63,6 +63,34 @@ func TestProxyKeys(t *testing.T) {
 		assertNoKeyLogged(t, f)
 	})
 
+	t.Run("the client's query string goes only to the provider it named", func(t *testing.T) {
+		conf, pt1, pt2 := newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, quotaAnswer), newFakeUpstream(t, chatOK(1, 1, 0))
+		f := newPxFixture(t, keysConfig(conf.URL, pt1.URL, pt2.URL), true)
+		r, body := f.call("/v1/chat/completions?key=client-secret&api-version=1", chatReq("pt1/k"), auth...)
+		if r.StatusCode != 200 || r.Header.Get("X-Gate-Route") != "conf/k" {
+			t.Fatalf("status %d route %q body %s", r.StatusCode, r.Header.Get("X-Gate-Route"), body)
+		}
+		if q := pt1.call(0).Query; q != "key=client-secret&api-version=1" {
+			t.Fatalf("the named provider got query %q", q)
+		}
+		if q := conf.call(0).Query; q != "" {
+			t.Fatalf("the failover provider got the client's query %q", q)
+		}
+	})
+
+	t.Run("an unset key is gatectl's own error: not worth retrying", func(t *testing.T) {
+		conf, pt1, pt2 := newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, chatOK(1, 1, 0))
+		f := newPxFixture(t, keysConfig(conf.URL, pt1.URL, pt2.URL), true)
+		t.Setenv("GATECTL_TEST_KEY_CONF", "")
+		r, body := f.call("/v1/chat/completions", chatReq("conf/k"))
+		if r.StatusCode != 502 || r.Header.Get("X-Should-Retry") != "false" || conf.n() != 0 {
+			t.Fatalf("status %d should-retry %q calls %d body %s", r.StatusCode, r.Header.Get("X-Should-Retry"), conf.n(), body)
+		}
+		if strings.Contains(f.logs.String(), pxConfKey) {
+			t.Fatal("a key reached the log")
+		}
+	})
+
 	t.Run("failover to a provider with a configured key", func(t *testing.T) {
 		conf, pt1, pt2 := newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, quotaAnswer), newFakeUpstream(t, chatOK(1, 1, 0))
 		f := newPxFixture(t, keysConfig(conf.URL, pt1.URL, pt2.URL), true)

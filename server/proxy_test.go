@@ -162,6 +162,8 @@ func TestProxyBadRequests(t *testing.T) {
 		{"model not a string", map[string]any{"model": 3}, nil, "model"},
 		{"bad max_tokens", map[string]any{"model": "pa/x", "max_tokens": "many"}, nil, "max_tokens"},
 		{"bad priority", chatReq("pa/x"), []string{"X-Gate-Priority", "urgent"}, "X-Gate-Priority"},
+		{"session too long", chatReq("pa/x"), []string{"X-Gate-Session", strings.Repeat("s", 257)}, "X-Gate-Session"},
+		{"turn too long", chatReq("pa/x"), []string{"X-Gate-Turn", strings.Repeat("t", 257)}, "X-Gate-Turn"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,7 +103,11 @@ var errKeyNotSet = errors.New("key variable not set")
 
 // newUpstreamRequest builds the request for one attempt on route.
 func newUpstreamRequest(ctx context.Context, in *http.Request, ep *endpoint, name string, pc config.Provider, keyProvider string, body []byte, stream bool) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, upstreamURL(pc, ep, in.URL.RawQuery), bytes.NewReader(body))
+	query := "" // the client's query (Azure's api-version, say) goes only to the provider it named
+	if name == keyProvider {
+		query = in.URL.RawQuery
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, upstreamURL(pc, ep, query), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
