@@ -120,6 +120,9 @@ type WatchOptions struct {
 	Debounce time.Duration // wait for a burst of writes to end (250ms)
 	Poll     time.Duration // backstop: compare fingerprints this often (5s)
 	Ready    func()        // called once the watches are set, before any change is awaited
+	// Attempted is called after each reload the watcher starts, with its result,
+	// once the watcher is armed again for the next change.
+	Attempted func(error)
 }
 
 // Watch reloads when the config file, a rule file or a plugin changes, until ctx
@@ -178,9 +181,12 @@ func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
 			}
 		case <-debounce:
 			debounce = nil
-			_ = m.Reload(ctx) // logged; the old snapshot stays on failure
+			err := m.Reload(ctx) // logged; the old snapshot stays on failure
 			fp = m.fingerprint()
 			rewatch()
+			if o.Attempted != nil {
+				o.Attempted(err)
+			}
 		}
 	}
 }

@@ -216,16 +216,20 @@ func TestWatchRetriesWhenAMissingFileAppears(t *testing.T) {
 	}
 	failed := make(chan error, 4)
 	swapped := make(chan *Snapshot, 4)
-	m.OnError(func(err error) { failed <- err })
 	m.OnSwap(func(_, s *Snapshot) { swapped <- s })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan struct{})
-	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: 100 * time.Millisecond, Ready: func() { close(ready) }})
+	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: 100 * time.Millisecond, Ready: func() { close(ready) },
+		Attempted: func(err error) {
+			if err != nil {
+				failed <- err
+			}
+		}})
 	<-ready
 	writeFile(t, cfg, "classifiers:\n  - rules: extra/mygw.yaml\n")
 	select {
-	case <-failed:
+	case <-failed: // the watcher is armed again: the missing file is now watched
 	case <-time.After(10 * time.Second):
 		t.Fatal("the edit was not noticed")
 	}
