@@ -342,21 +342,12 @@ func (d *decoder) strMap(n *yaml.Node, path string) map[string]string {
 	return out
 }
 
-// kindOnly names the kind of n without its value.
+// kindOnly names the kind of n without its value (which may be a secret).
 func kindOnly(n *yaml.Node) string {
-	n = deref(n)
-	switch {
-	case n == nil:
-		return "nothing"
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Tag == "!!null":
-		return "null"
-	default:
+	if d := deref(n); d != nil && d.Kind == yaml.ScalarNode && d.Tag != "!!null" {
 		return "a scalar"
 	}
+	return kindName(n)
 }
 
 // numMap decodes a mapping of string to number.

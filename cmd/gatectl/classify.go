@@ -57,7 +57,7 @@ func runClassify(c *cli.Context) error {
 		_, err := out.Write(rules.BuiltinSource())
 		return err
 	}
-	chain, err := classifierChain(c.String("config"), c.StringSlice("plugin"), errOut)
+	chain, err := classifierChain(c.Context, c.String("config"), c.StringSlice("plugin"))
 	if err != nil {
 		return err
 	}
@@ -97,19 +97,13 @@ func runClassify(c *cli.Context) error {
 // classifierChain builds the chain `gatectl classify` asks: --plugin modules,
 // the classifiers of the config at configPath (none when ""), then the built-in
 // rules.
-func classifierChain(configPath string, plugins []string, warn io.Writer) (*engine.Chain, error) {
+func classifierChain(ctx context.Context, configPath string, plugins []string) (*engine.Chain, error) {
 	links, err := pluginClassifiers(plugins) // plugin_classify.go
 	if err != nil {
 		return nil, fmt.Errorf("classify: %w", err)
 	}
-	if configPath == "" {
-		builtin, err := rules.Builtin(rules.Options{})
-		if err != nil {
-			return nil, err
-		}
-		return engine.NewChain(append(links, builtin)...), nil
-	}
-	snap, err := snapshot.Load(context.Background(), configPath, snapshotOptions(nil))
+	// The config's chain ("" is the embedded default: the built-in rules alone).
+	snap, err := snapshot.Load(ctx, configPath, snapshotOptions(nil))
 	if err != nil {
 		return nil, err
 	}
