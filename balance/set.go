@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 // Set holds one Cached source per provider and gives the pools their readings: it
@@ -86,4 +87,4 @@ func (s *Set) Status() map[string]Status {
 	return out
 }
 
-var _ engine.Readings = (*Set)(nil)
+var _ pool.Readings = (*Set)(nil)

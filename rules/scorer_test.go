@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 func f(v float64) *float64 { return &v }
@@ -42,7 +43,7 @@ func TestDefaultScoreExprMatchesEngine(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			capacity = f(float64(rng.IntN(40)))
 		}
-		want, wok, _ := engine.DefaultScorer{}.Score(context.Background(), r, caps, coefs, capacity)
+		want, wok, _ := pool.DefaultScorer{}.Score(context.Background(), r, caps, coefs, capacity)
 		got, gok, err := sc.Score(context.Background(), r, caps, coefs, capacity)
 		if err != nil || gok != wok || (wok && got != want) {
 			t.Fatalf("reading %+v caps %v coefs %v capacity %v: expr (%g,%v,%v), engine (%g,%v)", r, caps, coefs, capacity, got, gok, err, want, wok)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // apiMaxCount bounds every token and byte count of a request (the proxy bounds
@@ -117,13 +117,13 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 }
 
 // admitRequest validates an admit body and turns it into the ledger's request.
-func (a *api) admitRequest(req *apiAdmitRequest) (er engine.Request, wait bool, maxWait time.Duration, err error) {
-	er = engine.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens}
+func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, maxWait time.Duration, err error) {
+	er = gate.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens}
 	switch req.Priority {
 	case "", "interactive":
-		er.Priority = engine.PriorityInteractive
+		er.Priority = gate.PriorityInteractive
 	case "batch":
-		er.Priority = engine.PriorityBatch
+		er.Priority = gate.PriorityBatch
 	default:
 		return er, false, 0, apiFieldError{"priority", fmt.Sprintf("priority %q: choices are interactive, batch", req.Priority)}
 	}
@@ -162,7 +162,7 @@ func (a *api) admitRequest(req *apiAdmitRequest) (er engine.Request, wait bool, 
 // apiWaitResult is how a wait in the queue ended.
 type apiWaitResult struct {
 	admitted bool
-	ticket   engine.Ticket
+	ticket   gate.Ticket
 	waited   time.Duration // how long this call waited
 	left     time.Duration // not admitted: the wait still ahead, as the gate estimates it
 	reason   string        // not admitted: why it is held back
@@ -171,7 +171,7 @@ type apiWaitResult struct {
 
 // apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
 // that was ahead.
-func apiGiveUpWaiting(now time.Time, w *engine.Waiter) apiWaitResult {
+func apiGiveUpWaiting(now time.Time, w *gate.Waiter) apiWaitResult {
 	left := max(w.Next().Sub(now), 0)
 	reason := w.Reason()
 	w.Cancel(now) // releases the grant too, if it came meanwhile
@@ -182,7 +182,7 @@ func apiGiveUpWaiting(now time.Time, w *engine.Waiter) apiWaitResult {
 // bound but the gate's own maxWait, where it fails open) or ctx ends. It sleeps
 // on the server's clock, so tests drive it with a fake one. It is the ledger's
 // Admit loop with a deadline of the caller's.
-func (a *api) wait(ctx context.Context, w *engine.Waiter, start time.Time, maxWait time.Duration) apiWaitResult {
+func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait time.Duration) apiWaitResult {
 	clock := a.s.clock
 	deadline := start.Add(maxWait)
 	for {
@@ -260,9 +260,9 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "release", "give usage or release: true, not both")
 		return
 	}
-	var u engine.Usage
+	var u gate.Usage
 	if req.Usage != nil {
-		u = engine.Usage{InputTokens: req.Usage.InputTokens, CacheReadTokens: req.Usage.CacheReadTokens,
+		u = gate.Usage{InputTokens: req.Usage.InputTokens, CacheReadTokens: req.Usage.CacheReadTokens,
 			CacheWriteTokens: req.Usage.CacheWriteTokens, OutputTokens: req.Usage.OutputTokens}
 		for _, f := range []struct {
 			name string

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 const apiBig = `{"provider":"alpha","model":"small","session":"s1","inputTokens":5000,"maxTokens":1000`
@@ -301,12 +301,12 @@ func TestAPITicketExpiry(t *testing.T) {
 
 func TestAPITicketTableBounded(t *testing.T) {
 	ts := newAPITickets(time.Minute, 2)
-	a, ev := ts.add(apiT0, engine.Ticket{Reserved: 1}, "p", "m", "s")
-	b, _ := ts.add(apiT0, engine.Ticket{Reserved: 2}, "p", "m", "s")
+	a, ev := ts.add(apiT0, gate.Ticket{Reserved: 1}, "p", "m", "s")
+	b, _ := ts.add(apiT0, gate.Ticket{Reserved: 2}, "p", "m", "s")
 	if len(ev) != 0 || a.id == b.id {
 		t.Fatalf("ids %q %q, evicted %v", a.id, b.id, ev)
 	}
-	c, ev := ts.add(apiT0, engine.Ticket{Reserved: 3}, "p", "m", "s")
+	c, ev := ts.add(apiT0, gate.Ticket{Reserved: 3}, "p", "m", "s")
 	if len(ev) != 1 || ev[0] != a || ts.open() != 2 || ts.take(a.id) != nil {
 		t.Fatalf("evicted %v, open %d", ev, ts.open())
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // apiFailureRequest is the body of POST /gate/v1/failure: one failed call.
@@ -55,11 +56,11 @@ type apiFailureResponse struct {
 }
 
 // apiActionNames maps the planner's action kinds to the decision API's words.
-var apiActionNames = map[engine.ActionKind]string{
-	engine.ActionRetry:        "retry",
-	engine.ActionFailover:     "failover",
-	engine.ActionWaitLongTerm: "wait",
-	engine.ActionGiveUp:       "giveup",
+var apiActionNames = map[retry.ActionKind]string{
+	retry.ActionRetry:        "retry",
+	retry.ActionFailover:     "failover",
+	retry.ActionWaitLongTerm: "wait",
+	retry.ActionGiveUp:       "giveup",
 }
 
 var apiErrorKinds = []string{"", "timeout", "reset", "refused", "dns"}
@@ -121,7 +122,7 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "", "classification interrupted: "+err.Error())
 		return
 	}
-	act := a.s.planner.Plan(r.Context(), now, engine.RetryRequest{Verdict: v, Provider: req.Provider, Model: req.Model,
+	act := a.s.planner.Plan(r.Context(), now, retry.Request{Verdict: v, Provider: req.Provider, Model: req.Model,
 		Session: req.Session, Turn: req.Turn, Step: req.Step, Failure: f})
 	a.s.metrics.Upstream(req.Provider, req.Status)
 	a.s.metrics.Failure(v.Class)
@@ -145,11 +146,11 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 
 // budgetLeft is the rounds left on the budget the action is about (the main one
 // when it spent none) in the session's turn; nil for the unbounded long-term one.
-func (a *api) budgetLeft(act engine.Action, session, turn, provider string) *int {
+func (a *api) budgetLeft(act retry.Action, session, turn, provider string) *int {
 	switch act.Budget {
-	case engine.RetryBudgetLongTerm:
+	case retry.BudgetLongTerm:
 		return nil
-	case engine.RetryBudgetMain, engine.RetryBudgetMislabeled:
+	case retry.BudgetMain, retry.BudgetMislabeled:
 		left := max(act.Rounds-act.Round, 0)
 		if act.Exhausted {
 			left = 0
@@ -158,7 +159,7 @@ func (a *api) budgetLeft(act engine.Action, session, turn, provider string) *int
 	}
 	rounds := a.s.planner.Policy().Rounds
 	used := 0
-	if b, ok := a.s.planner.Budget(engine.RetryBudgetKey{Session: session, Provider: provider}); ok && b.Turn == turn {
+	if b, ok := a.s.planner.Budget(retry.BudgetKey{Session: session, Provider: provider}); ok && b.Turn == turn {
 		used = b.Rounds
 	}
 	left := max(rounds-used, 0)

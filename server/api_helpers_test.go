@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -149,7 +150,7 @@ func apiErrorOf(t *testing.T, b []byte) (field, msg string) {
 }
 
 // bucket returns the ledger's view of provider/model.
-func (e *apiEnv) bucket(provider, model string) engine.BucketStatus {
+func (e *apiEnv) bucket(provider, model string) gate.BucketStatus {
 	return e.srv.Ledger().BucketStatus(e.clock.Now(), provider, model)
 }
 

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 // APIStatus is the answer of GET /gate/v1/status: every model's ledger, and the
@@ -26,7 +27,7 @@ type APIStatus struct {
 	OpenTickets      int `json:"openTickets"`
 	EventSubscribers int `json:"eventSubscribers"`
 	// Models is each provider/model the gate has seen, sorted.
-	Models []engine.BucketStatus `json:"models"`
+	Models []gate.BucketStatus `json:"models"`
 }
 
 func (a *api) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +47,7 @@ func (a *api) handleStatus(w http.ResponseWriter, r *http.Request) {
 // routes --offline` builds it), each pool's scorer, the draws asked for, and why
 // balance sources failed.
 type APIRoutes struct {
-	engine.RoutesReport
+	pool.Report
 	Scoring       map[string]string `json:"scoring"`
 	Draws         map[string][]int  `json:"draws,omitempty"`
 	SourceErrors  map[string]string `json:"sourceErrors,omitempty"`
@@ -85,7 +86,7 @@ func (a *api) handleRoutes(w http.ResponseWriter, r *http.Request) {
 	a.sweepTickets(a.s.clock.Now())
 	rep, err := a.s.quota.Report(r.Context(), refresh, q["pool"]...)
 	if err != nil {
-		if errors.Is(err, engine.ErrNoPool) {
+		if errors.Is(err, pool.ErrNoPool) {
 			writeError(w, http.StatusNotFound, "pool", err.Error())
 			return
 		}
@@ -93,7 +94,7 @@ func (a *api) handleRoutes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := a.s.snap.Current()
-	out := APIRoutes{RoutesReport: rep, Scoring: map[string]string{}, ConfigVersion: snap.Version}
+	out := APIRoutes{Report: rep, Scoring: map[string]string{}, ConfigVersion: snap.Version}
 	for _, p := range rep.Pools {
 		out.Scoring[p.Name] = snap.Scoring[p.Name]
 		if draws > 0 {
@@ -136,17 +137,17 @@ func (a *api) handlePick(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	session := q.Get("session")
-	pool := r.PathValue("pool")
-	if err := apiFirstErr(apiCheckName("session", session), apiCheckName("pool", pool)); err != nil {
+	poolName := r.PathValue("pool")
+	if err := apiFirstErr(apiCheckName("session", session), apiCheckName("pool", poolName)); err != nil {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
-	if a.s.quota.Pools().Pool(pool) == nil {
-		writeError(w, http.StatusNotFound, "pool", fmt.Sprintf("%v: %q (pools: %s)", engine.ErrNoPool, pool, apiNames(a.s.quota.Pools().Names())))
+	if a.s.quota.Pools().Pool(poolName) == nil {
+		writeError(w, http.StatusNotFound, "pool", fmt.Sprintf("%v: %q (pools: %s)", pool.ErrNoPool, poolName, apiNames(a.s.quota.Pools().Names())))
 		return
 	}
 	a.sweepTickets(a.s.clock.Now())
-	t, err := a.poolTarget(r.Context(), pool, session, "pool")
+	t, err := a.poolTarget(r.Context(), poolName, session, "pool")
 	if err != nil {
 		apiFail(w, http.StatusInternalServerError, err)
 		return
@@ -158,13 +159,13 @@ func (a *api) handlePick(w http.ResponseWriter, r *http.Request) {
 // settings as a client shows them, where they come from, and its long-term wait.
 type APISession struct {
 	Session string `json:"session"`
-	engine.SessionFacts
+	pool.SessionFacts
 	// Switch and PoolSetting are the explicit settings ("" when the default applies).
 	Switch      string `json:"switch,omitempty"`
 	PoolSetting string `json:"poolSetting,omitempty"`
 	Parent      string `json:"parent,omitempty"`
 	// LongTerm is the session's long-term wait, while it is in one.
-	LongTerm *engine.QuotaState `json:"longTerm,omitempty"`
+	LongTerm *pool.WaitState `json:"longTerm,omitempty"`
 	// Warning: the settings apply but could not be saved (or loaded) durably.
 	Warning string `json:"warning,omitempty"`
 }
@@ -208,19 +209,19 @@ func (a *api) handleSessionPut(w http.ResponseWriter, r *http.Request) {
 	}
 	// Validate everything before changing anything.
 	if req.Switch != nil {
-		if _, err := engine.ParseSwitch(*req.Switch); err != nil {
+		if _, err := pool.ParseSwitch(*req.Switch); err != nil {
 			writeError(w, http.StatusBadRequest, "switch", err.Error())
 			return
 		}
 	}
 	if req.Pool != nil {
-		v, err := engine.ParsePoolSetting(*req.Pool)
+		v, err := pool.ParsePoolSetting(*req.Pool)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "pool", err.Error())
 			return
 		}
-		if v != engine.SettingOff && v != engine.SettingDefault && a.s.quota.Pools().Pool(v) == nil {
-			writeError(w, http.StatusBadRequest, "pool", fmt.Sprintf("%v: %q (choices: a pool name, off, default; pools: %s)", engine.ErrNoPool, v, apiNames(a.s.quota.Pools().Names())))
+		if v != pool.SettingOff && v != pool.SettingDefault && a.s.quota.Pools().Pool(v) == nil {
+			writeError(w, http.StatusBadRequest, "pool", fmt.Sprintf("%v: %q (choices: a pool name, off, default; pools: %s)", pool.ErrNoPool, v, apiNames(a.s.quota.Pools().Names())))
 			return
 		}
 	}
@@ -242,7 +243,7 @@ func (a *api) handleSessionPut(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			return true
-		case errors.Is(err, engine.ErrSessionSetting) || errors.Is(err, engine.ErrNoPool):
+		case errors.Is(err, pool.ErrSessionSetting) || errors.Is(err, pool.ErrNoPool):
 			writeError(w, http.StatusBadRequest, field, err.Error())
 			return false
 		}

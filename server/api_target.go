@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 // apiTarget is where a decision API call goes: the route, and the pool that
@@ -123,7 +124,7 @@ func (a *api) poolTarget(ctx context.Context, name, session, field string) (apiT
 	pools := a.s.quota.Pools()
 	p := pools.Pool(name)
 	if p == nil {
-		return apiTarget{}, apiFieldError{field, fmt.Sprintf("%v: %q (pools: %s)", engine.ErrNoPool, name, apiNames(pools.Names()))}
+		return apiTarget{}, apiFieldError{field, fmt.Sprintf("%v: %q (pools: %s)", pool.ErrNoPool, name, apiNames(pools.Names()))}
 	}
 	if first := p.Routes()[0]; session != "" && pools.Holding(first) == p {
 		t := a.routeTarget(ctx, first, session)
@@ -132,7 +133,7 @@ func (a *api) poolTarget(ctx context.Context, name, session, field string) (apiT
 	}
 	r, err := a.s.quota.PickRoute(ctx, name)
 	if err != nil {
-		if errors.Is(err, engine.ErrNoPool) {
+		if errors.Is(err, pool.ErrNoPool) {
 			return apiTarget{}, apiFieldError{field, err.Error()}
 		}
 		return apiTarget{}, err

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // Ticket table defaults.
@@ -24,7 +24,7 @@ const (
 // apiTicket is one open admission of the decision API.
 type apiTicket struct {
 	id       string
-	t        engine.Ticket
+	t        gate.Ticket
 	provider string
 	model    string
 	session  string
@@ -50,7 +50,7 @@ func newAPITickets(ttl time.Duration, max int) *apiTickets {
 
 // add records t and returns its id. When the table is full, the oldest tickets
 // are returned in evicted for the caller to release.
-func (ts *apiTickets) add(now time.Time, t engine.Ticket, provider, model, session string) (tk *apiTicket, evicted []*apiTicket) {
+func (ts *apiTickets) add(now time.Time, t gate.Ticket, provider, model, session string) (tk *apiTicket, evicted []*apiTicket) {
 	tk = &apiTicket{id: newTicketID(), t: t, provider: provider, model: model, session: session, issued: now, expires: now.Add(ts.ttl)}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -36,7 +37,7 @@ type Metrics struct {
 
 // NewMetrics registers the metrics and the collectors that read the ledger and
 // the balance sources at scrape time.
-func NewMetrics(ledger *engine.Ledger, clock engine.Clock, readings func() []ReadingStatus) *Metrics {
+func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []ReadingStatus) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gatectl_gate_admissions_total",
@@ -79,7 +80,7 @@ func NewMetrics(ledger *engine.Ledger, clock engine.Clock, readings func() []Rea
 }
 
 // Admitted counts one admission and, when it waited, its wait.
-func (m *Metrics) Admitted(provider, model string, t engine.Ticket) {
+func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
 	reason := t.Reason
 	if reason == "" {
 		reason = "none"
@@ -118,7 +119,7 @@ func (m *Metrics) Reload(ok bool) {
 
 // ledgerCollector reads every bucket's status at scrape time.
 type ledgerCollector struct {
-	ledger *engine.Ledger
+	ledger *gate.Ledger
 	clock  engine.Clock
 }
 

@@ -44,6 +44,9 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -94,7 +97,7 @@ type proxyRequest struct {
 	size        int
 	session     string
 	turn        string
-	priority    engine.Priority
+	priority    gate.Priority
 }
 
 // turnSeq numbers requests that name no turn: each is a turn of its own.
@@ -148,9 +151,9 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	}
 	switch p := strings.ToLower(strings.TrimSpace(h.Get("X-Gate-Priority"))); p {
 	case "", "interactive":
-		pr.priority = engine.PriorityInteractive
+		pr.priority = gate.PriorityInteractive
 	case "batch":
-		pr.priority = engine.PriorityBatch
+		pr.priority = gate.PriorityBatch
 	default:
 		return nil, "X-Gate-Priority", fmt.Errorf("X-Gate-Priority %q is invalid; choices are [interactive batch]", p)
 	}
@@ -244,12 +247,12 @@ func (x *exchange) run() {
 		if ctx.Err() != nil {
 			return
 		}
-		if a.Kind != engine.ActionWaitLongTerm && attempts+1 >= budget {
+		if a.Kind != retry.ActionWaitLongTerm && attempts+1 >= budget {
 			x.giveUp(fail, v, "gatectl's attempt backstop is spent")
 			return
 		}
 		switch a.Kind {
-		case engine.ActionRetry:
+		case retry.ActionRetry:
 			// A cooldown longer than gate.maxWait would make the next admission fail
 			// open at once and send the retry into the cooldown: hand it back instead.
 			if a.ViaGate {
@@ -262,7 +265,7 @@ func (x *exchange) run() {
 			if a.Delay > 0 && !x.sleep(ctx, a.Delay) {
 				return
 			}
-		case engine.ActionFailover:
+		case retry.ActionFailover:
 			if a.Route == nil {
 				x.giveUp(fail, v, a.Reason)
 				return
@@ -273,8 +276,8 @@ func (x *exchange) run() {
 				return
 			}
 			route = to
-		case engine.ActionWaitLongTerm:
-			dec, _ := a.Quota.(engine.QuotaDecision)
+		case retry.ActionWaitLongTerm:
+			dec, _ := a.Quota.(pool.Decision)
 			t0 := time.Now()
 			c0 := s.clock.Now()
 			err := s.quota.Wait(ctx, dec)
@@ -323,7 +326,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	t0 := time.Now()
-	t, err := s.ledger.Admit(ctx, engine.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
+	t, err := s.ledger.Admit(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
 		Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens})
 	x.held += time.Since(t0)
 	if err != nil {
@@ -388,7 +391,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return x.httpFailure(route, resp, b), false
 	}
 	if !hasUsage {
-		u = engine.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
+		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
 	s.quota.OnSuccess(pr.session)
@@ -403,7 +406,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 
 // stream passes an event stream on. The first event is read before anything is
 // sent: if it is an error, the attempt failed and can still be retried.
-func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t engine.Ticket, u0 time.Time) (*upstreamFailure, bool) {
+func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t gate.Ticket, u0 time.Time) (*upstreamFailure, bool) {
 	s, pr := x.s, x.pr
 	rd := newSSEReader(resp.Body)
 	su := &streamUsage{kind: pr.ep.kind}
@@ -527,7 +530,7 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 }
 
 // decide classifies a failure and plans what to do about it.
-func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, engine.Action) {
+func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {
 	s := x.s
 	now := s.clock.Now()
 	if since, ok := s.planner.SinceCapacity(now, route.Provider); ok {
@@ -536,7 +539,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
 	s.metrics.Failure(v.Class)
-	a := s.planner.Plan(ctx, now, engine.RetryRequest{Verdict: v, Provider: route.Provider, Model: route.Model,
+	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
 		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
@@ -547,7 +550,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	if a.Route != nil {
 		data["to"] = a.Route.String()
 	}
-	if a.Kind != engine.ActionGiveUp {
+	if a.Kind != retry.ActionGiveUp {
 		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
 		s.logger.Named("proxy").Debug("upstream failed; retrying", "route", route.String(), "status", fail.f.Status,
 			"class", v.Class, "action", a.Kind, "delay", a.Delay, "round", a.Round)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/hashicorp/go-hclog"
 )
@@ -127,7 +128,7 @@ func (f *pxFixture) call(path string, body any, headers ...string) (*http.Respon
 }
 
 // status is the ledger's view of provider/model now.
-func (f *pxFixture) status(provider, model string) engine.BucketStatus {
+func (f *pxFixture) status(provider, model string) gate.BucketStatus {
 	return f.srv.Ledger().BucketStatus(f.srv.clock.Now(), provider, model)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -92,7 +93,7 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 }
 
 // resolvePool draws (or keeps) the session's route in pool p.
-func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *engine.Pool, session string) (resolved, error) {
+func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *pool.Pool, session string) (resolved, error) {
 	routes := p.Routes()
 	res := resolved{asked: routes[0], pool: p.Name()}
 	var r engine.Route

@@ -21,6 +21,9 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/gatelog"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
@@ -48,10 +51,10 @@ type Server struct {
 	snap     *snapshot.Manager
 	clock    engine.Clock
 	logger   hclog.Logger
-	ledger   *engine.Ledger
-	planner  *engine.Planner
-	quota    *engine.QuotaRetry
-	sessions *engine.Sessions
+	ledger   *gate.Ledger
+	planner  *retry.Planner
+	quota    *pool.Router
+	sessions *pool.Sessions
 	store    *state.Store
 	bus      *Bus
 	metrics  *Metrics
@@ -94,7 +97,7 @@ func New(o Options) (*Server, error) {
 	s.store = store
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
-	s.ledger, err = engine.NewLedger(snap.Gate, o.Clock, engine.WithRand(o.Rand), engine.WithEventHook(func(e engine.GateEvent) {
+	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
 		s.publishGate(e)
 	}))
@@ -102,19 +105,19 @@ func New(o Options) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
 	}
-	s.sessions = engine.NewSessions(store)
-	s.quota = engine.NewQuotaRetry(engine.QuotaRetryOptions{
+	s.sessions = pool.NewSessions(store)
+	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
 		Clock: o.Clock, Rand: o.Rand,
-		Events: engine.QuotaEventFunc(func(e engine.QuotaEvent) {
+		Events: pool.EventFunc(func(e pool.Event) {
 			s.logger.Named("pools").Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
 	})
-	s.planner, err = engine.NewPlanner(snap.Retry, engine.PlannerOptions{
+	s.planner, err = retry.NewPlanner(snap.Retry, retry.PlannerOptions{
 		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
-		StoreError: func(op string, _ engine.RetryBudgetKey, err error) {
+		StoreError: func(op string, _ retry.BudgetKey, err error) {
 			s.logger.Named("retry").Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
 		},
 	})
@@ -152,9 +155,9 @@ func New(o Options) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Ledger, Planner and Quota expose the long-lived engine objects (for tests and the CLI).
-func (s *Server) Ledger() *engine.Ledger       { return s.ledger }
-func (s *Server) Planner() *engine.Planner     { return s.planner }
-func (s *Server) Quota() *engine.QuotaRetry    { return s.quota }
+func (s *Server) Ledger() *gate.Ledger         { return s.ledger }
+func (s *Server) Planner() *retry.Planner      { return s.planner }
+func (s *Server) Quota() *pool.Router          { return s.quota }
 func (s *Server) Bus() *Bus                    { return s.bus }
 func (s *Server) Snapshot() *snapshot.Snapshot { return s.snap.Current() }
 
@@ -221,16 +224,16 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr})
 }
 
-func (s *Server) publishGate(e engine.GateEvent) {
+func (s *Server) publishGate(e gate.Event) {
 	data := map[string]any{
 		"provider": e.Provider, "model": e.Model, "session": e.Session, "reason": e.Reason,
 		"waitMs": e.Wait.Milliseconds(), "windowTokens": e.WindowTokens, "tokenBudget": e.TokenBudget,
 		"reservation": e.Reservation, "quota": int64(e.Quota), "trigger": int64(e.Trigger), "cooldownMs": e.CooldownLeft.Milliseconds(),
 	}
-	if e.Kind == engine.EventLearn {
+	if e.Kind == gate.EventLearn {
 		data["step"], data["from"], data["to"] = e.Step, int64(e.From), int64(e.To)
 	}
-	if e.Kind == engine.EventRateLimited {
+	if e.Kind == gate.EventRateLimited {
 		data["retryAfterMs"], data["fallback"] = e.RetryAfter.Milliseconds(), e.FromFallback
 	}
 	s.bus.Publish(Event{Type: string(e.Kind), At: e.At, Data: data})
@@ -270,7 +273,7 @@ func (l liveReadings) Last(provider string) (engine.Reading, bool) {
 	return engine.Reading{}, false
 }
 
-var _ engine.Readings = liveReadings{}
+var _ pool.Readings = liveReadings{}
 
 // lockedRand makes a *rand.Rand safe to share.
 type lockedRand struct {

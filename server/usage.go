@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // wireUsage is the union of the usage objects the APIs report:
@@ -36,22 +36,22 @@ type cachedDetails struct {
 
 // toEngine converts to the ledger's usage: every token the provider counts,
 // cache reads and writes apart, none counted twice.
-func (u *wireUsage) toEngine(kind apiKind) engine.Usage {
+func (u *wireUsage) toEngine(kind apiKind) gate.Usage {
 	if kind == kindAnthropic {
-		return engine.Usage{InputTokens: u.InputTokens, CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheCreation, OutputTokens: u.OutputTokens}
+		return gate.Usage{InputTokens: u.InputTokens, CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheCreation, OutputTokens: u.OutputTokens}
 	}
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
 		var cached int64
 		if u.PromptDetails != nil {
 			cached = min(u.PromptDetails.CachedTokens, u.PromptTokens)
 		}
-		return engine.Usage{InputTokens: u.PromptTokens - cached, CacheReadTokens: cached, OutputTokens: u.CompletionTokens}
+		return gate.Usage{InputTokens: u.PromptTokens - cached, CacheReadTokens: cached, OutputTokens: u.CompletionTokens}
 	}
 	var cached int64
 	if u.InputDetails != nil {
 		cached = min(u.InputDetails.CachedTokens, u.InputTokens)
 	}
-	return engine.Usage{InputTokens: u.InputTokens - cached, CacheReadTokens: cached, OutputTokens: u.OutputTokens}
+	return gate.Usage{InputTokens: u.InputTokens - cached, CacheReadTokens: cached, OutputTokens: u.OutputTokens}
 }
 
 // bodyInfo is what gatectl reads from a non-streaming response body.
@@ -62,7 +62,7 @@ type bodyInfo struct {
 
 // inspectBody reads a complete JSON response: its usage, and whether it is an
 // error dressed as a success (HTTP 200 with {"error": …}).
-func inspectBody(kind apiKind, body []byte) (u engine.Usage, hasUsage, isError bool) {
+func inspectBody(kind apiKind, body []byte) (u gate.Usage, hasUsage, isError bool) {
 	var bi bodyInfo
 	if err := json.Unmarshal(body, &bi); err != nil {
 		return u, false, false // not JSON: passed on as it is
@@ -182,7 +182,7 @@ func (s *sseReader) next() (sseEvent, error) {
 // streamUsage follows the usage a stream reports, per API.
 type streamUsage struct {
 	kind  apiKind
-	u     engine.Usage
+	u     gate.Usage
 	seen  bool
 	chunk int64 // content events passed on, for settling a cut stream without usage
 }
@@ -287,9 +287,9 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 // settleUsage is what to settle a stream with: the usage it reported, else (a
 // stream cut before its usage) the input estimate plus one token per content
 // event passed on.
-func (s *streamUsage) settleUsage(t engine.Ticket) engine.Usage {
+func (s *streamUsage) settleUsage(t gate.Ticket) gate.Usage {
 	if s.seen {
 		return s.u
 	}
-	return engine.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk}
+	return gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk}
 }

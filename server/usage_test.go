@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 func TestSSEReader(t *testing.T) {
@@ -58,19 +58,19 @@ func TestWireUsage(t *testing.T) {
 		name string
 		kind apiKind
 		body string
-		want engine.Usage
+		want gate.Usage
 		err  bool
 	}{
 		{"chat with cached prompt", kindOpenAI, `{"usage":{"prompt_tokens":100,"completion_tokens":20,"prompt_tokens_details":{"cached_tokens":40}}}`,
-			engine.Usage{InputTokens: 60, CacheReadTokens: 40, OutputTokens: 20}, false},
-		{"embeddings", kindOpenAI, `{"usage":{"prompt_tokens":8,"total_tokens":8}}`, engine.Usage{InputTokens: 8}, false},
+			gate.Usage{InputTokens: 60, CacheReadTokens: 40, OutputTokens: 20}, false},
+		{"embeddings", kindOpenAI, `{"usage":{"prompt_tokens":8,"total_tokens":8}}`, gate.Usage{InputTokens: 8}, false},
 		{"responses", kindOpenAI, `{"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":10},"output_tokens":5}}`,
-			engine.Usage{InputTokens: 20, CacheReadTokens: 10, OutputTokens: 5}, false},
+			gate.Usage{InputTokens: 20, CacheReadTokens: 10, OutputTokens: 5}, false},
 		{"anthropic", kindAnthropic, `{"usage":{"input_tokens":3,"cache_read_input_tokens":50,"cache_creation_input_tokens":7,"output_tokens":11}}`,
-			engine.Usage{InputTokens: 3, CacheReadTokens: 50, CacheWriteTokens: 7, OutputTokens: 11}, false},
-		{"a 200 carrying an error", kindOpenAI, `{"error":{"message":"overloaded"}}`, engine.Usage{}, true},
-		{"anthropic error body", kindAnthropic, `{"type":"error","error":{"type":"overloaded_error"}}`, engine.Usage{}, true},
-		{"error null is no error", kindOpenAI, `{"error":null,"usage":{"prompt_tokens":1,"completion_tokens":1}}`, engine.Usage{InputTokens: 1, OutputTokens: 1}, false},
+			gate.Usage{InputTokens: 3, CacheReadTokens: 50, CacheWriteTokens: 7, OutputTokens: 11}, false},
+		{"a 200 carrying an error", kindOpenAI, `{"error":{"message":"overloaded"}}`, gate.Usage{}, true},
+		{"anthropic error body", kindAnthropic, `{"type":"error","error":{"type":"overloaded_error"}}`, gate.Usage{}, true},
+		{"error null is no error", kindOpenAI, `{"error":null,"usage":{"prompt_tokens":1,"completion_tokens":1}}`, gate.Usage{InputTokens: 1, OutputTokens: 1}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // Modes, in report order.
@@ -126,8 +127,8 @@ type session struct {
 	cur      job
 	attempt  int
 	waited   time.Duration
-	ticket   engine.Ticket
-	waiter   *engine.Waiter
+	ticket   gate.Ticket
+	waiter   *gate.Waiter
 	gen      int // invalidates stale poll events
 	served   int64
 	inFlight bool
@@ -173,7 +174,7 @@ type runner struct {
 	start    time.Time
 	end      time.Time
 	clock    *engine.FakeClock
-	ledger   *engine.Ledger
+	ledger   *gate.Ledger
 	provider *provider
 	rng      *rand.Rand
 	q        eventQueue
@@ -195,17 +196,17 @@ func runMode(s Scenario, mode string) (Metrics, error) {
 		rng:      rand.New(rand.NewPCG(s.Seed, 0x5eed)),
 	}
 	if mode != ModeNaive {
-		cfg := engine.DefaultGateConfig()
+		cfg := gate.DefaultConfig()
 		cfg.Window = time.Duration(s.Window)
 		cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
 		cfg.SafetyFactor = s.Gate.SafetyFactor
-		cfg.Defaults = engine.ModelLimits{TPM: s.Gate.TPM, RPM: s.Gate.RPM}
+		cfg.Defaults = gate.ModelLimits{TPM: s.Gate.TPM, RPM: s.Gate.RPM}
 		cfg.Learn = true
 		if mode == ModeOracle {
-			cfg.Defaults = engine.ModelLimits{TPM: s.Provider.TPM, RPM: s.Provider.RPM}
+			cfg.Defaults = gate.ModelLimits{TPM: s.Provider.TPM, RPM: s.Provider.RPM}
 			cfg.Learn = false
 		}
-		l, err := engine.NewLedger(cfg, r.clock, engine.WithRand(rand.New(rand.NewPCG(s.Seed, 0x717e7))))
+		l, err := gate.NewLedger(cfg, r.clock, gate.WithRand(rand.New(rand.NewPCG(s.Seed, 0x717e7))))
 		if err != nil {
 			return Metrics{}, err
 		}
@@ -269,7 +270,7 @@ func (r *runner) handle(e event) {
 	case evComplete:
 		s.inFlight = false
 		if r.ledger != nil {
-			r.ledger.Settle(now, s.ticket, engine.Usage{InputTokens: s.cur.prompt, OutputTokens: s.cur.output})
+			r.ledger.Settle(now, s.ticket, gate.Usage{InputTokens: s.cur.prompt, OutputTokens: s.cur.output})
 		}
 		s.served += s.cur.prompt + s.cur.output
 		r.done++
@@ -292,7 +293,7 @@ func (r *runner) try(now time.Time, s *session) {
 		r.send(now, s)
 		return
 	}
-	t, w := r.ledger.Submit(now, engine.Request{
+	t, w := r.ledger.Submit(now, gate.Request{
 		Provider: simProvider, Model: simModel, Session: sessionName(s.id),
 		InputTokens: int(s.cur.prompt),
 	})

@@ -22,6 +22,9 @@ import (
 	"github.com/gatectl/gatectl/balance"
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/rules"
 	"github.com/hashicorp/go-hclog"
 )
@@ -30,11 +33,11 @@ import (
 // returned it.
 type Snapshot struct {
 	Config   *config.Config
-	Gate     engine.GateConfig
-	Retry    engine.RetryPolicy
+	Gate     gate.Config
+	Retry    retry.Policy
 	Chain    *engine.Chain
-	Pools    *engine.Pools // nil when the config has no pools
-	Quota    engine.QuotaSettings
+	Pools    *pool.Pools // nil when the config has no pools
+	Quota    pool.Settings
 	Balances *balance.Set
 	// Scoring describes each pool's scorer, for reports.
 	Scoring map[string]string
@@ -122,17 +125,17 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 }
 
 // GateConfig converts the gate section for the engine's ledger.
-func GateConfig(cfg *config.Config) (engine.GateConfig, error) {
+func GateConfig(cfg *config.Config) (gate.Config, error) {
 	g := cfg.Gate
-	c := engine.DefaultGateConfig()
+	c := gate.DefaultConfig()
 	c.Window, c.SafetyFactor, c.MaxWait, c.FallbackCooldown = g.Window, g.SafetyFactor, g.MaxWait, g.FallbackCooldown
 	c.OutputReserveTokens, c.Learn = g.OutputReserveTokens, g.Learn
 	c.MaxInFlightPerSession = g.MaxInFlightPerSession
-	c.Defaults = engine.ModelLimits{TPM: g.Defaults.TPM, RPM: g.Defaults.RPM, SafetyFactor: g.Defaults.SafetyFactor}
+	c.Defaults = gate.ModelLimits{TPM: g.Defaults.TPM, RPM: g.Defaults.RPM, SafetyFactor: g.Defaults.SafetyFactor}
 	if len(g.Models) > 0 {
-		c.Models = make(map[string]engine.ModelLimits, len(g.Models))
+		c.Models = make(map[string]gate.ModelLimits, len(g.Models))
 		for k, m := range g.Models {
-			c.Models[k] = engine.ModelLimits{TPM: m.TPM, RPM: m.RPM, SafetyFactor: m.SafetyFactor}
+			c.Models[k] = gate.ModelLimits{TPM: m.TPM, RPM: m.RPM, SafetyFactor: m.SafetyFactor}
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -142,24 +145,24 @@ func GateConfig(cfg *config.Config) (engine.GateConfig, error) {
 }
 
 // RetryPolicy converts the retry section for the engine's planner.
-func RetryPolicy(r config.Retry) (engine.RetryPolicy, error) {
-	p := engine.DefaultRetryPolicy()
+func RetryPolicy(r config.Retry) (retry.Policy, error) {
+	p := retry.DefaultPolicy()
 	p.Rounds, p.InitialDelay, p.Multiplier, p.MaxDelay, p.Jitter = r.Rounds, r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter
 	p.RespectRetryAfter = r.RespectRetryAfter
 	p.RetryOn = make([]engine.Class, 0, len(r.RetryOn))
 	for i, s := range r.RetryOn {
 		c, err := engine.ParseClass(s)
 		if err != nil {
-			return engine.RetryPolicy{}, fmt.Errorf("retry.retryOn[%d]: %w", i, err)
+			return retry.Policy{}, fmt.Errorf("retry.retryOn[%d]: %w", i, err)
 		}
 		p.RetryOn = append(p.RetryOn, c)
 	}
-	p.HintClamp = engine.RetryClamp{Min: r.HintClamp.Min, Max: r.HintClamp.Max}
+	p.HintClamp = retry.Clamp{Min: r.HintClamp.Min, Max: r.HintClamp.Max}
 	p.HintlessBackoff = r.HintlessBackoff
-	p.Mislabeled = engine.RetryMislabeled{Enabled: r.Mislabeled.Enabled, Rounds: r.Mislabeled.Rounds,
+	p.Mislabeled = retry.Mislabeled{Enabled: r.Mislabeled.Enabled, Rounds: r.Mislabeled.Rounds,
 		InitialDelay: r.Mislabeled.InitialDelay, Evidence: r.Mislabeled.Evidence}
 	if err := p.Validate(); err != nil {
-		return engine.RetryPolicy{}, err
+		return retry.Policy{}, err
 	}
 	return p, nil
 }
@@ -245,7 +248,7 @@ func configName(cfg *config.Config) string {
 }
 
 func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Options) error {
-	pc := engine.PoolsConfig{Providers: cfg.ProviderNames()}
+	pc := pool.PoolsConfig{Providers: cfg.ProviderNames()}
 	s.Scoring = map[string]string{}
 	order := cfg.PoolOrder
 	if len(order) == 0 {
@@ -256,7 +259,7 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	for _, name := range order {
 		p := cfg.Pools[name]
-		spec := engine.PoolSpec{Name: name, MidSessionSwitch: p.MidSessionSwitch}
+		spec := pool.PoolSpec{Name: name, MidSessionSwitch: p.MidSessionSwitch}
 		for _, r := range p.Routes {
 			spec.Routes = append(spec.Routes, engine.Route{Provider: r.Provider, Model: r.Model, ReasoningEffort: r.ReasoningEffort})
 		}
@@ -282,16 +285,16 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 		pc.Pools = append(pc.Pools, spec)
 	}
 	for _, b := range cfg.Balances {
-		pc.Balances = append(pc.Balances, engine.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
+		pc.Balances = append(pc.Balances, pool.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
 			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
 	}
 	q := cfg.Quota
-	s.Quota = engine.QuotaSettings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
+	s.Quota = pool.Settings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
 		FailOpen: q.FailOpen, NativeRetryFirstProviders: q.NativeRetryFirstProviders}
 	if len(pc.Pools) == 0 {
 		return nil
 	}
-	pools, err := engine.NewPools(pc)
+	pools, err := pool.NewPools(pc)
 	if err != nil {
 		return err
 	}

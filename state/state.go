@@ -23,7 +23,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // FileName is the state file's name inside stateDir.
@@ -176,7 +177,7 @@ func (s *Store) guard(err *error) {
 }
 
 // LoadSession implements engine.SessionStore.
-func (s *Store) LoadSession(id string) (rec engine.SessionRecord, ok bool, err error) {
+func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err error) {
 	defer s.guard(&err)
 	err = s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketSessions).Get([]byte(id))
@@ -187,14 +188,14 @@ func (s *Store) LoadSession(id string) (rec engine.SessionRecord, ok bool, err e
 		return json.Unmarshal(v, &rec)
 	})
 	if err != nil {
-		return engine.SessionRecord{}, false, fmt.Errorf("state: %s: session %q: %w", s.path, id, err)
+		return pool.SessionRecord{}, false, fmt.Errorf("state: %s: session %q: %w", s.path, id, err)
 	}
 	return rec, ok, nil
 }
 
 // SaveSession implements engine.SessionStore: one fsynced transaction. A zero
 // record deletes the session's entry.
-func (s *Store) SaveSession(id string, rec engine.SessionRecord) (err error) {
+func (s *Store) SaveSession(id string, rec pool.SessionRecord) (err error) {
 	defer s.guard(&err)
 	if id == "" {
 		return errors.New("state: empty session id")
@@ -228,14 +229,14 @@ func (s *Store) Sessions() (n int, err error) {
 
 // budgetKey encodes a budget key: the session's length as a uvarint, the session,
 // then the provider — unambiguous whatever bytes either holds.
-func budgetKey(k engine.RetryBudgetKey) []byte {
+func budgetKey(k retry.BudgetKey) []byte {
 	b := binary.AppendUvarint(make([]byte, 0, 2+len(k.Session)+len(k.Provider)), uint64(len(k.Session)))
 	b = append(b, k.Session...)
 	return append(b, k.Provider...)
 }
 
 // Load implements engine.BudgetStore.
-func (s *Store) Load(k engine.RetryBudgetKey) (b engine.RetryBudget, ok bool, err error) {
+func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
 	defer s.guard(&err)
 	err = s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketBudgets).Get(budgetKey(k))
@@ -246,13 +247,13 @@ func (s *Store) Load(k engine.RetryBudgetKey) (b engine.RetryBudget, ok bool, er
 		return json.Unmarshal(v, &b)
 	})
 	if err != nil {
-		return engine.RetryBudget{}, false, fmt.Errorf("state: %s: budget %s/%s: %w", s.path, k.Session, k.Provider, err)
+		return retry.Budget{}, false, fmt.Errorf("state: %s: budget %s/%s: %w", s.path, k.Session, k.Provider, err)
 	}
 	return b, ok, nil
 }
 
 // Save implements engine.BudgetStore: one fsynced transaction.
-func (s *Store) Save(k engine.RetryBudgetKey, b engine.RetryBudget) (err error) {
+func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
 	defer s.guard(&err)
 	v, err := json.Marshal(b)
 	if err != nil {
@@ -275,7 +276,7 @@ func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
 		b := tx.Bucket(bucketBudgets)
 		var drop [][]byte
 		err := b.ForEach(func(k, v []byte) error {
-			var rb engine.RetryBudget
+			var rb retry.Budget
 			if json.Unmarshal(v, &rb) != nil || rb.UpdatedAt.Before(before) {
 				drop = append(drop, append([]byte(nil), k...))
 			}
@@ -299,7 +300,7 @@ func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
 }
 
 var (
-	_ engine.SessionStore = (*Store)(nil)
-	_ engine.BudgetStore  = (*Store)(nil)
-	_ engine.BudgetPruner = (*Store)(nil)
+	_ pool.SessionStore  = (*Store)(nil)
+	_ retry.BudgetStore  = (*Store)(nil)
+	_ retry.BudgetPruner = (*Store)(nil)
 )

@@ -15,7 +15,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // childEnv makes the test binary a writer that the crash test kills.
@@ -53,8 +54,8 @@ func crashChild(dir string) {
 
 func sessionID(i int) string { return fmt.Sprintf("session-%06d", i) }
 
-func recordFor(i int) engine.SessionRecord {
-	r := engine.SessionRecord{Switch: "on", SwitchSource: engine.SourceSession, Pool: "pool-" + strconv.Itoa(i%7), PoolSource: engine.SourceSession}
+func recordFor(i int) pool.SessionRecord {
+	r := pool.SessionRecord{Switch: "on", SwitchSource: pool.SourceSession, Pool: "pool-" + strconv.Itoa(i%7), PoolSource: pool.SourceSession}
 	if i%2 == 1 {
 		r.Switch = "off"
 		r.Parent = sessionID(i - 1)
@@ -62,12 +63,12 @@ func recordFor(i int) engine.SessionRecord {
 	return r
 }
 
-func budgetKeyFor(i int) engine.RetryBudgetKey {
-	return engine.RetryBudgetKey{Session: sessionID(i), Provider: "p" + strconv.Itoa(i%3)}
+func budgetKeyFor(i int) retry.BudgetKey {
+	return retry.BudgetKey{Session: sessionID(i), Provider: "p" + strconv.Itoa(i%3)}
 }
 
-func budgetFor(i int) engine.RetryBudget {
-	return engine.RetryBudget{Turn: "t" + strconv.Itoa(i), Step: i % 5, Rounds: i % 9, UpdatedAt: time.Unix(int64(i), 0).UTC()}
+func budgetFor(i int) retry.Budget {
+	return retry.Budget{Turn: "t" + strconv.Itoa(i), Step: i % 5, Rounds: i % 9, UpdatedAt: time.Unix(int64(i), 0).UTC()}
 }
 
 // TestCrashSafety kills a writing process with SIGKILL mid-writes, three times
@@ -290,7 +291,7 @@ func TestSessionsThroughEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := engine.NewSessions(st)
+	s := pool.NewSessions(st)
 	if _, err := s.SetSwitch("parent", "off"); err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +309,9 @@ func TestSessionsThroughEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s = engine.NewSessions(st)
+	s = pool.NewSessions(st)
 	got, err := s.Get("child")
-	want := engine.SessionRecord{Switch: "off", SwitchSource: engine.SourceInherited, Pool: "medium", PoolSource: engine.SourceInherited, Parent: "parent"}
+	want := pool.SessionRecord{Switch: "off", SwitchSource: pool.SourceInherited, Pool: "medium", PoolSource: pool.SourceInherited, Parent: "parent"}
 	if err != nil || got != want {
 		t.Errorf("child after restart = %+v, %v; want %+v", got, err, want)
 	}
@@ -333,10 +334,10 @@ func TestBudgets(t *testing.T) {
 	defer st.Close()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Keys that would collide under a naive separator stay apart.
-	k1 := engine.RetryBudgetKey{Session: "a\x00b", Provider: "c"}
-	k2 := engine.RetryBudgetKey{Session: "a", Provider: "\x00bc"}
-	b1 := engine.RetryBudget{Turn: "t1", Rounds: 3, UpdatedAt: t0}
-	b2 := engine.RetryBudget{Turn: "t2", LongTerm: 4, UpdatedAt: t0.Add(time.Hour)}
+	k1 := retry.BudgetKey{Session: "a\x00b", Provider: "c"}
+	k2 := retry.BudgetKey{Session: "a", Provider: "\x00bc"}
+	b1 := retry.Budget{Turn: "t1", Rounds: 3, UpdatedAt: t0}
+	b2 := retry.Budget{Turn: "t2", LongTerm: 4, UpdatedAt: t0.Add(time.Hour)}
 	if err := st.Save(k1, b1); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +350,7 @@ func TestBudgets(t *testing.T) {
 	if got, ok, err := st.Load(k2); err != nil || !ok || got != b2 {
 		t.Errorf("Load(k2) = %+v %v %v", got, ok, err)
 	}
-	if _, ok, err := st.Load(engine.RetryBudgetKey{Session: "none"}); ok || err != nil {
+	if _, ok, err := st.Load(retry.BudgetKey{Session: "none"}); ok || err != nil {
 		t.Errorf("Load(missing) = %v %v", ok, err)
 	}
 	if n, err := st.PruneBudgets(t0.Add(time.Minute)); err != nil || n != 1 {

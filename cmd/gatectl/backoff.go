@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -52,7 +53,7 @@ func backoffCommand() *cli.Command {
 
 // writeBackoffText draws the curve as seed 003's settings panel does: one bar per
 // round scaled to the cap, and the cumulative longest wait.
-func writeBackoffText(w io.Writer, p engine.RetryPolicy) error {
+func writeBackoffText(w io.Writer, p retry.Policy) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "retry backoff: %d rounds · first %s · ×%s · cap %s · jitter ±%s%%\n",
 		p.Rounds, backoffDur(p.InitialDelay), backoffNum(p.Multiplier), backoffDur(p.MaxDelay), backoffNum(p.Jitter*100))
@@ -157,7 +158,7 @@ type backoffJSON struct {
 	TotalLongestMs    int64              `json:"totalLongestMs"`
 }
 
-func writeBackoffJSON(w io.Writer, p engine.RetryPolicy) error {
+func writeBackoffJSON(w io.Writer, p retry.Policy) error {
 	out := backoffJSON{
 		Rounds: p.Rounds, InitialDelayMs: p.InitialDelay.Milliseconds(), Multiplier: p.Multiplier,
 		MaxDelayMs: p.MaxDelay.Milliseconds(), Jitter: p.Jitter, RespectRetryAfter: p.RespectRetryAfter,

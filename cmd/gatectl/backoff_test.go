@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -171,11 +172,11 @@ func TestBackoffRetryPolicyFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := engine.DefaultRetryPolicy()
+	want := retry.DefaultPolicy()
 	want.Rounds, want.InitialDelay, want.Multiplier, want.MaxDelay, want.Jitter = 5, time.Second, 1.5, 30*time.Second, 0.1
 	want.RespectRetryAfter, want.HintlessBackoff = false, true
-	want.HintClamp = engine.RetryClamp{Min: 2 * time.Second, Max: time.Minute}
-	want.Mislabeled = engine.RetryMislabeled{Enabled: true, Rounds: 2, InitialDelay: 5 * time.Second, Evidence: time.Minute}
+	want.HintClamp = retry.Clamp{Min: 2 * time.Second, Max: time.Minute}
+	want.Mislabeled = retry.Mislabeled{Enabled: true, Rounds: 2, InitialDelay: 5 * time.Second, Evidence: time.Minute}
 	want.RetryOn = []engine.Class{engine.ClassRateLimit, engine.ClassAuth}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("policy = %+v\nwant     %+v", p, want)

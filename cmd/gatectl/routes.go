@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/snapshot"
 )
 
@@ -96,10 +97,10 @@ func writeRoutes(c *cli.Context, format string, rep routesOutput) error {
 
 // routesFromServer asks a running server for its report (GET /gate/v1/routes),
 // refreshing the balance sources that are due, as the offline mode does.
-func routesFromServer(ctx context.Context, addr, pool string, draws int) (routesOutput, error) {
+func routesFromServer(ctx context.Context, addr, poolName string, draws int) (routesOutput, error) {
 	q := url.Values{"refresh": {"true"}}
-	if pool != "" {
-		q.Set("pool", pool)
+	if poolName != "" {
+		q.Set("pool", poolName)
 	}
 	if draws > 0 {
 		q.Set("draw", strconv.Itoa(draws))
@@ -107,7 +108,7 @@ func routesFromServer(ctx context.Context, addr, pool string, draws int) (routes
 	var rep routesOutput
 	if err := apiGet(ctx, addr, "/gate/v1/routes?"+q.Encode(), &rep); err != nil {
 		if isNotFound(err) { // the server's "no such pool: ...", as the offline mode says it
-			return routesOutput{}, fmt.Errorf("%w: %s", engine.ErrNoPool, strings.TrimPrefix(err.Error(), engine.ErrNoPool.Error()+": "))
+			return routesOutput{}, fmt.Errorf("%w: %s", pool.ErrNoPool, strings.TrimPrefix(err.Error(), pool.ErrNoPool.Error()+": "))
 		}
 		return routesOutput{}, cli.Exit("routes: "+err.Error(), exitFailure)
 	}
@@ -145,7 +146,7 @@ func flagsAfterArg(c *cli.Context) error {
 
 // routesOutput is the report with the draws and the scoring of each pool.
 type routesOutput struct {
-	engine.RoutesReport
+	pool.Report
 	// Scoring names each pool's scorer: "default", or the expr/wasm the config
 	// names and this build cannot run yet (its scores are then the default rule's).
 	Scoring map[string]string `json:"scoring"`
@@ -156,18 +157,18 @@ type routesOutput struct {
 }
 
 // routesReport runs the due balance sources of the selected pools and reports them.
-func routesReport(ctx context.Context, snap *snapshot.Snapshot, pool string, draws int, rnd engine.Rand) (routesOutput, error) {
+func routesReport(ctx context.Context, snap *snapshot.Snapshot, poolName string, draws int, rnd engine.Rand) (routesOutput, error) {
 	set, notes := snap.Balances, snap.Scoring
-	q := engine.NewQuotaRetry(engine.QuotaRetryOptions{Pools: snap.Pools, Settings: snap.Quota, Readings: set, Rand: rnd})
+	q := pool.NewRouter(pool.RouterOptions{Pools: snap.Pools, Settings: snap.Quota, Readings: set, Rand: rnd})
 	var sel []string
-	if pool != "" {
-		sel = []string{pool}
+	if poolName != "" {
+		sel = []string{poolName}
 	}
 	rep, err := q.Report(ctx, true, sel...)
 	if err != nil {
 		return routesOutput{}, err
 	}
-	out := routesOutput{RoutesReport: rep, Scoring: map[string]string{}}
+	out := routesOutput{Report: rep, Scoring: map[string]string{}}
 	for prov, st := range set.Status() {
 		if st.Err != nil {
 			if out.SourceErrors == nil {
@@ -244,7 +245,7 @@ func writeRoutesText(w io.Writer, rep routesOutput) error {
 	return nil
 }
 
-func remainingText(r engine.RouteReport) string {
+func remainingText(r pool.RouteReport) string {
 	switch {
 	case r.Reading == nil:
 		return "-"
@@ -256,7 +257,7 @@ func remainingText(r engine.RouteReport) string {
 	return strconv.FormatFloat(*r.Reading.Remaining, 'g', 6, 64)
 }
 
-func ageText(r engine.RouteReport) string {
+func ageText(r pool.RouteReport) string {
 	if r.ReadingAgeMs == nil {
 		return "-"
 	}
@@ -265,7 +266,7 @@ func ageText(r engine.RouteReport) string {
 
 // windowsText lists the reading's windows, remaining/capacity; a * marks the ones
 // that weigh in the score.
-func windowsText(r engine.RouteReport) string {
+func windowsText(r pool.RouteReport) string {
 	if r.Reading == nil || len(r.Reading.Windows) == 0 {
 		return "-"
 	}
@@ -283,21 +284,21 @@ func windowsText(r engine.RouteReport) string {
 	return strings.Join(parts, ", ")
 }
 
-func scoreText(r engine.RouteReport) string {
+func scoreText(r pool.RouteReport) string {
 	if r.Score == nil {
 		return "unscored"
 	}
 	return strconv.FormatFloat(*r.Score, 'f', 4, 64)
 }
 
-func markText(r engine.RouteReport, now time.Time) string {
+func markText(r pool.RouteReport, now time.Time) string {
 	if !r.Marked {
 		return "-"
 	}
 	return "exhausted, lifts in " + r.MarkUntil.Sub(now).Round(time.Second).String()
 }
 
-func usableText(r engine.RouteReport) string {
+func usableText(r pool.RouteReport) string {
 	if r.Usable {
 		return "yes"
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 const routesYAML = `
@@ -87,8 +87,8 @@ func TestRoutesOfflineJSONOnePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		Pools []engine.PoolReport `json:"pools"`
-		Draws map[string][]int    `json:"draws"`
+		Pools []pool.PoolReport `json:"pools"`
+		Draws map[string][]int  `json:"draws"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
@@ -122,7 +122,7 @@ func TestRoutesErrors(t *testing.T) {
 		}
 	}
 	_, err := runRoutes(t, "nope", "--offline", "--config", "CONFIG")
-	if !errors.Is(err, engine.ErrNoPool) {
+	if !errors.Is(err, pool.ErrNoPool) {
 		t.Errorf("unknown pool: %v is not ErrNoPool", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/server"
 )
 
@@ -84,7 +84,7 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 }
 
 // windowText is tokens in the window against the token budget, with the share.
-func windowText(m engine.BucketStatus) string {
+func windowText(m gate.BucketStatus) string {
 	if m.TokenBudget <= 0 {
 		return strconv.FormatInt(m.WindowTokens, 10)
 	}
@@ -92,7 +92,7 @@ func windowText(m engine.BucketStatus) string {
 }
 
 // quotaText is the learned quota, and the configured TPM when learning moved it.
-func quotaText(m engine.BucketStatus) string {
+func quotaText(m gate.BucketStatus) string {
 	q := strconv.FormatFloat(m.Quota, 'f', 0, 64)
 	if m.Start > 0 && m.Quota != m.Start {
 		q += " (from " + strconv.FormatFloat(m.Start, 'f', 0, 64) + ")"
@@ -100,14 +100,14 @@ func quotaText(m engine.BucketStatus) string {
 	return q
 }
 
-func triggerText(m engine.BucketStatus) string {
+func triggerText(m gate.BucketStatus) string {
 	if m.Trigger <= 0 {
 		return "-"
 	}
 	return strconv.FormatFloat(m.Trigger, 'f', 0, 64)
 }
 
-func cooldownText(m engine.BucketStatus) string {
+func cooldownText(m gate.BucketStatus) string {
 	if m.CooldownMs <= 0 {
 		return "-"
 	}

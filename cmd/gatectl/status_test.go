@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/server"
 	"github.com/gatectl/gatectl/snapshot"
 )
@@ -155,7 +156,7 @@ func TestRoutesAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		Pools []engine.PoolReport `json:"pools"`
+		Pools []pool.PoolReport `json:"pools"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
@@ -169,7 +170,7 @@ func TestRoutesAgainstServer(t *testing.T) {
 	}
 
 	_, err = runCLI(t, "routes", "nope", "--addr", url)
-	if !errors.Is(err, engine.ErrNoPool) || !strings.Contains(err.Error(), `no such pool: "nope"`) {
+	if !errors.Is(err, pool.ErrNoPool) || !strings.Contains(err.Error(), `no such pool: "nope"`) {
 		t.Errorf("unknown pool: %v", err)
 	}
 	for _, c := range []struct {

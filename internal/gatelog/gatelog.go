@@ -6,32 +6,32 @@ package gatelog
 import (
 	"time"
 
-	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/hashicorp/go-hclog"
 )
 
 // Hook returns an engine event hook that logs through logger.
-func Hook(logger hclog.Logger) func(engine.GateEvent) {
-	return func(e engine.GateEvent) {
+func Hook(logger hclog.Logger) func(gate.Event) {
+	return func(e gate.Event) {
 		model := e.Provider + "/" + e.Model
 		switch e.Kind {
-		case engine.EventWait:
+		case gate.EventWait:
 			logger.Info("holding call", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "expected_wait", e.Wait.Round(time.Millisecond))...)
-		case engine.EventAdmitted:
+		case gate.EventAdmitted:
 			logger.Info("admitted after wait", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "waited", e.Wait.Round(time.Millisecond))...)
-		case engine.EventFailOpen:
+		case gate.EventFailOpen:
 			logger.Warn("admitted without waiting (fail-open)", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait", e.Wait.Round(time.Millisecond))...)
-		case engine.EventOverBudget:
+		case gate.EventOverBudget:
 			logger.Warn("reservation exceeds the whole budget: admitted without waiting for the window", append(reading(e), "model", model, "session", e.Session)...)
-		case engine.EventRateLimited:
+		case gate.EventRateLimited:
 			src := "provider"
 			if e.FromFallback {
 				src = "fallback"
 			}
 			logger.Warn("rate limited: cooling down", "model", model, "cooldown", e.RetryAfter, "cooldown_from", src, "scope", scope(e))
-		case engine.EventLearn:
+		case gate.EventLearn:
 			logger.Info("learned quota moved", "model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start))
-		case engine.EventLeak:
+		case gate.EventLeak:
 			logger.Warn("429 below a window that passed without one: another client is spending the same key; the learned upper bound is not trustworthy",
 				"model", model, "clean_window", int64(e.From), "trigger", int64(e.To))
 		}
@@ -39,7 +39,7 @@ func Hook(logger hclog.Logger) func(engine.GateEvent) {
 }
 
 // reading is the window state seed 000 logs with every wait.
-func reading(e engine.GateEvent) []any {
+func reading(e gate.Event) []any {
 	return []any{
 		"window_tokens", e.WindowTokens, "token_budget", e.TokenBudget, "reservation", e.Reservation,
 		"quota", int64(e.Quota), "start", int64(e.Start), "trigger", trigger(e),
@@ -47,14 +47,14 @@ func reading(e engine.GateEvent) []any {
 	}
 }
 
-func trigger(e engine.GateEvent) any {
+func trigger(e gate.Event) any {
 	if e.Trigger == 0 {
 		return "not observed"
 	}
 	return int64(e.Trigger)
 }
 
-func scope(e engine.GateEvent) string {
+func scope(e gate.Event) string {
 	if e.Model == "" {
 		return "provider"
 	}

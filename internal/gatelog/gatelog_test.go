@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -15,14 +16,14 @@ func TestLogLines(t *testing.T) {
 	var buf bytes.Buffer
 	logger := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})
 	clk := engine.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	cfg := engine.DefaultGateConfig()
-	cfg.Defaults = engine.ModelLimits{TPM: 1000, RPM: 10}
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 1000, RPM: 10}
 	cfg.OutputReserveTokens = 100
-	l, err := engine.NewLedger(cfg, clk, engine.WithEventHook(Hook(logger)))
+	l, err := gate.NewLedger(cfg, clk, gate.WithEventHook(Hook(logger)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := engine.Request{Provider: "deepseek", Model: "chat", Session: "s1", InputTokens: 500}
+	r := gate.Request{Provider: "deepseek", Model: "chat", Session: "s1", InputTokens: 500}
 	if _, err := l.Admit(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}

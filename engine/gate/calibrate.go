@@ -1,0 +1,80 @@
+package gate
+
+import "time"
+
+// rateLimitPeriod is the period providers state their limits over: OpenAI's
+// x-ratelimit-limit-tokens and Anthropic's anthropic-ratelimit-tokens-limit are
+// per minute.
+const rateLimitPeriod = time.Minute
+
+// Calibrate adopts the limits a provider states in its response headers
+// (x-ratelimit-limit-tokens/-requests, anthropic-ratelimit-*-limit) for
+// provider/model at now. A stated limit is the truth the learner otherwise has
+// to find with 429s (seed 000), so it replaces the guess directly:
+//
+//   - limitTokens > 0: the learned quota and its starting point become the
+//     stated limit, scaled from per minute to the gate's window; a tightest
+//     trigger learned from 429s is dropped (the stated limit supersedes it).
+//     Later 429s still cut the quota as usual, and the next calibration
+//     restores it: learning from 429s remains for providers that send none.
+//   - limitRequests > 0: the model's RPM budget becomes the stated limit (scaled
+//     likewise), times the safety factor as for a configured RPM.
+//
+// remainingTokens and remainingRequests are what the provider says is left in its
+// own window; negative means not sent. A remaining above its limit marks the
+// header set as inconsistent and the call is ignored whole. They are otherwise
+// not used: the ledger's window already holds what gatectl sent, and a provider's
+// remaining counts the max_tokens it expects rather than what was written.
+//
+// A limit ≤ 0 leaves that part as it is. Calibrate emits a learn event with Step
+// "calibrate" when the token budget moved. It is safe for concurrent use.
+func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, remainingTokens, limitRequests, remainingRequests int64) {
+	if provider == "" || model == "" {
+		return
+	}
+	if (limitTokens > 0 && remainingTokens > limitTokens) || (limitRequests > 0 && remainingRequests > limitRequests) {
+		return
+	}
+	if limitTokens <= 0 && limitRequests <= 0 {
+		return
+	}
+	span := l.conf().Window
+	b := l.bucketFor(provider, model, now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if limitRequests > 0 {
+		b.statedRequests = limitRequests
+		rpm := scaleLimit(limitRequests, span)
+		b.limits.RPM = int(rpm)
+		b.rpm = max(1, int(float64(rpm)*b.limits.SafetyFactor))
+	}
+	if limitTokens <= 0 {
+		b.dispatchLocked(now)
+		return
+	}
+	b.statedTokens = limitTokens
+	q := float64(scaleLimit(limitTokens, span))
+	from := b.learn.budget()
+	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {
+		b.dispatchLocked(now)
+		return
+	}
+	fresh := newLearner(int(q), b.learn.enabled, now)
+	b.learn.start, b.learn.quota, b.learn.floor, b.learn.trigger = fresh.start, fresh.quota, fresh.floor, 0
+	b.limits.TPM = int(q)
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
+	}
+	e := b.newEvent(EventLearn, now, "", "calibrate", 0, 0)
+	e.Step, e.From, e.To = "calibrate", from, q
+	b.l.emit(e)
+	b.dispatchLocked(now) // a larger budget may let waiters through
+}
+
+// scaleLimit converts a per-minute limit to one per span, at least 1.
+func scaleLimit(perMinute int64, span time.Duration) int64 {
+	if span == rateLimitPeriod {
+		return perMinute
+	}
+	return max(1, int64(float64(perMinute)*float64(span)/float64(rateLimitPeriod)))
+}

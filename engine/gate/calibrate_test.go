@@ -1,0 +1,157 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLedgerCalibrate(t *testing.T) {
+	type call struct {
+		at                      time.Duration // after t0
+		limitTok, remTok        int64
+		limitReq, remReq        int64
+		rateLimitedFirst        bool // record a 429 (no hint) just before the call
+		wantQuota, wantStart    float64
+		wantTrigger             float64
+		wantBudget              int64
+		wantRPM                 int
+		wantCalibrateEventDelta int // calibrate events this call adds
+	}
+	cases := []struct {
+		name   string
+		window time.Duration
+		calls  []call
+	}{
+		{"tokens and requests per minute", time.Minute, []call{
+			{at: 0, limitTok: 600, remTok: 500, limitReq: 3, remReq: 2, wantQuota: 600, wantStart: 600, wantBudget: 600, wantRPM: 3, wantCalibrateEventDelta: 1},
+			// the same limits again: nothing moves, no event
+			{at: time.Second, limitTok: 600, remTok: 400, limitReq: 3, remReq: 1, wantQuota: 600, wantStart: 600, wantBudget: 600, wantRPM: 3},
+			// the provider raised the limit
+			{at: 2 * time.Second, limitTok: 2000, remTok: 2000, limitReq: 0, remReq: -1, wantQuota: 2000, wantStart: 2000, wantBudget: 2000, wantRPM: 3, wantCalibrateEventDelta: 1},
+		}},
+		{"scaled to a 30s window", 30 * time.Second, []call{
+			{at: 0, limitTok: 600, remTok: 600, limitReq: 10, remReq: 10, wantQuota: 300, wantStart: 300, wantBudget: 300, wantRPM: 5, wantCalibrateEventDelta: 1},
+		}},
+		{"inconsistent headers are ignored", time.Minute, []call{
+			{at: 0, limitTok: 600, remTok: 601, limitReq: 3, remReq: 2, wantQuota: 1000, wantStart: 1000, wantBudget: 1000, wantRPM: 10},
+			{at: 0, limitTok: 600, remTok: 10, limitReq: 3, remReq: 4, wantQuota: 1000, wantStart: 1000, wantBudget: 1000, wantRPM: 10},
+			{at: 0, limitTok: 0, remTok: -1, limitReq: 0, remReq: -1, wantQuota: 1000, wantStart: 1000, wantBudget: 1000, wantRPM: 10},
+		}},
+		{"a stated limit supersedes a learned trigger; 429s still cut", time.Minute, []call{
+			// a 429 with an empty window: no trigger reading, the quota halves (1000 → 500)
+			{at: 0, rateLimitedFirst: true, limitTok: 800, remTok: 0, limitReq: -1, remReq: -1, wantQuota: 800, wantStart: 800, wantBudget: 800, wantRPM: 10, wantCalibrateEventDelta: 1},
+			// another 429 a window later cuts the calibrated quota; the next response restores it
+			{at: 2 * time.Minute, rateLimitedFirst: true, limitTok: 800, remTok: 100, limitReq: -1, remReq: -1, wantQuota: 800, wantStart: 800, wantBudget: 800, wantRPM: 10, wantCalibrateEventDelta: 1},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testGate()
+			cfg.Window = tc.window
+			cfg.MaxWait = 2 * tc.window
+			l, _, ev := newTestLedger(t, cfg)
+			events := 0
+			for i, c := range tc.calls {
+				now := t0.Add(c.at)
+				if c.rateLimitedFirst {
+					l.RateLimited(now, "p", "m", time.Second)
+					if st := l.BucketStatus(now, "p", "m"); st.Quota >= st.Start && st.Start > 0 && i > 0 {
+						t.Fatalf("call %d: the 429 did not cut the quota (%v)", i, st.Quota)
+					}
+				}
+				l.Calibrate(now, "p", "m", c.limitTok, c.remTok, c.limitReq, c.remReq)
+				st := l.BucketStatus(now, "p", "m")
+				if st.Quota != c.wantQuota || st.Start != c.wantStart || st.Trigger != c.wantTrigger || st.TokenBudget != c.wantBudget || st.RPMBudget != c.wantRPM {
+					t.Fatalf("call %d: quota %v start %v trigger %v budget %d rpm %d; want %v %v %v %d %d", i,
+						st.Quota, st.Start, st.Trigger, st.TokenBudget, st.RPMBudget, c.wantQuota, c.wantStart, c.wantTrigger, c.wantBudget, c.wantRPM)
+				}
+				n := 0
+				for _, e := range ev.kinds(EventLearn) {
+					if e.Step == "calibrate" {
+						n++
+					}
+				}
+				if n-events != c.wantCalibrateEventDelta {
+					t.Fatalf("call %d: %d calibrate events, want %d", i, n-events, c.wantCalibrateEventDelta)
+				}
+				events = n
+			}
+		})
+	}
+}
+
+// TestLedgerCalibrateAdmission: a calibrated budget governs admission at once, and
+// a raised one lets a waiter through without waiting for the window.
+func TestLedgerCalibrateAdmission(t *testing.T) {
+	l, clk, _ := newTestLedger(t, testGate())
+	now := clk.Now()
+	l.Calibrate(now, "p", "m", 300, 300, -1, -1)
+	first := mustAdmit(t, l, now, req(100)) // 100 + 100 reserve = 200 of 300
+	if _, w := l.Submit(now, req(100)); w == nil {
+		t.Fatal("a second call over the calibrated 300 was admitted")
+	} else {
+		l.Calibrate(now, "p", "m", 1000, 800, -1, -1)
+		if _, ok := w.Ticket(); !ok {
+			t.Fatal("the raised limit did not let the waiter through")
+		}
+	}
+	if err := l.Settle(now, first, Usage{InputTokens: 100, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLedgerCalibrateNoModel(t *testing.T) {
+	l, clk, _ := newTestLedger(t, testGate())
+	l.Calibrate(clk.Now(), "", "m", 10, 1, 1, 1)
+	l.Calibrate(clk.Now(), "p", "", 10, 1, 1, 1)
+	if n := len(l.Status(clk.Now())); n != 0 {
+		t.Fatalf("%d buckets created for an empty provider or model", n)
+	}
+}
+
+// TestLedgerCalibrateDropsTrigger: a trigger learned from a 429 gives way to the
+// provider's stated limit.
+func TestLedgerCalibrateDropsTrigger(t *testing.T) {
+	l, clk, _ := newTestLedger(t, testGate())
+	now := clk.Now()
+	tk := mustAdmit(t, l, now, req(100))
+	l.RateLimited(now, "p", "m", time.Second)
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger == 0 {
+		t.Fatal("setup: the 429 recorded no trigger")
+	}
+	l.Calibrate(now, "p", "m", 800, 0, -1, -1)
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 0 || st.Quota != 800 || st.TokenBudget != 800 {
+		t.Fatalf("after calibrating: trigger %v quota %v budget %d; want 0 800 800", st.Trigger, st.Quota, st.TokenBudget)
+	}
+	_ = l.Release(now, tk)
+}
+
+// TestLedgerCalibrateSurvivesReconfigure: a reload (even of the same config) keeps
+// the limits the provider stated; they are rescaled when the window changes.
+func TestLedgerCalibrateSurvivesReconfigure(t *testing.T) {
+	cases := []struct {
+		name                 string
+		window               time.Duration
+		wantQuota, wantStart float64
+		wantRPM              int
+	}{
+		{"same config", time.Minute, 600, 600, 3},
+		{"a 30s window", 30 * time.Second, 300, 300, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, clk, _ := newTestLedger(t, testGate())
+			now := clk.Now()
+			l.Calibrate(now, "p", "m", 600, 500, 3, 2)
+			cfg := testGate()
+			cfg.Window = tc.window
+			if err := l.Reconfigure(now.Add(time.Second), cfg); err != nil {
+				t.Fatal(err)
+			}
+			st := l.BucketStatus(now.Add(time.Second), "p", "m")
+			if st.Quota != tc.wantQuota || st.Start != tc.wantStart || st.RPMBudget != tc.wantRPM {
+				t.Fatalf("after reload: quota %v start %v rpm %d; want %v %v %d (the stated limits)", st.Quota, st.Start, st.RPMBudget, tc.wantQuota, tc.wantStart, tc.wantRPM)
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ModelLimits are a model's configured starting limits. A zero field inherits the
+// gate's default.
+type ModelLimits struct {
+	TPM          int     // tokens per window: the learner's starting point, not the truth
+	RPM          int     // requests per window
+	SafetyFactor float64 // share of the budget the gate spends, (0, 1]
+}
+
+// GateConfig configures the Ledger. The zero value is not usable: start from
+// DefaultGateConfig.
+type Config struct {
+	Window              time.Duration // sliding window of the ledger (60s)
+	SafetyFactor        float64       // 0.85: head room for estimate error
+	MaxWait             time.Duration // longest admission wait before failing open (120s); must be ≥ Window
+	FallbackCooldown    time.Duration // cooldown after a 429 without a hint (60s)
+	OutputReserveTokens int           // output reserved when the request gives no max_tokens (8192)
+	Learn               bool          // learn the true quota from 429 feedback
+	Defaults            ModelLimits   // every model's start unless overridden (1,000,000 TPM, 60 RPM)
+	Models              map[string]ModelLimits
+	// MaxInFlightPerSession caps a session's admitted, unsettled requests on one
+	// model; 0 means no cap.
+	MaxInFlightPerSession int
+	// Jitter is the largest extra fraction added to each wait, so that waiters
+	// woken for the same drain time do not all retry at once (0.1).
+	Jitter float64
+}
+
+// DefaultGateConfig returns seed 000's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Window:              60 * time.Second,
+		SafetyFactor:        0.85,
+		MaxWait:             120 * time.Second,
+		FallbackCooldown:    60 * time.Second,
+		OutputReserveTokens: 8192,
+		Learn:               true,
+		Defaults:            ModelLimits{TPM: 1_000_000, RPM: 60},
+		Jitter:              0.1,
+	}
+}
+
+// ErrMaxWaitBelowWindow is returned by Validate when MaxWait < Window: the gate
+// could then never wait out one full window.
+var ErrMaxWaitBelowWindow = errors.New("maxWait must be at least the window")
+
+// Validate reports the first illegal value, naming its config key.
+func (c Config) Validate() error {
+	switch {
+	case c.Window <= 0:
+		return fmt.Errorf("gate.window: must be positive (got %s)", c.Window)
+	case c.MaxWait < c.Window:
+		return fmt.Errorf("gate.maxWait: %w (maxWait %s < window %s)", ErrMaxWaitBelowWindow, c.MaxWait, c.Window)
+	case c.SafetyFactor <= 0 || c.SafetyFactor > 1:
+		return fmt.Errorf("gate.safetyFactor: must be in (0, 1] (got %g)", c.SafetyFactor)
+	case c.FallbackCooldown < 0:
+		return fmt.Errorf("gate.fallbackCooldown: must not be negative (got %s)", c.FallbackCooldown)
+	case c.OutputReserveTokens < 0:
+		return fmt.Errorf("gate.outputReserveTokens: must not be negative (got %d)", c.OutputReserveTokens)
+	case c.Defaults.TPM <= 0 || c.Defaults.RPM <= 0:
+		return fmt.Errorf("gate.defaults: tpm and rpm must be positive (got tpm %d, rpm %d)", c.Defaults.TPM, c.Defaults.RPM)
+	case c.MaxInFlightPerSession < 0:
+		return fmt.Errorf("gate.maxInFlightPerSession: must not be negative (got %d)", c.MaxInFlightPerSession)
+	case c.Jitter < 0 || c.Jitter > 1:
+		return fmt.Errorf("gate.jitter: must be in [0, 1] (got %g)", c.Jitter)
+	}
+	for k, m := range c.Models {
+		if m.TPM < 0 || m.RPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
+			return fmt.Errorf("gate.models[%q]: tpm, rpm must not be negative and safetyFactor must be in (0, 1]", k)
+		}
+	}
+	return nil
+}
+
+// limitsFor resolves a model's effective limits: its override, else the defaults.
+func (c Config) limitsFor(key string) ModelLimits {
+	l := c.Defaults
+	if l.SafetyFactor == 0 {
+		l.SafetyFactor = c.SafetyFactor
+	}
+	if m, ok := c.Models[key]; ok {
+		if m.TPM > 0 {
+			l.TPM = m.TPM
+		}
+		if m.RPM > 0 {
+			l.RPM = m.RPM
+		}
+		if m.SafetyFactor > 0 {
+			l.SafetyFactor = m.SafetyFactor
+		}
+	}
+	return l
+}

@@ -1,0 +1,48 @@
+package gate
+
+import "time"
+
+// GateEventKind names what a GateEvent reports.
+type EventKind string
+
+// Gate events. A call that did not wait produces none (seed 000: the log stays
+// quiet for normal calls).
+const (
+	EventWait        EventKind = "wait"        // a call was held back; Wait is the expected wait
+	EventAdmitted    EventKind = "admitted"    // a held call was let through; Wait is the real wait
+	EventFailOpen    EventKind = "fail-open"   // admitted without waiting because waiting would break the gate's promise
+	EventOverBudget  EventKind = "over-budget" // a reservation larger than the whole budget, admitted without waiting for the window
+	EventRateLimited EventKind = "rate-limited"
+	EventLearn       EventKind = "learn" // the learned quota or trigger moved; Step says how
+	EventLeak        EventKind = "leak"  // a trigger below a clean window: another client spends the same key
+)
+
+// GateEvent is one line of the gate's visibility (seed 000's log lines), also
+// streamed by the server's event feed.
+type Event struct {
+	Kind     EventKind
+	At       time.Time
+	Provider string
+	Model    string
+	Session  string
+	// Reason is why a call waited or failed open: cooldown, tpm, rpm, over-budget,
+	// session-cap, queue, max-wait, no-bucket, internal.
+	Reason       string
+	Wait         time.Duration
+	WindowTokens int64
+	TokenBudget  int64 // min(quota, trigger) × safety factor
+	Reservation  int64
+	Quota        float64
+	Start        float64
+	Trigger      float64 // 0: not observed
+	Requests     int
+	RPMBudget    int
+	CooldownLeft time.Duration
+	// Learn events.
+	Step string // cut, probe, relax, trigger, leak
+	From float64
+	To   float64
+	// Rate-limited events.
+	RetryAfter   time.Duration
+	FromFallback bool
+}

@@ -1,0 +1,67 @@
+package gate
+
+import (
+	"sync"
+	"time"
+)
+
+// LearnedQuota is one model's learned state, as a shared store would hold it.
+type LearnedQuota struct {
+	Quota   float64   `json:"quota"`
+	Trigger float64   `json:"trigger"` // 0: not observed
+	LastCut time.Time `json:"lastCut"`
+	Last429 time.Time `json:"last429"`
+}
+
+// QuotaStore keeps learned quotas outside one ledger: the seam for a store shared
+// by several gatectl processes. The ledger loads a model's state when it first
+// sees the model and saves it after every learner step, with the model's bucket
+// locked (so both must be quick). Without a store, learned state lives in memory
+// and a restart learns again — seed 000's deliberate choice, since a persisted
+// quota may be stale.
+type LearnedStore interface {
+	Load(provider, model string) (LearnedQuota, bool)
+	Save(provider, model string, q LearnedQuota)
+}
+
+// WithQuotaStore shares learned quotas through s.
+func WithLearnedStore(s LearnedStore) Option { return func(l *Ledger) { l.quotas = s } }
+
+// MemoryQuotaStore is a QuotaStore in memory, safe for concurrent use; ledgers in
+// one process can share it. Its zero value is ready.
+type MemoryLearnedStore struct {
+	mu sync.Mutex
+	m  map[bucketKey]LearnedQuota
+}
+
+// Load returns the stored state of provider/model.
+func (s *MemoryLearnedStore) Load(provider, model string) (LearnedQuota, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.m[bucketKey{provider, model}]
+	return q, ok
+}
+
+// Save stores the state of provider/model.
+func (s *MemoryLearnedStore) Save(provider, model string, q LearnedQuota) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[bucketKey]LearnedQuota)
+	}
+	s.m[bucketKey{provider, model}] = q
+}
+
+var _ LearnedStore = (*MemoryLearnedStore)(nil)
+
+// restore adopts a stored state, never below the floor.
+func (l *learner) restore(q LearnedQuota) {
+	if q.Quota > 0 {
+		l.quota = max(q.Quota, l.floor)
+	}
+	l.trigger, l.lastCut, l.last429 = q.Trigger, q.LastCut, q.Last429
+}
+
+func (l *learner) snapshot() LearnedQuota {
+	return LearnedQuota{Quota: l.quota, Trigger: l.trigger, LastCut: l.lastCut, Last429: l.last429}
+}

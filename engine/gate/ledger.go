@@ -1,0 +1,453 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"github.com/gatectl/gatectl/engine"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Priority orders waiters on one model: interactive before batch.
+type Priority uint8
+
+const (
+	PriorityInteractive Priority = iota
+	PriorityBatch
+)
+
+// Request is what admission needs to know about a call.
+type Request struct {
+	Provider string
+	Model    string
+	Session  string
+	Priority Priority
+	// InputTokens is the caller's input estimate; 0 means estimate from InputBytes.
+	InputTokens int
+	// InputBytes is the request body's size, for the estimate and its calibration.
+	InputBytes int
+	// MaxTokens is the request's max_tokens; 0 means reserve the calibrated default.
+	MaxTokens int
+}
+
+// Usage is what the provider reported for a call. Cache reads and writes count
+// against TPM (seed 000: cache hits buy cost and latency, not quota).
+type Usage struct {
+	InputTokens      int64
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	OutputTokens     int64
+}
+
+// Total is every token the provider counts against the window.
+func (u Usage) Total() int64 {
+	return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens + u.OutputTokens
+}
+
+// Ticket is an admitted call's reservation. Settle or Release it exactly once.
+// It is a value (not a pointer) so that admission does not allocate.
+type Ticket struct {
+	b    *bucket
+	slot int32
+	gen  uint32
+
+	Reserved       int64         // tokens reserved: input estimate + output reserve
+	ReservedOutput int64         // the output part of Reserved
+	Waited         time.Duration // how long admission held the call
+	Reason         string        // why it waited or failed open; "" when it did neither
+	FailOpen       bool          // admitted without the gate's protection
+}
+
+// ErrTicketClosed is returned when a ticket is settled or released twice, or was
+// never issued by this ledger: nothing is counted twice.
+var ErrTicketClosed = errors.New("gate: ticket already settled or released")
+
+// Ledger is the admission gate: one bucket per provider/model with a sliding
+// window of tokens and requests, reservations settled with real usage, cooldowns,
+// a learned quota and a fair queue of waiters.
+//
+// Admit blocks (the only place in gatectl that sleeps for the rate limit); Submit
+// and Waiter.Poll are the same decisions without blocking, for the simulator and
+// the decision API. A Ledger is safe for concurrent use; buckets are independent,
+// so calls on different models do not contend beyond a read lock.
+type Ledger struct {
+	cfg   atomic.Pointer[Config] // replaced whole by Reconfigure
+	clock engine.Clock
+
+	randMu sync.Mutex
+	rand   engine.Rand
+
+	onEvent func(Event)
+	quotas  LearnedStore // nil: learned state in memory only
+
+	// Buckets are spread over shards, each with its own lock, so calls on different
+	// models on different cores do not contend on one lock word.
+	shards [ledgerShards]bucketShard
+	seed   maphash.Seed
+
+	mu        sync.RWMutex // guards providers
+	providers map[string]*providerState
+}
+
+const ledgerShards = 32
+
+type bucketShard struct {
+	mu sync.RWMutex
+	m  map[bucketKey]*bucket
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func (l *Ledger) shardOf(provider, model string) *bucketShard {
+	h := maphash.String(l.seed, provider) ^ (maphash.String(l.seed, model) * 0x9e3779b97f4a7c15)
+	return &l.shards[h%ledgerShards]
+}
+
+// allBuckets lists every bucket (for status snapshots and reconfiguration).
+func (l *Ledger) allBuckets() []*bucket {
+	var bs []*bucket
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.RLock()
+		for _, b := range sh.m {
+			bs = append(bs, b)
+		}
+		sh.mu.RUnlock()
+	}
+	return bs
+}
+
+type bucketKey struct{ provider, model string }
+
+type providerState struct {
+	cooldownUntil atomic.Int64 // unix nanos; provider-wide cooldown when the model is unknown
+}
+
+// LedgerOption configures a Ledger.
+type Option func(*Ledger)
+
+// WithEventHook sets the function that receives the gate's events. It runs with a
+// bucket locked: it must be quick and must not call back into the Ledger.
+func WithEventHook(f func(Event)) Option { return func(l *Ledger) { l.onEvent = f } }
+
+// WithRand sets the jitter's random source (default: a fixed-seed generator).
+func WithRand(r engine.Rand) Option { return func(l *Ledger) { l.rand = r } }
+
+// NewLedger validates cfg and returns an empty ledger reading clock.
+func NewLedger(cfg Config, clock engine.Clock, opts ...Option) (*Ledger, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Ledger{
+		clock:     clock,
+		rand:      newSplitMix(1),
+		seed:      maphash.MakeSeed(),
+		providers: make(map[string]*providerState),
+	}
+	for i := range l.shards {
+		l.shards[i].m = make(map[bucketKey]*bucket)
+	}
+	l.cfg.Store(&cfg)
+	for _, o := range opts {
+		o(l)
+	}
+	return l, nil
+}
+
+// Config returns the configuration the ledger runs with.
+func (l *Ledger) Config() Config { return *l.conf() }
+
+func (l *Ledger) conf() *Config { return l.cfg.Load() }
+
+// Reconfigure applies a reloaded configuration. Everything learned survives:
+// windows, reservations, cooldowns, learned quotas and triggers, waiters. A
+// model's new starting TPM replaces its quota only while nothing was learned yet.
+func (l *Ledger) Reconfigure(now time.Time, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l.cfg.Store(&cfg)
+	for _, b := range l.allBuckets() {
+		b.mu.Lock()
+		b.reconfigureLocked(now, &cfg)
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func (l *Ledger) emit(e Event) {
+	if l.onEvent != nil {
+		l.onEvent(e)
+	}
+}
+
+// emitSafely emits from a recovery path: a hook that panics again is ignored.
+func (l *Ledger) emitSafely(e Event) {
+	defer func() { _ = recover() }()
+	l.emit(e)
+}
+
+// bucketFor returns the bucket of provider/model, creating it on first use.
+func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
+	k := bucketKey{provider, model}
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[k]
+	sh.mu.RUnlock()
+	if b != nil {
+		return b
+	}
+	ps := l.providerState(provider)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b = sh.m[k]; b != nil {
+		return b
+	}
+	b = newBucket(l, provider, model, ps, now)
+	sh.m[k] = b
+	return b
+}
+
+func (l *Ledger) providerState(provider string) *providerState {
+	l.mu.RLock()
+	ps := l.providers[provider]
+	l.mu.RUnlock()
+	if ps != nil {
+		return ps
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ps = l.providers[provider]; ps == nil {
+		ps = &providerState{}
+		l.providers[provider] = ps
+	}
+	return ps
+}
+
+// Admit blocks until req may be sent, ctx is done, or waiting would exceed
+// maxWait (then it fails open). It never returns an error but ctx's: any internal
+// failure admits at once with FailOpen set — the gate must never become the outage.
+func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
+	var w *Waiter
+	defer func() {
+		if r := recover(); r != nil {
+			if w != nil { // failing open: leave nothing queued or granted behind
+				w.b.mu.Lock()
+				w.b.abandonLocked(l.clock.Now(), w)
+				w.b.mu.Unlock()
+			}
+			t, err = Ticket{FailOpen: true, Reason: "internal"}, nil
+			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
+		}
+	}()
+	t, w = l.Submit(l.clock.Now(), req)
+	if w == nil {
+		return t, nil
+	}
+	for {
+		if t, ok := w.Ticket(); ok {
+			return t, nil
+		}
+		d := w.Next().Sub(l.clock.Now())
+		d += l.jitter(d)
+		timer := l.clock.NewTimer(max(d, 0))
+		select {
+		case <-w.ready:
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			w.Cancel(l.clock.Now())
+			return Ticket{}, ctx.Err()
+		case <-timer.C():
+			w.Poll(l.clock.Now())
+		}
+	}
+}
+
+// jitter is a random extra wait of up to Jitter×d, capped at one second, so
+// waiters that computed the same drain time do not wake together.
+func (l *Ledger) jitter(d time.Duration) time.Duration {
+	if d <= 0 || l.conf().Jitter == 0 {
+		return 0
+	}
+	l.randMu.Lock()
+	f := l.rand.Float64()
+	l.randMu.Unlock()
+	return min(time.Duration(f*l.conf().Jitter*float64(d)), time.Second)
+}
+
+// Submit makes the admission decision at now without blocking: either a ticket
+// (w == nil), or a queued Waiter to Poll until it is granted.
+func (l *Ledger) Submit(now time.Time, req Request) (t Ticket, w *Waiter) {
+	defer func() {
+		if r := recover(); r != nil { // fail open: the gate must never become the outage
+			t, w = Ticket{FailOpen: true, Reason: "internal"}, nil
+			l.emitSafely(Event{Kind: EventFailOpen, At: now, Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
+		}
+	}()
+	if req.Provider == "" || req.Model == "" {
+		l.emit(Event{Kind: EventFailOpen, At: now, Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "no-bucket"})
+		return Ticket{FailOpen: true, Reason: "no-bucket"}, nil
+	}
+	b := l.bucketFor(req.Provider, req.Model, now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.submitLocked(now, req)
+}
+
+// Settle replaces t's reservation with the real usage and refunds the difference.
+func (l *Ledger) Settle(now time.Time, t Ticket, u Usage) error {
+	return l.close(now, t, u.Total(), &u)
+}
+
+// Release gives t's whole reservation back: no usage ever arrived (the call
+// failed before the provider counted tokens, or the client went away).
+func (l *Ledger) Release(now time.Time, t Ticket) error {
+	return l.close(now, t, 0, nil)
+}
+
+func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {
+	if t.b == nil {
+		if t.FailOpen {
+			return nil // admitted without a bucket: nothing was reserved
+		}
+		return ErrTicketClosed
+	}
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closeLocked(now, t, tokens, u)
+}
+
+// RateLimited records a 429 (RateLimitSink): the model cools down for
+// retryAfter (the fallback when 0) — a later, shorter cooldown never shortens a
+// longer one — and the learner takes the window reading as a sample. An empty
+// model starts a provider-wide cooldown.
+func (l *Ledger) RateLimited(now time.Time, provider, model string, retryAfter time.Duration) {
+	fallback := retryAfter <= 0
+	if fallback {
+		retryAfter = l.conf().FallbackCooldown
+	}
+	until := now.Add(retryAfter)
+	if model == "" {
+		ps := l.providerState(provider)
+		for {
+			cur := ps.cooldownUntil.Load()
+			if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
+				break
+			}
+		}
+		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
+		return
+	}
+	b := l.bucketFor(provider, model, now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rateLimitedLocked(now, retryAfter, fallback)
+}
+
+var _ engine.RateLimitSink = (*Ledger)(nil)
+
+// Waiter is a queued admission. Poll it (or wait on Ready) until Ticket reports
+// a grant; Cancel it to leave the queue.
+type Waiter struct {
+	b        *bucket
+	req      Request
+	reserved int64
+	output   int64
+	asked    bool // the request gave its own max_tokens
+	enqueued time.Time
+	round    uint64
+	arrival  uint64
+	reason   string // why it first waited
+	ready    chan struct{}
+
+	// guarded by b.mu
+	next      time.Time
+	granted   bool
+	cancelled bool
+	ticket    Ticket
+}
+
+// Ready is closed when the waiter is granted.
+func (w *Waiter) Ready() <-chan struct{} { return w.ready }
+
+// Ticket returns the grant, if there is one yet.
+func (w *Waiter) Ticket() (Ticket, bool) {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	return w.ticket, w.granted
+}
+
+// Next is when the waiter should be polled again: its own drain time, or its
+// maxWait deadline. Settlements may grant it earlier (Ready closes).
+func (w *Waiter) Next() time.Time {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	return w.next
+}
+
+// Poll runs the bucket's dispatch at now and reports whether w was granted.
+func (w *Waiter) Poll(now time.Time) (Ticket, bool) {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	w.b.dispatchLocked(now)
+	return w.ticket, w.granted
+}
+
+// Cancel removes w from the queue. If it was granted meanwhile, its reservation
+// is released, so a client that went away holds nothing.
+func (w *Waiter) Cancel(now time.Time) {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	if w.granted {
+		if !w.cancelled {
+			w.cancelled = true
+			_ = w.b.closeLocked(now, w.ticket, 0, nil)
+		}
+		return
+	}
+	w.cancelled = true
+	w.b.removeWaiterLocked(w)
+	w.b.dispatchLocked(now) // it may have been holding others back
+}
+
+// splitMix is a tiny deterministic Rand, the default jitter source.
+type splitMix struct{ s uint64 }
+
+func newSplitMix(seed uint64) *splitMix { return &splitMix{s: seed} }
+
+func (r *splitMix) Float64() float64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
+
+// sortWaiters orders waiters for dispatch: priority, then fair round (round-robin
+// across sessions), then arrival (FIFO within a session).
+func sortWaiters(ws []*Waiter) {
+	slices.SortFunc(ws, func(a, b *Waiter) int {
+		switch {
+		case a.req.Priority != b.req.Priority:
+			return int(a.req.Priority) - int(b.req.Priority)
+		case a.round != b.round:
+			if a.round < b.round {
+				return -1
+			}
+			return 1
+		case a.arrival < b.arrival:
+			return -1
+		case a.arrival > b.arrival:
+			return 1
+		}
+		return 0
+	})
+}
+
+func ceilInt64(f float64) int64 { return int64(math.Ceil(f)) }

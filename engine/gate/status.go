@@ -1,0 +1,70 @@
+package gate
+
+import (
+	"sort"
+	"time"
+)
+
+// BucketStatus is a read-only snapshot of one model's ledger, for the API and CLI.
+type BucketStatus struct {
+	Provider       string  `json:"provider"`
+	Model          string  `json:"model"`
+	WindowTokens   int64   `json:"windowTokens"`   // tokens in the sliding window, reservations included
+	WindowRequests int     `json:"windowRequests"` // requests in the window
+	Reserved       int64   `json:"reserved"`       // reservations not settled yet
+	InFlight       int     `json:"inFlight"`
+	Waiting        int     `json:"waiting"`
+	Quota          float64 `json:"quota"`         // learned quota
+	Start          float64 `json:"start"`         // configured TPM: where learning started
+	Trigger        float64 `json:"trigger"`       // tightest window reading at a 429; 0 when none
+	TokenBudget    int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
+	RPMBudget      int     `json:"rpmBudget"`     // rpm × safety factor
+	CooldownMs     int64   `json:"cooldownMs"`    // cooldown left
+	OutputReserve  int64   `json:"outputReserve"` // calibrated output reserve
+	BytesPerToken  float64 `json:"bytesPerToken"` // learned input ratio; 0 before any sized settle
+	ReserveDrift   float64 `json:"reserveDrift"`  // mean (real − reserved output) ÷ reserved
+	Waits          int64   `json:"waits"`         // calls held back so far
+	RateLimited    int64   `json:"rateLimited"`   // 429s observed
+	Last429        string  `json:"last429,omitempty"`
+}
+
+// Status returns a snapshot of every bucket at now, sorted by provider and model.
+func (l *Ledger) Status(now time.Time) []BucketStatus {
+	bs := l.allBuckets()
+	out := make([]BucketStatus, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, b.status(now))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Provider != out[j].Provider {
+			return out[i].Provider < out[j].Provider
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
+}
+
+// BucketStatus returns one model's snapshot (a fresh bucket's when it was never used).
+func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatus {
+	return l.bucketFor(provider, model, now).status(now)
+}
+
+func (b *bucket) status(now time.Time) BucketStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.win.expire(now)
+	s := BucketStatus{
+		Provider: b.provider, Model: b.model,
+		WindowTokens: b.win.tokens, WindowRequests: b.win.requests(),
+		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
+		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
+		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
+		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
+		OutputReserve: b.est.reserve, BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
+		Waits: b.waits, RateLimited: b.rateLimited,
+	}
+	if !b.last429.IsZero() {
+		s.Last429 = b.last429.UTC().Format(time.RFC3339)
+	}
+	return s
+}

@@ -1,0 +1,146 @@
+package gate
+
+import "time"
+
+// slidingWindow holds the entries admitted in the last window: one per request,
+// carrying its reservation until it is settled and its real usage after. Entries
+// are appended in time order, so the oldest leave from the head.
+//
+// It is a ring buffer indexed by a monotonically increasing sequence number, so a
+// ticket can find its entry again in O(1) while it is still in the window, and
+// steady-state use allocates nothing. Not safe for concurrent use: the bucket's
+// mutex guards it.
+type slidingWindow struct {
+	span    time.Duration
+	entries []windowEntry // ring; len is the capacity
+	head    int           // index of the oldest entry
+	n       int           // live entries
+	headSeq uint64        // sequence number of entries[head]
+	tokens  int64         // invariant: sum of entries[*].tokens
+	// Calls still in flight, among the entries: how many, and the output tokens
+	// they reserved (the learner's readings count them at their expected output).
+	openCount  int
+	openOutput int64
+	last       int64 // latest entry time (unix nanos), to clamp a clock going backwards
+}
+
+// windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
+// every drain computation and should stay in few cache lines.
+type windowEntry struct {
+	at     int64
+	tokens int64
+	open   int64 // 1 + the output reserved while the call is in flight; 0 once settled
+}
+
+func newSlidingWindow(span time.Duration) slidingWindow {
+	return slidingWindow{span: span, entries: make([]windowEntry, 16)}
+}
+
+// expire drops the entries that left the window at now.
+func (w *slidingWindow) expire(now time.Time) {
+	cutoff := now.UnixNano() - int64(w.span)
+	for w.n > 0 {
+		e := &w.entries[w.head]
+		if e.at > cutoff {
+			return
+		}
+		w.tokens -= e.tokens
+		w.closeEntry(e)
+		*e = windowEntry{}
+		w.head = (w.head + 1) % len(w.entries)
+		w.n--
+		w.headSeq++
+	}
+}
+
+func (w *slidingWindow) closeEntry(e *windowEntry) {
+	if e.open > 0 {
+		w.openCount--
+		w.openOutput -= e.open - 1
+		e.open = 0
+	}
+}
+
+// add appends the entry of a call in flight (tokens reserved, output of them the
+// output reserve) and returns its sequence number.
+func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
+	at := now.UnixNano()
+	if at < w.last {
+		at = w.last // keep entries ordered when the clock steps back
+	}
+	w.last = at
+	if w.n == len(w.entries) {
+		w.grow()
+	}
+	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens, open: output + 1}
+	w.n++
+	w.tokens += tokens
+	w.openCount++
+	w.openOutput += output
+	return w.headSeq + uint64(w.n) - 1
+}
+
+func (w *slidingWindow) grow() {
+	next := make([]windowEntry, 2*len(w.entries))
+	for i := 0; i < w.n; i++ {
+		next[i] = w.entries[(w.head+i)%len(w.entries)]
+	}
+	w.entries, w.head = next, 0
+}
+
+// settle replaces the tokens of entry seq (a call that ended) with tokens, if it
+// is still in the window. It returns false when the entry already left (its
+// tokens no longer count).
+func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
+	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
+		return false
+	}
+	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
+	w.tokens += tokens - e.tokens
+	e.tokens = tokens
+	w.closeEntry(e)
+	return true
+}
+
+// requests is the number of requests in the window.
+func (w *slidingWindow) requests() int { return w.n }
+
+// tokenDrain is how long from now until the window holds at most budget-need
+// tokens, i.e. until a reservation of need fits under budget. It assumes expire(now)
+// ran. It returns ok=false when the reservation can never fit (need > budget).
+func (w *slidingWindow) tokenDrain(now time.Time, need, budget int64) (time.Duration, bool) {
+	if need > budget {
+		return 0, false
+	}
+	excess := w.tokens + need - budget
+	if excess <= 0 {
+		return 0, true
+	}
+	for i := 0; i < w.n; i++ {
+		e := w.entries[(w.head+i)%len(w.entries)]
+		excess -= e.tokens
+		if excess <= 0 {
+			return w.leaves(e, now), true
+		}
+	}
+	return w.span, true // unreachable while tokens is the sum of entries
+}
+
+// requestDrain is how long from now until the window holds at most budget-1
+// requests, so one more fits. It assumes expire(now) ran.
+func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
+	excess := w.n + 1 - budget
+	if excess <= 0 {
+		return 0
+	}
+	if excess > w.n {
+		excess = w.n
+	}
+	e := w.entries[(w.head+excess-1)%len(w.entries)]
+	return w.leaves(e, now)
+}
+
+// leaves is how long from now until e leaves the window.
+func (w *slidingWindow) leaves(e windowEntry, now time.Time) time.Duration {
+	return time.Duration(e.at + int64(w.span) - now.UnixNano())
+}

@@ -1,0 +1,279 @@
+package pool
+
+import (
+	"context"
+	"github.com/gatectl/gatectl/engine"
+	"math"
+	"time"
+)
+
+// The availability of a route and the draw (seed 004, "how a route is chosen").
+//
+// A route is usable when, in this order:
+//
+//  1. its provider carries no exhaustion mark. A QUOTA failure sets the mark; it is
+//     lifted after ExhaustedCooldown, or by a reading taken at least one refresh
+//     after the mark that shows allowance again (remaining > 0 and not below the
+//     minimum) — so the probe the failure itself triggers cannot withdraw it;
+//  2. its provider's reading is not below MinimumRemaining;
+//  3. with no reading at all, FailOpen says.
+//
+// Among usable routes the draw weighs each scored one by its score (a negative
+// score weighs 0); unscored routes are drawn only when no usable route is scored,
+// and then the first usable one in declared order is taken. Candidates are laid
+// out by score, highest first, ties in declared order, so with an injected random
+// source the choice is exact. A pool with nothing usable answers its first route.
+//
+// A move (a started session leaving a marked provider) uses the same rule on the
+// pool's other routes and, when none is usable, takes the first that is merely not
+// marked: a route with little left may still be the one that answers.
+
+// stackRoutes is how many routes a draw handles without allocating.
+const stackRoutes = 32
+
+type markSnap struct {
+	at time.Time
+	ok bool
+}
+
+type cand struct {
+	i     int     // index into the pool's routes
+	score float64 // the route's score (finite)
+}
+
+// Mark records that provider reported its allowance spent at now. A later mark
+// replaces an earlier one.
+func (q *Router) Mark(provider string, now time.Time) {
+	q.mu.Lock()
+	q.marks[provider] = now
+	q.mu.Unlock()
+}
+
+// Unmark lifts the provider's mark by hand.
+func (q *Router) Unmark(provider string) {
+	q.mu.Lock()
+	delete(q.marks, provider)
+	q.mu.Unlock()
+}
+
+// Marked returns when the provider was marked, and whether the mark still holds at
+// the clock's now (neither expired nor withdrawn by a later reading).
+func (q *Router) Marked(provider string) (time.Time, bool) {
+	c := q.cfg.Load()
+	q.mu.Lock()
+	at, ok := q.marks[provider]
+	q.mu.Unlock()
+	if !ok {
+		return time.Time{}, false
+	}
+	return at, q.markHolds(c, provider, at, q.clock.Now())
+}
+
+// marked reports whether provider's mark holds at now.
+func (q *Router) marked(c *quotaConfig, provider string, now time.Time) bool {
+	q.mu.Lock()
+	at, ok := q.marks[provider]
+	q.mu.Unlock()
+	return ok && q.markHolds(c, provider, at, now)
+}
+
+// markHolds reports whether a mark set at `at` still holds at now.
+func (q *Router) markHolds(c *quotaConfig, provider string, at, now time.Time) bool {
+	if now.Sub(at) >= c.settings.ExhaustedCooldown {
+		return false
+	}
+	b := c.pools.balanceOf(provider)
+	r, ok := q.readings.Last(provider)
+	return !(ok && hasContent(&r) && withdraws(&r, b, at))
+}
+
+// hasContent reports whether a reading says anything: one with only an error is a
+// missing reading.
+func hasContent(r *engine.Reading) bool { return r.Remaining != nil || len(r.Windows) > 0 }
+
+// withdraws reports whether reading r lifts a mark set at `at`: taken at least one
+// refresh after it, and showing allowance (remaining > 0, not below the minimum).
+func withdraws(r *engine.Reading, b *balance, at time.Time) bool {
+	return !r.TakenAt.Before(at.Add(b.refresh)) && r.Remaining != nil && *r.Remaining > 0 && *r.Remaining >= b.minimum
+}
+
+// belowMinimum reports whether a reading fails the provider's threshold.
+func belowMinimum(r *engine.Reading, b *balance) bool {
+	return r.Remaining != nil && *r.Remaining < b.minimum
+}
+
+// scoreRoute is score for routes[i] of p, remembered per reading.
+func scoreRoute(ctx context.Context, p *Pool, i int, r *engine.Reading) (float64, bool) {
+	if m := p.memo[i].Load(); m != nil && m.matches(r) {
+		return m.score, m.scored
+	}
+	s, ok := score(ctx, p, r, p.bal[i])
+	m := &scoreMemo{takenAt: r.TakenAt, remaining: math.NaN(), nWindows: len(r.Windows), score: s, scored: ok}
+	if r.Remaining != nil {
+		m.remaining = *r.Remaining
+	}
+	if len(r.Windows) > 0 {
+		m.windows = &r.Windows[0]
+	}
+	p.memo[i].Store(m)
+	return s, ok
+}
+
+// score weighs a usable route's reading with the pool's scorer. A scorer error or a
+// score that is not finite leaves the route unscored.
+func score(ctx context.Context, p *Pool, r *engine.Reading, b *balance) (float64, bool) {
+	var s float64
+	var ok bool
+	if _, native := p.scorer.(DefaultScorer); native {
+		s, ok = defaultScore(r, b.capacities, b.coefficients, b.capacity)
+	} else {
+		var err error
+		s, ok, err = p.scorer.Score(ctx, *r, b.capacities, b.coefficients, b.capacity)
+		if err != nil {
+			return 0, false
+		}
+	}
+	if !ok || !finite(s) {
+		return 0, false
+	}
+	return s, true
+}
+
+// choose picks a route of pool p at now, leaving out the route exclude (when not
+// nil). With move false it is the draw of a starting session and always answers a
+// route (ok false: nothing was usable, the first route answers). With move true it
+// is a move off a marked provider, and ok false means no route is even unmarked.
+// It reads readings with Last only: callers refresh first when they may wait.
+func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.Time, exclude *engine.Route, move bool) (engine.Route, bool) {
+	n := len(p.routes)
+	var markBuf [stackRoutes]markSnap
+	var candBuf [stackRoutes]cand
+	marks, cands := markBuf[:n:n], candBuf[:0]
+	if n > stackRoutes {
+		marks, cands = make([]markSnap, n), make([]cand, 0, n)
+	}
+	q.mu.Lock()
+	switch m := len(q.marks); {
+	case m == 0:
+	case m <= 4: // a few marks: comparing strings beats hashing every provider
+		for prov, at := range q.marks {
+			for i := range p.routes {
+				if p.routes[i].Provider == prov {
+					marks[i] = markSnap{at: at, ok: true}
+				}
+			}
+		}
+	default:
+		for i := range p.routes {
+			marks[i].at, marks[i].ok = q.marks[p.routes[i].Provider]
+		}
+	}
+	q.mu.Unlock()
+
+	lifted := false
+	firstUsable, firstUnmarked := -1, -1
+	for i := range p.routes {
+		r := &p.routes[i]
+		if exclude != nil && RouteMatches(*r, *exclude) {
+			continue
+		}
+		b := p.bal[i]
+		reading, has := q.readings.Last(r.Provider)
+		has = has && hasContent(&reading)
+		if m := &marks[i]; m.ok {
+			if now.Sub(m.at) < c.settings.ExhaustedCooldown && !(has && withdraws(&reading, b, m.at)) {
+				continue // 1. exhausted
+			}
+			lifted = true // deleted below, once no draw needs it
+		}
+		if firstUnmarked < 0 {
+			firstUnmarked = i
+		}
+		if has {
+			if belowMinimum(&reading, b) {
+				continue // 2. below the threshold
+			}
+		} else if !c.settings.FailOpen {
+			continue // 3. no reading, fail closed
+		}
+		if firstUsable < 0 {
+			firstUsable = i
+		}
+		if !has {
+			continue // usable but unscored
+		}
+		if s, ok := scoreRoute(ctx, p, i, &reading); ok {
+			cands = append(cands, cand{i: i, score: s})
+		}
+	}
+	if lifted {
+		q.lift(c, p, marks, now)
+	}
+	switch {
+	case len(cands) > 0:
+		return p.routes[q.pick(cands)], true
+	case firstUsable >= 0:
+		return p.routes[firstUsable], true
+	case move && firstUnmarked >= 0:
+		return p.routes[firstUnmarked], true
+	case move:
+		return engine.Route{}, false
+	}
+	return p.routes[0], false
+}
+
+// lift deletes the marks of p's providers that no longer hold, unless a newer mark
+// replaced one meanwhile. marks is choose's snapshot.
+func (q *Router) lift(c *quotaConfig, p *Pool, marks []markSnap, now time.Time) {
+	for i := range marks {
+		if !marks[i].ok {
+			continue
+		}
+		prov := p.routes[i].Provider
+		if q.markHolds(c, prov, marks[i].at, now) {
+			continue
+		}
+		q.mu.Lock()
+		if at, ok := q.marks[prov]; ok && at.Equal(marks[i].at) {
+			delete(q.marks, prov)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// pick draws one candidate in proportion to its score and returns its route index.
+// Candidates are ordered by score, highest first, ties in declared order; a
+// negative score weighs 0; when every weight is 0 the first candidate wins.
+func (q *Router) pick(cands []cand) int {
+	for i := 1; i < len(cands); i++ { // insertion sort: stable, no allocation
+		c := cands[i]
+		j := i
+		for j > 0 && cands[j-1].score < c.score {
+			cands[j] = cands[j-1]
+			j--
+		}
+		cands[j] = c
+	}
+	total := 0.0
+	for _, c := range cands {
+		if c.score > 0 {
+			total += c.score
+		}
+	}
+	if !(total > 0) || !finite(total) {
+		return cands[0].i
+	}
+	x := q.float64() * total
+	last := cands[0].i
+	for _, c := range cands {
+		if c.score <= 0 {
+			continue
+		}
+		if x < c.score {
+			return c.i
+		}
+		x -= c.score
+		last = c.i
+	}
+	return last // rounding: the last weighted candidate
+}

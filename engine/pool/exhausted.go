@@ -1,0 +1,263 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"github.com/gatectl/gatectl/engine"
+	"time"
+)
+
+// OnQuota decides what a QUOTA failure leads to (seed 004, "what happens to a
+// session"), in this order:
+//
+//  1. a session whose switch is off gets QuotaPass: the failure goes on as if
+//     there were no pools. Its provider is still marked (a fact about the
+//     provider, which other sessions' draws use) unless rule 2 applies to it;
+//  2. a provider in NativeRetryFirstProviders whose own bounded schedule has not
+//     run (NativeSpent false) is neither marked nor moved: QuotaNativeRetry —
+//     run the schedule, then call again with NativeSpent;
+//  3. the provider is marked exhausted;
+//  4. when the governing pool allows mid-session switches and holds a route that
+//     is not marked, the request moves there at once: QuotaFailover, event
+//     "failover". The target is drawn among the unmarked routes that clear their
+//     threshold, else it is the first unmarked one; no reading is waited for;
+//  5. otherwise the long-term wait of LongTermDelay (see ArmLongTerm).
+//
+// A Planner reaches it through RouteQuota.
+func (q *Router) OnQuota(ctx context.Context, f QuotaFailure) Decision {
+	return q.onQuota(ctx, q.clock.Now(), f)
+}
+
+func (q *Router) onQuota(ctx context.Context, now time.Time, f QuotaFailure) Decision {
+	c := q.cfg.Load()
+	provider := f.Route.Provider
+	quick := c.nativeFirst[provider] && !f.NativeSpent
+	if !q.Enabled(f.Session) {
+		if !quick {
+			q.Mark(provider, now)
+		}
+		return Decision{Action: ActionPass, Route: f.Route, Reason: "quota retry is off for the session"}
+	}
+	if quick {
+		return Decision{Action: ActionNativeRetry, Route: f.Route,
+			Reason: fmt.Sprintf("provider %q runs its own bounded retry schedule first", provider)}
+	}
+	q.Mark(provider, now)
+	if to, pool, ok := q.failover(ctx, c, now, f.Session, f.Route, f.Failure); ok {
+		return Decision{Action: ActionFailover, Route: to, Pool: pool,
+			Reason: fmt.Sprintf("provider %q is out of allowance: pool %q moves the request to %s", provider, pool, to)}
+	}
+	return q.armLongTerm(now, f, c.settings.LongTermDelay)
+}
+
+// failover finds where a session failing on from moves, records the move and
+// announces it. The provider is already marked.
+func (q *Router) failover(ctx context.Context, c *quotaConfig, now time.Time, session string, from engine.Route, failure *engine.Failure) (engine.Route, string, bool) {
+	var rec SessionRecord
+	if session != "" {
+		rec, _ = q.sessions.Get(session) // a load failure follows the defaults
+	}
+	p := governing(c, rec, from)
+	if p == nil || !p.midSessionSwitch {
+		return engine.Route{}, "", false
+	}
+	to, ok := q.choose(ctx, c, p, now, &from, true)
+	if !ok {
+		return engine.Route{}, p.name, false
+	}
+	if session != "" {
+		q.mu.Lock()
+		if st := q.routes[session]; st != nil {
+			st.current, st.lastUsed = to, now
+		} else {
+			q.addRoute(session, &sessionRoute{asked: from, current: to, lastUsed: now}, now)
+		}
+		q.mu.Unlock()
+	}
+	src, dst := from, to
+	q.emit([]Event{{Kind: EventFailover, Session: session, Failure: failure, From: &src, To: &dst, Pool: p.name, At: now}})
+	return to, p.name, true
+}
+
+// ArmLongTerm arms a long-term wait of d for the session's failure f: the first
+// one opens the session's entry (event "entered", attempts 1); later ones, until
+// the entry ends, count further attempts. The returned QuotaWait goes to Wait. A
+// failure outside a session (f.Session "") gets a plain wait with no entry.
+func (q *Router) ArmLongTerm(f QuotaFailure, d time.Duration) Decision {
+	return q.armLongTerm(q.clock.Now(), f, d)
+}
+
+func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Decision {
+	c := q.cfg.Load()
+	if d <= 0 {
+		d = c.settings.LongTermDelay
+	}
+	dec := Decision{Action: ActionWait, Route: f.Route, Wait: d, Until: now.Add(d), Attempts: 1}
+	var rec SessionRecord
+	if f.Session != "" {
+		rec, _ = q.sessions.Get(f.Session)
+	}
+	switch p := governing(c, rec, f.Route); {
+	case p == nil:
+		dec.Reason = "no pool governs the session: waiting in place"
+	case !p.midSessionSwitch:
+		dec.Pool = p.name
+		dec.Reason = fmt.Sprintf("pool %q refuses mid-session switches: waiting in place", p.name)
+	default:
+		dec.Pool = p.name
+		dec.Reason = fmt.Sprintf("no other route of pool %q has allowance: waiting", p.name)
+	}
+	if f.Session == "" {
+		return dec
+	}
+	q.mu.Lock()
+	e := q.entries[f.Session]
+	opened := e == nil
+	if opened {
+		e = &quotaEntry{session: f.Session, enteredAt: now, done: make(chan struct{})}
+		q.entries[f.Session] = e
+		q.noteAdd(now)
+	}
+	e.lastArmed = now
+	e.attempts++
+	e.pending = true
+	e.nextAttemptAt = dec.Until
+	e.provider, e.turn, e.step = f.Route.Provider, f.Turn, f.Step
+	dec.Attempts = e.attempts
+	dec.entry = e
+	q.mu.Unlock()
+	if opened {
+		q.emit([]Event{{Kind: EventEntered, Session: f.Session, Failure: f.Failure, Provider: f.Route.Provider, Turn: f.Turn, Step: f.Step,
+			At: now, EnteredAt: now, NextAttemptAt: dec.Until, Attempts: 1, Pending: true}})
+	}
+	return dec
+}
+
+// Wait sleeps out a QuotaWait decision on the injected clock's timer. It returns
+// nil when the time is up or the session recovered meanwhile (retry now),
+// ErrQuotaDisabled when the switch went off (the entry ended: give up as if there
+// were no pools), or ctx.Err() when the request was cancelled — the entry then
+// survives with pending false, no "left" is announced, and the next QUOTA failure
+// re-arms it. Any other decision returns nil at once.
+func (q *Router) Wait(ctx context.Context, d Decision) error {
+	if d.Action != ActionWait {
+		return nil
+	}
+	var done <-chan struct{}
+	if d.entry != nil {
+		done = d.entry.done
+		select { // ended before the wait began
+		case <-done:
+			return q.endedErr(d.entry)
+		default:
+		}
+	}
+	t := q.clock.NewTimer(d.Wait)
+	select {
+	case <-t.C():
+		q.disarm(d.entry)
+		return nil
+	case <-done:
+		t.Stop()
+		return q.endedErr(d.entry)
+	case <-ctx.Done():
+		t.Stop()
+		q.disarm(d.entry)
+		return ctx.Err()
+	}
+}
+
+func (q *Router) endedErr(e *quotaEntry) error {
+	q.mu.Lock()
+	reason := e.reason
+	q.mu.Unlock()
+	if reason == LeftDisabled {
+		return ErrDisabled
+	}
+	return nil
+}
+
+// disarm clears an entry's pending flag (its wait is over or cancelled).
+func (q *Router) disarm(e *quotaEntry) {
+	if e == nil {
+		return
+	}
+	q.mu.Lock()
+	e.pending = false
+	e.nextAttemptAt = time.Time{}
+	q.mu.Unlock()
+}
+
+// OnSuccess records that a request of the session succeeded: an open entry ends
+// with reason "recovered" (event "left"), and a wait still pending returns nil.
+func (q *Router) OnSuccess(session string) {
+	q.end(session, LeftRecovered)
+}
+
+// end closes the session's entry, if any, and announces it.
+func (q *Router) end(session, reason string) {
+	if session == "" {
+		return
+	}
+	now := q.clock.Now()
+	q.mu.Lock()
+	e := q.entries[session]
+	if e == nil {
+		q.mu.Unlock()
+		return
+	}
+	delete(q.entries, session)
+	e.reason = reason
+	e.pending = false
+	close(e.done)
+	ev := Event{Kind: EventLeft, Session: session, Reason: reason, Provider: e.provider, Turn: e.turn, Step: e.step,
+		At: now, EnteredAt: e.enteredAt, LeftAt: now, Duration: now.Sub(e.enteredAt), Attempts: e.attempts}
+	q.mu.Unlock()
+	q.emit([]Event{ev})
+}
+
+// Enabled reports the session's effective switch: its own setting, else the
+// deployment's DefaultEnabled. A Planner's RetryRequest.QuotaRetry comes from here.
+func (q *Router) Enabled(session string) bool {
+	var rec SessionRecord
+	if session != "" {
+		rec, _ = q.sessions.Get(session)
+	}
+	return enabled(rec, q.cfg.Load().settings)
+}
+
+// State returns the session's long-term entry, and whether it has one.
+func (q *Router) State(session string) (WaitState, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.entries[session]
+	if e == nil {
+		return WaitState{}, false
+	}
+	return WaitState{Pending: e.pending, Attempts: e.attempts, EnteredAt: e.enteredAt, NextAttemptAt: e.nextAttemptAt,
+		Provider: e.provider, Turn: e.turn, Step: e.step}, true
+}
+
+// IsRetrying reports whether the session is in a long-term entry.
+func (q *Router) IsRetrying(session string) bool {
+	_, ok := q.State(session)
+	return ok
+}
+
+// CurrentRoute returns the route the session is on, and whether it has started.
+func (q *Router) CurrentRoute(session string) (engine.Route, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st := q.routes[session]; st != nil {
+		return st.current, true
+	}
+	return engine.Route{}, false
+}
+
+// Forget drops the session's route (its next request starts it again). The entry
+// and the durable settings stay.
+func (q *Router) Forget(session string) {
+	q.mu.Lock()
+	delete(q.routes, session)
+	q.mu.Unlock()
+}

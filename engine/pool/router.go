@@ -1,0 +1,584 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/gatectl/gatectl/engine"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// QuotaSettings are the deployment's quota-response settings (config `quota:`).
+// DefaultQuotaSettings gives seed 004's defaults.
+type Settings struct {
+	// DefaultEnabled is the switch of a session with no setting of its own.
+	DefaultEnabled bool
+	// LongTermDelay is the interval between long-term attempts; 1h when zero.
+	LongTermDelay time.Duration
+	// ExhaustedCooldown is how long a QUOTA failure keeps its provider marked; 1h
+	// when zero.
+	ExhaustedCooldown time.Duration
+	// FailOpen makes a route with no reading usable.
+	FailOpen bool
+	// NativeRetryFirstProviders run the provider's own bounded retry schedule
+	// before a QUOTA failure marks them (seed 004, "native quick retry").
+	NativeRetryFirstProviders []string
+}
+
+// Seed 004's defaults.
+const (
+	DefaultLongTermDelay     = time.Hour
+	DefaultExhaustedCooldown = time.Hour
+)
+
+// DefaultQuotaSettings returns seed 004's defaults: enabled, 1h waits, 1h marks,
+// fail-open, no native-first providers.
+func DefaultSettings() Settings {
+	return Settings{DefaultEnabled: true, LongTermDelay: DefaultLongTermDelay, ExhaustedCooldown: DefaultExhaustedCooldown, FailOpen: true}
+}
+
+// QuotaEvents receives the quota transitions. Implementations must be safe for
+// concurrent use and return quickly; QuotaRetry calls it with no lock held.
+type EventSink interface {
+	QuotaEvent(Event)
+}
+
+// QuotaEventFunc adapts a function to QuotaEvents.
+type EventFunc func(Event)
+
+// QuotaEvent implements QuotaEvents.
+func (f EventFunc) QuotaEvent(e Event) { f(e) }
+
+// QuotaEventKind names a transition.
+type EventKind string
+
+// The transitions of seed 004 ("Subscribing to the transitions").
+const (
+	// EventEntered: the first QUOTA failure that found no route to move to took the
+	// session into the long-term wait. Once per entry.
+	EventEntered EventKind = "entered"
+	// EventFailover: a failed request is retried at once on another route.
+	EventFailover EventKind = "failover"
+	// EventLeft: an entry ended, Reason "recovered" (a request succeeded) or
+	// "disabled" (the switch went off).
+	EventLeft EventKind = "left"
+)
+
+// Reasons an entry leaves.
+const (
+	LeftRecovered = "recovered"
+	LeftDisabled  = "disabled"
+)
+
+// QuotaEvent is one transition. Which fields are set depends on Kind, as in seed
+// 004's tables.
+type Event struct {
+	Kind    EventKind `json:"kind"`
+	Session string    `json:"session"`
+	// Failure that opened the entry or triggered the move (entered, failover).
+	Failure *engine.Failure `json:"failure,omitempty"`
+	// Location of the failing request (entered, left).
+	Provider string `json:"provider,omitempty"`
+	Turn     string `json:"turn,omitempty"`
+	Step     int    `json:"step,omitempty"`
+	// failover
+	From *engine.Route `json:"from,omitempty"`
+	To   *engine.Route `json:"to,omitempty"`
+	Pool string        `json:"pool,omitempty"`
+	// At is when the transition happened (failover's "at", entered's enteredAt,
+	// left's leftAt).
+	At            time.Time     `json:"at"`
+	EnteredAt     time.Time     `json:"enteredAt,omitzero"`
+	NextAttemptAt time.Time     `json:"nextAttemptAt,omitzero"`
+	LeftAt        time.Time     `json:"leftAt,omitzero"`
+	Duration      time.Duration `json:"durationNs,omitempty"` // left: LeftAt - EnteredAt
+	Attempts      int           `json:"attempts,omitempty"`
+	Pending       bool          `json:"pending,omitempty"`
+	Reason        string        `json:"reason,omitempty"` // left
+}
+
+// QuotaFailure is one request that failed with a spent allowance (class QUOTA).
+type QuotaFailure struct {
+	Session string       // "" for a request outside any session: no entry, no events
+	Route   engine.Route // the route the request ran on
+	Turn    string
+	Step    int
+	Failure *engine.Failure // carried into events; may be nil
+	// NativeSpent says the provider's own bounded retry schedule has run out for
+	// this step, or that there is none to run (no policy, an unbounded one, or a
+	// hint past its cap). It matters only for NativeRetryFirstProviders.
+	NativeSpent bool
+}
+
+// QuotaAction is what to do about a QUOTA failure.
+type Action string
+
+// The answers of QuotaRetry.OnQuota.
+const (
+	// QuotaPass: not ours — the session's switch is off; handle the failure as if
+	// there were no pools (normally: give up).
+	ActionPass Action = "pass"
+	// QuotaNativeRetry: the provider is in NativeRetryFirstProviders and its own
+	// bounded schedule has not run: run it, and come back with NativeSpent.
+	ActionNativeRetry Action = "native-retry"
+	// QuotaFailover: retry at once on Route, another route of Pool.
+	ActionFailover Action = "failover"
+	// QuotaWait: wait Wait (until Until), then retry on the same Route. Use
+	// QuotaRetry.Wait, which also ends early when the switch goes off.
+	ActionWait Action = "wait"
+)
+
+// QuotaDecision is QuotaRetry.OnQuota's answer.
+type Decision struct {
+	Action Action
+	Route  engine.Route // where to retry: the new route (failover) or the same one
+	Pool   string       // the governing pool, "" when none
+	// Wait and Until: the long-term wait (QuotaWait only).
+	Wait     time.Duration
+	Until    time.Time
+	Attempts int // long-term attempts scheduled in this entry, this one included
+	Reason   string
+
+	entry *quotaEntry // the entry a QuotaWait belongs to; nil outside a session
+}
+
+// RouteChoice is QuotaRetry.RouteFor's answer: where a session's request goes.
+type RouteChoice struct {
+	Route engine.Route
+	Pool  string // the governing pool, "" when none
+	// Drawn: the session started here — its route was drawn from Pool.
+	Drawn bool
+	// Moved: the session's route was replaced because its provider is marked.
+	Moved bool
+}
+
+// QuotaState is a session's long-term wait, while it has an entry.
+type WaitState struct {
+	Pending       bool      `json:"pending"`  // a wait is armed right now
+	Attempts      int       `json:"attempts"` // long-term attempts scheduled in this entry
+	EnteredAt     time.Time `json:"enteredAt"`
+	NextAttemptAt time.Time `json:"nextAttemptAt,omitzero"` // while pending
+	Provider      string    `json:"provider"`
+	Turn          string    `json:"turn,omitempty"`
+	Step          int       `json:"step,omitempty"`
+}
+
+// ErrQuotaDisabled is what Wait returns when the session's switch went off during
+// the wait: the entry ended with reason "disabled".
+var ErrDisabled = errors.New("quota retry switched off for the session")
+
+// QuotaRetryOptions wires a QuotaRetry.
+type RouterOptions struct {
+	Pools *Pools // nil: no pools (every session waits in place)
+	// Settings: start from DefaultQuotaSettings(); zero durations take the
+	// defaults, but the zero booleans mean what they say (disabled, fail closed).
+	Settings Settings
+	Readings Readings     // nil: no readings (failOpen decides)
+	Sessions *Sessions    // nil: settings in memory
+	Clock    engine.Clock // nil: SystemClock
+	// Rand draws routes; nil uses math/rand/v2's global source. It is called under
+	// a lock, so an unsynchronised *rand.Rand is fine.
+	Rand   engine.Rand
+	Events EventSink // nil: events are dropped
+}
+
+// QuotaRetry is the runtime of the pools: exhaustion marks, the draw, each
+// session's current route, and the long-term waits (seed 004). Route state lives
+// in memory only; the per-session settings live in its Sessions. Safe for
+// concurrent use.
+//
+// The server calls, per request: RouteFor before sending it; OnSuccess after a
+// success; for a QUOTA verdict either OnQuota directly or, through the Planner,
+// RouteQuota (it implements RetryQuotaRouter); a long-term wait is then slept out
+// with Wait (for a Planner's action, Wait(ctx, action.Quota.(QuotaDecision))).
+// PickRoute draws a route for a session that does not exist yet; SetSwitch,
+// SetPool, Fork and Facts serve the session settings.
+//
+// Reload swaps pools and settings; marks, session routes and entries survive it.
+type Router struct {
+	cfg      atomic.Pointer[quotaConfig]
+	readings Readings
+	sessions *Sessions
+	clock    engine.Clock
+	events   EventSink
+
+	randMu sync.Mutex // guards rand
+	rand   engine.Rand
+
+	mu sync.Mutex // guards the maps below
+	// marks: provider -> when its last QUOTA failure marked it. A mark is lifted
+	// (deleted) once observed expired or withdrawn by a later reading.
+	marks map[string]time.Time
+	// routes: session -> the route it is on; a session with none has not started.
+	routes map[string]*sessionRoute
+	// entries: session -> its open long-term entry.
+	entries map[string]*quotaEntry
+	// adds counts insertions into routes and entries since the last sweep.
+	adds int
+}
+
+// quotaConfig is the reloadable part of a QuotaRetry; immutable once published.
+type quotaConfig struct {
+	pools       *Pools
+	settings    Settings
+	nativeFirst map[string]bool
+}
+
+type sessionRoute struct {
+	asked    engine.Route // the route the client last asked for
+	current  engine.Route // the route its requests go to
+	lastUsed time.Time    // for the idle sweep
+}
+
+type quotaEntry struct {
+	session       string
+	enteredAt     time.Time
+	lastArmed     time.Time // when a wait was last armed (the idle sweep)
+	nextAttemptAt time.Time
+	attempts      int
+	pending       bool
+	provider      string
+	turn          string
+	step          int
+	done          chan struct{} // closed when the entry ends
+	reason        string        // why it ended; set before done is closed
+}
+
+// NewQuotaRetry builds the runtime. It has no side effects.
+func NewRouter(o RouterOptions) *Router {
+	q := &Router{
+		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events,
+		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
+	}
+	if q.readings == nil {
+		q.readings = noReadings{}
+	}
+	if q.sessions == nil {
+		q.sessions = NewSessions(nil)
+	}
+	if q.clock == nil {
+		q.clock = engine.SystemClock{}
+	}
+	if q.rand == nil {
+		q.rand = globalRand{}
+	}
+	q.Reload(o.Pools, o.Settings)
+	return q
+}
+
+type globalRand struct{}
+
+func (globalRand) Float64() float64 { return rand.Float64() }
+
+// Reload swaps in new pools and settings. Marks, session routes and entries stay.
+func (q *Router) Reload(pools *Pools, s Settings) {
+	if s.LongTermDelay <= 0 {
+		s.LongTermDelay = DefaultLongTermDelay
+	}
+	if s.ExhaustedCooldown <= 0 {
+		s.ExhaustedCooldown = DefaultExhaustedCooldown
+	}
+	s.NativeRetryFirstProviders = slices.Clone(s.NativeRetryFirstProviders)
+	c := &quotaConfig{pools: pools, settings: s, nativeFirst: map[string]bool{}}
+	for _, p := range s.NativeRetryFirstProviders {
+		c.nativeFirst[p] = true
+	}
+	q.cfg.Store(c)
+}
+
+// Pools returns the current pools (nil when none are configured).
+func (q *Router) Pools() *Pools { return q.cfg.Load().pools }
+
+// Settings returns the current settings, defaults filled in.
+func (q *Router) Settings() Settings {
+	s := q.cfg.Load().settings
+	s.NativeRetryFirstProviders = slices.Clone(s.NativeRetryFirstProviders)
+	return s
+}
+
+// Sessions returns the per-session settings.
+func (q *Router) Sessions() *Sessions { return q.sessions }
+
+func (q *Router) emit(evs []Event) {
+	if q.events == nil {
+		return
+	}
+	for _, e := range evs {
+		q.events.QuotaEvent(e)
+	}
+}
+
+func (q *Router) float64() float64 {
+	q.randMu.Lock()
+	f := q.rand.Float64()
+	q.randMu.Unlock()
+	return f
+}
+
+// enabled reports the session's effective switch.
+func enabled(rec SessionRecord, s Settings) bool {
+	switch rec.Switch {
+	case SettingOn:
+		return true
+	case SettingOff:
+		return false
+	}
+	return s.DefaultEnabled
+}
+
+// governing returns the pool that governs a session with record rec on route r:
+// the one it states (nil when it states "off" or a pool that no longer exists),
+// else the single pool that holds r.
+func governing(c *quotaConfig, rec SessionRecord, r engine.Route) *Pool {
+	switch rec.Pool {
+	case "":
+		return c.pools.Holding(r)
+	case SettingOff:
+		return nil
+	}
+	return c.pools.Pool(rec.Pool)
+}
+
+// PickRoute draws the route a session that does not exist yet should start on: it
+// refreshes the pool's due sources (waiting for exactly those), then draws among
+// the usable routes in proportion to score; a pool with nothing usable answers its
+// first route. ErrNoPool when no pool by that name exists.
+func (q *Router) PickRoute(ctx context.Context, pool string) (engine.Route, error) {
+	c := q.cfg.Load()
+	p := c.pools.Pool(pool)
+	if p == nil {
+		return engine.Route{}, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, pool, c.pools.Names())
+	}
+	q.readings.Refresh(ctx, p.providers)
+	r, _ := q.choose(ctx, c, p, q.clock.Now(), nil, false)
+	return r, nil
+}
+
+// RouteFor answers where a session's request for route asked goes.
+//
+//   - A session whose switch is off, or that no pool governs, goes where it asked.
+//   - A session that has not started (no route in memory: new, restarted, or just
+//     put in a pool) starts on a route drawn from its pool, after the pool's due
+//     sources have answered — whatever midSessionSwitch says.
+//   - A started session stays on its route. It is moved only when its provider
+//     carries an exhaustion mark, its pool allows mid-session switches, its route
+//     is one of the pool's, and another route has not been marked; the move waits
+//     for no reading. A reading below the threshold never moves it.
+//   - A route the client asks for that differs from the one it asked for last is
+//     the user's choice: the session goes there, and is moved later only under the
+//     rule above.
+//
+// err is non-nil only when the session's settings could not be loaded; the choice
+// then follows the defaults and is still valid.
+func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Route) (RouteChoice, error) {
+	c := q.cfg.Load()
+	var rec SessionRecord
+	var err error
+	if session != "" {
+		rec, err = q.sessions.Get(session)
+	}
+	if !enabled(rec, c.settings) {
+		return RouteChoice{Route: asked}, err
+	}
+	now := q.clock.Now()
+
+	if session == "" { // no session: never drawn, only moved off a marked provider
+		p := governing(c, rec, asked)
+		if p == nil {
+			return RouteChoice{Route: asked}, err
+		}
+		ch := RouteChoice{Route: asked, Pool: p.name}
+		if p.midSessionSwitch && q.marked(c, asked.Provider, now) {
+			if to, ok := q.choose(ctx, c, p, now, &asked, true); ok {
+				ch.Route, ch.Moved = to, true
+			}
+		}
+		return ch, err
+	}
+
+	q.mu.Lock()
+	st := q.routes[session]
+	on := asked
+	if st != nil {
+		if asked != st.asked { // the user picked a route: it stands
+			st.asked, st.current = asked, asked
+		}
+		on = st.current
+		st.lastUsed = now
+	}
+	q.mu.Unlock()
+
+	p := governing(c, rec, on)
+	if p == nil {
+		return RouteChoice{Route: on}, err
+	}
+	if st == nil { // the session starts: draw from its pool
+		q.readings.Refresh(ctx, p.providers)
+		now = q.clock.Now()
+		r, _ := q.choose(ctx, c, p, now, nil, false)
+		q.mu.Lock()
+		if cur := q.routes[session]; cur != nil { // a concurrent request started it
+			r = cur.current
+		} else {
+			q.addRoute(session, &sessionRoute{asked: asked, current: r, lastUsed: now}, now)
+		}
+		q.mu.Unlock()
+		return RouteChoice{Route: r, Pool: p.name, Drawn: true}, err
+	}
+	ch := RouteChoice{Route: on, Pool: p.name}
+	if p.midSessionSwitch && p.Holds(on) && q.marked(c, on.Provider, now) {
+		if to, ok := q.choose(ctx, c, p, now, &on, true); ok {
+			q.mu.Lock()
+			if st.current == on {
+				st.current = to
+			}
+			ch.Route = st.current
+			q.mu.Unlock()
+			ch.Moved = ch.Route != on
+		}
+	}
+	return ch, err
+}
+
+// addRoute records a session's route. q.mu must be held.
+func (q *Router) addRoute(session string, st *sessionRoute, now time.Time) {
+	q.routes[session] = st
+	q.noteAdd(now)
+}
+
+// sweepEvery is how many insertions into routes and entries trigger a sweep.
+const sweepEvery = 4096
+
+// noteAdd counts an insertion and, every sweepEvery of them, drops what has been
+// idle for a day (or two long-term delays, when longer): session routes with no
+// entry, and entries with no wait armed (a cancelled turn whose session never came
+// back). A dropped session simply starts afresh. q.mu must be held.
+func (q *Router) noteAdd(now time.Time) {
+	if q.adds++; q.adds < sweepEvery {
+		return
+	}
+	q.adds = 0
+	idle := 24 * time.Hour
+	if d := 2 * q.cfg.Load().settings.LongTermDelay; d > idle {
+		idle = d
+	}
+	for id, e := range q.entries {
+		if !e.pending && now.Sub(e.lastArmed) > idle {
+			delete(q.entries, id)
+			close(e.done)
+		}
+	}
+	for id, r := range q.routes {
+		if now.Sub(r.lastUsed) > idle && q.entries[id] == nil {
+			delete(q.routes, id)
+		}
+	}
+}
+
+// SetSwitch sets the session's switch (on, off, default). When the effective
+// switch is now off, an open entry ends at once: a pending wait returns
+// ErrQuotaDisabled and "left" is announced with reason "disabled". An error
+// wrapping ErrSessionNotSaved means the setting applies but is not durable.
+func (q *Router) SetSwitch(session, value string) (SessionRecord, error) {
+	rec, err := q.sessions.SetSwitch(session, value)
+	if err != nil && !errors.Is(err, ErrSessionNotSaved) {
+		return rec, err
+	}
+	if !enabled(rec, q.cfg.Load().settings) {
+		q.end(session, LeftDisabled)
+	}
+	return rec, err
+}
+
+// SetPool puts the session under a pool's care (a pool name), opts it out of
+// pools ("off"), or lets its route decide ("default"). Naming a pool makes the
+// session's next request start in it, drawn from its usable routes; the name
+// must exist (ErrNoPool).
+func (q *Router) SetPool(session, value string) (SessionRecord, error) {
+	v, err := ParsePoolSetting(value)
+	if err != nil {
+		return SessionRecord{}, err
+	}
+	c := q.cfg.Load()
+	if v != SettingOff && v != SettingDefault && c.pools.Pool(v) == nil {
+		return SessionRecord{}, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, v, c.pools.Names())
+	}
+	rec, err := q.sessions.SetPool(session, v)
+	if err != nil && !errors.Is(err, ErrSessionNotSaved) {
+		return rec, err
+	}
+	if v != SettingOff && v != SettingDefault {
+		q.Forget(session)
+	}
+	return rec, err
+}
+
+// Fork records that child was forked or delegated from parent: the child takes a
+// snapshot of its nearest ancestor's explicit settings.
+func (q *Router) Fork(child, parent string) (SessionRecord, error) {
+	return q.sessions.Fork(child, parent)
+}
+
+// PoolOf returns the pool governing the session right now ("" when none): the
+// one it states, or the one holding the route it is on (or asked, before it has
+// started).
+func (q *Router) PoolOf(session string, asked engine.Route) string {
+	rec, _ := q.sessions.Get(session)
+	on := asked
+	if r, ok := q.CurrentRoute(session); ok {
+		on = r
+	}
+	if p := governing(q.cfg.Load(), rec, on); p != nil {
+		return p.name
+	}
+	return ""
+}
+
+// SessionFacts is what a client shows of a session's settings (seed 004's
+// quotaRetry projection).
+type SessionFacts struct {
+	Enabled        bool     `json:"enabled"`        // the effective switch
+	DefaultEnabled bool     `json:"defaultEnabled"` // the deployment's default
+	Source         string   `json:"source"`         // default | session | inherited
+	Pool           *string  `json:"pool"`           // the pool governing the session, or null
+	PoolSource     string   `json:"poolSource"`     // default | session | inherited | off
+	Pools          []string `json:"pools"`          // every configured pool, in order
+	// Route is the route the session is on, when it has started.
+	Route *engine.Route `json:"route,omitempty"`
+}
+
+// Facts returns the session's settings as a client shows them.
+func (q *Router) Facts(session string) (SessionFacts, error) {
+	c := q.cfg.Load()
+	rec, err := q.sessions.Get(session)
+	f := SessionFacts{Enabled: enabled(rec, c.settings), DefaultEnabled: c.settings.DefaultEnabled,
+		Source: SourceDefault, PoolSource: SourceDefault, Pools: c.pools.Names()}
+	if f.Pools == nil {
+		f.Pools = []string{}
+	}
+	if rec.Switch != "" {
+		f.Source = rec.SwitchSource
+	}
+	switch {
+	case rec.Pool == SettingOff:
+		f.PoolSource = SourceOff
+	case rec.Pool != "":
+		f.PoolSource = rec.PoolSource
+	}
+	var on engine.Route
+	if r, ok := q.CurrentRoute(session); ok {
+		on = r
+		f.Route = &r
+	}
+	if p := governing(c, rec, on); p != nil {
+		name := p.name
+		f.Pool = &name
+	}
+	return f, err
+}
+
+var _ EventSink = EventFunc(nil)

@@ -1,0 +1,113 @@
+package retry
+
+import (
+	"sync"
+	"time"
+)
+
+// RetryBudgetKey names one retry budget: a session's retries on one provider.
+// Several models of a provider share it (seed 003: "同一 provider 上的多个模型共用一份预算").
+type BudgetKey struct {
+	Session  string `json:"session"`
+	Provider string `json:"provider"`
+}
+
+// RetryBudget is what the planner has spent of one (session, provider) budget in the
+// session's current turn. The record carries its turn (and step): a failure on
+// another turn starts the budget afresh, so the effective key is (session, turn,
+// provider) while a store holds one record per (session, provider) and old turns
+// need no deletion.
+//
+// Its JSON form is what a durable BudgetStore may persist.
+type Budget struct {
+	Turn string `json:"turn"`
+	Step int    `json:"step"`
+	// Rounds is how many retries were planned on the main budget (RetryPolicy.Rounds).
+	Rounds int `json:"rounds"`
+	// Mislabeled is how many were planned on the mislabeled budget.
+	Mislabeled int `json:"mislabeled"`
+	// LongTerm is how many long-term QUOTA waits were planned (unbounded by design).
+	LongTerm int `json:"longTerm"`
+	// UpdatedAt is when the planner last saved the record (BudgetPruner uses it).
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// BudgetStore keeps retry budgets where they survive a reconnect (seed 003: the
+// budget is read back, not reset, when a session reconnects or resumes). The
+// Planner is its only caller.
+//
+// Implementations must be safe for concurrent use. The Planner serialises calls for
+// one key, never across keys.
+type BudgetStore interface {
+	// Load returns the budget saved under k; ok=false when there is none. It is
+	// called by Planner.Plan for each failure of a class that spends a budget. An
+	// error is logged and the planner falls back to what it holds in memory.
+	Load(k BudgetKey) (b Budget, ok bool, err error)
+	// Save stores b under k, replacing what was there. It is called by Planner.Plan
+	// before Plan returns a retry or a long-term wait, so a planned wait is on record
+	// before any timer starts (seed 003: persist before wait). An error does not stop
+	// the retry (fail open): it is reported to PlannerOptions.StoreError.
+	Save(k BudgetKey, b Budget) error
+}
+
+// BudgetPruner is an optional capability of a BudgetStore: dropping records not
+// saved since before. Planner.Prune calls it.
+type BudgetPruner interface {
+	PruneBudgets(before time.Time) (removed int, err error)
+}
+
+// MemoryBudgetStore is a BudgetStore in process memory: budgets survive a new
+// Planner on the same store (a reconnect), not a restart. Its zero value is an empty
+// store ready to use; it is safe for concurrent use.
+type MemoryBudgetStore struct {
+	mu sync.Mutex
+	m  map[BudgetKey]Budget // nil until the first Save
+}
+
+// NewMemoryBudgetStore returns an empty store.
+func NewMemoryBudgetStore() *MemoryBudgetStore { return &MemoryBudgetStore{} }
+
+// Load returns the budget saved under k. It never fails.
+func (s *MemoryBudgetStore) Load(k BudgetKey) (Budget, bool, error) {
+	s.mu.Lock()
+	b, ok := s.m[k]
+	s.mu.Unlock()
+	return b, ok, nil
+}
+
+// Save stores b under k. It never fails.
+func (s *MemoryBudgetStore) Save(k BudgetKey, b Budget) error {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[BudgetKey]Budget)
+	}
+	s.m[k] = b
+	s.mu.Unlock()
+	return nil
+}
+
+// PruneBudgets drops every record saved before before.
+func (s *MemoryBudgetStore) PruneBudgets(before time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, b := range s.m {
+		if b.UpdatedAt.Before(before) {
+			delete(s.m, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len returns how many records the store holds.
+func (s *MemoryBudgetStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+var (
+	_ BudgetStore  = (*MemoryBudgetStore)(nil)
+	_ BudgetPruner = (*MemoryBudgetStore)(nil)
+)

@@ -1,0 +1,273 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"github.com/gatectl/gatectl/engine"
+	"math"
+	"time"
+)
+
+// Limits of a RetryPolicy (seed 003: rounds 0–200; seed 002: mislabeled rounds ≤ 100).
+const (
+	MaxRounds           = 200
+	MaxMislabeledRounds = 100
+)
+
+// ErrRetryPolicy is the sentinel every RetryPolicy.Validate error wraps.
+var ErrPolicy = errors.New("invalid retry policy")
+
+// RetryClamp is the range a provider's wait hint is trusted in (retry.hintClamp).
+type Clamp struct {
+	Min, Max time.Duration
+}
+
+// RetryMislabeled is the separate budget for 400s that are really a saturated
+// gateway replaying its client-error circuit (seed 002, retry.mislabeled).
+type Mislabeled struct {
+	Enabled bool
+	// Rounds is the mislabeled budget per (session, turn, provider), apart from Rounds
+	// of the policy: waiting out a circuit must not eat the 429 budget, nor the reverse.
+	Rounds int
+	// InitialDelay is the first wait when the replayed error carries no hint; it
+	// doubles each round.
+	InitialDelay time.Duration
+	// Evidence is how long a capacity failure on the provider (RATE_LIMIT,
+	// OVERLOADED) still counts as evidence that a 400 is mislabeled.
+	Evidence time.Duration
+}
+
+// RetryPolicy is the retry: section of the config as engine values: the backoff
+// curve of seed 003, which classes are retried, how provider hints are trusted, and
+// the hintless and mislabeled rules of seed 002.
+//
+// A RetryPolicy is a plain value; the Planner copies it, so changing one after
+// NewPlanner or SetPolicy has no effect. Its zero value is not valid (InitialDelay,
+// MaxDelay, the clamp and HintlessBaseDelay must be set): start from
+// DefaultRetryPolicy and override fields.
+//
+// Defaults (DefaultRetryPolicy):
+//
+//	Rounds: 8, InitialDelay: 2s, Multiplier: 2, MaxDelay: 60s, Jitter: 0.2,
+//	RespectRetryAfter: true,
+//	RetryOn: RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT,
+//	HintClamp: [1s, 300s], HintlessBackoff: false, HintlessBaseDelay: 5s,
+//	Mislabeled: {Enabled: true, Rounds: 3, InitialDelay: 15s, Evidence: 10m},
+//	BudgetPerStep: false (seed 002's acrossSteps: true).
+type Policy struct {
+	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
+	// never retries (seed 003: "0 = 不介入"). At most RetryMaxRounds.
+	Rounds int
+	// InitialDelay is the wait of round 1. A value above MaxDelay follows the cap
+	// down, as seed 003's panel does when the cap is lowered.
+	InitialDelay time.Duration
+	// Multiplier scales the wait each round; 1 is a fixed interval.
+	Multiplier float64
+	// MaxDelay caps every round of the curve: no round waits longer.
+	MaxDelay time.Duration
+	// Jitter spreads each curve wait by ±Jitter (0.2 = ±20%) so that sessions
+	// failing together do not retry together. The jittered wait is still capped by
+	// MaxDelay. In [0, 1].
+	Jitter float64
+	// RespectRetryAfter makes a provider's wait hint win over the local curve when
+	// the hint is under MaxDelay (seed 003). Off, hints are ignored everywhere: the
+	// curve decides, and a rate limit's cooldown is the gate's fallback.
+	RespectRetryAfter bool
+	// RetryOn lists the classes retried on the curve. MISLABELED is not listed here:
+	// Mislabeled.Enabled governs it.
+	RetryOn []engine.Class
+	// HintClamp bounds every provider hint before it is used (seed 002: 1 s–300 s).
+	HintClamp Clamp
+	// HintlessBackoff makes OVERLOADED and SERVER failures without a hint wait
+	// seed 002's own schedule, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp, instead
+	// of the curve.
+	HintlessBackoff   bool
+	HintlessBaseDelay time.Duration
+	Mislabeled        Mislabeled
+	// BudgetPerStep gives each step of a turn its own budget. false (the default)
+	// shares one budget across the turn's steps (seed 002 acrossSteps: true).
+	BudgetPerStep bool
+}
+
+// DefaultRetryPolicy returns the seeds' defaults (see RetryPolicy).
+func DefaultPolicy() Policy {
+	return Policy{
+		Rounds:            8,
+		InitialDelay:      2 * time.Second,
+		Multiplier:        2,
+		MaxDelay:          60 * time.Second,
+		Jitter:            0.2,
+		RespectRetryAfter: true,
+		RetryOn:           []engine.Class{engine.ClassRateLimit, engine.ClassOverloaded, engine.ClassServer, engine.ClassTimeout, engine.ClassTransport},
+		HintClamp:         Clamp{Min: time.Second, Max: 300 * time.Second},
+		HintlessBackoff:   false,
+		HintlessBaseDelay: 5 * time.Second,
+		Mislabeled: Mislabeled{
+			Enabled:      true,
+			Rounds:       3,
+			InitialDelay: 15 * time.Second,
+			Evidence:     10 * time.Minute,
+		},
+	}
+}
+
+// Validate reports every problem of p, each naming its config path
+// ("retry.rounds: ...") and wrapping ErrRetryPolicy. It returns nil for a valid
+// policy. Out-of-range values are errors, never silently replaced: a deployment
+// with a typo refuses to start rather than run on a default it did not ask for.
+func (p Policy) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("retry.%s: %s: %w", path, fmt.Sprintf(format, args...), ErrPolicy))
+	}
+	if p.Rounds < 0 || p.Rounds > MaxRounds {
+		bad("rounds", "must be between 0 and %d (got %d)", MaxRounds, p.Rounds)
+	}
+	if p.InitialDelay <= 0 {
+		bad("initialDelay", "must be > 0 (got %s)", p.InitialDelay)
+	}
+	if math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0) || p.Multiplier < 1 {
+		bad("multiplier", "must be a finite number >= 1 (got %v)", p.Multiplier)
+	}
+	if p.MaxDelay <= 0 {
+		bad("maxDelay", "must be > 0 (got %s)", p.MaxDelay)
+	}
+	if math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1 {
+		bad("jitter", "must be between 0 and 1 (got %v)", p.Jitter)
+	}
+	for i, c := range p.RetryOn {
+		if pc, err := engine.ParseClass(string(c)); err != nil || pc != c {
+			bad(fmt.Sprintf("retryOn[%d]", i), "unknown class %q", c)
+			continue
+		}
+		if c == engine.ClassMislabeled {
+			bad(fmt.Sprintf("retryOn[%d]", i), "MISLABELED is governed by retry.mislabeled, not retryOn")
+		}
+	}
+	if p.HintClamp.Min <= 0 {
+		bad("hintClamp.min", "must be > 0 (got %s)", p.HintClamp.Min)
+	}
+	if p.HintClamp.Max < p.HintClamp.Min {
+		bad("hintClamp.max", "must be >= hintClamp.min %s (got %s)", p.HintClamp.Min, p.HintClamp.Max)
+	}
+	if p.HintlessBaseDelay <= 0 {
+		bad("hintlessBaseDelay", "must be > 0 (got %s)", p.HintlessBaseDelay)
+	}
+	if m := p.Mislabeled; m.Enabled {
+		if m.Rounds < 0 || m.Rounds > MaxMislabeledRounds {
+			bad("mislabeled.rounds", "must be between 0 and %d (got %d)", MaxMislabeledRounds, m.Rounds)
+		}
+		if m.InitialDelay <= 0 {
+			bad("mislabeled.initialDelay", "must be > 0 (got %s)", m.InitialDelay)
+		}
+		if m.Evidence <= 0 {
+			bad("mislabeled.evidence", "must be > 0 (got %s)", m.Evidence)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Retries reports whether class c is in RetryOn.
+func (p *Policy) Retries(c engine.Class) bool {
+	for _, x := range p.RetryOn {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// BaseDelay is the un-jittered wait of round (1-based) on the curve:
+// min(InitialDelay·Multiplierʳᵒᵘⁿᵈ⁻¹, MaxDelay). Round 0 or less waits 0. It never
+// overflows, however deep the round.
+func (p *Policy) BaseDelay(round int) time.Duration {
+	if round <= 0 {
+		return 0
+	}
+	return retryGrow(p.InitialDelay, p.Multiplier, round, p.MaxDelay)
+}
+
+// Delay is the wait of round (1-based) on the curve, jittered by ±Jitter with a draw
+// from r, and capped by MaxDelay. A nil r draws no jitter (the base delay).
+func (p *Policy) Delay(round int, r engine.Rand) time.Duration {
+	base := p.BaseDelay(round)
+	if base == 0 || r == nil || p.Jitter == 0 {
+		return base
+	}
+	return p.jitter(base, r.Float64())
+}
+
+// jitter spreads base by ±Jitter with u in [0, 1): u=0 is the low end, u→1 the high.
+func (p *Policy) jitter(base time.Duration, u float64) time.Duration {
+	d := time.Duration(float64(base) * (1 + p.Jitter*(2*u-1)))
+	if d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	if d < 0 {
+		d = 0
+	}
+	return d
+}
+
+// RetryCurvePoint is one round of the curve as Curve draws it.
+type CurvePoint struct {
+	Round int `json:"round"`
+	// Delay is the round's un-jittered wait; Cumulative sums Delay over rounds 1..Round.
+	Delay      time.Duration `json:"-"`
+	Cumulative time.Duration `json:"-"`
+	// Longest is the round's longest wait with jitter (Delay·(1+Jitter), capped);
+	// CumulativeLongest sums it: the longest a turn can wait through Round.
+	Longest           time.Duration `json:"-"`
+	CumulativeLongest time.Duration `json:"-"`
+}
+
+// Curve returns one point per round 1..Rounds: the wait of each round without
+// jitter and with jitter's upper bound, and their running sums. It is what
+// `gatectl backoff` draws. It ignores hints, which only the provider knows.
+func (p *Policy) Curve() []CurvePoint {
+	pts := make([]CurvePoint, 0, max(p.Rounds, 0))
+	var cum, cumLong time.Duration
+	for n := 1; n <= p.Rounds; n++ {
+		d := p.BaseDelay(n)
+		long := d
+		if p.Jitter > 0 {
+			long = p.jitter(d, 1) // the supremum of the draw, capped like every draw
+		}
+		cum += d
+		cumLong += long
+		pts = append(pts, CurvePoint{Round: n, Delay: d, Cumulative: cum, Longest: long, CumulativeLongest: cumLong})
+	}
+	return pts
+}
+
+// ClampHint bounds a provider's wait hint to HintClamp.
+func (p *Policy) ClampHint(d time.Duration) time.Duration {
+	return min(max(d, p.HintClamp.Min), p.HintClamp.Max)
+}
+
+// hintWait is the wait for a hinted failure on the curve: the clamped hint when it is
+// under MaxDelay (seed 003: the provider's wait wins under the cap), otherwise the
+// cap itself: no round waits longer than MaxDelay, and the cap is the closest the
+// policy allows to what the provider asked. capped reports the second case.
+func (p *Policy) hintWait(hint time.Duration) (d time.Duration, capped bool) {
+	d = p.ClampHint(hint)
+	if d > p.MaxDelay {
+		return p.MaxDelay, true
+	}
+	return d, false
+}
+
+// doublingWait is base·2ʳᵒᵘⁿᵈ⁻¹ clamped to HintClamp: seed 002's schedule for
+// hintless capacity failures and for mislabeled 400s.
+func (p *Policy) doublingWait(base time.Duration, round int) time.Duration {
+	return p.ClampHint(retryGrow(base, 2, max(round, 1), p.HintClamp.Max))
+}
+
+// retryGrow returns min(base·mᵏ⁻¹, limit) without overflowing for any k ≥ 1.
+func retryGrow(base time.Duration, m float64, k int, limit time.Duration) time.Duration {
+	f := float64(base) * math.Pow(m, float64(k-1))
+	if math.IsNaN(f) || f >= float64(limit) {
+		return limit
+	}
+	return time.Duration(f)
+}
