@@ -25,7 +25,7 @@ const (
 type resolved struct {
 	route engine.Route
 	// asked is the route the client named (for a pool: the pool's first route,
-	// which stands for the pool in QuotaRetry.RouteFor); pool is the pool's name
+	// which stands for the pool in pool.Router.RouteFor); pool is the pool's name
 	// when the client named one.
 	asked engine.Route
 	pool  string
@@ -41,7 +41,7 @@ type routeError struct{ msg string }
 func (e *routeError) Error() string { return e.msg }
 
 // resolveModel turns the request's model into a route (see the package doc of
-// proxy.go for the rules): a pool name (a draw through QuotaRetry), provider/model,
+// proxy.go for the rules): a pool name (a draw through pool.Router), provider/model,
 // or a bare model that exactly one configured route serves.
 func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
 	cfg := snap.Config

@@ -124,7 +124,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	return s, nil
 }
 
-// GateConfig converts the gate section for the engine's ledger.
+// gate.Config converts the gate section for the engine's ledger.
 func GateConfig(cfg *config.Config) (gate.Config, error) {
 	g := cfg.Gate
 	c := gate.DefaultConfig()
@@ -144,7 +144,7 @@ func GateConfig(cfg *config.Config) (gate.Config, error) {
 	return c, nil
 }
 
-// RetryPolicy converts the retry section for the engine's planner.
+// retry.Policy converts the retry section for the engine's planner.
 func RetryPolicy(r config.Retry) (retry.Policy, error) {
 	p := retry.DefaultPolicy()
 	p.Rounds, p.InitialDelay, p.Multiplier, p.MaxDelay, p.Jitter = r.Rounds, r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter

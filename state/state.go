@@ -38,7 +38,7 @@ const schemaVersion = 1
 var (
 	bucketMeta     = []byte("meta")
 	bucketSessions = []byte("sessions") // session id -> JSON engine.SessionRecord
-	bucketBudgets  = []byte("budgets")  // budgetKey(RetryBudgetKey) -> JSON engine.RetryBudget
+	bucketBudgets  = []byte("budgets")  // budgetKey(retry.BudgetKey) -> JSON engine.retry.Budget
 	keySchema      = []byte("schema")
 )
 

@@ -14,8 +14,8 @@ type ModelLimits struct {
 	SafetyFactor float64 // share of the budget the gate spends, (0, 1]
 }
 
-// GateConfig configures the Ledger. The zero value is not usable: start from
-// DefaultGateConfig.
+// Config configures the Ledger. The zero value is not usable: start from
+// DefaultConfig.
 type Config struct {
 	Window              time.Duration // sliding window of the ledger (60s)
 	SafetyFactor        float64       // 0.85: head room for estimate error
@@ -33,7 +33,7 @@ type Config struct {
 	Jitter float64
 }
 
-// DefaultGateConfig returns seed 000's defaults.
+// DefaultConfig returns seed 000's defaults.
 func DefaultConfig() Config {
 	return Config{
 		Window:              60 * time.Second,

@@ -2,7 +2,7 @@ package gate
 
 import "time"
 
-// GateEventKind names what a GateEvent reports.
+// EventKind names what a Event reports.
 type EventKind string
 
 // Gate events. A call that did not wait produces none (seed 000: the log stays
@@ -17,7 +17,7 @@ const (
 	EventLeak        EventKind = "leak"  // a trigger below a clean window: another client spends the same key
 )
 
-// GateEvent is one line of the gate's visibility (seed 000's log lines), also
+// Event is one line of the gate's visibility (seed 000's log lines), also
 // streamed by the server's event feed.
 type Event struct {
 	Kind     EventKind

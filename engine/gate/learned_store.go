@@ -13,7 +13,7 @@ type LearnedQuota struct {
 	Last429 time.Time `json:"last429"`
 }
 
-// QuotaStore keeps learned quotas outside one ledger: the seam for a store shared
+// LearnedStore keeps learned quotas outside one ledger: the seam for a store shared
 // by several gatectl processes. The ledger loads a model's state when it first
 // sees the model and saves it after every learner step, with the model's bucket
 // locked (so both must be quick). Without a store, learned state lives in memory
@@ -24,10 +24,10 @@ type LearnedStore interface {
 	Save(provider, model string, q LearnedQuota)
 }
 
-// WithQuotaStore shares learned quotas through s.
+// WithLearnedStore shares learned quotas through s.
 func WithLearnedStore(s LearnedStore) Option { return func(l *Ledger) { l.quotas = s } }
 
-// MemoryQuotaStore is a QuotaStore in memory, safe for concurrent use; ledgers in
+// MemoryLearnedStore is a LearnedStore in memory, safe for concurrent use; ledgers in
 // one process can share it. Its zero value is ready.
 type MemoryLearnedStore struct {
 	mu sync.Mutex

@@ -126,7 +126,7 @@ type providerState struct {
 	cooldownUntil atomic.Int64 // unix nanos; provider-wide cooldown when the model is unknown
 }
 
-// LedgerOption configures a Ledger.
+// Option configures a Ledger.
 type Option func(*Ledger)
 
 // WithEventHook sets the function that receives the gate's events. It runs with a

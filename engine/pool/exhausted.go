@@ -10,15 +10,15 @@ import (
 // OnQuota decides what a QUOTA failure leads to (seed 004, "what happens to a
 // session"), in this order:
 //
-//  1. a session whose switch is off gets QuotaPass: the failure goes on as if
+//  1. a session whose switch is off gets ActionPass: the failure goes on as if
 //     there were no pools. Its provider is still marked (a fact about the
 //     provider, which other sessions' draws use) unless rule 2 applies to it;
 //  2. a provider in NativeRetryFirstProviders whose own bounded schedule has not
-//     run (NativeSpent false) is neither marked nor moved: QuotaNativeRetry —
+//     run (NativeSpent false) is neither marked nor moved: ActionNativeRetry —
 //     run the schedule, then call again with NativeSpent;
 //  3. the provider is marked exhausted;
 //  4. when the governing pool allows mid-session switches and holds a route that
-//     is not marked, the request moves there at once: QuotaFailover, event
+//     is not marked, the request moves there at once: ActionFailover, event
 //     "failover". The target is drawn among the unmarked routes that clear their
 //     threshold, else it is the first unmarked one; no reading is waited for;
 //  5. otherwise the long-term wait of LongTermDelay (see ArmLongTerm).
@@ -81,7 +81,7 @@ func (q *Router) failover(ctx context.Context, c *quotaConfig, now time.Time, se
 
 // ArmLongTerm arms a long-term wait of d for the session's failure f: the first
 // one opens the session's entry (event "entered", attempts 1); later ones, until
-// the entry ends, count further attempts. The returned QuotaWait goes to Wait. A
+// the entry ends, count further attempts. The returned ActionWait goes to Wait. A
 // failure outside a session (f.Session "") gets a plain wait with no entry.
 func (q *Router) ArmLongTerm(f QuotaFailure, d time.Duration) Decision {
 	return q.armLongTerm(q.clock.Now(), f, d)
@@ -133,9 +133,9 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	return dec
 }
 
-// Wait sleeps out a QuotaWait decision on the injected clock's timer. It returns
+// Wait sleeps out a ActionWait decision on the injected clock's timer. It returns
 // nil when the time is up or the session recovered meanwhile (retry now),
-// ErrQuotaDisabled when the switch went off (the entry ended: give up as if there
+// ErrDisabled when the switch went off (the entry ended: give up as if there
 // were no pools), or ctx.Err() when the request was cancelled — the entry then
 // survives with pending false, no "left" is announced, and the next QUOTA failure
 // re-arms it. Any other decision returns nil at once.
@@ -217,7 +217,7 @@ func (q *Router) end(session, reason string) {
 }
 
 // Enabled reports the session's effective switch: its own setting, else the
-// deployment's DefaultEnabled. A Planner's RetryRequest.QuotaRetry comes from here.
+// deployment's DefaultEnabled. A Planner's retry.Request.Router comes from here.
 func (q *Router) Enabled(session string) bool {
 	var rec SessionRecord
 	if session != "" {

@@ -44,7 +44,7 @@ type quotaLog struct {
 	ev []Event
 }
 
-func (l *quotaLog) QuotaEvent(e Event) { l.mu.Lock(); l.ev = append(l.ev, e); l.mu.Unlock() }
+func (l *quotaLog) RouterEvent(e Event) { l.mu.Lock(); l.ev = append(l.ev, e); l.mu.Unlock() }
 
 func (l *quotaLog) all() []Event {
 	l.mu.Lock()

@@ -158,7 +158,7 @@ var noBalance = &balance{refresh: DefaultBalanceRefresh}
 
 // Pools is a validated, immutable set of pools and the balance rules of their
 // providers. Build it with NewPools; the runtime state (marks, readings, sessions)
-// lives in QuotaRetry. Safe for concurrent use.
+// lives in Router. Safe for concurrent use.
 type Pools struct {
 	pools    []*Pool
 	byName   map[string]*Pool

@@ -16,7 +16,7 @@ type Readings interface {
 	// the source's refresh) and waits for exactly those, each bounded by its own
 	// timeout (and by ctx). A fresh reading costs no round trip; concurrent calls on
 	// one due source start it once; providers with no source are ignored. Called by
-	// QuotaRetry.Pick and at a session's start, never when a started session is
+	// Router.Pick and at a session's start, never when a started session is
 	// moved off an exhausted provider.
 	Refresh(ctx context.Context, providers []string)
 	// Last returns the provider's latest reading (TakenAt set) and whether it has
@@ -69,7 +69,7 @@ func (s *StaticReadings) Last(provider string) (engine.Reading, bool) {
 	return r, ok
 }
 
-// noReadings is the Readings of a QuotaRetry built without one.
+// noReadings is the Readings of a Router built without one.
 type noReadings struct{}
 
 func (noReadings) Refresh(context.Context, []string)  {}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// RoutesReport is every pool, route, reading, score and mark: what `gatectl
+// Report is every pool, route, reading, score and mark: what `gatectl
 // routes` and /gate/v1/routes print (seed 004's /quota-routes).
 type Report struct {
 	At time.Time `json:"at"`
@@ -17,7 +17,7 @@ type Report struct {
 	Pools    []PoolReport `json:"pools"`
 }
 
-// PoolReport is one pool of a RoutesReport.
+// PoolReport is one pool of a Report.
 type PoolReport struct {
 	Name string `json:"name"`
 	// MidSessionSwitch false is named in the header: it says why a session did not

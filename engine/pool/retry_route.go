@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// RouteQuota implements RetryQuotaRouter: the Planner's QUOTA failures go through
-// OnQuota's rules at the planner's now. The answer's Handle is the QuotaDecision;
+// RouteQuota implements retry.QuotaRouter: the Planner's QUOTA failures go through
+// OnQuota's rules at the planner's now. The answer's Handle is the Decision;
 // hand it to Wait for a long-term wait.
 func (q *Router) RouteQuota(ctx context.Context, now time.Time, f retry.QuotaFailure) retry.QuotaAnswer {
 	d := q.onQuota(ctx, now, QuotaFailure{Session: f.Session, Route: f.Route, Turn: f.Turn, Step: f.Step, Failure: f.Failure, NativeSpent: f.NativeSpent})

@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// QuotaSettings are the deployment's quota-response settings (config `quota:`).
-// DefaultQuotaSettings gives seed 004's defaults.
+// Settings are the deployment's quota-response settings (config `quota:`).
+// DefaultSettings gives seed 004's defaults.
 type Settings struct {
 	// DefaultEnabled is the switch of a session with no setting of its own.
 	DefaultEnabled bool
@@ -35,25 +35,25 @@ const (
 	DefaultExhaustedCooldown = time.Hour
 )
 
-// DefaultQuotaSettings returns seed 004's defaults: enabled, 1h waits, 1h marks,
+// DefaultSettings returns seed 004's defaults: enabled, 1h waits, 1h marks,
 // fail-open, no native-first providers.
 func DefaultSettings() Settings {
 	return Settings{DefaultEnabled: true, LongTermDelay: DefaultLongTermDelay, ExhaustedCooldown: DefaultExhaustedCooldown, FailOpen: true}
 }
 
-// QuotaEvents receives the quota transitions. Implementations must be safe for
-// concurrent use and return quickly; QuotaRetry calls it with no lock held.
+// EventSink receives the quota transitions. Implementations must be safe for
+// concurrent use and return quickly; Router calls it with no lock held.
 type EventSink interface {
-	QuotaEvent(Event)
+	RouterEvent(Event)
 }
 
-// QuotaEventFunc adapts a function to QuotaEvents.
+// EventFunc adapts a function to EventSink.
 type EventFunc func(Event)
 
-// QuotaEvent implements QuotaEvents.
-func (f EventFunc) QuotaEvent(e Event) { f(e) }
+// Event implements EventSink.
+func (f EventFunc) RouterEvent(e Event) { f(e) }
 
-// QuotaEventKind names a transition.
+// EventKind names a transition.
 type EventKind string
 
 // The transitions of seed 004 ("Subscribing to the transitions").
@@ -74,7 +74,7 @@ const (
 	LeftDisabled  = "disabled"
 )
 
-// QuotaEvent is one transition. Which fields are set depends on Kind, as in seed
+// Event is one transition. Which fields are set depends on Kind, as in seed
 // 004's tables.
 type Event struct {
 	Kind    EventKind `json:"kind"`
@@ -114,39 +114,39 @@ type QuotaFailure struct {
 	NativeSpent bool
 }
 
-// QuotaAction is what to do about a QUOTA failure.
+// Action is what to do about a QUOTA failure.
 type Action string
 
-// The answers of QuotaRetry.OnQuota.
+// The answers of Router.OnQuota.
 const (
-	// QuotaPass: not ours — the session's switch is off; handle the failure as if
+	// ActionPass: not ours — the session's switch is off; handle the failure as if
 	// there were no pools (normally: give up).
 	ActionPass Action = "pass"
-	// QuotaNativeRetry: the provider is in NativeRetryFirstProviders and its own
+	// ActionNativeRetry: the provider is in NativeRetryFirstProviders and its own
 	// bounded schedule has not run: run it, and come back with NativeSpent.
 	ActionNativeRetry Action = "native-retry"
-	// QuotaFailover: retry at once on Route, another route of Pool.
+	// ActionFailover: retry at once on Route, another route of Pool.
 	ActionFailover Action = "failover"
-	// QuotaWait: wait Wait (until Until), then retry on the same Route. Use
-	// QuotaRetry.Wait, which also ends early when the switch goes off.
+	// ActionWait: wait Wait (until Until), then retry on the same Route. Use
+	// Router.Wait, which also ends early when the switch goes off.
 	ActionWait Action = "wait"
 )
 
-// QuotaDecision is QuotaRetry.OnQuota's answer.
+// Decision is Router.OnQuota's answer.
 type Decision struct {
 	Action Action
 	Route  engine.Route // where to retry: the new route (failover) or the same one
 	Pool   string       // the governing pool, "" when none
-	// Wait and Until: the long-term wait (QuotaWait only).
+	// Wait and Until: the long-term wait (ActionWait only).
 	Wait     time.Duration
 	Until    time.Time
 	Attempts int // long-term attempts scheduled in this entry, this one included
 	Reason   string
 
-	entry *quotaEntry // the entry a QuotaWait belongs to; nil outside a session
+	entry *quotaEntry // the entry a ActionWait belongs to; nil outside a session
 }
 
-// RouteChoice is QuotaRetry.RouteFor's answer: where a session's request goes.
+// RouteChoice is Router.RouteFor's answer: where a session's request goes.
 type RouteChoice struct {
 	Route engine.Route
 	Pool  string // the governing pool, "" when none
@@ -156,7 +156,7 @@ type RouteChoice struct {
 	Moved bool
 }
 
-// QuotaState is a session's long-term wait, while it has an entry.
+// WaitState is a session's long-term wait, while it has an entry.
 type WaitState struct {
 	Pending       bool      `json:"pending"`  // a wait is armed right now
 	Attempts      int       `json:"attempts"` // long-term attempts scheduled in this entry
@@ -167,14 +167,14 @@ type WaitState struct {
 	Step          int       `json:"step,omitempty"`
 }
 
-// ErrQuotaDisabled is what Wait returns when the session's switch went off during
+// ErrDisabled is what Wait returns when the session's switch went off during
 // the wait: the entry ended with reason "disabled".
 var ErrDisabled = errors.New("quota retry switched off for the session")
 
-// QuotaRetryOptions wires a QuotaRetry.
+// RouterOptions wires a Router.
 type RouterOptions struct {
 	Pools *Pools // nil: no pools (every session waits in place)
-	// Settings: start from DefaultQuotaSettings(); zero durations take the
+	// Settings: start from DefaultSettings(); zero durations take the
 	// defaults, but the zero booleans mean what they say (disabled, fail closed).
 	Settings Settings
 	Readings Readings     // nil: no readings (failOpen decides)
@@ -186,15 +186,15 @@ type RouterOptions struct {
 	Events EventSink // nil: events are dropped
 }
 
-// QuotaRetry is the runtime of the pools: exhaustion marks, the draw, each
+// Router is the runtime of the pools: exhaustion marks, the draw, each
 // session's current route, and the long-term waits (seed 004). Route state lives
 // in memory only; the per-session settings live in its Sessions. Safe for
 // concurrent use.
 //
 // The server calls, per request: RouteFor before sending it; OnSuccess after a
 // success; for a QUOTA verdict either OnQuota directly or, through the Planner,
-// RouteQuota (it implements RetryQuotaRouter); a long-term wait is then slept out
-// with Wait (for a Planner's action, Wait(ctx, action.Quota.(QuotaDecision))).
+// RouteQuota (it implements retry.QuotaRouter); a long-term wait is then slept out
+// with Wait (for a Planner's action, Wait(ctx, action.Quota.(Decision))).
 // PickRoute draws a route for a session that does not exist yet; SetSwitch,
 // SetPool, Fork and Facts serve the session settings.
 //
@@ -221,7 +221,7 @@ type Router struct {
 	adds int
 }
 
-// quotaConfig is the reloadable part of a QuotaRetry; immutable once published.
+// quotaConfig is the reloadable part of a Router; immutable once published.
 type quotaConfig struct {
 	pools       *Pools
 	settings    Settings
@@ -248,7 +248,7 @@ type quotaEntry struct {
 	reason        string        // why it ended; set before done is closed
 }
 
-// NewQuotaRetry builds the runtime. It has no side effects.
+// NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
 		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events,
@@ -308,7 +308,7 @@ func (q *Router) emit(evs []Event) {
 		return
 	}
 	for _, e := range evs {
-		q.events.QuotaEvent(e)
+		q.events.RouterEvent(e)
 	}
 }
 
@@ -481,7 +481,7 @@ func (q *Router) noteAdd(now time.Time) {
 
 // SetSwitch sets the session's switch (on, off, default). When the effective
 // switch is now off, an open entry ends at once: a pending wait returns
-// ErrQuotaDisabled and "left" is announced with reason "disabled". An error
+// ErrDisabled and "left" is announced with reason "disabled". An error
 // wrapping ErrSessionNotSaved means the setting applies but is not durable.
 func (q *Router) SetSwitch(session, value string) (SessionRecord, error) {
 	rec, err := q.sessions.SetSwitch(session, value)

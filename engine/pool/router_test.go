@@ -217,7 +217,7 @@ func TestQuotaSwitchOffEndsTheWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := <-errc; !errors.Is(err, ErrDisabled) {
-		t.Errorf("Wait = %v, want ErrQuotaDisabled", err)
+		t.Errorf("Wait = %v, want ErrDisabled", err)
 	}
 	if f.clock.Timers() != 0 {
 		t.Error("the aborted wait left its timer")

@@ -113,7 +113,7 @@ func ParseSwitch(s string) (string, error) {
 }
 
 // ParsePoolSetting normalises a pool setting: off, default, or a well-formed pool
-// name. Whether the pool exists is the caller's check (QuotaRetry.SetPool).
+// name. Whether the pool exists is the caller's check (Router.SetPool).
 func ParsePoolSetting(s string) (string, error) {
 	v := strings.TrimSpace(s)
 	switch lv := strings.ToLower(v); lv {
@@ -228,7 +228,7 @@ func (s *Sessions) SetSwitch(id, value string) (SessionRecord, error) {
 }
 
 // SetPool sets the session's pool: a pool name, off, or default (clears it). It
-// checks the form only; QuotaRetry.SetPool also checks that the pool exists.
+// checks the form only; Router.SetPool also checks that the pool exists.
 func (s *Sessions) SetPool(id, value string) (SessionRecord, error) {
 	v, err := ParsePoolSetting(value)
 	if err != nil {

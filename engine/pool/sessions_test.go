@@ -129,7 +129,7 @@ func TestSessionStoreFailureDegradesToMemory(t *testing.T) {
 	if got, _ := s.Get("s"); got.Switch != "off" {
 		t.Errorf("the setting did not apply in memory: %+v", got)
 	}
-	// Through QuotaRetry the switch still works.
+	// Through Router the switch still works.
 	f := newPoolFixture(t, twoPools(), DefaultSettings())
 	f.q = NewRouter(RouterOptions{Pools: f.q.Pools(), Settings: DefaultSettings(), Sessions: NewSessions(&failingStore{}), Clock: f.clock})
 	if _, err := f.q.SetSwitch("s", "off"); !errors.Is(err, ErrSessionNotSaved) {

@@ -5,14 +5,14 @@ import (
 	"time"
 )
 
-// RetryBudgetKey names one retry budget: a session's retries on one provider.
+// BudgetKey names one retry budget: a session's retries on one provider.
 // Several models of a provider share it (seed 003: "同一 provider 上的多个模型共用一份预算").
 type BudgetKey struct {
 	Session  string `json:"session"`
 	Provider string `json:"provider"`
 }
 
-// RetryBudget is what the planner has spent of one (session, provider) budget in the
+// Budget is what the planner has spent of one (session, provider) budget in the
 // session's current turn. The record carries its turn (and step): a failure on
 // another turn starts the budget afresh, so the effective key is (session, turn,
 // provider) while a store holds one record per (session, provider) and old turns
@@ -22,7 +22,7 @@ type BudgetKey struct {
 type Budget struct {
 	Turn string `json:"turn"`
 	Step int    `json:"step"`
-	// Rounds is how many retries were planned on the main budget (RetryPolicy.Rounds).
+	// Rounds is how many retries were planned on the main budget (Policy.Rounds).
 	Rounds int `json:"rounds"`
 	// Mislabeled is how many were planned on the mislabeled budget.
 	Mislabeled int `json:"mislabeled"`

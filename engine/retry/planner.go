@@ -30,8 +30,8 @@ const (
 
 // The budgets an Action can spend (Action.Budget).
 const (
-	BudgetMain       = "retry"      // RetryPolicy.Rounds
-	BudgetMislabeled = "mislabeled" // RetryPolicy.Mislabeled.Rounds
+	BudgetMain       = "retry"      // Policy.Rounds
+	BudgetMislabeled = "mislabeled" // Policy.Mislabeled.Rounds
 	BudgetLongTerm   = "long-term"  // unbounded
 )
 
@@ -58,7 +58,7 @@ type Action struct {
 	Exhausted bool `json:"exhausted,omitempty"`
 	// ViaGate marks a RATE_LIMIT retry whose cooldown was recorded in the gate.
 	ViaGate bool `json:"viaGate,omitempty"`
-	// Quota is RetryQuotaAnswer.Handle for a failover or long-term wait: what the
+	// Quota is QuotaAnswer.Handle for a failover or long-term wait: what the
 	// quota runtime needs back to run the wait. nil otherwise.
 	Quota any `json:"-"`
 	// Reason says why, for people: logs, the decision API, `gatectl sim`.
@@ -74,7 +74,7 @@ func (a Action) MarshalJSON() ([]byte, error) {
 	}{plain(a), a.Delay.Milliseconds()})
 }
 
-// RetryRequest is one failure to plan for: the verdict, where it happened, and the
+// Request is one failure to plan for: the verdict, where it happened, and the
 // session state the planner cannot know itself.
 type Request struct {
 	Verdict  engine.Verdict
@@ -86,23 +86,23 @@ type Request struct {
 	// Failure is the failure the verdict is about; optional. The planner reads only
 	// its SinceCapacityMs (the caller's evidence for MISLABELED, added to what the
 	// planner remembers itself, see SinceCapacity) and hands it on to the
-	// RetryQuotaRouter for its events.
+	// QuotaRouter for its events.
 	Failure *engine.Failure
 }
 
-// RetryQuotaFailure is a QUOTA failure as the planner hands it to a RetryQuotaRouter.
+// QuotaFailure is a QUOTA failure as the planner hands it to a QuotaRouter.
 type QuotaFailure struct {
 	Session string
 	Turn    string
 	Step    int
 	Route   engine.Route    // the route the request ran on
-	Failure *engine.Failure // RetryRequest.Failure; may be nil
+	Failure *engine.Failure // Request.Failure; may be nil
 	// NativeSpent says the quick retries on the main budget are spent for this turn,
 	// or that there are none to run (retry.rounds 0, a hint past retry.maxDelay).
 	NativeSpent bool
 }
 
-// RetryQuotaAnswer is a RetryQuotaRouter's answer. Kind is one of:
+// QuotaAnswer is a QuotaRouter's answer. Kind is one of:
 //
 //   - ActionRetry: run the quick retries first (quota.nativeRetryFirstProviders);
 //     the planner retries on the main budget and asks again with NativeSpent once it
@@ -118,11 +118,11 @@ type QuotaAnswer struct {
 	Attempts int
 	Reason   string
 	// Handle is opaque to the planner and returned as Action.Quota: whatever the
-	// router needs back to run the wait (the pools' QuotaDecision).
+	// router needs back to run the wait (the pools' pool.Decision).
 	Handle any
 }
 
-// RetryQuotaRouter is the seam to the quota runtime and its route pools (seed 004):
+// QuotaRouter is the seam to the quota runtime and its route pools (seed 004):
 // the session's switch, exhaustion marks, failover, long-term waits. Without one, a
 // QUOTA failure is given up, or retried on the curve when retry.retryOn lists it.
 type QuotaRouter interface {
@@ -182,7 +182,7 @@ type Planner struct {
 	rnd    engine.Rand
 
 	seed  maphash.Seed
-	locks [retryLockStripes]sync.Mutex // by hash of RetryBudgetKey
+	locks [retryLockStripes]sync.Mutex // by hash of BudgetKey
 
 	// memo holds the budgets the store failed to save, so a failing store does not
 	// hand out a fresh budget on every failure. An entry is dropped by the next
@@ -253,7 +253,7 @@ func (p *Planner) Policy() Policy {
 //   - MISLABELED is retried on its own budget when Mislabeled.Enabled and the
 //     provider had a capacity failure within Mislabeled.Evidence; otherwise it is a
 //     real INVALID_REQUEST and given up.
-//   - QUOTA goes to the RetryQuotaRouter (the pools): quick retries on the main
+//   - QUOTA goes to the QuotaRouter (the pools): quick retries on the main
 //     budget first when it asks for them (quota.nativeRetryFirstProviders), then a
 //     failover or a long-term wait as it answers. When RetryOn lists QUOTA the curve
 //     runs first. Without a router, or when it passes (the session's switch is off),
@@ -478,7 +478,7 @@ func (p *Planner) quotaGiveUp(pol *Policy, req *Request, spent bool, why string)
 	return retryNotRetried(engine.ClassQuota, fmt.Sprintf("QUOTA: the allowance on %s is spent; %s", req.Provider, why))
 }
 
-// retryBudgetField selects one counter of a RetryBudget.
+// retryBudgetField selects one counter of a Budget.
 type retryBudgetField int
 
 const (

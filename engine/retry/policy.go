@@ -8,21 +8,21 @@ import (
 	"time"
 )
 
-// Limits of a RetryPolicy (seed 003: rounds 0–200; seed 002: mislabeled rounds ≤ 100).
+// Limits of a Policy (seed 003: rounds 0–200; seed 002: mislabeled rounds ≤ 100).
 const (
 	MaxRounds           = 200
 	MaxMislabeledRounds = 100
 )
 
-// ErrRetryPolicy is the sentinel every RetryPolicy.Validate error wraps.
+// ErrPolicy is the sentinel every Policy.Validate error wraps.
 var ErrPolicy = errors.New("invalid retry policy")
 
-// RetryClamp is the range a provider's wait hint is trusted in (retry.hintClamp).
+// Clamp is the range a provider's wait hint is trusted in (retry.hintClamp).
 type Clamp struct {
 	Min, Max time.Duration
 }
 
-// RetryMislabeled is the separate budget for 400s that are really a saturated
+// Mislabeled is the separate budget for 400s that are really a saturated
 // gateway replaying its client-error circuit (seed 002, retry.mislabeled).
 type Mislabeled struct {
 	Enabled bool
@@ -37,16 +37,16 @@ type Mislabeled struct {
 	Evidence time.Duration
 }
 
-// RetryPolicy is the retry: section of the config as engine values: the backoff
+// Policy is the retry: section of the config as engine values: the backoff
 // curve of seed 003, which classes are retried, how provider hints are trusted, and
 // the hintless and mislabeled rules of seed 002.
 //
-// A RetryPolicy is a plain value; the Planner copies it, so changing one after
+// A Policy is a plain value; the Planner copies it, so changing one after
 // NewPlanner or SetPolicy has no effect. Its zero value is not valid (InitialDelay,
 // MaxDelay, the clamp and HintlessBaseDelay must be set): start from
-// DefaultRetryPolicy and override fields.
+// DefaultPolicy and override fields.
 //
-// Defaults (DefaultRetryPolicy):
+// Defaults (DefaultPolicy):
 //
 //	Rounds: 8, InitialDelay: 2s, Multiplier: 2, MaxDelay: 60s, Jitter: 0.2,
 //	RespectRetryAfter: true,
@@ -56,7 +56,7 @@ type Mislabeled struct {
 //	BudgetPerStep: false (seed 002's acrossSteps: true).
 type Policy struct {
 	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
-	// never retries (seed 003: "0 = 不介入"). At most RetryMaxRounds.
+	// never retries (seed 003: "0 = 不介入"). At most MaxRounds.
 	Rounds int
 	// InitialDelay is the wait of round 1. A value above MaxDelay follows the cap
 	// down, as seed 003's panel does when the cap is lowered.
@@ -89,7 +89,7 @@ type Policy struct {
 	BudgetPerStep bool
 }
 
-// DefaultRetryPolicy returns the seeds' defaults (see RetryPolicy).
+// DefaultPolicy returns the seeds' defaults (see Policy).
 func DefaultPolicy() Policy {
 	return Policy{
 		Rounds:            8,
@@ -112,7 +112,7 @@ func DefaultPolicy() Policy {
 }
 
 // Validate reports every problem of p, each naming its config path
-// ("retry.rounds: ...") and wrapping ErrRetryPolicy. It returns nil for a valid
+// ("retry.rounds: ...") and wrapping ErrPolicy. It returns nil for a valid
 // policy. Out-of-range values are errors, never silently replaced: a deployment
 // with a typo refuses to start rather than run on a default it did not ask for.
 func (p Policy) Validate() error {
@@ -209,7 +209,7 @@ func (p *Policy) jitter(base time.Duration, u float64) time.Duration {
 	return d
 }
 
-// RetryCurvePoint is one round of the curve as Curve draws it.
+// CurvePoint is one round of the curve as Curve draws it.
 type CurvePoint struct {
 	Round int `json:"round"`
 	// Delay is the round's un-jittered wait; Cumulative sums Delay over rounds 1..Round.

@@ -39,7 +39,7 @@ func TestRetryPolicyDefaults(t *testing.T) {
 		got.MaxDelay != want.MaxDelay || got.Jitter != want.Jitter || got.RespectRetryAfter != want.RespectRetryAfter ||
 		got.HintClamp != want.HintClamp || got.HintlessBackoff || got.HintlessBaseDelay != want.HintlessBaseDelay ||
 		got.Mislabeled != want.Mislabeled || got.BudgetPerStep {
-		t.Errorf("DefaultRetryPolicy() = %+v, want %+v", got, want)
+		t.Errorf("DefaultPolicy() = %+v, want %+v", got, want)
 	}
 	for _, c := range engine.Classes {
 		retried := c == engine.ClassRateLimit || c == engine.ClassOverloaded || c == engine.ClassServer || c == engine.ClassTimeout || c == engine.ClassTransport
@@ -104,7 +104,7 @@ func TestRetryPolicyValidate(t *testing.T) {
 				t.Fatalf("Validate() = nil, want errors %q", tt.want)
 			}
 			if !errors.Is(err, ErrPolicy) {
-				t.Errorf("errors.Is(err, ErrRetryPolicy) = false for %v", err)
+				t.Errorf("errors.Is(err, ErrPolicy) = false for %v", err)
 			}
 			lines := strings.Split(err.Error(), "\n")
 			if len(lines) != len(tt.want) {

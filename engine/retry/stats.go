@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// RetryStats counts what the retry planner decided (seed 002's counters). Retries
+// Stats counts what the retry planner decided (seed 002's counters). Retries
 // and MislabeledRetries are apart, as seed 002 prints them; ByProvider counts both.
 type Stats struct {
 	// Retries is how many retries were planned on the main budget, RATE_LIMIT
@@ -40,7 +40,7 @@ type Stats struct {
 	Last *Event `json:"last,omitempty"`
 }
 
-// RetryEvent is one decision of the planner with the failure it answered.
+// Event is one decision of the planner with the failure it answered.
 type Event struct {
 	At       time.Time `json:"at"`
 	Session  string    `json:"session"`
@@ -51,14 +51,14 @@ type Event struct {
 	Action   Action    `json:"action"`
 }
 
-// RetryTurnStats is one session's counters for its current turn.
+// TurnStats is one session's counters for its current turn.
 type TurnStats struct {
 	Session string `json:"session"`
 	Turn    string `json:"turn"`
 	Stats   Stats  `json:"stats"`
 }
 
-// RetryStatsSnapshot is a copy of the planner's counters: the lifetime ones and, per
+// StatsSnapshot is a copy of the planner's counters: the lifetime ones and, per
 // session, those of the session's current turn (a new turn starts them at zero).
 type StatsSnapshot struct {
 	Lifetime Stats                `json:"lifetime"`
