@@ -18,7 +18,7 @@
 //
 // New builds a source of the kind a Spec describes; FromConfig builds one from a
 // `balances[i]` entry of the config, already wrapped in a Cached, and SetFromConfig
-// builds them all into a Set, the engine.Readings the pools draw with.
+// builds them all into a Set, the pool.Readings the pools draw with.
 //
 // # Refresh
 //
@@ -26,7 +26,7 @@
 // source is due, for at most the source's `timeout`, and concurrent callers of a due
 // source share one read. A failed read answers (as a missing reading) for refresh
 // too, so a broken script starts at most once per refresh. Cached is itself an
-// engine.BalanceSource; Set holds one per provider and implements engine.Readings
+// engine.BalanceSource; Set holds one per provider and implements pool.Readings
 // (Refresh the due ones, then Last without blocking).
 //
 // # Secrets

@@ -10,7 +10,7 @@ import (
 )
 
 // Set holds one Cached source per provider and gives the pools their readings: it
-// implements engine.Readings. A Set is immutable once built and safe for concurrent
+// implements pool.Readings. A Set is immutable once built and safe for concurrent
 // use; its sources keep their own state.
 type Set struct {
 	sources map[string]*Cached

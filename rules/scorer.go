@@ -14,7 +14,7 @@ import (
 // remaining ÷ capacity × coefficient over the scorable windows (a window needs a
 // capacity, its own or the balance's `capacities`; a window the coefficients do
 // not name weighs 1; a coefficient of 0 drops it); else remaining ÷ capacity; else
-// unscored (nil). engine.DefaultScorer is the same rule compiled into Go, which a
+// unscored (nil). pool.DefaultScorer is the same rule compiled into Go, which a
 // pool uses when it names no scorer; a test holds the two equal.
 const DefaultScoreExpr = `
 let scores = map(

@@ -11,7 +11,7 @@ import (
 
 func f(v float64) *float64 { return &v }
 
-// The expr form of the default rule and engine.DefaultScorer agree on every reading.
+// The expr form of the default rule and pool.DefaultScorer agree on every reading.
 func TestDefaultScoreExprMatchesEngine(t *testing.T) {
 	sc, err := NewScorer(DefaultScoreExpr)
 	if err != nil {

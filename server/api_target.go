@@ -42,7 +42,7 @@ type apiAsk struct {
 //     model — the proxy's rules for a request's model.
 //
 // The provider need not be configured: a harness may gate calls gatectl does not
-// forward. The error is an apiFieldError, or wraps engine.ErrNoPool.
+// forward. The error is an apiFieldError, or wraps pool.ErrNoPool.
 func (a *api) target(ctx context.Context, ask apiAsk) (apiTarget, error) {
 	if err := apiFirstErr(apiCheckName("provider", ask.Provider), apiCheckName("model", ask.Model),
 		apiCheckName("reasoningEffort", ask.ReasoningEffort), apiCheckName("pool", ask.Pool),

@@ -37,7 +37,7 @@ const schemaVersion = 1
 // Buckets.
 var (
 	bucketMeta     = []byte("meta")
-	bucketSessions = []byte("sessions") // session id -> JSON engine.SessionRecord
+	bucketSessions = []byte("sessions") // session id -> JSON pool.SessionRecord
 	bucketBudgets  = []byte("budgets")  // budgetKey(retry.BudgetKey) -> JSON engine.retry.Budget
 	keySchema      = []byte("schema")
 )
@@ -56,8 +56,8 @@ var (
 // lockTimeout bounds the wait for another process's lock on the file.
 var lockTimeout = 2 * time.Second
 
-// Store is the bbolt-backed store. It implements engine.SessionStore,
-// engine.BudgetStore and engine.BudgetPruner. Safe for concurrent use; writes are
+// Store is the bbolt-backed store. It implements pool.SessionStore,
+// retry.BudgetStore and retry.BudgetPruner. Safe for concurrent use; writes are
 // serialised by bbolt.
 type Store struct {
 	db   *bolt.DB
@@ -176,7 +176,7 @@ func (s *Store) guard(err *error) {
 	}
 }
 
-// LoadSession implements engine.SessionStore.
+// LoadSession implements pool.SessionStore.
 func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err error) {
 	defer s.guard(&err)
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -193,7 +193,7 @@ func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err err
 	return rec, ok, nil
 }
 
-// SaveSession implements engine.SessionStore: one fsynced transaction. A zero
+// SaveSession implements pool.SessionStore: one fsynced transaction. A zero
 // record deletes the session's entry.
 func (s *Store) SaveSession(id string, rec pool.SessionRecord) (err error) {
 	defer s.guard(&err)
@@ -235,7 +235,7 @@ func budgetKey(k retry.BudgetKey) []byte {
 	return append(b, k.Provider...)
 }
 
-// Load implements engine.BudgetStore.
+// Load implements retry.BudgetStore.
 func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
 	defer s.guard(&err)
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -252,7 +252,7 @@ func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
 	return b, ok, nil
 }
 
-// Save implements engine.BudgetStore: one fsynced transaction.
+// Save implements retry.BudgetStore: one fsynced transaction.
 func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
 	defer s.guard(&err)
 	v, err := json.Marshal(b)
@@ -268,7 +268,7 @@ func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
 	return nil
 }
 
-// PruneBudgets implements engine.BudgetPruner: it drops every budget saved before
+// PruneBudgets implements retry.BudgetPruner: it drops every budget saved before
 // before (and any record it cannot read) in one transaction.
 func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
 	defer s.guard(&err)
