@@ -322,11 +322,38 @@ func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {
 	return b.closeLocked(now, t, tokens, u)
 }
 
+// Axis names the limit a 429 was about, as far as the caller could tell.
+type Axis uint8
+
+const (
+	AxisUnknown  Axis = iota // the provider did not say which limit
+	AxisTokens               // tokens per window (TPM)
+	AxisRequests             // requests per window (RPM)
+)
+
+// Signal is one 429 as the gate learns from it.
+type Signal struct {
+	// RetryAfter is the provider's wait hint; 0 means none (the fallback cooldown).
+	RetryAfter time.Duration
+	// Axis is the limit the provider named (wording, headers, or the caller's own
+	// knowledge); AxisUnknown lets the gate judge from its window.
+	Axis Axis
+	// Admitted is when the refused call was admitted (zero: unknown). The delay
+	// from it to the 429 bounds how late the provider counts a call.
+	Admitted time.Time
+}
+
 // RateLimited records a 429 (RateLimitSink): the model cools down for
 // retryAfter (the fallback when 0) — a later, shorter cooldown never shortens a
 // longer one — and the learner takes the window reading as a sample. An empty
 // model starts a provider-wide cooldown.
 func (l *Ledger) RateLimited(now time.Time, provider, model string, retryAfter time.Duration) {
+	l.RateLimitedBy(now, provider, model, Signal{RetryAfter: retryAfter})
+}
+
+// RateLimitedBy is RateLimited with what else the caller knows about the 429.
+func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig Signal) {
+	retryAfter := sig.RetryAfter
 	fallback := retryAfter <= 0
 	if fallback {
 		retryAfter = l.conf().FallbackCooldown
