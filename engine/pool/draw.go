@@ -8,7 +8,8 @@ import (
 )
 
 // The availability of a route and the draw (why: see docs/RATIONALE.md, "Why do
-// pools draw routes in proportion to balance?" and "How do exhaustion marks work?").
+// pools draw routes in proportion to balance?" and "Why does a spent provider stay
+// marked?").
 //
 // A route is usable when, in this order:
 //

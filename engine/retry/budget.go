@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// BudgetKey names one retry budget: a session's retries on one provider.
+// BudgetKey names one retry budget: a session's retries on one provider (why: see
+// docs/RATIONALE.md, "Why are retries budgeted per session, turn and provider?").
 // Several models of a provider share it: they usually fail for the same reason
 // (the provider's capacity), so a budget per model would only multiply retries.
 type BudgetKey struct {

@@ -25,8 +25,7 @@ type Clamp struct {
 
 // Mislabeled is the separate budget for 400s that are really a saturated
 // gateway replaying its client-error circuit (retry.mislabeled; see
-// docs/RATIONALE.md, "What is a "mislabeled" 400, and why does it have its own
-// budget?").
+// docs/RATIONALE.md, "Why retry a 400 at all?").
 type Mislabeled struct {
 	Enabled bool
 	// Rounds is the mislabeled budget per (session, turn, provider), apart from Rounds
