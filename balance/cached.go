@@ -31,7 +31,7 @@ type CacheOptions struct {
 // and a missing reading. Either way the outcome answers every Get for Refresh,
 // counted from when the attempt finished: a failed read is not retried on the
 // next call, so a hung or broken script costs its timeout once per Refresh, not
-// once per draw. (The seed's words: the interval bounds how often a script starts.)
+// once per draw: the interval bounds how often a script starts.
 // A failed read does not bring the previous reading back, nor extend its life: the
 // source has no reading until an attempt succeeds, and Status still shows the last
 // good reading (LastGood) with its own TakenAt, so its age keeps growing.

@@ -13,7 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Defaults for a balance entry that leaves refresh or timeout unset (seed 004).
+// Defaults for a balance entry that leaves refresh or timeout unset: a reading
+// answers for a minute, and a route draw waits at most 5 s for a source.
 const (
 	DefaultRefresh = 60 * time.Second
 	DefaultTimeout = 5 * time.Second

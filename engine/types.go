@@ -28,7 +28,7 @@ const (
 	ClassAuth           Class = "AUTH"            // bad or missing key, forbidden
 	ClassInvalidRequest Class = "INVALID_REQUEST" // the request itself is wrong; never retried unchanged
 	ClassContext        Class = "CONTEXT"         // the prompt does not fit the model's context
-	ClassMislabeled     Class = "MISLABELED"      // a 400 that is really a capacity failure (seed 002)
+	ClassMislabeled     Class = "MISLABELED"      // a 400 that is really a capacity failure (a replayed circuit)
 	ClassUnknown        Class = "UNKNOWN"
 )
 

@@ -14,7 +14,7 @@ import (
 
 // Hint extraction: how long the provider asks us to wait, as it said it.
 //
-// The order is the one of seed 002 and issue 3: headers first (they are the
+// The order (issue 3): headers first (they are the
 // protocol), then fields of the body (retry_after_ms, retryDelay, ...), then prose
 // ("Please try again in 644ms", "请在 30 秒后重试"). In prose, patterns with a unit
 // are tried before bare numbers, so "after 1500 ms" is never read as 1500 seconds;

@@ -13,7 +13,8 @@ import (
 )
 
 // DefaultEvidence is how long after a capacity failure a "modality is not
-// supported" 400 still counts as MISLABELED (seed 002's mislabeledEvidenceMs).
+// supported" 400 still counts as MISLABELED (retry.mislabeled.evidence); after it,
+// the 400 is taken at its word.
 const DefaultEvidence = 10 * time.Minute
 
 // Options tune a rule set as it loads. The zero value is the default.

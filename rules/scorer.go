@@ -10,7 +10,7 @@ import (
 	"github.com/gatectl/gatectl/engine"
 )
 
-// DefaultScoreExpr is seed 004's scoring rule as an expr program: the lowest
+// DefaultScoreExpr is the pools' default scoring rule as an expr program: the lowest
 // remaining ÷ capacity × coefficient over the scorable windows (a window needs a
 // capacity, its own or the balance's `capacities`; a window the coefficients do
 // not name weighs 1; a coefficient of 0 drops it); else remaining ÷ capacity; else

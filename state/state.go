@@ -1,13 +1,14 @@
 // Package state keeps what must survive a restart — per-session settings (the
-// quota switch and pool of seed 004) and retry budgets (seed 003) — in one bbolt
-// file under the config's stateDir.
+// quota switch and pool) and retry budgets (so a reconnect continues them) — in
+// one bbolt file under the config's stateDir.
 //
 // Every write is one bbolt transaction, fsynced before it returns: a record is
 // either wholly on disk or not at all, and a process killed mid-write (kill -9,
 // power loss) reopens to the last committed state. A missing file is a fresh
 // start; a file that is not a gatectl state file, or is damaged, is refused with
 // an error naming it (ErrCorrupt), never a crash. Route state (readings, marks,
-// each session's current route) is not kept here: seed 004 keeps it in memory.
+// each session's current route) is not kept here: it is short-lived, cheap to
+// learn again and misleading once stale, so it lives in memory.
 package state
 
 import (

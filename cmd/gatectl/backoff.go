@@ -51,7 +51,7 @@ func backoffCommand() *cli.Command {
 	}
 }
 
-// writeBackoffText draws the curve as seed 003's settings panel does: one bar per
+// writeBackoffText draws the curve: one bar per
 // round scaled to the cap, and the cumulative longest wait.
 func writeBackoffText(w io.Writer, p retry.Policy) error {
 	var b strings.Builder

@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// The availability of a route and the draw (seed 004, "how a route is chosen").
+// The availability of a route and the draw (why: see docs/RATIONALE.md, "Why do
+// pools draw routes in proportion to balance?" and "Why does a spent provider stay
+// marked?").
 //
 // A route is usable when, in this order:
 //

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// OnQuota decides what a QUOTA failure leads to (seed 004, "what happens to a
-// session"), in this order:
+// OnQuota decides what a QUOTA failure leads to (why: see docs/RATIONALE.md,
+// "Why is QUOTA not retried like RATE_LIMIT?"), in this order:
 //
 //  1. a session whose switch is off gets ActionPass: the failure goes on as if
 //     there were no pools. Its provider is still marked (a fact about the

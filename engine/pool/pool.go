@@ -13,7 +13,7 @@ import (
 )
 
 // ReservedPoolNames are the names a pool may not take: the session commands and
-// menus answer them themselves (seed 004, "Pool names"), so a pool called "off"
+// menus answer them themselves, so a pool called "off"
 // could never be selected.
 var ReservedPoolNames = []string{"status", "off", "none", "disable", "disabled", "default", "reset", "auto", "error"}
 
@@ -69,7 +69,8 @@ type PoolsConfig struct {
 	Pools    []PoolSpec
 	Balances []BalanceSpec
 	// Providers are the provider names the config defines. A route naming any other
-	// is refused (seed 004, "the provider check"); a balance naming one only costs
+	// is refused: a request on it would only fail later, far from the config; a
+	// balance naming one only costs
 	// its readings, so it is a warning. nil skips the check (tests, the simulator).
 	Providers []string
 }
@@ -169,7 +170,8 @@ type Pools struct {
 // NewPools validates cfg and builds the pools. It refuses, each error naming its
 // config path: a pool name that is not [a-z0-9-]+ or is reserved, a duplicate pool,
 // a pool with no routes, a duplicate or incomplete route, a route whose provider the
-// config does not define (seed 004's message: which name, where, which exist), and a
+// config does not define (the message names it, where it is named, and which
+// providers exist), and a
 // malformed balance entry. All problems are returned at once (errors.Join).
 func NewPools(cfg PoolsConfig) (*Pools, error) {
 	ps := &Pools{byName: map[string]*Pool{}, balances: map[string]*balance{}}
@@ -275,7 +277,7 @@ func NewPools(cfg PoolsConfig) (*Pools, error) {
 // providerCheck compares every provider a pool route or a balance names with the
 // defined ones. A route naming an undefined provider is an error; a balance naming
 // one is a warning (it only loses a reading). Each message names the provider, every
-// place that names it, and the providers that exist — seed 004's sentence.
+// place that names it, and the providers that exist: the fix is in the message.
 func providerCheck(cfg PoolsConfig) (errs []error, warnings []string) {
 	defined := map[string]bool{}
 	for _, p := range cfg.Providers {

@@ -9,7 +9,7 @@ import (
 )
 
 // Report is every pool, route, reading, score and mark: what `gatectl
-// routes` and /gate/v1/routes print (seed 004's /quota-routes).
+// routes` and /gate/v1/routes print.
 type Report struct {
 	At time.Time `json:"at"`
 	// Warnings are the provider check's findings, printed above the pools.

@@ -13,7 +13,7 @@ import (
 )
 
 // Settings are the deployment's quota-response settings (config `quota:`).
-// DefaultSettings gives seed 004's defaults.
+// DefaultSettings gives the defaults.
 type Settings struct {
 	// DefaultEnabled is the switch of a session with no setting of its own.
 	DefaultEnabled bool
@@ -25,17 +25,20 @@ type Settings struct {
 	// FailOpen makes a route with no reading usable.
 	FailOpen bool
 	// NativeRetryFirstProviders run the provider's own bounded retry schedule
-	// before a QUOTA failure marks them (seed 004, "native quick retry").
+	// before a QUOTA failure marks them: they report a plain rate limit as a spent
+	// quota, and an hour's wait for a limit that clears in seconds is the failure to
+	// avoid.
 	NativeRetryFirstProviders []string
 }
 
-// Seed 004's defaults.
+// Default intervals: a spent allowance rarely returns within minutes, and each
+// long-term attempt is a billed request.
 const (
 	DefaultLongTermDelay     = time.Hour
 	DefaultExhaustedCooldown = time.Hour
 )
 
-// DefaultSettings returns seed 004's defaults: enabled, 1h waits, 1h marks,
+// DefaultSettings returns the defaults: enabled, 1h waits, 1h marks,
 // fail-open, no native-first providers.
 func DefaultSettings() Settings {
 	return Settings{DefaultEnabled: true, LongTermDelay: DefaultLongTermDelay, ExhaustedCooldown: DefaultExhaustedCooldown, FailOpen: true}
@@ -56,7 +59,7 @@ func (f EventFunc) RouterEvent(e Event) { f(e) }
 // EventKind names a transition.
 type EventKind string
 
-// The transitions of seed 004 ("Subscribing to the transitions").
+// The transitions of a session's quota response, for subscribers.
 const (
 	// EventEntered: the first QUOTA failure that found no route to move to took the
 	// session into the long-term wait. Once per entry.
@@ -74,8 +77,8 @@ const (
 	LeftDisabled  = "disabled"
 )
 
-// Event is one transition. Which fields are set depends on Kind, as in seed
-// 004's tables.
+// Event is one transition. Which fields are set depends on Kind, as the field
+// comments say.
 type Event struct {
 	Kind    EventKind `json:"kind"`
 	Session string    `json:"session"`
@@ -187,9 +190,9 @@ type RouterOptions struct {
 }
 
 // Router is the runtime of the pools: exhaustion marks, the draw, each
-// session's current route, and the long-term waits (seed 004). Route state lives
-// in memory only; the per-session settings live in its Sessions. Safe for
-// concurrent use.
+// session's current route, and the long-term waits. Route state lives in memory
+// only (short-lived facts, cheap to learn again and misleading once stale); the
+// per-session settings live in its Sessions. Safe for concurrent use.
 //
 // The server calls, per request: RouteFor before sending it; OnSuccess after a
 // success; for a QUOTA verdict either OnQuota directly or, through the Planner,
@@ -538,8 +541,7 @@ func (q *Router) PoolOf(session string, asked engine.Route) string {
 	return ""
 }
 
-// SessionFacts is what a client shows of a session's settings (seed 004's
-// quotaRetry projection).
+// SessionFacts is what a client shows of a session's settings.
 type SessionFacts struct {
 	Enabled        bool     `json:"enabled"`        // the effective switch
 	DefaultEnabled bool     `json:"defaultEnabled"` // the deployment's default

@@ -6,7 +6,8 @@ import (
 	"math"
 )
 
-// DefaultScorer is seed 004's scoring rule, natively:
+// DefaultScorer is the pools' default scoring rule, natively (why: see
+// docs/RATIONALE.md, "Why do pools draw routes in proportion to balance?"):
 //
 //   - a reading with one or more scorable windows scores the lowest
 //     remaining ÷ capacity × coefficient among them. A window is scorable when it

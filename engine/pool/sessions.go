@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// Per-session settings (seed 004, "per-session switch" and "per-session route pool").
+// Per-session settings: the quota switch and the route pool.
 //
 // A session's record holds two settings, each either explicit or absent:
 //

@@ -5,8 +5,10 @@ import (
 	"time"
 )
 
-// BudgetKey names one retry budget: a session's retries on one provider.
-// Several models of a provider share it (seed 003: "同一 provider 上的多个模型共用一份预算").
+// BudgetKey names one retry budget: a session's retries on one provider (why: see
+// docs/RATIONALE.md, "Why are retries budgeted per session, turn and provider?").
+// Several models of a provider share it: they usually fail for the same reason
+// (the provider's capacity), so a budget per model would only multiply retries.
 type BudgetKey struct {
 	Session  string `json:"session"`
 	Provider string `json:"provider"`
@@ -32,8 +34,8 @@ type Budget struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// BudgetStore keeps retry budgets where they survive a reconnect (seed 003: the
-// budget is read back, not reset, when a session reconnects or resumes). The
+// BudgetStore keeps retry budgets where they survive a reconnect: a session that
+// reconnects or resumes reads its budget back instead of starting a fresh one. The
 // Planner is its only caller.
 //
 // Implementations must be safe for concurrent use. The Planner serialises calls for
@@ -45,7 +47,8 @@ type BudgetStore interface {
 	Load(k BudgetKey) (b Budget, ok bool, err error)
 	// Save stores b under k, replacing what was there. It is called by Planner.Plan
 	// before Plan returns a retry or a long-term wait, so a planned wait is on record
-	// before any timer starts (seed 003: persist before wait). An error does not stop
+	// before any timer starts (persist before wait: a crash or a cancellation never
+	// leaves an invisible retry pending). An error does not stop
 	// the retry (fail open): it is reported to PlannerOptions.StoreError.
 	Save(k BudgetKey, b Budget) error
 }

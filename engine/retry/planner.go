@@ -110,7 +110,8 @@ type QuotaFailure struct {
 //   - ActionFailover: retry at once on Route.
 //   - ActionWaitLongTerm: wait Wait, then retry on the same route; Attempts counts
 //     the long-term attempts of the session's entry, this one included.
-//   - ActionGiveUp: quota retry is off for the session (seed 004's "pass").
+//   - ActionGiveUp: quota retry is off for the session (the router passes: the
+//     failure goes on as if there were no pools).
 type QuotaAnswer struct {
 	Kind     ActionKind
 	Route    engine.Route
@@ -122,7 +123,7 @@ type QuotaAnswer struct {
 	Handle any
 }
 
-// QuotaRouter is the seam to the quota runtime and its route pools (seed 004):
+// QuotaRouter is the seam to the quota runtime and its route pools:
 // the session's switch, exhaustion marks, failover, long-term waits. Without one, a
 // QUOTA failure is given up, or retried on the curve when retry.retryOn lists it.
 type QuotaRouter interface {
@@ -166,7 +167,7 @@ const retryLockStripes = 64
 // Planner answers what to do about a failed request: retry after a delay, fail
 // over, wait long-term, or give up (see Plan). It spends and persists the
 // per-(session, turn, provider) retry budgets, feeds rate limits to the gate, and
-// keeps the counters of seed 002.
+// keeps the counters (Stats).
 //
 // A Planner is safe for concurrent use. Create one with NewPlanner; the zero value
 // is not usable. Budgets live in the BudgetStore, so a new Planner on the same store
@@ -242,7 +243,8 @@ func (p *Planner) Policy() Policy {
 //
 // The rules, by class:
 //
-//   - RATE_LIMIT goes through the gate (seed 000): the model's cooldown (the
+//   - RATE_LIMIT goes through the gate, so that only admission sleeps for it and
+//     every session on the model honours the cooldown: the model's cooldown (the
 //     clamped hint, or 0 for the gate's fallback) is recorded in the Sink for every
 //     rate limit, retried or not; a retry is answered at once (Delay 0, ViaGate) and
 //     spends a round of the main budget, since the next admission waits the cooldown.
@@ -420,7 +422,8 @@ func (p *Planner) planMislabeled(now time.Time, c *retryConf, req *Request) Acti
 func (p *Planner) planQuota(ctx context.Context, now time.Time, c *retryConf, req *Request) Action {
 	pol := &c.policy
 	hint, hinted := req.Verdict.RetryAfter()
-	// A hint over the cap is handed over, not retried (seed 004, native policy).
+	// A hint over the cap asks for a longer pause than a quick retry may take: the
+	// failure is handed to the quota runtime, not retried.
 	noQuick := pol.Rounds == 0 || (hinted && pol.RespectRetryAfter && pol.ClampHint(hint) > pol.MaxDelay)
 	spent := false // the quick retries were tried and their budget is spent
 	quick := func() (Action, bool) {
@@ -431,8 +434,8 @@ func (p *Planner) planQuota(ctx context.Context, now time.Time, c *retryConf, re
 		spent = a.Exhausted
 		return a, a.Kind == ActionRetry
 	}
-	// A user who lists QUOTA in retryOn asked for the curve first, as the native
-	// policy keeps its own retries before the quota runtime wakes (seed 004).
+	// A user who lists QUOTA in retryOn asked for the curve first: its retries run
+	// before the quota runtime wakes.
 	if pol.Retries(engine.ClassQuota) {
 		if a, ok := quick(); ok {
 			return a

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Limits of a Policy (seed 003: rounds 0–200; seed 002: mislabeled rounds ≤ 100).
+// Limits of a Policy, so that a slip in the config cannot make one turn retry
+// almost without end.
 const (
 	MaxRounds           = 200
 	MaxMislabeledRounds = 100
@@ -23,7 +24,8 @@ type Clamp struct {
 }
 
 // Mislabeled is the separate budget for 400s that are really a saturated
-// gateway replaying its client-error circuit (seed 002, retry.mislabeled).
+// gateway replaying its client-error circuit (retry.mislabeled; see
+// docs/RATIONALE.md, "Why retry a 400 at all?").
 type Mislabeled struct {
 	Enabled bool
 	// Rounds is the mislabeled budget per (session, turn, provider), apart from Rounds
@@ -38,8 +40,8 @@ type Mislabeled struct {
 }
 
 // Policy is the retry: section of the config as engine values: the backoff
-// curve of seed 003, which classes are retried, how provider hints are trusted, and
-// the hintless and mislabeled rules of seed 002.
+// curve, which classes are retried, how provider hints are trusted, and the
+// hintless and mislabeled rules.
 //
 // A Policy is a plain value; the Planner copies it, so changing one after
 // NewPlanner or SetPolicy has no effect. Its zero value is not valid (InitialDelay,
@@ -53,13 +55,13 @@ type Mislabeled struct {
 //	RetryOn: RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT,
 //	HintClamp: [1s, 300s], HintlessBackoff: false, HintlessBaseDelay: 5s,
 //	Mislabeled: {Enabled: true, Rounds: 3, InitialDelay: 15s, Evidence: 10m},
-//	BudgetPerStep: false (seed 002's acrossSteps: true).
+//	BudgetPerStep: false (the steps of a turn share one budget).
 type Policy struct {
 	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
-	// never retries (seed 003: "0 = 不介入"). At most MaxRounds.
+	// never retries (the pools may still move a QUOTA failure). At most MaxRounds.
 	Rounds int
 	// InitialDelay is the wait of round 1. A value above MaxDelay follows the cap
-	// down, as seed 003's panel does when the cap is lowered.
+	// down: lowering the cap lowers the first wait with it.
 	InitialDelay time.Duration
 	// Multiplier scales the wait each round; 1 is a fixed interval.
 	Multiplier float64
@@ -70,26 +72,30 @@ type Policy struct {
 	// MaxDelay. In [0, 1].
 	Jitter float64
 	// RespectRetryAfter makes a provider's wait hint win over the local curve when
-	// the hint is under MaxDelay (seed 003). Off, hints are ignored everywhere: the
+	// the hint is under MaxDelay: the provider knows its own pause better than the
+	// curve does. Off, hints are ignored everywhere: the
 	// curve decides, and a rate limit's cooldown is the gate's fallback.
 	RespectRetryAfter bool
 	// RetryOn lists the classes retried on the curve. MISLABELED is not listed here:
 	// Mislabeled.Enabled governs it.
 	RetryOn []engine.Class
-	// HintClamp bounds every provider hint before it is used (seed 002: 1 s–300 s).
+	// HintClamp bounds every provider hint before it is used (1 s–300 s by default),
+	// so a misread or absurd hint can neither spin a turn nor stall it.
 	HintClamp Clamp
 	// HintlessBackoff makes OVERLOADED and SERVER failures without a hint wait
-	// seed 002's own schedule, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp, instead
-	// of the curve.
+	// a doubling schedule of its own, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp,
+	// instead of the curve. Off by default: without a hint, a capacity failure looks
+	// the same as capacity that is not coming back, so retrying it is a policy choice.
 	HintlessBackoff   bool
 	HintlessBaseDelay time.Duration
 	Mislabeled        Mislabeled
 	// BudgetPerStep gives each step of a turn its own budget. false (the default)
-	// shares one budget across the turn's steps (seed 002 acrossSteps: true).
+	// shares one budget across the turn's steps: otherwise a turn that meets the same
+	// cooldown at every step would get a fresh budget at each.
 	BudgetPerStep bool
 }
 
-// DefaultPolicy returns the seeds' defaults (see Policy).
+// DefaultPolicy returns the defaults listed on Policy.
 func DefaultPolicy() Policy {
 	return Policy{
 		Rounds:            8,
@@ -246,7 +252,7 @@ func (p *Policy) ClampHint(d time.Duration) time.Duration {
 }
 
 // hintWait is the wait for a hinted failure on the curve: the clamped hint when it is
-// under MaxDelay (seed 003: the provider's wait wins under the cap), otherwise the
+// under MaxDelay (the provider's wait wins under the cap), otherwise the
 // cap itself: no round waits longer than MaxDelay, and the cap is the closest the
 // policy allows to what the provider asked. capped reports the second case.
 func (p *Policy) hintWait(hint time.Duration) (d time.Duration, capped bool) {
@@ -257,7 +263,7 @@ func (p *Policy) hintWait(hint time.Duration) (d time.Duration, capped bool) {
 	return d, false
 }
 
-// doublingWait is base·2ʳᵒᵘⁿᵈ⁻¹ clamped to HintClamp: seed 002's schedule for
+// doublingWait is base·2ʳᵒᵘⁿᵈ⁻¹ clamped to HintClamp: the schedule for
 // hintless capacity failures and for mislabeled 400s.
 func (p *Policy) doublingWait(base time.Duration, round int) time.Duration {
 	return p.ClampHint(retryGrow(base, 2, max(round, 1), p.HintClamp.Max))

@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// Stats counts what the retry planner decided (seed 002's counters). Retries
-// and MislabeledRetries are apart, as seed 002 prints them; ByProvider counts both.
+// Stats counts what the retry planner decided. Retries and MislabeledRetries are
+// kept apart, like their budgets, so 429 retries and circuit replays can be told
+// apart; ByProvider counts both.
 type Stats struct {
 	// Retries is how many retries were planned on the main budget, RATE_LIMIT
 	// retries through the gate included.
@@ -74,7 +75,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	}{plain(s), s.Waited.Milliseconds()})
 }
 
-// String renders the counters as seed 002's /cooldown-retry line:
+// String renders the counters on one line:
 //
 //	retries 3 | waited 1m24s | gave up 1 | no-hint capacity failures 2 | mislabeled 400 retries 1 | nuaa×4 | last: nuaa 15s (1/3) — mislabeled 400
 func (s Stats) String() string {

@@ -1,5 +1,6 @@
-// Package gatelog turns the admission gate's events into log lines, seed 000's
-// visibility: nothing for a call that did not wait; one line per wait and per
+// Package gatelog turns the admission gate's events into log lines. A held call
+// is silent to its client, so every wait must leave a trace, yet routine calls must
+// not drown the log: nothing for a call that did not wait; one line per wait and per
 // admission after a wait; one per 429, per learner step and for the leak signal.
 package gatelog
 
@@ -38,7 +39,7 @@ func Hook(logger hclog.Logger) func(gate.Event) {
 	}
 }
 
-// reading is the window state seed 000 logs with every wait.
+// reading is the window state logged with every wait.
 func reading(e gate.Event) []any {
 	return []any{
 		"window_tokens", e.WindowTokens, "token_budget", e.TokenBudget, "reservation", e.Reservation,
