@@ -113,7 +113,39 @@ type Classifier interface {
 // the learner. An empty model means the failing model is unknown: the cooldown then
 // covers the whole provider.
 type RateLimitSink interface {
-	RateLimited(now time.Time, provider, model string, retryAfter time.Duration)
+	RateLimitedBy(now time.Time, provider, model string, sig RateLimit)
+}
+
+// Axis names the limit a 429 was about, as far as the caller could tell.
+type Axis uint8
+
+const (
+	AxisUnknown  Axis = iota // the provider did not say which limit
+	AxisTokens               // tokens per window (TPM)
+	AxisRequests             // requests per window (RPM)
+)
+
+// String names the axis for logs and events.
+func (a Axis) String() string {
+	switch a {
+	case AxisTokens:
+		return "tokens"
+	case AxisRequests:
+		return "requests"
+	}
+	return "unknown"
+}
+
+// RateLimit is one 429 as the gate learns from it.
+type RateLimit struct {
+	// RetryAfter is the cooldown; 0 means none was hinted (the gate's fallback).
+	RetryAfter time.Duration
+	// Axis is the limit the provider named (wording, headers); AxisUnknown lets
+	// the gate judge from its window.
+	Axis Axis
+	// Admitted is when the refused call was admitted (zero: unknown). The delay
+	// from it to the 429 bounds how late the provider counts a call.
+	Admitted time.Time
 }
 
 // Route is one provider/model pair a session can run on.

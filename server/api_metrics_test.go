@@ -17,7 +17,7 @@ func TestMetricsExposition(t *testing.T) {
 	e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
 	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", apiBig+`,"session":"s2"}`)
 	apiEventually(t, "the second call to sleep", func() bool { return e.clock.Timers() == 1 })
-	e.clock.Advance(60 * time.Second)
+	e.clock.Advance(60300 * time.Millisecond) // the window plus its count guard (0.5%)
 	apiRecv(t, ch)
 	e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","status":429,"headers":{"Retry-After":"30"}}`, http.StatusOK)
 	e.post("/gate/v1/failure", `{"provider":"beta","model":"m1","session":"s1","status":500}`, http.StatusOK)
@@ -36,8 +36,8 @@ func TestMetricsExposition(t *testing.T) {
 	for _, want := range []string{
 		`gatectl_gate_admissions_total{model="small",provider="alpha",reason="none"} 1`,
 		`gatectl_gate_admissions_total{model="small",provider="alpha",reason="tpm"} 1`,
-		`gatectl_gate_wait_seconds_bucket{model="small",provider="alpha",le="60"} 1`,
-		`gatectl_gate_wait_seconds_sum{model="small",provider="alpha"} 60`,
+		`gatectl_gate_wait_seconds_bucket{model="small",provider="alpha",le="120"} 1`,
+		`gatectl_gate_wait_seconds_sum{model="small",provider="alpha"} 60.3`,
 		`gatectl_upstream_responses_total{provider="alpha",status="429"} 2`,
 		`gatectl_upstream_responses_total{provider="beta",status="500"} 1`,
 		`gatectl_upstream_responses_total{provider="beta",status="200"} 1`,
@@ -52,7 +52,7 @@ func TestMetricsExposition(t *testing.T) {
 		`gatectl_gate_window_tokens{model="small",provider="alpha"} 6000`,
 		`gatectl_gate_in_flight_requests{model="small",provider="alpha"} 2`,
 		`gatectl_gate_waiting_requests{model="small",provider="alpha"} 0`,
-		`gatectl_gate_learned_quota_tokens{model="small",provider="alpha"} 5000`,
+		`gatectl_gate_learned_quota_tokens{model="small",provider="alpha"} 6000`,
 		`gatectl_gate_trigger_tokens{model="small",provider="alpha"} 6000`,
 		`gatectl_gate_cooldown_seconds{model="small",provider="alpha"} 30`,
 		`gatectl_gate_rate_limited_total{model="small",provider="alpha"} 1`,

@@ -115,11 +115,11 @@ func TestEventsStream(t *testing.T) {
 	e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
 	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", apiBig+`,"session":"s2"}`)
 	typ, d := sse.nextEvent(t)
-	if typ != "wait" || d["provider"] != "alpha" || d["model"] != "small" || d["session"] != "s2" || d["reason"] != "tpm" || d["waitMs"] != 60000.0 {
+	if typ != "wait" || d["provider"] != "alpha" || d["model"] != "small" || d["session"] != "s2" || d["reason"] != "tpm" || d["waitMs"] != 60300.0 {
 		t.Fatalf("wait event: %s %v", typ, d)
 	}
 	apiEventually(t, "the waiter to sleep", func() bool { return e.clock.Timers() == 2 }) // its timer and the heartbeat's
-	e.clock.Advance(60 * time.Second)
+	e.clock.Advance(60300 * time.Millisecond) // the window plus its count guard (0.5%)
 	if a := apiRecv(t, ch); a.body["admitted"] != true {
 		t.Fatalf("admit: %s", a.raw)
 	}
@@ -131,7 +131,7 @@ func TestEventsStream(t *testing.T) {
 		case c == "heartbeat":
 			sawBeat = true
 		case typ == "admitted":
-			if d["waitMs"] != 60000.0 || d["session"] != "s2" {
+			if d["waitMs"] != 60300.0 || d["session"] != "s2" {
 				t.Fatalf("admitted event: %v", d)
 			}
 			sawAdmitted = true
@@ -145,11 +145,11 @@ func TestEventsStream(t *testing.T) {
 	if typ, d := sse.nextEvent(t); typ != "rate-limited" || d["retryAfterMs"] != 7000.0 || d["provider"] != "alpha" {
 		t.Fatalf("rate-limited event: %s %v", typ, d)
 	}
-	// The learner took the window reading at the 429 as its trigger, and cut the quota.
+	// The learner took the window reading at the 429 as its trigger, and the quota down to it.
 	if typ, d := sse.nextEvent(t); typ != "learn" || d["step"] != "trigger" || d["to"] != 6000.0 {
 		t.Fatalf("learn event: %s %v", typ, d)
 	}
-	if typ, d := sse.nextEvent(t); typ != "learn" || d["step"] != "cut" || d["from"] != 10000.0 || d["to"] != 5000.0 {
+	if typ, d := sse.nextEvent(t); typ != "learn" || d["step"] != "cut" || d["from"] != 10000.0 || d["to"] != 6000.0 {
 		t.Fatalf("learn event: %s %v", typ, d)
 	}
 	e.post("/gate/v1/failure", `{"provider":"alpha","model":"m1","session":"q","status":429,"body":"{\"error\":{\"code\":\"insufficient_quota\",\"message\":\"You exceeded your current quota\"}}"}`, http.StatusOK)

@@ -207,6 +207,7 @@ type exchange struct {
 	upstream time.Duration // real time spent waiting on upstream
 	held     time.Duration // real time spent waiting on purpose: admission, retry delays, long-term waits
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
+	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -333,6 +334,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true // the client went away while waiting: nothing is held
 	}
 	x.waited += t.Waited
+	x.admitted = s.clock.Now()
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
@@ -511,7 +513,8 @@ func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr [
 			pol := s.planner.Policy()
 			cooldown = pol.ClampHint(hint)
 		}
-		s.ledger.RateLimited(s.clock.Now(), route.Provider, route.Model, cooldown)
+		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted})
 	}
 	s.logger.Named("proxy").Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
@@ -540,7 +543,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
 	s.metrics.Failure(v.Class)
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
-		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f})
+		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f, Admitted: x.admitted})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

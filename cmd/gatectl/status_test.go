@@ -89,7 +89,7 @@ func TestStatusAgainstServer(t *testing.T) {
 	for _, want := range []string{
 		"1 open ticket(s)",
 		"MODEL", "WINDOW", "REQUESTS", "RESERVED", "IN-FLIGHT", "WAITING", "QUOTA", "TRIGGER", "COOLDOWN",
-		"gateway-a/flash-1", "6000/5000 (120%)", "1/100", "5000 (from 10000)", "6000", "20s",
+		"gateway-a/flash-1", "6000/6000 (100%)", "1/100", "6000 (from 10000)", "6000", "20s",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)

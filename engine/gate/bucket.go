@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"github.com/gatectl/gatectl/engine"
+	"math"
 	"sync"
 	"time"
 )
@@ -12,14 +14,15 @@ type bucket struct {
 	model    string
 	prov     *providerState
 	limits   ModelLimits
-	rpm      int // request budget: rpm × safety factor, at least 1
+	rpm      int // request budget: min(rpm, rpmTrigger) × factor, at least 1
 
 	mu            sync.Mutex
 	win           slidingWindow
 	learn         learner
 	est           estimator
 	cooldownUntil time.Time
-	reservedOpen  int64 // reservations of tickets not yet settled
+	reservedOpen  int64   // reservations of tickets not yet settled
+	openVar       float64 // invariant: the sum of the open tickets' cost variances
 	inFlight      int
 	perSession    map[string]int // in flight per session; kept only with a cap
 
@@ -36,6 +39,19 @@ type bucket struct {
 	// Limits the provider stated (Calibrate), per minute; 0 when none. They
 	// override the configured ones, across reloads too.
 	statedTokens, statedRequests int64
+
+	// The request axis: the window's request count at the last RPM 429 burst
+	// (0: none), which caps the configured RPM until it relaxes.
+	rpmTrigger   int
+	rpmBurst     time.Time
+	lastRPMRelax time.Time
+
+	// How late the provider counts a call: admission→429 delays of recent 429s
+	// (a ring), and the guard they set — entries stay that much longer than the
+	// window, so the gate never frees a call the provider still holds.
+	delays [8]time.Duration
+	nDelay int
+	guard  time.Duration
 }
 
 // ticketSlot remembers an open ticket. gen changes when the slot is reused, so a
@@ -47,6 +63,10 @@ type ticketSlot struct {
 	reserved int64
 	output   int64
 	asked    bool
+	guessed  bool    // the input was estimated from the request's size
+	input    int64   // the input estimate
+	variance float64 // the call's cost variance, in openVar while open
+	admitted int64   // unix nanos
 	bytes    int
 	session  string
 }
@@ -61,8 +81,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		lim.RPM = int(scaleLimit(b.statedRequests, cfg.Window))
 	}
 	b.limits = lim
-	b.rpm = max(1, int(float64(lim.RPM)*lim.SafetyFactor))
-	b.win.span = cfg.Window
+	b.setRPMLocked()
+	b.win.span = cfg.Window + b.guardFor(cfg)
 	b.learn.enabled = cfg.Learn
 	if start := float64(lim.TPM); start != b.learn.start {
 		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
@@ -94,11 +114,12 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		model:    model,
 		prov:     ps,
 		limits:   lim,
-		rpm:      max(1, int(float64(lim.RPM)*lim.SafetyFactor)),
 		win:      newSlidingWindow(l.conf().Window),
 		learn:    newLearner(lim.TPM, l.conf().Learn, now),
 		est:      newEstimator(l.conf().OutputReserveTokens),
 	}
+	b.setRPMLocked()
+	b.win.span = l.conf().Window + b.guardFor(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
@@ -110,9 +131,59 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	return b
 }
 
-// tokenBudget is min(learned quota, tightest trigger) × safety factor.
+// factor is the share of a limit the gate spends: the safety factor the user
+// configured (a hard cap), else 1 − baseMargin. The rest of the margin is not a
+// share but the spread of what the calls in flight will really cost (margin).
+func (b *bucket) factor() float64 {
+	if f := b.limits.SafetyFactor; f > 0 {
+		return f
+	}
+	return 1 - baseMargin
+}
+
+// baseMargin is the share of a limit kept free when the user set no safety
+// factor: rounding, clock skew, and a provider that counts a few tokens more
+// than it reports.
+const baseMargin = 0.01
+
+// tokenBudget is min(learned quota, tightest trigger) × factor.
 func (b *bucket) tokenBudget() int64 {
-	return int64(b.learn.budget() * b.limits.SafetyFactor)
+	return int64(b.learn.budget() * b.factor())
+}
+
+// setRPMLocked derives the request budget from the configured or stated RPM and
+// the RPM trigger.
+func (b *bucket) setRPMLocked() {
+	rpm := b.limits.RPM
+	if b.rpmTrigger > 0 && b.rpmTrigger < rpm {
+		rpm = b.rpmTrigger
+	}
+	b.rpm = max(1, int(float64(rpm)*b.factor()))
+}
+
+// margin is the head room kept for the calls in flight and one more of
+// variance v: MarginSigmas standard deviations of their summed cost. One margin
+// for all of them — the spread of a sum grows with √N, not N — instead of a high
+// quantile per call.
+func (b *bucket) margin(v float64) int64 {
+	z := b.l.conf().MarginSigmas
+	if z <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(z * math.Sqrt(b.openVar+v)))
+}
+
+// guardFor is how long past the window an entry stays: the configured share of
+// the window, or 1.5 × the longest recent admission→429 delay, at most 2% of
+// the window.
+func (b *bucket) guardFor(cfg *Config) time.Duration {
+	g := time.Duration(cfg.CountGuard * float64(cfg.Window))
+	var longest time.Duration
+	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
+		longest = max(longest, d)
+	}
+	g = max(g, longest*3/2)
+	return min(g, cfg.Window/50)
 }
 
 func (b *bucket) cooldownLeft(now time.Time) time.Duration {
@@ -126,14 +197,18 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 // block says why a reservation of res for session cannot go now, and for how long
 // at least: wait = max(cooldown left, TPM drain, RPM drain). capped means the
 // session's in-flight cap holds it until one of its calls settles.
-func (b *bucket) block(now time.Time, res int64, session string) (reason string, wait time.Duration, capped bool) {
+func (b *bucket) block(now time.Time, res int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
 	budget := b.tokenBudget()
 	var tpm time.Duration
 	if res <= budget { // an over-budget reservation never waits for the window
-		tpm, _ = b.win.tokenDrain(now, res, budget)
+		need := min(res+b.margin(variance), budget)
+		tpm, _ = b.win.tokenDrain(now, need, budget)
 	}
 	rpm := b.win.requestDrain(now, b.rpm)
+	if rpm > 0 && cd == 0 {
+		b.relaxRPMLocked(now)
+	}
 	wait = max(cd, tpm, rpm)
 	switch {
 	case wait == 0:
@@ -161,26 +236,38 @@ func (b *bucket) block(now time.Time, res int64, session string) (reason string,
 	return reason, wait, capped
 }
 
-// reservation sizes a request: estimated input + output reserve.
-func (b *bucket) reservation(req Request) (total, output int64, asked bool) {
+// sizing is how a request is reserved.
+type sizing struct {
+	total, output, input int64
+	asked, guessed       bool
+	variance             float64
+}
+
+// reservation sizes a request: estimated input + output reserve, and the
+// variance of what it will really cost.
+func (b *bucket) reservation(req Request) sizing {
 	in := int64(req.InputTokens)
-	if in <= 0 {
+	guessed := in <= 0
+	if guessed {
 		in = b.est.input(req.InputBytes)
 	}
-	output = b.est.outputReserve(req.MaxTokens)
-	return in + output, output, req.MaxTokens > 0
+	out := b.est.outputReserve(req.MaxTokens)
+	asked := req.MaxTokens > 0
+	return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed,
+		variance: b.est.callVariance(in, guessed, asked)}
 }
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	b.win.expire(now)
-	res, out, asked := b.reservation(req)
+	sz := b.reservation(req)
+	res := sz.total
 	if len(b.waiters) == 0 {
-		reason, wait, capped := b.block(now, res, req.Session)
+		reason, wait, capped := b.block(now, res, sz.variance, req.Session)
 		if wait == 0 && !capped {
-			return b.grantLocked(now, req, res, out, asked, 0, ""), nil
+			return b.grantLocked(now, req, sz, 0, ""), nil
 		}
 		if wait > b.l.conf().MaxWait {
-			t := b.grantLocked(now, req, res, out, asked, 0, "max-wait")
+			t := b.grantLocked(now, req, sz, 0, "max-wait")
 			t.FailOpen = true
 			defer func() {
 				if r := recover(); r != nil { // the event hook panicked: Submit fails open without t
@@ -201,7 +288,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	}
 	b.arrivals++
 	w := &Waiter{
-		b: b, req: req, reserved: res, output: out, asked: asked,
+		b: b, req: req, reserved: res, size: sz,
 		enqueued: now, round: b.round + queued + 1, arrival: b.arrivals,
 		ready: make(chan struct{}),
 	}
@@ -256,7 +343,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			}
 			continue
 		}
-		reason, wait, capped := b.block(now, w.reserved, w.req.Session)
+		reason, wait, capped := b.block(now, w.reserved, w.size.variance, w.req.Session)
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
@@ -299,7 +386,7 @@ func (b *bucket) grantWaiterLocked(now time.Time, w *Waiter, reason string) {
 	if reason == "" {
 		reason = w.reason
 	}
-	w.ticket = b.grantLocked(now, w.req, w.reserved, w.output, w.asked, now.Sub(w.enqueued), reason)
+	w.ticket = b.grantLocked(now, w.req, w.size, now.Sub(w.enqueued), reason)
 	w.granted = true
 	if w.round > b.round {
 		b.round = w.round
@@ -320,7 +407,8 @@ func (b *bucket) removeWaiterLocked(w *Waiter) {
 }
 
 // grantLocked records the reservation in the window and issues its ticket.
-func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked bool, waited time.Duration, reason string) Ticket {
+func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.Duration, reason string) Ticket {
+	res, out := sz.total, sz.output
 	if budget := b.tokenBudget(); res > budget {
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
@@ -343,8 +431,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, res, out int64, asked b
 		idx = int32(len(b.slots) - 1)
 	}
 	s := &b.slots[idx]
-	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, asked, req.InputBytes, req.Session
+	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, sz.asked, req.InputBytes, req.Session
+	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	b.reservedOpen += res
+	b.openVar += sz.variance
 	b.inFlight++
 	if b.perSession != nil {
 		b.perSession[req.Session]++
@@ -387,6 +477,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	b.win.expire(now)
 	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
 	b.reservedOpen -= s.reserved
+	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
+		b.openVar = 0 // no float residue once nothing is open
+	}
 	b.inFlight--
 	if b.perSession != nil {
 		if b.perSession[s.session]--; b.perSession[s.session] <= 0 {
@@ -394,32 +487,124 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		}
 	}
 	if u != nil {
-		b.est.observe(s.bytes, u.InputTokens+u.CacheReadTokens+u.CacheWriteTokens, u.OutputTokens, s.output, s.asked)
+		in := u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens
+		b.est.observe(s.bytes, in, u.OutputTokens, s.output, s.asked)
+		b.est.observeOutput(u.OutputTokens, float64(now.UnixNano()-s.admitted)/1e9, s.asked)
+		if s.guessed {
+			b.est.observeInput(s.input, in)
+		}
 	}
 	*s = ticketSlot{gen: s.gen + 1}
 	b.free = append(b.free, t.slot)
 	return nil
 }
 
-func (b *bucket) rateLimitedLocked(now time.Time, retryAfter time.Duration, fallback bool) {
+func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAfter time.Duration, fallback bool) {
 	b.win.expire(now)
 	if until := now.Add(retryAfter); until.After(b.cooldownUntil) {
 		b.cooldownUntil = until // a shorter, later cooldown never shortens a longer one
 	}
 	b.rateLimited++
 	b.last429 = now
+	cfg := b.l.conf()
+	if !sig.Admitted.IsZero() && now.After(sig.Admitted) {
+		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)
+		b.nDelay++
+		b.win.span = cfg.Window + b.guardFor(cfg)
+	}
+	reading := b.providerViewLocked()
+	axis := b.axisLocked(sig.Axis, reading)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
+	e.Reason = axis.String()
 	b.l.emit(e)
-	for _, st := range b.learn.on429(now, b.providerViewLocked(), b.l.conf().Window) {
+	var steps []learnStep
+	switch {
+	case axis == engine.AxisRequests:
+		b.rpmLimitedLocked(now)
+		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
+	case b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
+		steps = b.learn.onSuspect(now, reading, cfg.Window)
+	default:
+		steps = b.learn.on429(now, reading, cfg.Window)
+	}
+	for _, st := range steps {
 		b.emitLearn(now, st)
 	}
 }
 
+// typicalCallLocked is the cost of an ordinary call: the recent mean input and
+// the expected output (0 before anything settled).
+func (b *bucket) typicalCallLocked() float64 {
+	out := max(b.est.meanOutput(), 0)
+	return float64(b.est.input(0) + out)
+}
+
+// axisLocked decides which limit a 429 was about. The caller's word wins; when
+// it had none, a window at its request budget whose tokens were well under the
+// token budget was refused for its requests.
+func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
+	if said != engine.AxisUnknown {
+		return said
+	}
+	if b.win.requests()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
+		return engine.AxisRequests
+	}
+	return engine.AxisTokens
+}
+
+// rpmLimitedLocked learns from an RPM 429: the window's request count caps the
+// request budget. Within one window the highest count of the burst stands.
+func (b *bucket) rpmLimitedLocked(now time.Time) {
+	if !b.learn.enabled {
+		return
+	}
+	n := max(1, b.win.requests())
+	span := b.l.conf().Window
+	if b.rpmBurst.IsZero() || now.Sub(b.rpmBurst) >= span {
+		b.rpmBurst, b.rpmTrigger = now, n
+	} else if n > b.rpmTrigger {
+		b.rpmTrigger = n
+	}
+	b.lastRPMRelax = now
+	b.setRPMLocked()
+}
+
+// relaxRPMLocked lets an RPM trigger rise by 5% (at least one request) for each
+// window the request budget held calls back without an RPM 429, until it no
+// longer binds.
+func (b *bucket) relaxRPMLocked(now time.Time) {
+	if b.rpmTrigger == 0 || now.Sub(b.lastRPMRelax) < b.l.conf().Window {
+		return
+	}
+	b.lastRPMRelax = now
+	b.rpmTrigger += max(1, b.rpmTrigger/20)
+	if b.rpmTrigger >= b.limits.RPM {
+		b.rpmTrigger = 0
+	}
+	b.setRPMLocked()
+}
+
+// resetLocked forgets what was learned about the model: quota, triggers, the
+// clean-window record, the measured count delay. The cooldown stays: it is the
+// provider's instruction, not something learned.
+func (b *bucket) resetLocked(now time.Time) {
+	b.learn.reset(now)
+	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
+	b.delays, b.nDelay = [8]time.Duration{}, 0
+	cfg := b.l.conf()
+	b.setRPMLocked()
+	b.win.span = cfg.Window + b.guardFor(cfg)
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
+	}
+	b.dispatchLocked(now)
+}
+
 // providerViewLocked estimates what the provider counted in the window: settled
 // usage as is, and for calls still in flight their input plus the output the model
-// usually writes — not the output reserve, which is sized to be rarely exceeded and
-// would inflate the learner's readings (seed 000: the reading overshoots). Both the
+// usually writes — not the output reserve, which may be a max_tokens far above what
+// is written and would inflate the learner's readings. Both the
 // 429 reading and the clean-window record use it, so the leak signal compares like
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {

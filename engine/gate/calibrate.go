@@ -10,7 +10,7 @@ const rateLimitPeriod = time.Minute
 // Calibrate adopts the limits a provider states in its response headers
 // (x-ratelimit-limit-tokens/-requests, anthropic-ratelimit-*-limit) for
 // provider/model at now. A stated limit is the truth the learner otherwise has
-// to find with 429s (seed 000), so it replaces the guess directly:
+// to find with 429s, so it replaces the guess directly:
 //
 //   - limitTokens > 0: the learned quota and its starting point become the
 //     stated limit, scaled from per minute to the gate's window; a tightest
@@ -46,7 +46,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)
 		b.limits.RPM = int(rpm)
-		b.rpm = max(1, int(float64(rpm)*b.limits.SafetyFactor))
+		b.setRPMLocked()
 	}
 	if limitTokens <= 0 {
 		b.dispatchLocked(now)
@@ -61,6 +61,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	}
 	fresh := newLearner(int(q), b.learn.enabled, now)
 	b.learn.start, b.learn.quota, b.learn.floor, b.learn.trigger = fresh.start, fresh.quota, fresh.floor, 0
+	b.learn.stated = q
 	b.limits.TPM = int(q)
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())

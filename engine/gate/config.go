@@ -18,7 +18,7 @@ type ModelLimits struct {
 // DefaultConfig.
 type Config struct {
 	Window              time.Duration // sliding window of the ledger (60s)
-	SafetyFactor        float64       // 0.85: head room for estimate error
+	SafetyFactor        float64       // share of the budget spent, (0, 1]; 0: derived (1% plus the pooled margin)
 	MaxWait             time.Duration // longest admission wait before failing open (120s); must be ≥ Window
 	FallbackCooldown    time.Duration // cooldown after a 429 without a hint (60s)
 	OutputReserveTokens int           // output reserved when the request gives no max_tokens (8192)
@@ -31,13 +31,23 @@ type Config struct {
 	// Jitter is the largest extra fraction added to each wait, so that waiters
 	// woken for the same drain time do not all retry at once (0.1).
 	Jitter float64
+	// CountGuard is the share of the window an entry stays in it past the window
+	// (0.005), because a provider counts a call a little later than the gate
+	// admits it; measured admission→429 delays raise it, up to 2% of the window.
+	CountGuard float64
+	// MarginSigmas is how many standard deviations of the calls in flight's
+	// summed cost the budget keeps free (3). 0 keeps none.
+	MarginSigmas float64
 }
 
-// DefaultConfig returns seed 000's defaults.
+// DefaultConfig returns the defaults. SafetyFactor 0 means the gate derives its
+// margin (see bucket.factor and bucket.margin); a factor the user sets is a hard cap.
 func DefaultConfig() Config {
 	return Config{
 		Window:              60 * time.Second,
-		SafetyFactor:        0.85,
+		SafetyFactor:        0,
+		CountGuard:          0.005,
+		MarginSigmas:        3,
 		MaxWait:             120 * time.Second,
 		FallbackCooldown:    60 * time.Second,
 		OutputReserveTokens: 8192,
@@ -58,8 +68,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gate.window: must be positive (got %s)", c.Window)
 	case c.MaxWait < c.Window:
 		return fmt.Errorf("gate.maxWait: %w (maxWait %s < window %s)", ErrMaxWaitBelowWindow, c.MaxWait, c.Window)
-	case c.SafetyFactor <= 0 || c.SafetyFactor > 1:
-		return fmt.Errorf("gate.safetyFactor: must be in (0, 1] (got %g)", c.SafetyFactor)
+	case c.SafetyFactor < 0 || c.SafetyFactor > 1:
+		return fmt.Errorf("gate.safetyFactor: must be in (0, 1], or 0 to derive it (got %g)", c.SafetyFactor)
+	case c.CountGuard < 0 || c.CountGuard > 0.02:
+		return fmt.Errorf("gate.countGuard: must be in [0, 0.02] (got %g)", c.CountGuard)
+	case c.MarginSigmas < 0 || c.MarginSigmas > 10:
+		return fmt.Errorf("gate.marginSigmas: must be in [0, 10] (got %g)", c.MarginSigmas)
 	case c.FallbackCooldown < 0:
 		return fmt.Errorf("gate.fallbackCooldown: must not be negative (got %s)", c.FallbackCooldown)
 	case c.OutputReserveTokens < 0:

@@ -8,7 +8,7 @@ import (
 // Estimator constants.
 const (
 	estimateDefaultBytesPerToken = 4.0 // a first request's heuristic, before anything was settled
-	estimateRecentInputs         = 3   // seed 001: mean of the last three actual inputs
+	estimateRecentInputs         = 3   // cold start: the mean of the last three actual inputs is the best guess without a size
 	estimateRatioSamples         = 16  // settled (bytes, tokens) pairs kept for the ratio
 	reserveSamples               = 32  // real outputs kept for the reserve calibration
 	reserveMinSamples            = 8   // calibrate only once this many outputs were seen
@@ -19,8 +19,14 @@ const (
 
 // estimator learns, per model, how to size a reservation: the input from the
 // request's size (bytes per token, learned from settled usage) and the output
-// reserve from how much the model really wrote (seed 000's "estimate calibration").
-// Its methods require the bucket's mutex. Fixed-size rings: no allocation.
+// from how much the model really wrote. Its methods require the bucket's mutex.
+// Fixed-size rings: no allocation.
+//
+// A call without max_tokens reserves the expected output — the mean of recent
+// outputs, each weighted by how long its call was in flight, because a call
+// still in flight is by that very fact likelier a long one — and adds its
+// variance to the pool the bucket's margin covers (see bucket.margin). Before
+// reserveMinSamples outputs were seen it reserves the configured reserve.
 type estimator struct {
 	configuredReserve int
 
@@ -37,6 +43,24 @@ type estimator struct {
 	reserve    int64 // calibrated reserve; configuredReserve until calibrated
 	driftSum   float64
 	driftCount int64
+
+	// Latency-weighted outputs of calls that did not ask max_tokens: a ring of
+	// (weight, output) with running sums Σw, Σw·o, Σw·o².
+	wWeight   [reserveSamples]float64
+	wOutput   [reserveSamples]float64
+	nWeighted int
+	sumW      float64
+	sumWO     float64
+	sumWO2    float64
+	outMean   float64 // Σw·o ÷ Σw, refreshed on each sample
+	outVar    float64 // weighted variance of the output, refreshed likewise
+	allMean   float64 // outputs of every settled call (asked or not), exponentially weighted: the readings' expectation
+	nAll      int64
+
+	// Input estimates made from the request's size: the mean squared relative
+	// error against the real input (exponentially weighted).
+	inErrSq float64
+	nInErr  int
 }
 
 func newEstimator(configuredReserve int) estimator {
@@ -79,12 +103,88 @@ func (e *estimator) bytesPerToken() float64 {
 }
 
 // outputReserve is the output to reserve: max_tokens when the request asks for it
-// (the model may write that much), else the calibrated reserve.
+// (the model may write that much, and providers that count at arrival count it
+// whole), else the expected output once enough outputs were seen, else the
+// configured reserve.
 func (e *estimator) outputReserve(maxTokens int) int64 {
 	if maxTokens > 0 {
 		return int64(maxTokens)
 	}
+	if e.nWeighted >= reserveMinSamples {
+		return max(1, int64(math.Ceil(e.outMean)))
+	}
 	return e.reserve
+}
+
+// callVariance is the variance of what a call reserving (input estimate in,
+// output out) will really cost: the output's spread when it reserved the
+// expected output, and the input estimate's error when the input was guessed
+// from its size.
+func (e *estimator) callVariance(in int64, inputGuessed, asked bool) float64 {
+	var v float64
+	if !asked && e.nWeighted >= reserveMinSamples {
+		v += e.outVar
+	}
+	if inputGuessed && e.nInErr > 0 {
+		v += e.inErrSq * float64(in) * float64(in)
+	}
+	return v
+}
+
+// observeInput learns how far an input estimate made from the request's size
+// was from the real input.
+func (e *estimator) observeInput(estimated, real int64) {
+	if estimated <= 0 || real <= 0 {
+		return
+	}
+	r := float64(real-estimated) / float64(estimated)
+	const a = 1.0 / 16 // about the last sixteen estimates
+	if e.nInErr == 0 {
+		e.inErrSq = r * r
+	} else {
+		e.inErrSq += a * (r*r - e.inErrSq)
+	}
+	e.nInErr++
+}
+
+// observeOutput adds one settled call's output, weighted by the time it was in
+// flight (seconds, at least a millisecond).
+func (e *estimator) observeOutput(output int64, inFlight float64, asked bool) {
+	if e.nAll == 0 {
+		e.allMean = float64(output)
+	} else {
+		e.allMean += (float64(output) - e.allMean) / reserveSamples
+	}
+	e.nAll++
+	if asked {
+		return
+	}
+	w := math.Max(inFlight, 0.001)
+	o := float64(output)
+	i := e.nWeighted % reserveSamples
+	if e.nWeighted >= reserveSamples {
+		ow, oo := e.wWeight[i], e.wOutput[i]
+		e.sumW -= ow
+		e.sumWO -= ow * oo
+		e.sumWO2 -= ow * oo * oo
+	}
+	e.wWeight[i], e.wOutput[i] = w, o
+	e.sumW += w
+	e.sumWO += w * o
+	e.sumWO2 += w * o * o
+	e.nWeighted++
+	if e.nWeighted%reserveSamples == 0 { // refresh the sums: no float drift over time
+		e.sumW, e.sumWO, e.sumWO2 = 0, 0, 0
+		for j := range e.wWeight {
+			e.sumW += e.wWeight[j]
+			e.sumWO += e.wWeight[j] * e.wOutput[j]
+			e.sumWO2 += e.wWeight[j] * e.wOutput[j] * e.wOutput[j]
+		}
+	}
+	if e.sumW > 0 {
+		e.outMean = e.sumWO / e.sumW
+		e.outVar = math.Max(0, e.sumWO2/e.sumW-e.outMean*e.outMean)
+	}
 }
 
 // observe learns from one settled request.
@@ -127,18 +227,22 @@ func (e *estimator) calibratedReserve() int64 {
 	return max(int64(reserveMinTokens), min(r, 4*int64(e.configuredReserve)))
 }
 
-// meanOutput is the mean of recent real outputs, or -1 before any was seen.
+// meanOutput is what a call in flight is expected to write: the latency-weighted
+// mean of recent outputs of calls without max_tokens, else the mean of every
+// output seen, or -1 before any was seen.
 func (e *estimator) meanOutput() int64 {
-	n := min(e.nOutputs, reserveSamples)
-	if n == 0 {
+	if e.nWeighted > 0 {
+		return int64(math.Round(e.outMean))
+	}
+	if e.nAll == 0 {
 		return -1
 	}
-	return e.outputSum / int64(n)
+	return int64(math.Round(e.allMean))
 }
 
 // expectedOutput is what a call reserving `reserved` output tokens will likely
-// write: the recent mean, never more than it reserved; the reserve itself before
-// anything was seen.
+// write: the expected output, never more than it reserved; the reserve itself
+// before anything was seen.
 func (e *estimator) expectedOutput(reserved int64) int64 {
 	if m := e.meanOutput(); m >= 0 {
 		return min(m, reserved)

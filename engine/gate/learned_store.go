@@ -60,6 +60,7 @@ func (l *learner) restore(q LearnedQuota) {
 		l.quota = max(q.Quota, l.floor)
 	}
 	l.trigger, l.lastCut, l.last429 = q.Trigger, q.LastCut, q.Last429
+	l.burstStart = q.LastCut // a 429 in the same window elsewhere is the same burst
 }
 
 func (l *learner) snapshot() LearnedQuota {

@@ -5,48 +5,65 @@ import (
 	"time"
 )
 
-// Learner constants (seed 000: AIMD on the token budget).
+// Learner constants. Why each rule exists: docs/RATIONALE.md, "Why does the
+// learner trust a 429's reading but not every 429?".
 const (
-	learnCutFactor   = 0.5  // on a 429: quota × 0.5, at most once per window
-	learnProbeFactor = 1.05 // a window without 429 in which tokens held a call back: × 1.05
+	learnCutFactor = 0.5 // a 429 that carries no usable reading, or a limit that fell: quota × 0.5, at most once per window
+	// learnProbeFactor is the first upward step of a probe run; each further
+	// window of the same run multiplies the step by it again (1.05, 1.1025, …),
+	// so a quota started at half the truth finds it in about five windows.
+	learnProbeFactor = 1.05
+	learnProbeMaxRun = 6 // the step stops growing after this many windows (×1.34)
 	// learnFloorDivisor bounds the quota from below at start ÷ 16 (at least
 	// learnFloorMin tokens), so a storm of cuts cannot collapse it to nothing.
 	learnFloorDivisor = 16
 	learnFloorMin     = 100
-	// triggerReprobeWindows: seed 000's gap 2. The tightest trigger only ever fell,
-	// so one abnormally low reading tightened a model forever. Two rules lift it:
-	// a trigger below a clean window (the leak signal: traffic outside the ledger
-	// made that 429) is relaxed like a probe, × 1.05 a loaded window, up to that
-	// clean reading; and any trigger that has been the binding cap is re-probed
-	// × 1.05 once per triggerReprobeWindows windows without a 429, so a raised
-	// provider limit is found again. The interval is a cost budget: a correct
-	// trigger needs about four such steps (1.05⁴ > 1 ÷ 0.85) before the gate
-	// crosses the truth, and each crossing costs one 429, a halved quota and about
-	// six windows of capacity — so 180 windows keeps re-probing under 1% of
-	// capacity.
+	// suspectRatio: a 429 reading below this share of what the provider is known
+	// to carry (a stated limit, or a window that passed cleanly) cannot be this
+	// gate's own excess. It is timing (the provider still counted an earlier call)
+	// or traffic from outside the ledger: the model cools down, the trigger stays.
+	suspectRatio = 0.8
+	// relaxGapShare: a trigger below a clean window closes this share of the gap
+	// each loaded window, so a poisoned trigger recovers in two or three windows.
+	relaxGapShare = 0.75
+	// triggerReprobeWindows: a trigger that has been the binding cap is re-probed
+	// × learnProbeFactor once per this many windows without a 429, so a raised
+	// provider limit is found again. A wrong re-probe costs one 429 and a revert,
+	// so 180 windows keeps it well under one 429 an hour at a 60 s window.
 	triggerReprobeWindows = 180
 )
 
 // learner holds one model's learned token quota. Its methods require the bucket's
 // mutex.
 //
-// Invariants: floor ≤ quota; trigger is 0 (unobserved) or the lowest window reading
-// seen at a 429 (raised only by the relax rule); lastCut, lastProbe and last429 are
-// zero until the event first happens.
+// Invariants: floor ≤ quota; trigger is 0 (unobserved) or a reading > 0; budget() =
+// min(quota, trigger) when a trigger is set; stated, when > 0, bounds quota from
+// above. lastCut, lastProbe, last429 and burstStart are zero until the event
+// first happens.
 type learner struct {
 	enabled bool
-	start   float64 // the configured TPM: a starting point, not the truth
+	start   float64 // the configured (or stated) TPM: a starting point, not the truth
 	quota   float64
 	trigger float64
 	floor   float64
+	stated  float64 // the provider's stated limit for one window; 0 when none
 
-	lastCut   time.Time // last halving
+	lastCut   time.Time // last cut (a trusted 429 burst's first 429)
 	lastProbe time.Time // last probe step (or the learner's birth)
-	last429   time.Time
+	last429   time.Time // last 429 of any kind
 	lastRelax time.Time // last slow re-probe of the trigger
 
-	// Leak detection: the highest window reading admitted in a window that then
-	// passed without a 429. A later trigger below it is impossible for one client.
+	probeRun  int     // windows in the current run of probes (slow start)
+	preProbe  float64 // quota before the last probe step; a 429 within a window of it reverts to it
+	prevCut   time.Time
+	prevLevel float64 // budget() when the previous burst's 429 arrived
+
+	burstStart  time.Time // first trusted 429 of the current burst
+	lastSuspect time.Time // last 429 judged suspect
+
+	// Leak detection and the suspect rule: the highest window reading admitted in
+	// a window that then passed without a 429. A later trigger below it is
+	// impossible for one client.
 	cleanMax       float64
 	curWindowStart time.Time
 	curWindowMax   float64
@@ -65,7 +82,7 @@ func newLearner(start int, enabled bool, now time.Time) learner {
 	}
 }
 
-// budget is the token budget before the safety factor: min(quota, trigger).
+// budget is the token budget before any margin: min(quota, trigger).
 func (l *learner) budget() float64 {
 	if l.trigger > 0 && l.trigger < l.quota {
 		return l.trigger
@@ -73,7 +90,8 @@ func (l *learner) budget() float64 {
 	return l.quota
 }
 
-// observeAdmit records the window reading at an admission for leak detection.
+// observeAdmit records the window reading at an admission for the clean-window
+// record.
 func (l *learner) observeAdmit(now time.Time, reading float64, span time.Duration) {
 	if now.Sub(l.curWindowStart) >= span {
 		if l.last429.Before(l.curWindowStart) && l.curWindowMax > l.cleanMax {
@@ -88,15 +106,71 @@ func (l *learner) observeAdmit(now time.Time, reading float64, span time.Duratio
 
 // learnStep describes one change of the learned state, for the log.
 type learnStep struct {
-	Kind          string // "cut", "probe", "relax", "trigger", "leak"
+	Kind          string // "cut", "revert", "probe", "relax", "trigger", "leak", "suspect"
 	From, To      float64
 	Trigger       float64
 	Reading       float64
 	CleanMaxSeen  float64
-	SkippedRepeat bool // a 429 in a window that was already cut
+	SkippedRepeat bool // a 429 in a burst whose first 429 already moved the quota
 }
 
-// on429 applies a 429 observed with the window reading at that moment.
+// suspect reports whether a token 429 read at reading is too low to be this
+// gate's own excess (see suspectRatio). A suspect that repeats in the next window
+// is believed: the limit fell, or someone else spends the key for good.
+//
+// A reading below one typical call (its input and expected output) is never a
+// token limit: the provider refused while holding less than one call of ours.
+func (l *learner) suspect(now time.Time, reading, typical float64, span time.Duration) bool {
+	l.observeAdmit(now, 0, span) // close the clean window, if one ended
+	ref := math.Max(l.stated, l.cleanMax)
+	low := reading > 0 && reading < typical
+	if !low && (ref == 0 || reading >= suspectRatio*ref) {
+		return false
+	}
+	if !l.lastSuspect.IsZero() && now.Sub(l.lastSuspect) >= span/2 && now.Sub(l.lastSuspect) < 2*span && !low {
+		l.lastSuspect = time.Time{}
+		l.cleanMax = reading // the old clean windows describe a limit that is gone
+		return false
+	}
+	if l.lastSuspect.IsZero() || now.Sub(l.lastSuspect) >= 2*span {
+		l.lastSuspect = now
+	}
+	return true
+}
+
+// noteOther429 records a 429 about another limit (requests): the window is not
+// clean and the next probe waits a window; nothing else moves.
+func (l *learner) noteOther429(now time.Time, span time.Duration) {
+	l.observeAdmit(now, 0, span)
+	l.last429 = now
+	l.curWindowMax = 0
+}
+
+// onSuspect records a 429 that teaches nothing: the window is not clean and the
+// next probe waits a window, but quota and trigger stay.
+func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) (steps []learnStep) {
+	l.observeAdmit(now, 0, span)
+	l.last429 = now
+	l.curWindowMax = 0
+	if !l.enabled {
+		return nil
+	}
+	steps = append(steps, learnStep{Kind: "suspect", From: l.trigger, To: l.trigger, Reading: reading, Trigger: l.trigger})
+	if !l.leakWarned && l.cleanMax > 0 && reading > 0 && reading < l.cleanMax {
+		// Impossible for a lone client: a whole window above this reading passed
+		// without a 429. Someone else spends the same key, or the provider counted late.
+		l.leakWarned = true
+		steps = append(steps, learnStep{Kind: "leak", Trigger: reading, CleanMaxSeen: l.cleanMax})
+	}
+	return steps
+}
+
+// on429 applies a believed token 429 observed with the window reading at that
+// moment (0 when the window held nothing to read).
+//
+// The first 429 of a burst moves the quota, at most once per window; later ones
+// of the same burst can only raise the trigger to their reading, since each
+// refused call frees its reservation and the readings fall through a burst.
 func (l *learner) on429(now time.Time, reading float64, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
@@ -104,24 +178,44 @@ func (l *learner) on429(now time.Time, reading float64, span time.Duration) (ste
 	if !l.enabled {
 		return nil
 	}
-	if reading > 0 && (l.trigger == 0 || reading < l.trigger) {
-		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: reading, Reading: reading})
-		l.trigger = reading
+	inBurst := !l.burstStart.IsZero() && now.Sub(l.burstStart) < span
+	if reading > 0 {
+		if !inBurst || reading > l.trigger {
+			steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: reading, Reading: reading})
+			l.trigger = reading
+		}
 		if !l.leakWarned && l.cleanMax > 0 && reading < l.cleanMax {
-			// Impossible for a lone client: a whole window above this reading passed
-			// without a 429. Someone else spends the same key; the bound is untrustworthy.
 			l.leakWarned = true
 			steps = append(steps, learnStep{Kind: "leak", Trigger: reading, CleanMaxSeen: l.cleanMax})
 		}
 	}
-	if !l.lastCut.IsZero() && now.Sub(l.lastCut) < span {
+	if inBurst {
 		return append(steps, learnStep{Kind: "cut", From: l.quota, To: l.quota, SkippedRepeat: true, Trigger: l.trigger})
 	}
+	level := l.budget()
+	l.burstStart = now
 	from := l.quota
-	l.quota = math.Max(l.floor, l.quota*learnCutFactor)
+	kind := "cut"
+	switch {
+	case !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span:
+		// The last probe step went too far: step back to where the quota was
+		// before it, not to half — the level below it had passed cleanly.
+		kind = "revert"
+		l.quota = math.Max(l.floor, l.preProbe)
+	case reading <= 0:
+		l.quota = math.Max(l.floor, l.quota*learnCutFactor) // nothing to read: AIMD's cut
+	case !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span && reading <= l.prevLevel*1.02:
+		// Refused again, at or below the level the last burst taught: the limit
+		// is lower than that reading says. Halve.
+		l.quota = math.Max(l.floor, math.Min(l.quota, reading)*learnCutFactor)
+	default:
+		l.quota = math.Max(l.floor, math.Min(l.quota, reading)) // the reading is the limit
+	}
+	l.prevCut, l.prevLevel = now, level
+	l.preProbe, l.probeRun = 0, 0
 	l.lastCut = now
 	l.lastProbe = now // the next probe needs a full window without a 429
-	return append(steps, learnStep{Kind: "cut", From: from, To: l.quota, Trigger: l.trigger})
+	return append(steps, learnStep{Kind: kind, From: from, To: l.quota, Trigger: l.trigger})
 }
 
 // onTokenBlocked is called when the token budget — not RPM, not a cooldown — held a
@@ -139,27 +233,55 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if now.Sub(since) < span {
 		return step, false
 	}
+	// A run of probes continues while each follows the last within two windows.
+	if now.Sub(l.lastProbe) < 2*span {
+		l.probeRun = min(l.probeRun+1, learnProbeMaxRun)
+	} else {
+		l.probeRun = 1
+	}
 	l.lastProbe = now
+	factor := math.Pow(learnProbeFactor, float64(l.probeRun))
 	if l.trigger > 0 && l.quota >= l.trigger {
-		// The trigger, not the quota, is the binding cap (gap 2 of seed 000).
+		// The trigger, not the quota, is the binding cap.
 		from := l.trigger
 		switch {
 		case l.trigger < l.cleanMax:
-			l.trigger = math.Min(l.trigger*learnProbeFactor, l.cleanMax)
+			l.trigger = math.Min(l.cleanMax, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(l.cleanMax-l.trigger)))
+		case l.stated > 0 && l.trigger >= l.stated:
+			return step, false // never probe above what the provider says it allows
 		case now.Sub(maxTime(l.last429, l.lastRelax)) >= triggerReprobeWindows*span:
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
 		default:
 			return step, false
 		}
+		if l.stated > 0 {
+			l.trigger = math.Min(l.trigger, l.stated)
+		}
+		l.quota = math.Max(l.quota, l.trigger)
+		l.preProbe = 0
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
-	l.quota *= learnProbeFactor
+	if l.stated > 0 && from >= l.stated {
+		return step, false
+	}
+	l.preProbe = from
+	l.quota *= factor
 	if l.trigger > 0 && l.quota > l.trigger {
 		l.quota = l.trigger // never above the tightest trigger
 	}
+	if l.stated > 0 && l.quota > l.stated {
+		l.quota = l.stated
+	}
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
+}
+
+// reset forgets everything learned: the quota starts again from start.
+func (l *learner) reset(now time.Time) {
+	fresh := newLearner(int(l.start), l.enabled, now)
+	fresh.stated = l.stated
+	*l = fresh
 }
 
 func maxTime(a, b time.Time) time.Time {

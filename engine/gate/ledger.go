@@ -322,37 +322,18 @@ func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {
 	return b.closeLocked(now, t, tokens, u)
 }
 
-// Axis names the limit a 429 was about, as far as the caller could tell.
-type Axis uint8
-
-const (
-	AxisUnknown  Axis = iota // the provider did not say which limit
-	AxisTokens               // tokens per window (TPM)
-	AxisRequests             // requests per window (RPM)
-)
-
-// Signal is one 429 as the gate learns from it.
-type Signal struct {
-	// RetryAfter is the provider's wait hint; 0 means none (the fallback cooldown).
-	RetryAfter time.Duration
-	// Axis is the limit the provider named (wording, headers, or the caller's own
-	// knowledge); AxisUnknown lets the gate judge from its window.
-	Axis Axis
-	// Admitted is when the refused call was admitted (zero: unknown). The delay
-	// from it to the 429 bounds how late the provider counts a call.
-	Admitted time.Time
-}
-
 // RateLimited records a 429 (RateLimitSink): the model cools down for
 // retryAfter (the fallback when 0) — a later, shorter cooldown never shortens a
 // longer one — and the learner takes the window reading as a sample. An empty
 // model starts a provider-wide cooldown.
 func (l *Ledger) RateLimited(now time.Time, provider, model string, retryAfter time.Duration) {
-	l.RateLimitedBy(now, provider, model, Signal{RetryAfter: retryAfter})
+	l.RateLimitedBy(now, provider, model, engine.RateLimit{RetryAfter: retryAfter})
 }
 
-// RateLimitedBy is RateLimited with what else the caller knows about the 429.
-func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig Signal) {
+// RateLimitedBy is RateLimited with what else the caller knows about the 429
+// (RateLimitSink). Call it after releasing the refused call's ticket: the
+// learner's reading is then what the provider held when it refused.
+func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine.RateLimit) {
 	retryAfter := sig.RetryAfter
 	fallback := retryAfter <= 0
 	if fallback {
@@ -373,7 +354,28 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig Signal
 	b := l.bucketFor(provider, model, now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.rateLimitedLocked(now, retryAfter, fallback)
+	b.rateLimitedLocked(now, sig, retryAfter, fallback)
+}
+
+// Reset forgets what the ledger learned about provider/model — the learned
+// quota, the token and request triggers, the clean-window record and the
+// measured count delay — and starts again from the configured (or stated) limit.
+// A running cooldown stays. It reports whether the model was known.
+func (l *Ledger) Reset(now time.Time, provider, model string) bool {
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[bucketKey{provider, model}]
+	sh.mu.RUnlock()
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.resetLocked(now)
+	e := b.newEvent(EventLearn, now, "", "reset", 0, 0)
+	e.Step, e.To = "reset", b.learn.budget()
+	l.emit(e)
+	return true
 }
 
 var _ engine.RateLimitSink = (*Ledger)(nil)
@@ -384,8 +386,7 @@ type Waiter struct {
 	b        *bucket
 	req      Request
 	reserved int64
-	output   int64
-	asked    bool // the request gave its own max_tokens
+	size     sizing
 	enqueued time.Time
 	round    uint64
 	arrival  uint64

@@ -20,6 +20,8 @@ func testGate() Config {
 	c.Defaults = ModelLimits{TPM: 1000, RPM: 10}
 	c.OutputReserveTokens = 100
 	c.Jitter = 0
+	c.CountGuard = 0
+	c.MarginSigmas = 0
 	return c
 }
 
@@ -489,7 +491,7 @@ func TestHammerAdmitSettle(t *testing.T) {
 func TestReconfigureKeepsWhatWasLearned(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	mustAdmit(t, l, t0, req(600))
-	l.RateLimited(t0, "p", "m", 30*time.Second) // quota 500, trigger 700, cooldown to 30s
+	l.RateLimited(t0, "p", "m", 30*time.Second) // quota and trigger 700 (the reading), cooldown to 30s
 	mustAdmit(t, l, t0, Request{Provider: "p", Model: "fresh", InputTokens: 1})
 	c := testGate()
 	c.Defaults = ModelLimits{TPM: 2000, RPM: 20}
@@ -498,7 +500,7 @@ func TestReconfigureKeepsWhatWasLearned(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
-	if st.Quota != 500 || st.Trigger != 700 || st.Start != 2000 || st.CooldownMs != 29000 || st.WindowTokens != 700 || st.RPMBudget != 20 {
+	if st.Quota != 700 || st.Trigger != 700 || st.Start != 2000 || st.CooldownMs != 29000 || st.WindowTokens != 700 || st.RPMBudget != 20 {
 		t.Fatalf("learned state lost: %+v", st)
 	}
 	if st := l.BucketStatus(t0.Add(time.Second), "p", "fresh"); st.Quota != 2000 {

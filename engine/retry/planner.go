@@ -88,6 +88,9 @@ type Request struct {
 	// planner remembers itself, see SinceCapacity) and hands it on to the
 	// QuotaRouter for its events.
 	Failure *engine.Failure
+	// Admitted is when the failed call was admitted by the gate (zero: unknown);
+	// the gate measures how late the provider counts from it.
+	Admitted time.Time
 }
 
 // QuotaFailure is a QUOTA failure as the planner hands it to a QuotaRouter.
@@ -327,7 +330,8 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 	// the gate holds back every session on the model, and the learner learns from it.
 	// It is recorded after the budget is saved, so the wait starts after the record.
 	if p.sink != nil {
-		p.sink.RateLimited(now, req.Provider, req.Model, cooldown)
+		p.sink.RateLimitedBy(now, req.Provider, req.Model, engine.RateLimit{
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted})
 	}
 	return a
 }

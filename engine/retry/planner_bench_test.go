@@ -11,7 +11,7 @@ import (
 
 type retryNopSink struct{}
 
-func (retryNopSink) RateLimited(time.Time, string, string, time.Duration) {}
+func (retryNopSink) RateLimitedBy(time.Time, string, string, engine.RateLimit) {}
 
 // BenchmarkPlanRetry measures the planner's hot path: one failure planned, its
 // budget loaded and saved in a MemoryBudgetStore, the counters updated. 1024

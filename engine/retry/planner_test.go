@@ -29,8 +29,8 @@ type retrySink struct {
 	onCall func(retrySinkCall)
 }
 
-func (s *retrySink) RateLimited(now time.Time, provider, model string, retryAfter time.Duration) {
-	c := retrySinkCall{now, provider, model, retryAfter}
+func (s *retrySink) RateLimitedBy(now time.Time, provider, model string, sig engine.RateLimit) {
+	c := retrySinkCall{now, provider, model, sig.RetryAfter}
 	if s.onCall != nil {
 		s.onCall(c)
 	}
