@@ -59,7 +59,7 @@ func TestGoldenCaseFails(t *testing.T) {
 	}
 	for _, want := range []string{
 		"cases[0] (wrong): golden case failed: got OVERLOADED by wasm/octafuse-wat.wasm, want QUOTA",
-		"cases[1] (hint): golden case failed: got retryAfterMs 5, want 6",
+		"cases[1] (hint): golden case failed: got retryAfterMs 5 by wasm/octafuse-wat.wasm, want 6",
 		"cases[2]: golden case failed: the module abstained, want AUTH",
 		`cases[3]: input: unknown key "bogus"`,
 	} {
