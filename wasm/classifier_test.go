@@ -585,6 +585,14 @@ func TestParseVerdictFastPath(t *testing.T) {
 		`[]`,
 		`{"class":"AUTH","by":null,"window":null}`,
 		`{"class":"AUTH","retryAfterMs":1,"retryAfterMs":null}`,
+		`{"class":"AUTH","retryAfterMs":01}`,
+		`{"class":"AUTH","retryAfterMs":-01}`,
+		`{"class":"AUTH","retryAfterMs":1.}`,
+		`{"class":"AUTH","retryAfterMs":1.e3}`,
+		`{"class":"AUTH","retryAfterMs":1e}`,
+		`{"class":"AUTH","retryAfterMs":0.5e-1}`,
+		`{"class":"AUTH","retryAfterMs":0}`,
+		`{"class":"AUTH","n":00}`,
 	} {
 		got, gotErr := c.parseVerdict([]byte(out))
 		var o verdictOut
@@ -597,6 +605,36 @@ func TestParseVerdictFastPath(t *testing.T) {
 		}
 		if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: fast %+v, %v; encoding/json %+v, %v", out, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// parseFlat refuses what JSON refuses: a number with a leading zero, a bare
+// dot or a bare exponent, in a wanted member or not.
+func TestParseFlatNumbers(t *testing.T) {
+	keys := []string{"retryAfterMs"}
+	for in, wantOK := range map[string]bool{
+		`{"retryAfterMs":1500}`:    true,
+		`{"retryAfterMs":0}`:       true,
+		`{"retryAfterMs":-0.5e+3}`: true,
+		`{"retryAfterMs":10}`:      true,
+		`{"retryAfterMs":01}`:      false,
+		`{"retryAfterMs":-01}`:     false,
+		`{"retryAfterMs":00}`:      false,
+		`{"retryAfterMs":1.}`:      false,
+		`{"retryAfterMs":1.e3}`:    false,
+		`{"retryAfterMs":1e}`:      false,
+		`{"retryAfterMs":1e+}`:     false,
+		`{"retryAfterMs":-}`:       false,
+		`{"retryAfterMs":1-2}`:     false,
+		`{"other":01}`:             false,
+	} {
+		got := parseFlat([]byte(in), keys, func(string, string, float64, byte) {})
+		if got != wantOK {
+			t.Errorf("parseFlat(%s) = %v, want %v", in, got, wantOK)
+		}
+		if valid := json.Valid([]byte(in)); valid != wantOK {
+			t.Errorf("test table: json.Valid(%s) = %v", in, valid)
 		}
 	}
 }
