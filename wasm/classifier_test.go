@@ -638,3 +638,44 @@ func TestParseFlatNumbers(t *testing.T) {
 		}
 	}
 }
+
+// Plugin cases read failures as rule files' cases do (internal/failurejson):
+// the status range is checked, and the rule files' forms are accepted.
+func TestGoldenCaseForms(t *testing.T) {
+	th := newTestHost(t, "")
+	load := func(cases []map[string]any) error {
+		c, err := NewClassifier(context.Background(), th.Host, modulePath(t, "octafuse-wat.wasm"), ClassifierOptions{Cases: cases, Limits: Limits{Timeout: slow}})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	// Plugin cases used to take any status.
+	for _, tc := range []struct {
+		status any
+		want   string
+	}{
+		{4290, `cases[0]: input: status: want an HTTP status (100 to 599), or 0 or null for no HTTP answer (got 4290)`},
+		{42, `input: status: want an HTTP status`},
+		{-1, `input: status: want an HTTP status`},
+	} {
+		err := load([]map[string]any{{"input": map[string]any{"status": tc.status}, "expect": map[string]any{"abstain": true}}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrCaseFailed) {
+			t.Errorf("status %v: err = %v, want %q", tc.status, err, tc.want)
+		}
+	}
+	// A header value of an object used to become its Go print form.
+	err := load([]map[string]any{{"input": map[string]any{"status": 429, "headers": map[string]any{"x": map[string]any{"a": 1}}}, "abstain": true}})
+	if err == nil || !strings.Contains(err.Error(), `input: headers["x"]: want a string, a number or a list of them`) {
+		t.Errorf("header of an object: err = %v", err)
+	}
+	// The rule files' forms: the failure inline, expect as just the class; a
+	// header list; status 0 for no HTTP answer.
+	if err := load([]map[string]any{
+		{"status": 200, "body": `{"code":"OCTA_BUSY","wait_ms":250}`, "expect": "OVERLOADED", "retryAfterMs": 250},
+		{"input": map[string]any{"status": 429, "headers": map[string]any{"retry-after": []any{"20", 30}}}, "abstain": true},
+		{"input": map[string]any{"status": 0, "errorKind": "reset"}, "expect": map[string]any{"abstain": true}},
+	}); err != nil {
+		t.Errorf("rule files' forms: %v", err)
+	}
+}

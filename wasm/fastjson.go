@@ -8,9 +8,9 @@ import (
 // parseFlat reads the common shape of a module's output — one JSON object whose
 // values are strings without escapes, numbers, booleans or null — calling set
 // for each member. It reports false for anything else (escapes, nested values,
-// bad syntax, a number JSON forbids such as 01 or 1., a key that differs from
-// a wanted one only in case, which
-// encoding/json would match), and the caller then decodes with encoding/json,
+// bad syntax, a number JSON forbids such as 01 or 1., a key that differs from a
+// wanted one only in case, which encoding/json would match), and the caller
+// then decodes with encoding/json,
 // whose answer is authoritative. The fast path exists because a classifier's
 // whole call takes a few microseconds, and reflection-based decoding would take
 // a fair share of them.
