@@ -10,10 +10,9 @@ import (
 // for each member. It reports false for anything else (escapes, nested values,
 // bad syntax, a number JSON forbids such as 01 or 1., a key that differs from a
 // wanted one only in case, which encoding/json would match), and the caller
-// then decodes with encoding/json,
-// whose answer is authoritative. The fast path exists because a classifier's
-// whole call takes a few microseconds, and reflection-based decoding would take
-// a fair share of them.
+// then decodes with encoding/json, whose answer is authoritative. The fast path
+// exists because a classifier's whole call takes a few microseconds, and
+// reflection-based decoding would take a fair share of them.
 func parseFlat(b []byte, keys []string, set func(key string, str string, num float64, kind byte)) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
