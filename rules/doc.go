@@ -31,8 +31,10 @@
 //	  - input: {status: 429, body: "pool cooling down, retry after 28 seconds"}
 //	    expect: {class: RATE_LIMIT, retryAfterMs: 28000, window: minute, by: cooling-down}
 //	  - {status: 503, expect: OVERLOADED}   # the short form: failure fields beside expect
+//	  - {status: 200, abstain: true}        # no rule may hold
 //
-// Keys are checked strictly. Every error names the file, the rule, the field and
+// Cases have the one form wasm plugin cases and config cases also have
+// (internal/failurejson.Case). Keys are checked strictly, the failure's too. Every error names the file, the rule, the field and
 // the line and column, e.g.
 //
 //	gateway.yaml:12:26: rule "cooling-down": when: unknown name coolingdown

@@ -1,8 +1,6 @@
 package rules
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/failurejson"
 )
 
 // ErrInvalid is wrapped by every error about a rule file's content.
@@ -298,27 +297,18 @@ type rule struct {
 	retrySrc   string
 }
 
-// goldenCase is one golden case of a rule file or of the config.
+// goldenCase is one golden case of a rule file or of the config, with where
+// it is written.
 type goldenCase struct {
-	file      string // where the case is written, when not the rule file
-	where     string // "cases[2]" or "config cases[0]"
-	name      string
-	line      int
-	input     engine.Failure
-	class     engine.Class
-	hint      *int64
-	checkHint bool
-	window    string
-	by        string
+	failurejson.Case
+	file  string // where the case is written, when not the rule file
+	where string // "cases[2]" or "config cases[0]"
+	line  int
 }
 
 var (
 	topKeys  = []string{"name", "description", "lists", "rules", "cases"}
 	ruleKeys = []string{"name", "description", "when", "class", "retryAfterMs", "window"}
-	caseKeys = []string{"name", "input", "expect", "class", "retryAfterMs", "window", "by"}
-	expKeys  = []string{"class", "retryAfterMs", "window", "by"}
-	// failureKeys are the JSON fields of engine.Failure.
-	failureKeys = []string{"status", "headers", "body", "provider", "model", "errorKind", "sinceCapacityMs"}
 )
 
 // Load reads a rule file, compiles it, and runs its golden cases and those of
@@ -654,188 +644,11 @@ func caseFromNode(fileName string, i int, n *yaml.Node) (goldenCase, error) {
 	return c, nil
 }
 
-// caseFromMap reads a golden case as decoded from YAML. Two forms:
-//
-//	{name: optional, input: {status, headers, body, ...},
-//	 expect: {class, retryAfterMs (a number, or null for "no hint"), window, by}}
-//	{status: 429, body: "slow down", expect: RATE_LIMIT}
-//
-// In the second, the failure's fields sit in the case itself and expect may be
-// just the class; in both, the expectations may also sit in the case itself.
-func caseFromMap(where string, m map[string]any) (goldenCase, error) {
-	c := goldenCase{where: where}
-	inline := map[string]any{}
-	for k, v := range m {
-		switch {
-		case contains(caseKeys, k):
-		case contains(failureKeys, k):
-			inline[k] = v
-		default:
-			return c, fmt.Errorf("unknown key %q (valid: %s, or the failure's %s)", k, strings.Join(caseKeys, ", "), strings.Join(failureKeys, ", "))
-		}
-	}
-	if n, ok := m["name"]; ok {
-		c.name = fmt.Sprint(n)
-	}
-	in, ok := m["input"]
-	switch {
-	case ok && len(inline) > 0:
-		return c, errors.New("give the failure either under input or beside expect, not both")
-	case !ok && len(inline) == 0:
-		return c, fmt.Errorf("missing input (a failure: %s)", strings.Join(failureKeys, ", "))
-	case !ok:
-		in = inline
-	}
-	data, err := json.Marshal(normalizeYAML(in))
-	if err != nil {
-		return c, fmt.Errorf("input: %w", err)
-	}
-	f, err := DecodeFailure(data)
-	if err != nil {
-		return c, fmt.Errorf("input: %w", err)
-	}
-	c.input = *f
-	exp := m
-	switch e := normalizeYAML(m["expect"]).(type) {
-	case nil:
-	case string:
-		exp = map[string]any{"class": e}
-		for _, k := range []string{"retryAfterMs", "window", "by"} {
-			if v, ok := m[k]; ok {
-				exp[k] = v
-			}
-		}
-	case map[string]any:
-		for k := range e {
-			if !contains(expKeys, k) {
-				return c, fmt.Errorf("expect: unknown key %q (valid: %s)", k, strings.Join(expKeys, ", "))
-			}
-		}
-		exp = e
-	default:
-		return c, errors.New("expect: must be a class or a mapping of class, retryAfterMs, window, by")
-	}
-	cl, ok := exp["class"]
-	if !ok {
-		return c, errors.New("missing expect (the class, or {class, retryAfterMs, window, by})")
-	}
-	if c.class, err = engine.ParseClass(fmt.Sprint(cl)); err != nil {
-		return c, fmt.Errorf("expect.class: %w", err)
-	}
-	if h, ok := exp["retryAfterMs"]; ok {
-		c.checkHint = true
-		if h != nil {
-			v, err := strconv.ParseFloat(fmt.Sprint(h), 64)
-			if err != nil || v < 0 {
-				return c, fmt.Errorf("expect.retryAfterMs: want a number of milliseconds or null (got %v)", h)
-			}
-			ms := int64(v)
-			c.hint = &ms
-		}
-	}
-	if w, ok := exp["window"]; ok && w != nil {
-		c.window = fmt.Sprint(w)
-	}
-	if b, ok := exp["by"]; ok && b != nil {
-		c.by = fmt.Sprint(b)
-	}
-	return c, nil
-}
-
-// normalizeYAML turns map[any]any (from older decoders) into map[string]any.
-func normalizeYAML(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normalizeYAML(e)
-		}
-		return x
-	case map[any]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[fmt.Sprint(k)] = normalizeYAML(e)
-		}
-		return m
-	case []any:
-		for i, e := range x {
-			x[i] = normalizeYAML(e)
-		}
-	}
-	return v
-}
-
-// DecodeFailure reads a failure in its JSON form (the input of `gatectl
-// classify`). It is lenient where real captures vary: status may be null or a
-// string, a header value may be a number or a list (joined with ", "), and a body
-// given as a JSON object or array is kept as its compact text. Unknown fields are
-// ignored, so corpus records decode as they are.
-func DecodeFailure(data []byte) (*engine.Failure, error) {
-	var w struct {
-		Status          json.RawMessage            `json:"status"`
-		Headers         map[string]json.RawMessage `json:"headers"`
-		Body            json.RawMessage            `json:"body"`
-		Provider        string                     `json:"provider"`
-		Model           string                     `json:"model"`
-		ErrorKind       string                     `json:"errorKind"`
-		SinceCapacityMs *float64                   `json:"sinceCapacityMs"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&w); err != nil {
-		return nil, err
-	}
-	f := &engine.Failure{Provider: w.Provider, Model: w.Model, ErrorKind: w.ErrorKind}
-	if s := strings.Trim(strings.TrimSpace(string(w.Status)), `"`); s != "" && s != "null" {
-		n, err := strconv.ParseFloat(s, 64)
-		if err != nil || n < 0 || n > 999 {
-			return nil, fmt.Errorf("status: want an HTTP status or null (got %s)", w.Status)
-		}
-		f.Status = int(n)
-	}
-	if len(w.Headers) > 0 {
-		f.Headers = make(map[string]string, len(w.Headers))
-		for k, raw := range w.Headers {
-			f.Headers[k] = rawToString(raw)
-		}
-	}
-	if len(w.Body) > 0 {
-		var s string
-		if err := json.Unmarshal(w.Body, &s); err == nil {
-			f.Body = s
-		} else if t := strings.TrimSpace(string(w.Body)); t != "null" {
-			var b bytes.Buffer
-			if json.Compact(&b, w.Body) == nil {
-				f.Body = b.String()
-			} else {
-				f.Body = t
-			}
-		}
-	}
-	if w.SinceCapacityMs != nil {
-		ms := int64(*w.SinceCapacityMs)
-		f.SinceCapacityMs = &ms
-	}
-	return f, nil
-}
-
-func rawToString(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var list []any
-	if json.Unmarshal(raw, &list) == nil {
-		parts := make([]string, len(list))
-		for i, e := range list {
-			parts[i] = fmt.Sprint(e)
-		}
-		return strings.Join(parts, ", ")
-	}
-	t := strings.TrimSpace(string(raw))
-	if t == "null" {
-		return ""
-	}
-	return t
+// caseFromMap reads a golden case as decoded from YAML (the form
+// failurejson.Case describes).
+func caseFromMap(where string, m any) (goldenCase, error) {
+	c, err := failurejson.ParseCase(m)
+	return goldenCase{Case: c, where: where}, err
 }
 
 func contains(list []string, s string) bool {

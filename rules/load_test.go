@@ -118,9 +118,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad window", "- name: a\n  when: 'true'\n  class: QUOTA\n  window: fortnight", `t.yaml:4:11: rule "a": window: must be one of minute, hour, day, week, month, or an expression`},
 		{"list shadows env", "lists:\n  status: [x]\nrules: [{name: a, when: 'true', class: QUOTA}]", `t.yaml:2:3: lists.status: name "status" is taken`},
 		{"list not strings", "lists:\n  x: 5\nrules: [{name: a, when: 'true', class: QUOTA}]", `t.yaml:2:6: lists.x: must be a non-empty list of strings`},
-		{"case unknown key", "rules: [{name: a, when: 'true', class: QUOTA}]\ncases:\n  - {input: {status: 1}, expect: QUOTA, colour: red}", `t.yaml:3:5: cases[0]: unknown key "colour"`},
+		{"case unknown key", "rules: [{name: a, when: 'true', class: QUOTA}]\ncases:\n  - {input: {status: 429}, expect: QUOTA, colour: red}", `t.yaml:3:5: cases[0]: unknown key "colour"`},
 		{"case without input", "rules: [{name: a, when: 'true', class: QUOTA}]\ncases:\n  - {expect: QUOTA}", `t.yaml:3:5: cases[0]: missing input`},
-		{"case bad class", "rules: [{name: a, when: 'true', class: QUOTA}]\ncases:\n  - {status: 1, expect: NOPE}", `cases[0]: expect.class: unknown class "NOPE"`},
+		{"case bad class", "rules: [{name: a, when: 'true', class: QUOTA}]\ncases:\n  - {status: 429, expect: NOPE}", `cases[0]: expect.class: unknown class "NOPE"`},
 		{"case fails", "rules: [{name: a, when: 'status == 429', class: QUOTA}]\ncases:\n  - {name: wrong, status: 429, expect: RATE_LIMIT}", `t.yaml:3: cases[0] (wrong): got QUOTA by t/a, want RATE_LIMIT`},
 		{"case undecided", "rules: [{name: a, when: 'status == 429', class: QUOTA}]\ncases:\n  - {status: 500, expect: SERVER}", `cases[0]: no rule holds, want SERVER`},
 		{"case hint", "rules: [{name: a, when: 'true', class: QUOTA, retryAfterMs: '5'}]\ncases:\n  - {status: 500, expect: {class: QUOTA, retryAfterMs: null}}", `cases[0]: got retryAfterMs 5 by t/a, want none`},
@@ -379,49 +379,6 @@ func TestRuleSetHammer(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-}
-
-func TestDecodeFailure(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    engine.Failure
-		wantErr string
-	}{
-		{`{"status":429,"headers":{"Retry-After":"28"},"body":"x","provider":"p","model":"m","errorKind":"reset","sinceCapacityMs":5}`,
-			engine.Failure{Status: 429, Headers: map[string]string{"Retry-After": "28"}, Body: "x", Provider: "p", Model: "m", ErrorKind: "reset", SinceCapacityMs: i64(5)}, ""},
-		{`{"status":null,"body":"x","expected_class":"QUOTA"}`, engine.Failure{Body: "x"}, ""},
-		{`{"status":"503"}`, engine.Failure{Status: 503}, ""},
-		{`{"headers":{"retry-after":28,"x-list":["a","b"],"x-null":null}}`, engine.Failure{Headers: map[string]string{"retry-after": "28", "x-list": "a, b", "x-null": ""}}, ""},
-		{`{"body":{"error":{"code":429}}}`, engine.Failure{Body: `{"error":{"code":429}}`}, ""},
-		{`{"body":null}`, engine.Failure{}, ""},
-		{`{"status":"abc"}`, engine.Failure{}, "status: want an HTTP status"},
-		{`{"status":4290}`, engine.Failure{}, "status: want an HTTP status"},
-		{`[1]`, engine.Failure{}, "cannot unmarshal"},
-		{`nope`, engine.Failure{}, "invalid character"},
-	}
-	for _, tc := range tests {
-		f, err := DecodeFailure([]byte(tc.in))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("DecodeFailure(%s) error = %v, want %q", tc.in, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("DecodeFailure(%s): %v", tc.in, err)
-			continue
-		}
-		if f.Status != tc.want.Status || f.Body != tc.want.Body || f.Provider != tc.want.Provider || f.Model != tc.want.Model ||
-			f.ErrorKind != tc.want.ErrorKind || len(f.Headers) != len(tc.want.Headers) ||
-			(f.SinceCapacityMs == nil) != (tc.want.SinceCapacityMs == nil) || f.SinceCapacityMs != nil && *f.SinceCapacityMs != *tc.want.SinceCapacityMs {
-			t.Errorf("DecodeFailure(%s) = %+v, want %+v", tc.in, f, tc.want)
-		}
-		for k, v := range tc.want.Headers {
-			if f.Headers[k] != v {
-				t.Errorf("DecodeFailure(%s) header %s = %q, want %q", tc.in, k, f.Headers[k], v)
-			}
-		}
-	}
 }
 
 func TestToHint(t *testing.T) {

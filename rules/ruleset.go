@@ -299,7 +299,7 @@ func (rs *RuleSet) runCases(opts Options) error {
 	}
 	for i, m := range opts.Cases {
 		where := fmt.Sprintf("%s[%d]", path, i)
-		c, err := caseFromMap(where, normalizeYAML(m).(map[string]any))
+		c, err := caseFromMap(where, m)
 		if err != nil {
 			errs = append(errs, &Error{File: file, Field: where, Msg: err.Error()})
 			continue
@@ -319,44 +319,26 @@ func (rs *RuleSet) runCases(opts Options) error {
 func (rs *RuleSet) RunCases() error { return rs.runCases(Options{}) }
 
 func (rs *RuleSet) runCase(c goldenCase) error {
-	f := c.input
+	f := c.Input
 	v, decided, err := rs.Classify(context.Background(), &f)
 	where := c.where
-	if c.name != "" {
-		where += fmt.Sprintf(" (%s)", c.name)
+	if c.Name != "" {
+		where += fmt.Sprintf(" (%s)", c.Name)
 	}
 	file := c.file
 	if file == "" {
 		file = rs.file
 	}
-	fail := func(format string, args ...any) error {
-		return &Error{File: file, Line: c.line, Field: where, Msg: fmt.Sprintf(format, args...), Err: ErrCaseFailed}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else {
+		msg = c.Check(v, decided, rs.name, "no rule holds")
 	}
-	switch {
-	case err != nil:
-		return fail("%v", err)
-	case !decided:
-		return fail("no rule holds, want %s", c.class)
-	case v.Class != c.class:
-		return fail("got %s by %s, want %s", v.Class, v.By, c.class)
+	if msg == "" {
+		return nil
 	}
-	if c.checkHint {
-		switch {
-		case c.hint == nil && v.RetryAfterMs != nil:
-			return fail("got retryAfterMs %d by %s, want none", *v.RetryAfterMs, v.By)
-		case c.hint != nil && v.RetryAfterMs == nil:
-			return fail("got no retryAfterMs by %s, want %d", v.By, *c.hint)
-		case c.hint != nil && *v.RetryAfterMs != *c.hint:
-			return fail("got retryAfterMs %d by %s, want %d", *v.RetryAfterMs, v.By, *c.hint)
-		}
-	}
-	if c.window != "" && v.Window != c.window {
-		return fail("got window %q by %s, want %q", v.Window, v.By, c.window)
-	}
-	if c.by != "" && v.By != c.by && v.By != rs.name+"/"+c.by {
-		return fail("decided by %s, want %s", v.By, c.by)
-	}
-	return nil
+	return &Error{File: file, Line: c.line, Field: where, Msg: msg, Err: ErrCaseFailed}
 }
 
 // Interface guards.

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/failurejson"
 )
 
 // ByPrefix starts the Verdict.By of every wasm classifier: "wasm/<name>", or
@@ -276,82 +276,12 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// failureFromCase reads a golden case's input (a failure as decoded from YAML or
-// JSON). Like `gatectl classify`, it is lenient: a body given as an object is kept
-// as its JSON text, header values may be numbers.
-func failureFromCase(in any) (*engine.Failure, error) {
-	m, ok := normalize(in).(map[string]any)
-	if !ok {
-		return nil, errors.New("input: must be a mapping (a failure: status, headers, body, ...)")
-	}
-	f := &engine.Failure{}
-	for k, v := range m {
-		switch k {
-		case "status":
-			n, err := strconv.ParseFloat(fmt.Sprint(v), 64)
-			if v != nil && err != nil {
-				return nil, fmt.Errorf("input.status: want a number (got %v)", v)
-			}
-			f.Status = int(n)
-		case "headers":
-			hm, ok := v.(map[string]any)
-			if !ok && v != nil {
-				return nil, errors.New("input.headers: must be a mapping")
-			}
-			f.Headers = make(map[string]string, len(hm))
-			for hk, hv := range hm {
-				f.Headers[hk] = fmt.Sprint(hv)
-			}
-		case "body":
-			switch b := v.(type) {
-			case nil:
-			case string:
-				f.Body = b
-			default:
-				j, err := json.Marshal(b)
-				if err != nil {
-					return nil, fmt.Errorf("input.body: %w", err)
-				}
-				f.Body = string(j)
-			}
-		case "provider":
-			f.Provider = fmt.Sprint(v)
-		case "model":
-			f.Model = fmt.Sprint(v)
-		case "errorKind":
-			f.ErrorKind = fmt.Sprint(v)
-		case "sinceCapacityMs":
-			if v != nil {
-				n, err := strconv.ParseFloat(fmt.Sprint(v), 64)
-				if err != nil {
-					return nil, fmt.Errorf("input.sinceCapacityMs: want a number (got %v)", v)
-				}
-				ms := int64(n)
-				f.SinceCapacityMs = &ms
-			}
-		default:
-			return nil, fmt.Errorf("input: unknown key %q (valid: status, headers, body, provider, model, errorKind, sinceCapacityMs)", k)
-		}
-	}
-	return f, nil
-}
-
-// caseKeys and expectKeys are the keys of a classifier's golden case.
-var (
-	caseKeys   = []string{"name", "input", "expect", "class", "retryAfterMs", "window", "by", "abstain"}
-	expectKeys = []string{"class", "retryAfterMs", "window", "by", "abstain"}
-)
-
 // RunCases runs golden cases through the classifier; every failing case is
-// reported (errors.Join), each naming "cases[i]" and its name. A case is, as in
-// rule files,
-//
-//	{name: optional, input: {status, headers, body, ...},
-//	 expect: {class, retryAfterMs (a number, or null for "no hint"), window, by}}
-//
-// with the expectations beside input or under expect; `abstain: true` instead of
-// a class expects the module to abstain. `by` matches the whole Verdict.By or the
-// part after "wasm/<name>/".
+// reported (errors.Join), each naming "cases[i]" and its name. A case has the
+// form of rule files' cases (failurejson.Case): a failure under input (or its
+// keys inline) and the expectations under expect (or beside it); `abstain: true`
+// instead of a class expects the module to abstain. `by` matches the whole
+// Verdict.By or the part after "wasm/<name>/".
 func (c *Classifier) RunCases(ctx context.Context, cases []map[string]any) error {
 	var errs []error
 	for i, m := range cases {
@@ -370,97 +300,19 @@ func (c *Classifier) RunCases(ctx context.Context, cases []map[string]any) error
 var ErrCaseFailed = errors.New("golden case failed")
 
 func (c *Classifier) runCase(ctx context.Context, raw map[string]any) error {
-	m, _ := normalize(raw).(map[string]any)
-	for k := range m {
-		if !contains(caseKeys, k) {
-			return fmt.Errorf("unknown key %q (valid: %s)", k, strings.Join(caseKeys, ", "))
-		}
-	}
-	in, ok := m["input"]
-	if !ok {
-		return errors.New("missing input (a failure: status, headers, body, ...)")
-	}
-	f, err := failureFromCase(in)
+	gc, err := failurejson.ParseCase(raw)
 	if err != nil {
 		return err
 	}
-	exp := m
-	if e, ok := m["expect"]; ok {
-		em, ok := e.(map[string]any)
-		if !ok {
-			return errors.New("expect: must be a mapping")
-		}
-		for k := range em {
-			if !contains(expectKeys, k) {
-				return fmt.Errorf("expect: unknown key %q (valid: %s)", k, strings.Join(expectKeys, ", "))
-			}
-		}
-		exp = em
+	f := gc.Input
+	v, decided, err := c.Classify(ctx, &f)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCaseFailed, err)
 	}
-	wantAbstain := exp["abstain"] == true
-	var wantClass engine.Class
-	if !wantAbstain {
-		cl, ok := exp["class"]
-		if !ok {
-			return errors.New("missing expect.class (or expect.abstain: true)")
-		}
-		if wantClass, err = engine.ParseClass(fmt.Sprint(cl)); err != nil {
-			return fmt.Errorf("expect.class: %w", err)
-		}
-	}
-	v, decided, err := c.Classify(ctx, f)
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrCaseFailed, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case err != nil:
-		return fail("%v", err)
-	case wantAbstain && decided:
-		return fail("got %s by %s, want an abstention", v.Class, v.By)
-	case wantAbstain:
-		return nil
-	case !decided:
-		return fail("the module abstained, want %s", wantClass)
-	case v.Class != wantClass:
-		return fail("got %s by %s, want %s", v.Class, v.By, wantClass)
-	}
-	if h, ok := exp["retryAfterMs"]; ok {
-		if h == nil {
-			if v.RetryAfterMs != nil {
-				return fail("got retryAfterMs %d, want none", *v.RetryAfterMs)
-			}
-		} else {
-			want, err := strconv.ParseFloat(fmt.Sprint(h), 64)
-			if err != nil {
-				return fmt.Errorf("expect.retryAfterMs: want a number of milliseconds or null (got %v)", h)
-			}
-			switch {
-			case v.RetryAfterMs == nil:
-				return fail("got no retryAfterMs, want %d", int64(want))
-			case *v.RetryAfterMs != int64(want):
-				return fail("got retryAfterMs %d, want %d", *v.RetryAfterMs, int64(want))
-			}
-		}
-	}
-	if w, ok := exp["window"]; ok && w != nil && v.Window != fmt.Sprint(w) {
-		return fail("got window %q, want %q", v.Window, w)
-	}
-	if b, ok := exp["by"]; ok && b != nil {
-		want := fmt.Sprint(b)
-		if v.By != want && v.By != c.name+"/"+want {
-			return fail("decided by %s, want %s", v.By, want)
-		}
+	if msg := gc.Check(v, decided, c.name, "the module abstained"); msg != "" {
+		return fmt.Errorf("%w: %s", ErrCaseFailed, msg)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 var _ engine.Classifier = (*Classifier)(nil)

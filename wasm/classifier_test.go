@@ -59,7 +59,7 @@ func TestGoldenCaseFails(t *testing.T) {
 	}
 	for _, want := range []string{
 		"cases[0] (wrong): golden case failed: got OVERLOADED by wasm/octafuse-wat.wasm, want QUOTA",
-		"cases[1] (hint): golden case failed: got retryAfterMs 5, want 6",
+		"cases[1] (hint): golden case failed: got retryAfterMs 5 by wasm/octafuse-wat.wasm, want 6",
 		"cases[2]: golden case failed: the module abstained, want AUTH",
 		`cases[3]: input: unknown key "bogus"`,
 	} {
@@ -585,6 +585,14 @@ func TestParseVerdictFastPath(t *testing.T) {
 		`[]`,
 		`{"class":"AUTH","by":null,"window":null}`,
 		`{"class":"AUTH","retryAfterMs":1,"retryAfterMs":null}`,
+		`{"class":"AUTH","retryAfterMs":01}`,
+		`{"class":"AUTH","retryAfterMs":-01}`,
+		`{"class":"AUTH","retryAfterMs":1.}`,
+		`{"class":"AUTH","retryAfterMs":1.e3}`,
+		`{"class":"AUTH","retryAfterMs":1e}`,
+		`{"class":"AUTH","retryAfterMs":0.5e-1}`,
+		`{"class":"AUTH","retryAfterMs":0}`,
+		`{"class":"AUTH","n":00}`,
 	} {
 		got, gotErr := c.parseVerdict([]byte(out))
 		var o verdictOut
@@ -598,5 +606,76 @@ func TestParseVerdictFastPath(t *testing.T) {
 		if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: fast %+v, %v; encoding/json %+v, %v", out, got, gotErr, want, wantErr)
 		}
+	}
+}
+
+// parseFlat refuses what JSON refuses: a number with a leading zero, a bare
+// dot or a bare exponent, in a wanted member or not.
+func TestParseFlatNumbers(t *testing.T) {
+	keys := []string{"retryAfterMs"}
+	for in, wantOK := range map[string]bool{
+		`{"retryAfterMs":1500}`:    true,
+		`{"retryAfterMs":0}`:       true,
+		`{"retryAfterMs":-0.5e+3}`: true,
+		`{"retryAfterMs":10}`:      true,
+		`{"retryAfterMs":01}`:      false,
+		`{"retryAfterMs":-01}`:     false,
+		`{"retryAfterMs":00}`:      false,
+		`{"retryAfterMs":1.}`:      false,
+		`{"retryAfterMs":1.e3}`:    false,
+		`{"retryAfterMs":1e}`:      false,
+		`{"retryAfterMs":1e+}`:     false,
+		`{"retryAfterMs":-}`:       false,
+		`{"retryAfterMs":1-2}`:     false,
+		`{"other":01}`:             false,
+	} {
+		got := parseFlat([]byte(in), keys, func(string, string, float64, byte) {})
+		if got != wantOK {
+			t.Errorf("parseFlat(%s) = %v, want %v", in, got, wantOK)
+		}
+		if valid := json.Valid([]byte(in)); valid != wantOK {
+			t.Errorf("test table: json.Valid(%s) = %v", in, valid)
+		}
+	}
+}
+
+// Plugin cases read failures as rule files' cases do (internal/failurejson):
+// the status range is checked, and the rule files' forms are accepted.
+func TestGoldenCaseForms(t *testing.T) {
+	th := newTestHost(t, "")
+	load := func(cases []map[string]any) error {
+		c, err := NewClassifier(context.Background(), th.Host, modulePath(t, "octafuse-wat.wasm"), ClassifierOptions{Cases: cases, Limits: Limits{Timeout: slow}})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	// Plugin cases used to take any status.
+	for _, tc := range []struct {
+		status any
+		want   string
+	}{
+		{4290, `cases[0]: input: status: want an HTTP status (100 to 599), or 0 or null for no HTTP answer (got 4290)`},
+		{42, `input: status: want an HTTP status`},
+		{-1, `input: status: want an HTTP status`},
+	} {
+		err := load([]map[string]any{{"input": map[string]any{"status": tc.status}, "expect": map[string]any{"abstain": true}}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrCaseFailed) {
+			t.Errorf("status %v: err = %v, want %q", tc.status, err, tc.want)
+		}
+	}
+	// A header value of an object used to become its Go print form.
+	err := load([]map[string]any{{"input": map[string]any{"status": 429, "headers": map[string]any{"x": map[string]any{"a": 1}}}, "abstain": true}})
+	if err == nil || !strings.Contains(err.Error(), `input: headers["x"]: want a string, a number or a list of them`) {
+		t.Errorf("header of an object: err = %v", err)
+	}
+	// The rule files' forms: the failure inline, expect as just the class; a
+	// header list; status 0 for no HTTP answer.
+	if err := load([]map[string]any{
+		{"status": 200, "body": `{"code":"OCTA_BUSY","wait_ms":250}`, "expect": "OVERLOADED", "retryAfterMs": 250},
+		{"input": map[string]any{"status": 429, "headers": map[string]any{"retry-after": []any{"20", 30}}}, "abstain": true},
+		{"input": map[string]any{"status": 0, "errorKind": "reset"}, "expect": map[string]any{"abstain": true}},
+	}); err != nil {
+		t.Errorf("rule files' forms: %v", err)
 	}
 }

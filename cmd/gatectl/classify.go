@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/failurejson"
 	"github.com/gatectl/gatectl/rules"
 	"github.com/gatectl/gatectl/snapshot"
 )
@@ -25,7 +26,9 @@ func classifyCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: "Reads a failure on stdin, as JSON:\n" +
 			`  {"status":429,"headers":{"retry-after":"28"},"body":"...","provider":"openai"}` + "\n" +
-			"(with --jsonl, one failure a line) and prints one verdict a line:\n" +
+			"(with --jsonl, one failure a line; keys other than status, headers, body,\n" +
+			"provider, model, errorKind and sinceCapacityMs are skipped, so captured\n" +
+			"records classify as they are) and prints one verdict a line:\n" +
 			`  {"class":"RATE_LIMIT","retryAfterMs":28000,"by":"builtin/rate-limit"}` + "\n" +
 			"retryAfterMs is the provider's hint as sent (null when none); by names the\n" +
 			"classifier and the rule that decided. The chain is the config's classifiers:\n" +
@@ -186,7 +189,7 @@ func classifyLines(ctx context.Context, in io.Reader, cl *classifier, report fun
 		}
 		if strings.TrimSpace(text) != "" {
 			total++
-			f, err := rules.DecodeFailure([]byte(text))
+			f, err := failurejson.DecodeRecord([]byte(text))
 			if err != nil {
 				what := "not a failure object"
 				if !json.Valid([]byte(text)) {
@@ -235,7 +238,7 @@ func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report fu
 			report(line, fmt.Errorf("not JSON: %w", err))
 			return total, nil
 		}
-		f, err := rules.DecodeFailure(raw)
+		f, err := failurejson.DecodeRecord(raw)
 		if err != nil {
 			report(line, fmt.Errorf("not a failure object: %w", err))
 			continue
