@@ -114,6 +114,11 @@ func TestParseScenario(t *testing.T) {
 		{"ZeroSessions", "sessions: 0\n", "scenario.sessions"},
 		{"SafetyFactor", "gate: {tpm: 1, rpm: 1, safetyFactor: 1.5}\n", "scenario.gate.safetyFactor"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
+		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
+		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
+		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
+		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},
+		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

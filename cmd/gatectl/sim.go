@@ -17,10 +17,13 @@ func simCommand() *cli.Command {
 		Name:  "sim",
 		Usage: "simulate sessions against a provider with a hidden quota: oracle, gate and naive retries on one trace",
 		Description: "Drives the real admission engine on a virtual clock (two simulated hours take about a second).\n" +
-			"Without --scenario it runs the built-in scenario: 32 sessions offering 1.5× a 200k TPM limit,\n" +
-			"the gate configured at the truth. Scenario keys: seed, duration, window, sessions, demand,\n" +
-			"provider {tpm, rpm, retryAfter}, gate {tpm, rpm, safetyFactor}, promptTokens {median, p99},\n" +
-			"outputTokens {median, p99}.",
+			"Without --scenario it runs the built-in scenario: 32 sessions offering 1.5× a 200k TPM limit on a\n" +
+			"sliding window counted at arrival, 5–15 ms of network delay each way, 10% of calls sending max_tokens,\n" +
+			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
+			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit},\n" +
+			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every},\n" +
+			"gate {start, tpm, rpm, safetyFactor}, promptTokens {median, p99}, outputTokens {median, p99},\n" +
+			"maxTokensShare, maxTokens.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text | json"},
@@ -58,13 +61,34 @@ func simCommand() *cli.Command {
 func writeSimText(w io.Writer, r sim.Report) {
 	s := r.Scenario
 	fmt.Fprintf(w, "scenario: %d sessions offering %.2f× the limit for %s (seed %d)\n", s.Sessions, s.Demand, time.Duration(s.Duration), s.Seed)
-	fmt.Fprintf(w, "provider: %d TPM, %d RPM per %s window, Retry-After %s\n", s.Provider.TPM, s.Provider.RPM, time.Duration(s.Window), time.Duration(s.Provider.RetryAfter))
-	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, safety factor %.2f\n\n", s.Gate.TPM, float64(s.Gate.TPM)/float64(s.Provider.TPM), s.Gate.RPM, s.Gate.SafetyFactor)
+	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM per %s window, Retry-After %s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
+		time.Duration(s.Window), time.Duration(s.Provider.RetryAfter), simIf(s.Provider.ComputeRetryAfter, " (or the real wait)"),
+		simIf(s.Provider.Headers, ", rate-limit headers"), simIf(s.Provider.NamesLimit, ", 429s name the limit"))
+	fmt.Fprintf(w, "network:  %s + up to %s each way; answers take %s + %s per output token\n", time.Duration(s.Network.Delay), time.Duration(s.Network.Jitter),
+		time.Duration(s.Response.Base), time.Duration(s.Response.PerOutputToken))
+	if s.MaxTokensShare > 0 {
+		fmt.Fprintf(w, "calls:    %.0f%% send max_tokens %d\n", 100*s.MaxTokensShare, s.MaxTokens)
+	}
+	if s.Outside.Share > 0 {
+		fmt.Fprintf(w, "outside:  another client spends %.0f%% of the true TPM (%s, %d-token calls)\n", 100*s.Outside.Share, s.Outside.Pattern, s.Outside.CallTokens)
+	}
+	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, safety factor %.2f\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), s.Gate.SafetyFactor)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\tutilization\t429s\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
+	fmt.Fprint(tw, "mode\tutilization")
+	if s.Outside.Share > 0 {
+		fmt.Fprint(tw, "\tof remaining")
+	}
+	fmt.Fprintln(tw, "\t429s\t(tok/req)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
 	for _, m := range sim.Modes {
-		x := r.Modes[m]
-		fmt.Fprintf(tw, "%s\t%.3f\t%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", m, x.Utilization, x.RateLimited, x.RateLimitedPerHour,
+		x, ok := r.Modes[m]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.3f", m, x.Utilization)
+		if s.Outside.Share > 0 {
+			fmt.Fprintf(tw, "\t%.3f", x.RemainingUtilization)
+		}
+		fmt.Fprintf(tw, "\t%d\t%d/%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RateLimited, x.RateLimitedByTokens, x.RateLimitedByRequests, x.RateLimitedPerHour,
 			x.Lost, x.Completed, time.Duration(x.WaitP50Ms)*time.Millisecond, time.Duration(x.WaitP99Ms)*time.Millisecond, x.Fairness)
 	}
 	tw.Flush()
@@ -73,9 +97,16 @@ func writeSimText(w io.Writer, r sim.Report) {
 		fmt.Fprintf(w, "\ngate utilization: %.1f%% of the oracle's\n", 100*g.Utilization/o.Utilization)
 	}
 	if g.ConvergedAfterWindows != nil {
-		fmt.Fprintf(w, "learned quota within ±5%% of the truth from window %d on; %d 429s since (%.2f/h); final quota %.0f, trigger %.0f\n",
+		fmt.Fprintf(w, "learned quota within ±5%% of the capacity left to the gate from window %d on; %d 429s since (%.2f/h); final quota %.0f, trigger %.0f\n",
 			*g.ConvergedAfterWindows, *g.RateLimitedAfterConvergence, *g.RateLimitedPerHourAfterConvergence, g.FinalQuota, g.FinalTrigger)
 	} else {
-		fmt.Fprintf(w, "learned quota did not settle within ±5%% of the truth; final quota %.0f, trigger %.0f\n", g.FinalQuota, g.FinalTrigger)
+		fmt.Fprintf(w, "learned quota did not settle within ±5%% of the capacity left to the gate; final quota %.0f, trigger %.0f\n", g.FinalQuota, g.FinalTrigger)
 	}
+}
+
+func simIf(on bool, s string) string {
+	if on {
+		return s
+	}
+	return ""
 }
