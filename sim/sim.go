@@ -60,6 +60,10 @@ type Metrics struct {
 	// Gate only: 429s from the convergence window on, and per hour of that span.
 	RateLimitedAfterConvergence        *int     `json:"rateLimitedAfterConvergence,omitempty"`
 	RateLimitedPerHourAfterConvergence *float64 `json:"rateLimitedPerHourAfterConvergence,omitempty"`
+	// Gate only: the lowest trigger seen at the end of any window ÷ the capacity
+	// left to the gate; 0 when no trigger was ever set. Below 0.95 with outside
+	// traffic it is a false trigger: a reading under what the gate may use.
+	LowestTrigger float64 `json:"lowestTrigger,omitempty"`
 	// Engine modes: the learned quota and trigger at the end.
 	FinalQuota   float64 `json:"finalQuota,omitempty"`
 	FinalTrigger float64 `json:"finalTrigger,omitempty"`
@@ -225,6 +229,8 @@ type runner struct {
 	done     int
 	learned  []float64
 	capacity float64 // tokens per window left to the gate: true TPM less the outside share
+	// lowestTrigger is the lowest non-zero trigger seen at a window sample.
+	lowestTrigger float64
 }
 
 func runMode(s Scenario, mode string) (Metrics, error) {
@@ -364,8 +370,11 @@ func (r *runner) handle(e event) {
 	case evRefused:
 		r.refused(now, s)
 	case evSample:
-		learned, _, _ := r.gate.learned(now)
+		learned, _, trig := r.gate.learned(now)
 		r.learned = append(r.learned, learned/r.capacity)
+		if trig > 0 && (r.lowestTrigger == 0 || trig < r.lowestTrigger) {
+			r.lowestTrigger = trig
+		}
 		r.push(now.Add(time.Duration(r.s.Window)), evSample, nil)
 	case evOutsideTick:
 		r.outsideTick(now)
@@ -524,6 +533,7 @@ func (r *runner) metrics() Metrics {
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned
+		m.LowestTrigger = r.lowestTrigger / r.capacity
 		if c, ok := convergedAfter(r.learned); ok {
 			m.ConvergedAfterWindows = &c
 			from := r.start.Add(time.Duration(c) * time.Duration(r.s.Window))

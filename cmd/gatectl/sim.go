@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +28,8 @@ func simCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text | json"},
+			&cli.BoolFlag{Name: "matrix", Usage: "run the gate for every provider model × {no latency, latency} × start {1, 2, 0.5} × outside {0, 10%} from the scenario, one row per run, against the issue's targets"},
+			&cli.DurationFlag{Name: "duration", Usage: "simulated time per run, overriding the scenario's (--matrix: 1h unless given)"},
 		},
 		Action: func(c *cli.Context) error {
 			s := sim.DefaultScenario()
@@ -42,6 +45,24 @@ func simCommand() *cli.Command {
 			format := c.String("format")
 			if format != "text" && format != "json" {
 				return cli.Exit(fmt.Sprintf("sim: --format %q: want text or json", format), exitUsage)
+			}
+			if c.IsSet("duration") {
+				s.Duration = sim.Duration(c.Duration("duration"))
+			} else if c.Bool("matrix") {
+				s.Duration = sim.Duration(sim.MatrixDuration)
+			}
+			if c.Bool("matrix") {
+				rows, err := sim.Matrix(s)
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("sim: %v", err), exitFailure)
+				}
+				if format == "json" {
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(rows)
+				}
+				writeMatrixText(c.App.Writer, s, rows)
+				return nil
 			}
 			r, err := sim.Run(s)
 			if err != nil {
@@ -109,4 +130,32 @@ func simIf(on bool, s string) string {
 		return s
 	}
 	return ""
+}
+
+// writeMatrixText prints one row per matrix run.
+func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
+	fmt.Fprintf(w, "matrix: %s per run, %s window, %d TPM / %d RPM true limit, safety factor %.2f, %.0f%% max_tokens, headers %v, Retry-After %s\n",
+		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, base.Gate.SafetyFactor,
+		100*base.MaxTokensShare, base.Provider.Headers, time.Duration(base.Provider.RetryAfter))
+	fmt.Fprintln(w, "utilization is of the true TPM; remaining = the gate's share ÷ (true TPM − outside spend); oracle = the gate's admission with the truth known")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "model\tlatency\tstart\toutside\tsessions\tdemand\toracle\tutilization\tof remaining\t429s\t429s/h conv.\tconverged\tlost\tmisses")
+	for _, r := range rows {
+		perHour, conv := "-", "never"
+		if r.ConvergedAfterWindows != nil {
+			perHour, conv = fmt.Sprintf("%.1f", *r.RateLimitedPerHourAfterConvergence), fmt.Sprintf("%d", *r.ConvergedAfterWindows)
+		}
+		lat := "no"
+		if r.Latency {
+			lat = "yes"
+		}
+		misses := "-"
+		if len(r.Misses) > 0 {
+			misses = strings.Join(r.Misses, " ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f%%\t%d\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t%s\t%s\t%d\t%s\n", r.Model, lat, r.Start, 100*r.Outside,
+			r.Sessions, r.Demand, r.OracleUtilization, r.Utilization, r.RemainingUtilization, r.RateLimited, perHour, conv, r.Lost, misses)
+	}
+	tw.Flush()
 }
