@@ -99,7 +99,7 @@ func writeSimText(w io.Writer, r sim.Report) {
 	if s.Outside.Share > 0 {
 		fmt.Fprint(tw, "\tof remaining")
 	}
-	fmt.Fprintln(tw, "\t429s\t(tok/req)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
+	fmt.Fprintln(tw, "\trequests\t429s\t(tok/req)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
 	for _, m := range sim.Modes {
 		x, ok := r.Modes[m]
 		if !ok {
@@ -109,7 +109,7 @@ func writeSimText(w io.Writer, r sim.Report) {
 		if s.Outside.Share > 0 {
 			fmt.Fprintf(tw, "\t%.3f", x.RemainingUtilization)
 		}
-		fmt.Fprintf(tw, "\t%d\t%d/%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RateLimited, x.RateLimitedByTokens, x.RateLimitedByRequests, x.RateLimitedPerHour,
+		fmt.Fprintf(tw, "\t%.3f\t%d\t%d/%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RequestUtilization, x.RateLimited, x.RateLimitedByTokens, x.RateLimitedByRequests, x.RateLimitedPerHour,
 			x.Lost, x.Completed, time.Duration(x.WaitP50Ms)*time.Millisecond, time.Duration(x.WaitP99Ms)*time.Millisecond, x.Fairness)
 	}
 	tw.Flush()
