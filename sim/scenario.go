@@ -1,6 +1,8 @@
 // Package sim drives the real admission engine on a virtual clock against a
-// simulated provider with a hidden TPM/RPM limit, and reports it against an oracle
-// and a naive-retry baseline. Two simulated hours take well under a second: it is a
+// simulated provider with a hidden TPM/RPM limit (one of four limit models, with
+// network delay, other clients on the same key and optional rate-limit headers),
+// and reports it against an oracle and a naive-retry baseline. docs/sim.md
+// describes the model and every scenario key. Two simulated hours take well under a second: it is a
 // discrete-event simulation, nothing sleeps.
 package sim
 

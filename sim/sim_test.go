@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func loadScenario(t *testing.T, name string) Scenario {
@@ -131,6 +132,23 @@ func TestParseScenario(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("err %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// Every shipped example parses and runs.
+func TestExamplesParse(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "sim", "*.yaml"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("%d examples, %v", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s := loadScenario(t, filepath.Base(f))
+			s.Duration = Duration(3 * time.Minute)
+			if _, err := Run(s); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
