@@ -1,44 +1,150 @@
 // Package sim drives the real admission engine on a virtual clock against a
-// simulated provider with a hidden TPM/RPM limit, and reports it against an oracle
-// and a naive-retry baseline. Two simulated hours take well under a second: it is a
+// simulated provider with a hidden TPM/RPM limit (one of four limit models, with
+// network delay, other clients on the same key and optional rate-limit headers),
+// and reports it against an oracle and a naive-retry baseline. docs/sim.md
+// describes the model and every scenario key. Two simulated hours take well under a second: it is a
 // discrete-event simulation, nothing sleeps.
 package sim
 
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
-// Scenario describes one simulated run. Zero fields take DefaultScenario's values.
+// Scenario describes one simulated run. Keys a file leaves out keep
+// DefaultScenario's values. Every key, with its default:
+//
+//	seed: 1                  # one seed draws every session's calls, identically in every mode
+//	duration: 2h             # simulated time (at most 720h)
+//	window: 60s              # the provider's limit window, and the gate's
+//	sessions: 32             # closed-loop sessions: think, call, wait for the answer, think …
+//	demand: 1.5              # offered load ÷ the binding true limit (TPM or RPM, whichever binds first)
+//	provider:                # the hidden truth
+//	  model: sliding-arrival # sliding-arrival | sliding-completion | token-bucket | fixed-window (see LimitModels)
+//	  tpm: 200000            # tokens per window (input + output, the whole cost of a call)
+//	  rpm: 600               # requests per window
+//	  retryAfter: 60s        # the Retry-After a 429 carries
+//	  computeRetryAfter: false # true: Retry-After is the real time until the refused call would fit,
+//	                         #   rounded up to whole seconds (≥ 1 s); retryAfter when it never fits
+//	  headers: false         # true: each successful answer carries x-ratelimit-limit/remaining-tokens/-requests
+//	                         #   (per minute); the gate calibrates from them as the proxy does
+//	  namesLimit: false      # true: a 429 says which limit refused (tokens or requests); false: the gate
+//	                         #   is told nothing about the axis
+//	network:                 # each one-way trip between gate and provider takes delay + U[0, jitter)
+//	  delay: 5ms             #   admission → the provider's count, and the answer or 429 → the gate
+//	  jitter: 10ms
+//	response:                # time the provider takes to answer a call: base + perOutputToken × output
+//	  base: 500ms
+//	  perOutputToken: 10ms
+//	outside:                 # another client spending the same key, not through the gate
+//	  share: 0               # fraction of the true TPM it spends (0 = none), in calls of callTokens
+//	  pattern: smooth        # smooth: one call every callTokens ÷ (share × tpm) of a window;
+//	                         #   bursts: every `every`, all that span's calls at the same instant
+//	  callTokens: 2000       # the size of each outside call
+//	  every: 60s             # bursts only: the burst period (default: the window)
+//	                         # a refused outside call is sent again 1 s later until it passes
+//	gate:                    # the gate's configured start, possibly wrong
+//	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given)
+//	  tpm: 0                 # absolute start in tokens per window; overrides start
+//	  rpm: 0                 # absolute start in requests per window; overrides start
+//	  safetyFactor: 0.85
+//	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
+//	outputTokens: {median: 400, p99: 3000}    # lognormal output size
+//	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is
+//	                         #   the drawn size capped at maxTokens)
+//	maxTokens: 4096          # the max_tokens those calls send
+//
+// The provider counts a call's input plus its real output (not max_tokens).
+// Utilization is reported against the true limit; see Metrics.
 type Scenario struct {
 	Seed     uint64   `yaml:"seed" json:"seed"`
 	Duration Duration `yaml:"duration" json:"duration"`
 	Window   Duration `yaml:"window" json:"window"`
 	Sessions int      `yaml:"sessions" json:"sessions"`
-	// Demand is the offered load ÷ the true limit: 1.5 offers half again what the
-	// provider allows.
-	Demand   float64      `yaml:"demand" json:"demand"`
-	Provider ProviderSpec `yaml:"provider" json:"provider"`
-	Gate     GateSpec     `yaml:"gate" json:"gate"`
-	Prompt   SizeSpec     `yaml:"promptTokens" json:"promptTokens"`
-	Output   SizeSpec     `yaml:"outputTokens" json:"outputTokens"`
+	// Demand is the offered load ÷ the binding true limit: 1.5 offers half again
+	// what the provider allows.
+	Demand         float64      `yaml:"demand" json:"demand"`
+	Provider       ProviderSpec `yaml:"provider" json:"provider"`
+	Network        NetworkSpec  `yaml:"network" json:"network"`
+	Response       ResponseSpec `yaml:"response" json:"response"`
+	Outside        OutsideSpec  `yaml:"outside" json:"outside"`
+	Gate           GateSpec     `yaml:"gate" json:"gate"`
+	Prompt         SizeSpec     `yaml:"promptTokens" json:"promptTokens"`
+	Output         SizeSpec     `yaml:"outputTokens" json:"outputTokens"`
+	MaxTokensShare float64      `yaml:"maxTokensShare" json:"maxTokensShare"`
+	MaxTokens      int          `yaml:"maxTokens" json:"maxTokens"`
 }
 
-// ProviderSpec is the simulated provider's hidden truth.
+// ProviderSpec is the simulated provider's hidden truth and how it answers.
 type ProviderSpec struct {
-	TPM        int      `yaml:"tpm" json:"tpm"`
-	RPM        int      `yaml:"rpm" json:"rpm"`
-	RetryAfter Duration `yaml:"retryAfter" json:"retryAfter"`
+	Model             string   `yaml:"model" json:"model"`
+	TPM               int      `yaml:"tpm" json:"tpm"`
+	RPM               int      `yaml:"rpm" json:"rpm"`
+	RetryAfter        Duration `yaml:"retryAfter" json:"retryAfter"`
+	ComputeRetryAfter bool     `yaml:"computeRetryAfter" json:"computeRetryAfter"`
+	Headers           bool     `yaml:"headers" json:"headers"`
+	NamesLimit        bool     `yaml:"namesLimit" json:"namesLimit"`
+}
+
+// NetworkSpec is the one-way delay between the gate and the provider.
+type NetworkSpec struct {
+	Delay  Duration `yaml:"delay" json:"delay"`
+	Jitter Duration `yaml:"jitter" json:"jitter"`
+}
+
+// ResponseSpec is how long the provider takes to answer a call.
+type ResponseSpec struct {
+	Base           Duration `yaml:"base" json:"base"`
+	PerOutputToken Duration `yaml:"perOutputToken" json:"perOutputToken"`
+}
+
+// Outside patterns.
+const (
+	OutsideSmooth = "smooth"
+	OutsideBursts = "bursts"
+)
+
+// OutsideSpec is another client spending the same key without the gate.
+type OutsideSpec struct {
+	Share      float64  `yaml:"share" json:"share"`
+	Pattern    string   `yaml:"pattern" json:"pattern"`
+	CallTokens int      `yaml:"callTokens" json:"callTokens"`
+	Every      Duration `yaml:"every" json:"every"`
 }
 
 // GateSpec is the gate's configured start, possibly wrong.
 type GateSpec struct {
+	Start        float64 `yaml:"start" json:"start"`
 	TPM          int     `yaml:"tpm" json:"tpm"`
 	RPM          int     `yaml:"rpm" json:"rpm"`
 	SafetyFactor float64 `yaml:"safetyFactor" json:"safetyFactor"`
+}
+
+// StartTPM is the gate's configured TPM: tpm when given, else start × the truth.
+func (s Scenario) StartTPM() int {
+	if s.Gate.TPM > 0 {
+		return s.Gate.TPM
+	}
+	return max(1, int(math.Round(s.gateStart()*float64(s.Provider.TPM))))
+}
+
+// StartRPM is the gate's configured RPM: rpm when given, else start × the truth.
+func (s Scenario) StartRPM() int {
+	if s.Gate.RPM > 0 {
+		return s.Gate.RPM
+	}
+	return max(1, int(math.Round(s.gateStart()*float64(s.Provider.RPM))))
+}
+
+func (s Scenario) gateStart() float64 {
+	if s.Gate.Start > 0 {
+		return s.Gate.Start
+	}
+	return 1
 }
 
 // SizeSpec is a lognormal size given by its median and 99th percentile.
@@ -64,7 +170,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 // DefaultScenario: 32 sessions offering 1.5× a 200k TPM / 600 RPM limit for two
-// hours, the gate configured at the truth.
+// hours on a sliding window counted at arrival, with 5–15 ms of network delay each
+// way, 10% of calls sending max_tokens, no rate-limit headers, the gate configured
+// at the truth.
 func DefaultScenario() Scenario {
 	return Scenario{
 		Seed:     1,
@@ -72,10 +180,16 @@ func DefaultScenario() Scenario {
 		Window:   Duration(time.Minute),
 		Sessions: 32,
 		Demand:   1.5,
-		Provider: ProviderSpec{TPM: 200_000, RPM: 600, RetryAfter: Duration(60 * time.Second)},
-		Gate:     GateSpec{TPM: 200_000, RPM: 600, SafetyFactor: 0.85},
+		Provider: ProviderSpec{Model: LimitSlidingArrival, TPM: 200_000, RPM: 600, RetryAfter: Duration(60 * time.Second)},
+		Network:  NetworkSpec{Delay: Duration(5 * time.Millisecond), Jitter: Duration(10 * time.Millisecond)},
+		Response: ResponseSpec{Base: Duration(500 * time.Millisecond), PerOutputToken: Duration(10 * time.Millisecond)},
+		Outside:  OutsideSpec{Pattern: OutsideSmooth, CallTokens: 2000},
+		Gate:     GateSpec{SafetyFactor: 0.85},
 		Prompt:   SizeSpec{Median: 3000, P99: 20000},
 		Output:   SizeSpec{Median: 400, P99: 3000},
+
+		MaxTokensShare: 0.1,
+		MaxTokens:      4096,
 	}
 }
 
@@ -104,16 +218,37 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.demand: must be positive (got %g)", s.Demand)
 	case s.Provider.TPM <= 0 || s.Provider.RPM <= 0:
 		return fmt.Errorf("scenario.provider: tpm and rpm must be positive")
-	case s.Gate.TPM <= 0 || s.Gate.RPM <= 0:
-		return fmt.Errorf("scenario.gate: tpm and rpm must be positive")
+	case s.Provider.RetryAfter < 0:
+		return fmt.Errorf("scenario.provider.retryAfter: must not be negative")
+	case s.Gate.TPM < 0 || s.Gate.RPM < 0 || s.Gate.Start < 0:
+		return fmt.Errorf("scenario.gate: start, tpm and rpm must not be negative")
 	case s.Gate.SafetyFactor <= 0 || s.Gate.SafetyFactor > 1:
 		return fmt.Errorf("scenario.gate.safetyFactor: must be in (0, 1] (got %g)", s.Gate.SafetyFactor)
+	case s.Network.Delay < 0 || s.Network.Jitter < 0:
+		return fmt.Errorf("scenario.network: delay and jitter must not be negative")
+	case s.Response.Base < 0 || s.Response.PerOutputToken < 0:
+		return fmt.Errorf("scenario.response: base and perOutputToken must not be negative")
+	case s.Outside.Share < 0 || s.Outside.Share >= 1:
+		return fmt.Errorf("scenario.outside.share: must be in [0, 1) (got %g)", s.Outside.Share)
+	case s.Outside.Pattern != OutsideSmooth && s.Outside.Pattern != OutsideBursts:
+		return fmt.Errorf("scenario.outside.pattern: %q is invalid; choices are [%s %s]", s.Outside.Pattern, OutsideSmooth, OutsideBursts)
+	case s.Outside.Share > 0 && (s.Outside.CallTokens <= 0 || s.Outside.CallTokens > s.Provider.TPM):
+		return fmt.Errorf("scenario.outside.callTokens: must be in [1, provider.tpm] (got %d)", s.Outside.CallTokens)
+	case s.Outside.Every < 0:
+		return fmt.Errorf("scenario.outside.every: must not be negative")
+	case s.MaxTokensShare < 0 || s.MaxTokensShare > 1:
+		return fmt.Errorf("scenario.maxTokensShare: must be in [0, 1] (got %g)", s.MaxTokensShare)
+	case s.MaxTokensShare > 0 && s.MaxTokens <= 0:
+		return fmt.Errorf("scenario.maxTokens: must be positive when maxTokensShare > 0 (got %d)", s.MaxTokens)
 	case s.Prompt.Median <= 0 || s.Prompt.P99 < s.Prompt.Median:
 		return fmt.Errorf("scenario.promptTokens: need 0 < median ≤ p99")
 	case s.Output.Median <= 0 || s.Output.P99 < s.Output.Median:
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
+	}
+	if _, err := newLimiter(s.Provider.Model, 1, 1, time.Minute); err != nil {
+		return err
 	}
 	return nil
 }

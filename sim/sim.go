@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
-	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // Modes, in report order.
@@ -22,34 +21,54 @@ const (
 var Modes = []string{ModeOracle, ModeGate, ModeNaive}
 
 const (
-	simProvider    = "sim"
-	simModel       = "model"
-	gateMaxRetries = 6 // seed 000's maxRetriesPerStep
+	gateMaxRetries = 6 // attempts a gated call makes before it counts as lost
 	naiveRetries   = 2
 	convergedBand  = 0.05
+	outsideRetry   = time.Second // an outside call refused is sent again this much later
 )
 
 // Metrics is one mode's result.
 type Metrics struct {
-	// Utilization is the provider-counted tokens served ÷ (true TPM × windows).
-	Utilization        float64 `json:"utilization"`
-	RateLimited        int     `json:"rateLimited"`
-	RateLimitedPerHour float64 `json:"rateLimitedPerHour"`
-	Lost               int     `json:"lost"`      // requests that never succeeded
-	Completed          int     `json:"completed"` // requests that succeeded
-	WaitP50Ms          int64   `json:"waitP50Ms"`
-	WaitP99Ms          int64   `json:"waitP99Ms"`
-	Fairness           float64 `json:"fairness"` // Jain's index of tokens served per session
+	// Utilization is every token the provider served (the sessions' and the
+	// outside client's) ÷ (true TPM × windows). A token bucket starts full, so it
+	// can exceed 1 by one window's worth over the run.
+	Utilization float64 `json:"utilization"`
+	// RemainingUtilization is what the sessions were served ÷ (true TPM × windows −
+	// what the outside client was served): the use of the capacity left to the
+	// gate. Without outside traffic it equals Utilization.
+	RemainingUtilization float64 `json:"remainingUtilization"`
+	// OutsideShare is what the outside client was served ÷ (true TPM × windows).
+	OutsideShare float64 `json:"outsideShare,omitempty"`
+	// RequestUtilization is every request the provider served ÷ (true RPM × windows).
+	RequestUtilization float64 `json:"requestUtilization"`
+	// RateLimited counts the sessions' 429s; ByTokens and ByRequests split it by
+	// the limit that refused (whether or not the provider said so).
+	RateLimited           int     `json:"rateLimited"`
+	RateLimitedByTokens   int     `json:"rateLimitedByTokens"`
+	RateLimitedByRequests int     `json:"rateLimitedByRequests"`
+	RateLimitedPerHour    float64 `json:"rateLimitedPerHour"`
+	OutsideRateLimited    int     `json:"outsideRateLimited,omitempty"` // the outside client's 429s
+	Lost                  int     `json:"lost"`                         // requests that never succeeded
+	Completed             int     `json:"completed"`                    // requests that succeeded
+	WaitP50Ms             int64   `json:"waitP50Ms"`
+	WaitP99Ms             int64   `json:"waitP99Ms"`
+	Fairness              float64 `json:"fairness"` // Jain's index of tokens served per session
 	// Gate only: the first window after which the learned quota, min(quota,
-	// trigger), stays within ±5% of the truth; null when it never settles.
+	// trigger), stays within ±5% of the capacity left to the gate (the true TPM
+	// less the outside share); null when it never settles.
 	ConvergedAfterWindows *int `json:"convergedAfterWindows,omitempty"`
 	// Gate only: 429s from the convergence window on, and per hour of that span.
 	RateLimitedAfterConvergence        *int     `json:"rateLimitedAfterConvergence,omitempty"`
 	RateLimitedPerHourAfterConvergence *float64 `json:"rateLimitedPerHourAfterConvergence,omitempty"`
+	// Gate only: the lowest trigger seen at the end of any window ÷ the capacity
+	// left to the gate; 0 when no trigger was ever set. Below 0.95 with outside
+	// traffic it is a false trigger: a reading under what the gate may use.
+	LowestTrigger float64 `json:"lowestTrigger,omitempty"`
 	// Engine modes: the learned quota and trigger at the end.
 	FinalQuota   float64 `json:"finalQuota,omitempty"`
 	FinalTrigger float64 `json:"finalTrigger,omitempty"`
-	// LearnedPerWindow is min(quota, trigger) ÷ truth at the end of each window (gate).
+	// LearnedPerWindow is min(quota, trigger) ÷ the capacity left to the gate at
+	// the end of each window (gate).
 	LearnedPerWindow []float64 `json:"-"`
 }
 
@@ -60,12 +79,15 @@ type Report struct {
 }
 
 // Run simulates s in every mode on the same trace.
-func Run(s Scenario) (Report, error) {
+func Run(s Scenario) (Report, error) { return RunModes(s, Modes...) }
+
+// RunModes simulates s in the given modes on the same trace.
+func RunModes(s Scenario, modes ...string) (Report, error) {
 	if err := s.Validate(); err != nil {
 		return Report{}, err
 	}
 	r := Report{Scenario: s, Modes: map[string]Metrics{}}
-	for _, m := range Modes {
+	for _, m := range modes {
 		met, err := runMode(s, m)
 		if err != nil {
 			return r, err
@@ -77,16 +99,19 @@ func Run(s Scenario) (Report, error) {
 
 // trace draws each session's k-th request identically in every mode.
 type trace struct {
-	rng          *rand.Rand
-	promptMu     float64
-	promptSigma  float64
-	outputMu     float64
-	outputSigma  float64
-	thinkMeanSec float64
+	rng            *rand.Rand
+	promptMu       float64
+	promptSigma    float64
+	outputMu       float64
+	outputSigma    float64
+	thinkMeanSec   float64
+	maxTokensShare float64
+	maxTokens      int64
 }
 
 type job struct {
 	prompt, output int64
+	maxTokens      int64 // the max_tokens the call sends; 0: none
 	think          time.Duration
 }
 
@@ -94,7 +119,12 @@ func (t *trace) next() job {
 	p := math.Exp(t.promptMu + t.promptSigma*t.rng.NormFloat64())
 	o := math.Exp(t.outputMu + t.outputSigma*t.rng.NormFloat64())
 	th := t.rng.ExpFloat64() * t.thinkMeanSec
-	return job{prompt: max(1, int64(p)), output: max(1, int64(o)), think: time.Duration(th * float64(time.Second))}
+	j := job{prompt: max(1, int64(p)), output: max(1, int64(o)), think: time.Duration(th * float64(time.Second))}
+	if t.maxTokensShare > 0 && t.rng.Float64() < t.maxTokensShare { // no draw without the share: older traces stay as they were
+		j.maxTokens = t.maxTokens
+		j.output = min(j.output, t.maxTokens)
+	}
+	return j
 }
 
 const z99 = 2.3263478740408408 // the standard normal's 99th percentile
@@ -103,51 +133,63 @@ func lognormal(spec SizeSpec) (mu, sigma float64) {
 	return math.Log(spec.Median), math.Log(spec.P99/spec.Median) / z99
 }
 
-// latency is how long the simulated provider takes to answer: 0.5 s plus 100
-// output tokens a second.
-func latency(output int64) time.Duration {
-	return 500*time.Millisecond + time.Duration(output)*10*time.Millisecond
+// responseTime is how long the provider takes to answer a call writing output
+// tokens.
+func (s Scenario) responseTime(output int64) time.Duration {
+	return time.Duration(s.Response.Base) + time.Duration(output)*time.Duration(s.Response.PerOutputToken)
 }
 
-// thinkMean makes the closed loop offer demand × the true limit: each session's
-// cycle (latency + think) carries the mean request.
+// thinkMean makes the closed loop offer demand × the binding true limit: each
+// session's cycle (round trip + response + think) carries the mean request.
 func thinkMean(s Scenario) float64 {
 	pm, ps := lognormal(s.Prompt)
 	om, os := lognormal(s.Output)
 	meanP := math.Exp(pm + ps*ps/2)
 	meanO := math.Exp(om + os*os/2)
-	perSessionPerSec := s.Demand * float64(s.Provider.TPM) / time.Duration(s.Window).Seconds() / float64(s.Sessions)
-	cycle := (meanP + meanO) / perSessionPerSec
-	return math.Max(0, cycle-latency(int64(meanO)).Seconds())
+	win := time.Duration(s.Window).Seconds()
+	// requests per second the provider allows: whichever limit binds first
+	allowed := math.Min(float64(s.Provider.TPM)/(meanP+meanO), float64(s.Provider.RPM)) / win
+	perSession := s.Demand * allowed / float64(s.Sessions)
+	trip := 2*time.Duration(s.Network.Delay) + time.Duration(s.Network.Jitter)
+	return math.Max(0, 1/perSession-(s.responseTime(int64(meanO))+trip).Seconds())
 }
 
 type session struct {
-	id       int
-	trace    trace
-	cur      job
-	attempt  int
-	waited   time.Duration
-	ticket   gate.Ticket
-	waiter   *gate.Waiter
-	gen      int // invalidates stale poll events
-	served   int64
-	inFlight bool
+	id      int
+	trace   trace
+	cur     job
+	attempt int
+	waited  time.Duration
+	adm     admission
+	queued  bool // waiting in the gate
+	gen     int  // invalidates stale poll events
+	served  int64
+	sentAt  time.Time // when the current attempt left the gate (admitted)
+	pending refusal   // the 429 on its way back to the gate
+	hdr     headers   // the headers on the answer on its way back
 }
 
 type event struct {
-	at   time.Time
-	seq  uint64
-	kind int
-	s    *session
-	gen  int
+	at     time.Time
+	seq    uint64
+	kind   int
+	s      *session // nil for outside calls and samples
+	gen    int
+	tokens int64 // outside calls: their cost
 }
 
 const (
-	evIssue = iota
-	evPoll
-	evComplete
-	evRetry
-	evSample
+	evIssue       = iota // a session starts its next call
+	evPoll               // a queued call polls the gate
+	evArrive             // a session's call reaches the provider
+	evDone               // the provider finishes a session's call
+	evAnswer             // the answer reaches the gate
+	evRefused            // a 429 reaches the gate
+	evRetry              // naive: a retry leaves
+	evSample             // end of a window: sample the learned quota
+	evOutsideTick        // the outside client's schedule
+	evOutsideCall        // an outside call reaches the provider
+	evOutsideDone        // the provider finishes an outside call
 )
 
 type eventQueue []event
@@ -174,44 +216,59 @@ type runner struct {
 	start    time.Time
 	end      time.Time
 	clock    *engine.FakeClock
-	ledger   *gate.Ledger
+	gate     *gateAdapter // nil in naive mode
 	provider *provider
-	rng      *rand.Rand
+	rng      *rand.Rand // poll jitter
+	net      *rand.Rand // network jitter
 	q        eventQueue
 	seq      uint64
 	sessions []*session
 	waits    []time.Duration
-	times429 []time.Time
+	times429 []time.Time // when each session 429 reached the gate
 	lost     int
 	done     int
 	learned  []float64
+	capacity float64 // tokens per window left to the gate: true TPM less the outside share
+	// lowestTrigger is the lowest non-zero trigger seen at a window sample.
+	lowestTrigger float64
 }
 
 func runMode(s Scenario, mode string) (Metrics, error) {
+	r, err := newRunner(s, mode)
+	if err != nil {
+		return Metrics{}, err
+	}
+	for r.step() {
+	}
+	return r.metrics(), nil
+}
+
+// newRunner sets up one mode's run with its first events queued.
+func newRunner(s Scenario, mode string) (*runner, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p, err := newProvider(s.Provider, time.Duration(s.Window))
+	if err != nil {
+		return nil, err
+	}
 	r := &runner{
 		s: s, mode: mode, start: start, end: start.Add(time.Duration(s.Duration)),
 		clock:    engine.NewFakeClock(start),
-		provider: newProvider(s.Provider, time.Duration(s.Window)),
+		provider: p,
 		rng:      rand.New(rand.NewPCG(s.Seed, 0x5eed)),
+		net:      rand.New(rand.NewPCG(s.Seed, 0x6e6574)),
+		capacity: float64(s.Provider.TPM) * (1 - s.Outside.Share),
 	}
 	if mode != ModeNaive {
-		cfg := gate.DefaultConfig()
-		cfg.Window = time.Duration(s.Window)
-		cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
-		cfg.SafetyFactor = s.Gate.SafetyFactor
-		cfg.Defaults = gate.ModelLimits{TPM: s.Gate.TPM, RPM: s.Gate.RPM}
-		cfg.Learn = true
+		lim := gateLimits{window: time.Duration(s.Window), tpm: s.StartTPM(), rpm: s.StartRPM(), safetyFactor: s.Gate.SafetyFactor, learn: true}
 		if mode == ModeOracle {
-			cfg.Defaults = gate.ModelLimits{TPM: s.Provider.TPM, RPM: s.Provider.RPM}
-			cfg.Learn = false
+			// the truth, less what the outside client takes, known and fixed
+			lim.tpm = int(r.capacity)
+			lim.rpm = max(1, s.Provider.RPM-int(math.Ceil(r.outsideRequestsPerWindow())))
+			lim.learn = false
 		}
-		l, err := gate.NewLedger(cfg, r.clock, gate.WithRand(rand.New(rand.NewPCG(s.Seed, 0x717e7))))
-		if err != nil {
-			return Metrics{}, err
+		if r.gate, err = newGateAdapter(lim, r.clock, s.Seed, start); err != nil {
+			return nil, err
 		}
-		r.ledger = l
-		r.ledger.BucketStatus(start, simProvider, simModel) // the model is known from the start
 	}
 	pm, ps := lognormal(s.Prompt)
 	om, os := lognormal(s.Output)
@@ -220,6 +277,7 @@ func runMode(s Scenario, mode string) (Metrics, error) {
 		ss := &session{id: i, trace: trace{
 			rng:      rand.New(rand.NewPCG(s.Seed, uint64(i)+1)),
 			promptMu: pm, promptSigma: ps, outputMu: om, outputSigma: os, thinkMeanSec: think,
+			maxTokensShare: s.MaxTokensShare, maxTokens: int64(s.MaxTokens),
 		}}
 		r.sessions = append(r.sessions, ss)
 		// stagger the first requests over the first second, as sessions come up
@@ -228,25 +286,44 @@ func runMode(s Scenario, mode string) (Metrics, error) {
 	if mode == ModeGate {
 		r.push(start.Add(time.Duration(s.Window)), evSample, nil)
 	}
-	for r.q.Len() > 0 {
-		e := heap.Pop(&r.q).(event)
-		if e.at.After(r.end) {
-			break
-		}
-		r.clock.Set(e.at)
-		r.handle(e)
-		r.sweep(e.at)
+	if s.Outside.Share > 0 {
+		r.push(start.Add(r.outsidePeriod()/2), evOutsideTick, nil)
 	}
-	return r.metrics(), nil
+	return r, nil
+}
+
+// step handles the next event; false when the run is over.
+func (r *runner) step() bool {
+	if r.q.Len() == 0 || r.q[0].at.After(r.end) {
+		return false
+	}
+	e := heap.Pop(&r.q).(event)
+	r.clock.Set(e.at)
+	r.handle(e)
+	r.sweep(e.at)
+	return true
 }
 
 func (r *runner) push(at time.Time, kind int, s *session) {
+	r.pushTokens(at, kind, s, 0)
+}
+
+func (r *runner) pushTokens(at time.Time, kind int, s *session, tokens int64) {
 	r.seq++
 	gen := 0
 	if s != nil {
 		gen = s.gen
 	}
-	heap.Push(&r.q, event{at: at, seq: r.seq, kind: kind, s: s, gen: gen})
+	heap.Push(&r.q, event{at: at, seq: r.seq, kind: kind, s: s, gen: gen, tokens: tokens})
+}
+
+// oneWay is one trip between the gate and the provider.
+func (r *runner) oneWay() time.Duration {
+	d := time.Duration(r.s.Network.Delay)
+	if j := time.Duration(r.s.Network.Jitter); j > 0 {
+		d += time.Duration(r.net.Float64() * float64(j))
+	}
+	return d
 }
 
 func (r *runner) handle(e event) {
@@ -258,58 +335,78 @@ func (r *runner) handle(e event) {
 		s.attempt, s.waited = 0, 0
 		r.try(now, s)
 	case evPoll:
-		if s.waiter != nil && e.gen == s.gen {
-			s.waiter.Poll(now)
+		if s.queued && e.gen == s.gen {
+			r.gate.poll(now, &s.adm)
 			// a grant is picked up by sweep; otherwise poll again at its next time
-			if _, ok := s.waiter.Ticket(); !ok {
+			if !r.gate.grant(&s.adm) {
 				r.schedulePoll(s)
 			}
 		}
 	case evRetry:
 		r.send(now, s)
-	case evComplete:
-		s.inFlight = false
-		if r.ledger != nil {
-			r.ledger.Settle(now, s.ticket, gate.Usage{InputTokens: s.cur.prompt, OutputTokens: s.cur.output})
+	case evArrive:
+		ref := r.provider.offer(now, s.cur.prompt+s.cur.output, fromSessions)
+		if ref.axis != axisNone {
+			r.push(now.Add(r.oneWay()), evRefused, s)
+			s.pending = ref
+			return
+		}
+		r.push(now.Add(r.s.responseTime(s.cur.output)), evDone, s)
+	case evDone:
+		r.provider.done(now, s.cur.prompt+s.cur.output, fromSessions)
+		s.hdr = r.provider.headers(now)
+		r.push(now.Add(r.oneWay()), evAnswer, s)
+	case evAnswer:
+		if r.gate != nil {
+			r.gate.settle(now, &s.adm, s.cur.prompt, s.cur.output)
+			if r.s.Provider.Headers && r.mode == ModeGate {
+				r.gate.calibrate(now, s.hdr)
+			}
 		}
 		s.served += s.cur.prompt + s.cur.output
 		r.done++
 		r.waits = append(r.waits, s.waited)
 		r.push(now.Add(s.cur.think), evIssue, s)
+	case evRefused:
+		r.refused(now, s)
 	case evSample:
-		st := r.ledger.BucketStatus(now, simProvider, simModel)
-		learned := st.Quota
-		if st.Trigger > 0 && st.Trigger < learned {
-			learned = st.Trigger
+		learned, _, trig := r.gate.learned(now)
+		r.learned = append(r.learned, learned/r.capacity)
+		if trig > 0 && (r.lowestTrigger == 0 || trig < r.lowestTrigger) {
+			r.lowestTrigger = trig
 		}
-		r.learned = append(r.learned, learned/float64(r.s.Provider.TPM))
 		r.push(now.Add(time.Duration(r.s.Window)), evSample, nil)
+	case evOutsideTick:
+		r.outsideTick(now)
+	case evOutsideCall:
+		if ref := r.provider.offer(now, e.tokens, fromOutside); ref.axis != axisNone {
+			r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
+			return
+		}
+		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)
+	case evOutsideDone:
+		r.provider.done(now, e.tokens, fromOutside)
 	}
 }
 
 // try asks for admission (engine modes) or sends at once (naive).
 func (r *runner) try(now time.Time, s *session) {
-	if r.ledger == nil {
+	if r.gate == nil {
 		r.send(now, s)
 		return
 	}
-	t, w := r.ledger.Submit(now, gate.Request{
-		Provider: simProvider, Model: simModel, Session: sessionName(s.id),
-		InputTokens: int(s.cur.prompt),
-	})
-	if w == nil {
-		s.ticket = t
-		s.waited += t.Waited
+	if r.gate.submit(now, sessionName(s.id), s.cur.prompt, s.cur.maxTokens, &s.adm) {
+		s.waited += s.adm.waited()
 		r.send(now, s)
 		return
 	}
-	s.waiter = w
+	s.queued = true
 	s.gen++
 	r.schedulePoll(s)
 }
 
 func (r *runner) schedulePoll(s *session) {
-	next := s.waiter.Next()
+	next := r.gate.next(&s.adm)
 	if d := next.Sub(r.clock.Now()); d > 0 {
 		next = next.Add(time.Duration(r.rng.Float64() * 0.1 * float64(d))) // the engine's jitter
 	}
@@ -319,35 +416,36 @@ func (r *runner) schedulePoll(s *session) {
 // sweep sends every waiter the last event granted (a settlement's refund or a
 // poll may admit several at once).
 func (r *runner) sweep(now time.Time) {
-	if r.ledger == nil {
+	if r.gate == nil {
 		return
 	}
 	for _, s := range r.sessions {
-		if s.waiter == nil {
-			continue
-		}
-		if t, ok := s.waiter.Ticket(); ok {
-			s.waiter = nil
+		if s.queued && r.gate.grant(&s.adm) {
+			s.queued = false
 			s.gen++
-			s.ticket = t
-			s.waited += t.Waited
+			s.waited += s.adm.waited()
 			r.send(now, s)
 		}
 	}
 }
 
+// send lets an admitted call leave for the provider.
 func (r *runner) send(now time.Time, s *session) {
-	tokens := s.cur.prompt + s.cur.output
-	if r.provider.offer(now, tokens) {
-		s.inFlight = true
-		r.push(now.Add(latency(s.cur.output)), evComplete, s)
-		return
-	}
+	s.sentAt = now
+	r.push(now.Add(r.oneWay()), evArrive, s)
+}
+
+// refused handles a 429 that has reached the gate at now.
+func (r *runner) refused(now time.Time, s *session) {
 	r.times429 = append(r.times429, now)
-	retryAfter := time.Duration(r.s.Provider.RetryAfter)
-	if r.ledger != nil {
-		r.ledger.RateLimited(now, simProvider, simModel, retryAfter)
-		r.ledger.Release(now, s.ticket) // the provider counted nothing
+	ref := s.pending
+	if r.gate != nil {
+		ax := axisNone
+		if r.s.Provider.NamesLimit {
+			ax = ref.axis
+		}
+		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt)
+		r.gate.release(now, &s.adm) // the provider counted nothing
 		if s.attempt >= gateMaxRetries {
 			r.giveUp(now, s)
 			return
@@ -371,26 +469,71 @@ func (r *runner) giveUp(now time.Time, s *session) {
 	r.push(now.Add(s.cur.think), evIssue, s)
 }
 
+// outsidePeriod is the outside client's schedule step: one call (smooth) or one
+// burst.
+func (r *runner) outsidePeriod() time.Duration {
+	o := r.s.Outside
+	if o.Pattern == OutsideBursts {
+		if o.Every > 0 {
+			return time.Duration(o.Every)
+		}
+		return time.Duration(r.s.Window)
+	}
+	perWindow := o.Share * float64(r.s.Provider.TPM) / float64(o.CallTokens)
+	return time.Duration(float64(r.s.Window) / perWindow)
+}
+
+func (r *runner) outsideRequestsPerWindow() float64 {
+	return r.s.Outside.Share * float64(r.s.Provider.TPM) / float64(max(1, r.s.Outside.CallTokens))
+}
+
+// outsideTick sends the outside client's next call (smooth) or burst. A burst
+// carries share × tpm × every ÷ window tokens in calls of callTokens, the last
+// one smaller.
+func (r *runner) outsideTick(now time.Time) {
+	o := r.s.Outside
+	period := r.outsidePeriod()
+	if o.Pattern == OutsideBursts {
+		left := int64(math.Round(o.Share * float64(r.s.Provider.TPM) * float64(period) / float64(r.s.Window)))
+		for left > 0 {
+			c := min(left, int64(o.CallTokens))
+			r.pushTokens(now, evOutsideCall, nil, c)
+			left -= c
+		}
+	} else {
+		r.pushTokens(now, evOutsideCall, nil, int64(o.CallTokens))
+	}
+	r.push(now.Add(period), evOutsideTick, nil)
+}
+
 func (r *runner) metrics() Metrics {
 	windows := time.Duration(r.s.Duration).Seconds() / time.Duration(r.s.Window).Seconds()
 	hours := time.Duration(r.s.Duration).Hours()
+	p := r.provider
+	truth := float64(r.s.Provider.TPM) * windows
 	m := Metrics{
-		Utilization:        float64(r.provider.served) / (float64(r.s.Provider.TPM) * windows),
-		RateLimited:        len(r.times429),
-		RateLimitedPerHour: float64(len(r.times429)) / hours,
-		Lost:               r.lost,
-		Completed:          r.done,
-		Fairness:           jain(r.sessions),
+		Utilization:           float64(p.served[fromSessions]+p.served[fromOutside]) / truth,
+		RemainingUtilization:  float64(p.served[fromSessions]) / (truth - float64(p.served[fromOutside])),
+		OutsideShare:          float64(p.served[fromOutside]) / truth,
+		RequestUtilization:    float64(p.requests[fromSessions]+p.requests[fromOutside]) / (float64(r.s.Provider.RPM) * windows),
+		RateLimited:           len(r.times429),
+		RateLimitedByTokens:   p.refusedBy[axisTokens],
+		RateLimitedByRequests: p.refusedBy[axisRequests],
+		RateLimitedPerHour:    float64(len(r.times429)) / hours,
+		OutsideRateLimited:    p.refusedOut,
+		Lost:                  r.lost,
+		Completed:             r.done,
+		Fairness:              jain(r.sessions),
 	}
 	sort.Slice(r.waits, func(i, j int) bool { return r.waits[i] < r.waits[j] })
 	m.WaitP50Ms = quantile(r.waits, 0.50).Milliseconds()
 	m.WaitP99Ms = quantile(r.waits, 0.99).Milliseconds()
-	if r.ledger != nil {
-		st := r.ledger.BucketStatus(r.end, simProvider, simModel)
-		m.FinalQuota, m.FinalTrigger = st.Quota, st.Trigger
+	if r.gate != nil {
+		_, m.FinalQuota, m.FinalTrigger = r.gate.learned(r.end)
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned
+		m.LowestTrigger = r.lowestTrigger / r.capacity
 		if c, ok := convergedAfter(r.learned); ok {
 			m.ConvergedAfterWindows = &c
 			from := r.start.Add(time.Duration(c) * time.Duration(r.s.Window))
@@ -412,7 +555,7 @@ func (r *runner) metrics() Metrics {
 }
 
 // convergedAfter returns the first window after which every sample stays within
-// the band around 1 (samples are learned ÷ truth at the end of windows 1, 2, …).
+// the band around 1 (samples are learned ÷ capacity at the end of windows 1, 2, …).
 func convergedAfter(samples []float64) (int, bool) {
 	last := -1
 	for i, v := range samples {
@@ -453,41 +596,4 @@ func sessionName(i int) string {
 		return "s" + digits[i:i+1]
 	}
 	return sessionName(i/10) + digits[i%10:i%10+1]
-}
-
-// provider enforces a hidden TPM/RPM on a sliding window, counting a request's
-// whole cost (input and output) when it arrives, and refusing with a 429 (counting
-// nothing) when it would go over.
-type provider struct {
-	tpm, rpm int64
-	window   time.Duration
-	entries  []provEntry
-	tokens   int64
-	served   int64
-}
-
-type provEntry struct {
-	at     time.Time
-	tokens int64
-}
-
-func newProvider(p ProviderSpec, window time.Duration) *provider {
-	return &provider{tpm: int64(p.TPM), rpm: int64(p.RPM), window: window}
-}
-
-func (p *provider) offer(now time.Time, tokens int64) bool {
-	cutoff := now.Add(-p.window)
-	i := 0
-	for i < len(p.entries) && !p.entries[i].at.After(cutoff) {
-		p.tokens -= p.entries[i].tokens
-		i++
-	}
-	p.entries = p.entries[i:]
-	if p.tokens+tokens > p.tpm || int64(len(p.entries))+1 > p.rpm {
-		return false
-	}
-	p.entries = append(p.entries, provEntry{now, tokens})
-	p.tokens += tokens
-	p.served += tokens
-	return true
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func loadScenario(t *testing.T, name string) Scenario {
@@ -114,6 +115,11 @@ func TestParseScenario(t *testing.T) {
 		{"ZeroSessions", "sessions: 0\n", "scenario.sessions"},
 		{"SafetyFactor", "gate: {tpm: 1, rpm: 1, safetyFactor: 1.5}\n", "scenario.gate.safetyFactor"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
+		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
+		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
+		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
+		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},
+		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +132,23 @@ func TestParseScenario(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("err %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// Every shipped example parses and runs.
+func TestExamplesParse(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "sim", "*.yaml"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("%d examples, %v", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s := loadScenario(t, filepath.Base(f))
+			s.Duration = Duration(3 * time.Minute)
+			if _, err := Run(s); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -1,0 +1,124 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+)
+
+// gateAdapter is the simulator's only contact with the admission engine: every
+// call into gate.Ledger goes through it, so a change to the engine's API is a
+// change to this file alone. It holds one ledger for the single simulated
+// provider/model. It is not safe for concurrent use (the simulation is
+// single-threaded).
+type gateAdapter struct {
+	l *gate.Ledger
+}
+
+const (
+	simProvider = "sim"
+	simModel    = "model"
+)
+
+// gateLimits is what the adapter builds a ledger from.
+type gateLimits struct {
+	window       time.Duration
+	tpm, rpm     int
+	safetyFactor float64
+	learn        bool
+}
+
+func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time) (*gateAdapter, error) {
+	cfg := gate.DefaultConfig()
+	cfg.Window = lim.window
+	cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
+	cfg.SafetyFactor = lim.safetyFactor
+	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm}
+	cfg.Learn = lim.learn
+	l, err := gate.NewLedger(cfg, clock, gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7))))
+	if err != nil {
+		return nil, err
+	}
+	l.BucketStatus(now, simProvider, simModel) // the model is known from the start
+	return &gateAdapter{l: l}, nil
+}
+
+// admission is one call's place in the gate: a ticket once granted, a waiter
+// while queued. The zero value is "not submitted".
+type admission struct {
+	ticket  gate.Ticket
+	waiter  *gate.Waiter
+	granted bool
+}
+
+// submit asks for admission at now. maxTokens 0 means the call sends none. It
+// reports whether the call was granted at once; otherwise poll it.
+func (g *gateAdapter) submit(now time.Time, session string, input, maxTokens int64, a *admission) bool {
+	t, w := g.l.Submit(now, gate.Request{
+		Provider: simProvider, Model: simModel, Session: session,
+		InputTokens: int(input), MaxTokens: int(maxTokens),
+	})
+	*a = admission{ticket: t, waiter: w, granted: w == nil}
+	return a.granted
+}
+
+// poll runs the gate's dispatch at now for a queued call.
+func (g *gateAdapter) poll(now time.Time, a *admission) { a.waiter.Poll(now) }
+
+// next is when a queued call should be polled again.
+func (g *gateAdapter) next(a *admission) time.Time { return a.waiter.Next() }
+
+// grant checks whether a queued call has been granted (by a poll, or by another
+// call's settlement) and, if so, takes its ticket.
+func (g *gateAdapter) grant(a *admission) bool {
+	if a.granted {
+		return true
+	}
+	t, ok := a.waiter.Ticket()
+	if ok {
+		a.ticket, a.waiter, a.granted = t, nil, true
+	}
+	return ok
+}
+
+// waited is how long admission held the granted call.
+func (a *admission) waited() time.Duration { return a.ticket.Waited }
+
+// settle closes a served call with its real usage.
+func (g *gateAdapter) settle(now time.Time, a *admission, input, output int64) {
+	_ = g.l.Settle(now, a.ticket, gate.Usage{InputTokens: input, OutputTokens: output})
+}
+
+// release closes a refused call: the provider counted nothing.
+func (g *gateAdapter) release(now time.Time, a *admission) { _ = g.l.Release(now, a.ticket) }
+
+// rateLimited reports a 429 received at now for a call admitted at admitted.
+func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time) {
+	ga := gate.AxisUnknown
+	switch ax {
+	case axisTokens:
+		ga = gate.AxisTokens
+	case axisRequests:
+		ga = gate.AxisRequests
+	}
+	g.l.RateLimitedBy(now, simProvider, simModel, gate.Signal{RetryAfter: retryAfter, Axis: ga, Admitted: admitted})
+}
+
+// calibrate passes the provider's rate-limit headers (per-minute figures, as
+// x-ratelimit-limit-tokens and friends carry them) to the gate.
+func (g *gateAdapter) calibrate(now time.Time, h headers) {
+	g.l.Calibrate(now, simProvider, simModel, h.limitTokens, h.remainingTokens, h.limitRequests, h.remainingRequests)
+}
+
+// learned is the gate's learned token quota, min(quota, trigger), and the two
+// parts.
+func (g *gateAdapter) learned(now time.Time) (learned, quota, trigger float64) {
+	st := g.l.BucketStatus(now, simProvider, simModel)
+	learned = st.Quota
+	if st.Trigger > 0 && st.Trigger < learned {
+		learned = st.Trigger
+	}
+	return learned, st.Quota, st.Trigger
+}

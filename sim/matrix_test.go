@@ -1,0 +1,59 @@
+package sim
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestMatrix(t *testing.T) {
+	base := DefaultScenario()
+	base.Duration = Duration(5 * time.Minute)
+	rows, err := Matrix(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(LimitModels) * 2 * len(MatrixStarts) * len(MatrixOutside); len(rows) != want {
+		t.Fatalf("%d rows, want %d", len(rows), want)
+	}
+	sessions := map[int]bool{}
+	for i, r := range rows {
+		if r.Sessions < 24 || r.Sessions > 40 || r.Demand < 1.4-1e-9 || r.Demand > 1.6+1e-9 {
+			t.Errorf("row %d: %d sessions, demand %.2f: want 24–40 and 1.4–1.6", i, r.Sessions, r.Demand)
+		}
+		if r.OracleUtilization <= 0 || r.Utilization <= 0 {
+			t.Errorf("row %d did not run: %+v", i, r)
+		}
+		sessions[r.Sessions] = true
+	}
+	if len(sessions) < 10 {
+		t.Errorf("sessions barely vary: %v", sessions)
+	}
+	again, _ := Matrix(base)
+	if !reflect.DeepEqual(rows, again) {
+		t.Fatal("the matrix is not deterministic")
+	}
+}
+
+func TestTargets(t *testing.T) {
+	one, three, twelve := 1, 3, 12
+	zero, two := 0.0, 2.0
+	for _, tc := range []struct {
+		name string
+		row  MatrixRow
+		want []string
+	}{
+		{"AtTruthMet", MatrixRow{Start: 1, Utilization: 0.94, ConvergedAfterWindows: &one, RateLimitedPerHourAfterConvergence: &zero}, nil},
+		{"AtTruthMissed", MatrixRow{Start: 1, Utilization: 0.9, ConvergedAfterWindows: &one, RateLimitedPerHourAfterConvergence: &two, Lost: 1}, []string{"util≥.93", "≤1/h", "lost=0"}},
+		{"TwiceNeverConverged", MatrixRow{Start: 2, RateLimited: 4}, []string{"conv≤3", "429s≤3"}},
+		{"TwiceMet", MatrixRow{Start: 2, ConvergedAfterWindows: &three, RateLimited: 3}, nil},
+		{"Half", MatrixRow{Start: 0.5, ConvergedAfterWindows: &twelve}, []string{"conv≤10"}},
+		{"Outside", MatrixRow{Start: 0.5, ConvergedAfterWindows: &one, Outside: 0.1, RemainingUtilization: 0.8, LowestTrigger: 0.5}, []string{"remaining≥.90", "no-false-trigger"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Targets(tc.row); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("%v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,337 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Provider limit models (scenario key provider.model).
+const (
+	// LimitSlidingArrival counts a call's whole cost on a sliding window at the
+	// instant it arrives at the provider.
+	LimitSlidingArrival = "sliding-arrival"
+	// LimitSlidingCompletion counts a call when it completes; a call is refused at
+	// arrival when the completed calls in the window plus its own cost are over the
+	// limit (calls still running are not counted yet).
+	LimitSlidingCompletion = "sliding-completion"
+	// LimitTokenBucket refills continuously at limit ÷ window up to a capacity of
+	// one limit; a call takes its cost from the bucket when it arrives. OpenAI
+	// describes its limits this way.
+	LimitTokenBucket = "token-bucket"
+	// LimitFixedWindow counts calls at arrival in clock-aligned windows (multiples
+	// of the window since the Unix epoch) that reset at each boundary.
+	LimitFixedWindow = "fixed-window"
+)
+
+// LimitModels lists the provider limit models in report order.
+var LimitModels = []string{LimitSlidingArrival, LimitSlidingCompletion, LimitTokenBucket, LimitFixedWindow}
+
+// axis is the limit a refusal was about.
+type axis uint8
+
+const (
+	axisNone     axis = iota // accepted; as a 429's axis: the provider did not say
+	axisTokens               // tokens per window (TPM)
+	axisRequests             // requests per window (RPM)
+)
+
+func (a axis) String() string {
+	switch a {
+	case axisTokens:
+		return "tokens"
+	case axisRequests:
+		return "requests"
+	}
+	return "none"
+}
+
+// limiter is one provider limit model: both the token and the request limit of
+// one key. Calls reach it in time order.
+type limiter interface {
+	// offer is a call costing tokens arriving at now. It returns axisNone when the
+	// call is accepted, else the limit that refused it (tokens when both would)
+	// and how long until the same call would first fit (0: never, or unknown).
+	offer(now time.Time, tokens int64) (axis, time.Duration)
+	// done tells the limiter that a call it accepted has completed at now.
+	done(now time.Time, tokens int64)
+	// remaining is what is left of each limit at now, as rate-limit headers say.
+	remaining(now time.Time) (tokens, requests int64)
+	// countsOnDone: a call is counted (served) at done rather than at offer.
+	countsOnDone() bool
+}
+
+func newLimiter(model string, tpm, rpm int64, window time.Duration) (limiter, error) {
+	switch model {
+	case LimitSlidingArrival, "":
+		return &slidingLimiter{tpm: tpm, rpm: rpm, w: slidingWindow{window: window}}, nil
+	case LimitSlidingCompletion:
+		return &slidingLimiter{tpm: tpm, rpm: rpm, w: slidingWindow{window: window}, onDone: true}, nil
+	case LimitTokenBucket:
+		return &bucketLimiter{tpm: float64(tpm), rpm: float64(rpm), window: window, tokens: float64(tpm), requests: float64(rpm)}, nil
+	case LimitFixedWindow:
+		return &fixedLimiter{tpm: tpm, rpm: rpm, window: window}, nil
+	}
+	return nil, fmt.Errorf("scenario.provider.model: %q is not a limit model; choices are %v", model, LimitModels)
+}
+
+// slidingWindow holds counted calls for one window span.
+type slidingWindow struct {
+	window  time.Duration
+	entries []provEntry // in time order; each counts until at + window (exclusive)
+	tokens  int64       // sum of entries' tokens
+}
+
+type provEntry struct {
+	at     time.Time
+	tokens int64
+}
+
+func (w *slidingWindow) expire(now time.Time) {
+	cutoff := now.Add(-w.window)
+	i := 0
+	for i < len(w.entries) && !w.entries[i].at.After(cutoff) {
+		w.tokens -= w.entries[i].tokens
+		i++
+	}
+	w.entries = w.entries[i:]
+}
+
+func (w *slidingWindow) add(now time.Time, tokens int64) {
+	w.entries = append(w.entries, provEntry{now, tokens})
+	w.tokens += tokens
+}
+
+// check reports whether a call of cost tokens fits now (expire first), and if
+// not, which limit refuses and when it would first fit as entries leave.
+func (w *slidingWindow) check(now time.Time, tokens, tpm, rpm int64) (axis, time.Duration) {
+	overT := w.tokens+tokens > tpm
+	overR := int64(len(w.entries))+1 > rpm
+	if !overT && !overR {
+		return axisNone, 0
+	}
+	ax := axisRequests
+	if overT {
+		ax = axisTokens
+	}
+	if tokens > tpm {
+		return ax, 0 // never fits
+	}
+	left, n := w.tokens, int64(len(w.entries))
+	for _, e := range w.entries {
+		left -= e.tokens
+		n--
+		if left+tokens <= tpm && n+1 <= rpm {
+			return ax, e.at.Add(w.window).Sub(now)
+		}
+	}
+	return ax, 0
+}
+
+// slidingLimiter is sliding-arrival, or sliding-completion when onDone.
+type slidingLimiter struct {
+	tpm, rpm int64
+	w        slidingWindow
+	onDone   bool
+}
+
+func (l *slidingLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+	l.w.expire(now)
+	ax, ra := l.w.check(now, tokens, l.tpm, l.rpm)
+	if ax == axisNone && !l.onDone {
+		l.w.add(now, tokens)
+	}
+	return ax, ra
+}
+
+func (l *slidingLimiter) done(now time.Time, tokens int64) {
+	if l.onDone {
+		l.w.expire(now)
+		l.w.add(now, tokens)
+	}
+}
+
+func (l *slidingLimiter) remaining(now time.Time) (int64, int64) {
+	l.w.expire(now)
+	return l.tpm - l.w.tokens, l.rpm - int64(len(l.w.entries))
+}
+
+func (l *slidingLimiter) countsOnDone() bool { return l.onDone }
+
+// bucketLimiter is two token buckets (tokens and requests), each refilling
+// continuously at limit ÷ window up to one limit.
+type bucketLimiter struct {
+	tpm, rpm         float64
+	window           time.Duration
+	tokens, requests float64   // levels; at most tpm and rpm
+	last             time.Time // when the levels were last refilled
+}
+
+func (l *bucketLimiter) refill(now time.Time) {
+	if !l.last.IsZero() && now.After(l.last) {
+		dt := float64(now.Sub(l.last)) / float64(l.window)
+		l.tokens = math.Min(l.tpm, l.tokens+dt*l.tpm)
+		l.requests = math.Min(l.rpm, l.requests+dt*l.rpm)
+	}
+	if l.last.IsZero() || now.After(l.last) {
+		l.last = now
+	}
+}
+
+func (l *bucketLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+	l.refill(now)
+	cost := float64(tokens)
+	switch {
+	case cost > l.tokens:
+		if cost > l.tpm {
+			return axisTokens, 0
+		}
+		return axisTokens, l.until(cost-l.tokens, l.tpm, max(0, 1-l.requests), l.rpm)
+	case l.requests < 1:
+		return axisRequests, l.until(0, l.tpm, 1-l.requests, l.rpm)
+	}
+	l.tokens -= cost
+	l.requests--
+	return axisNone, 0
+}
+
+// until is how long both deficits take to refill.
+func (l *bucketLimiter) until(tokDeficit, tpm, reqDeficit, rpm float64) time.Duration {
+	f := math.Max(tokDeficit/tpm, reqDeficit/rpm)
+	return time.Duration(math.Ceil(f * float64(l.window)))
+}
+
+func (l *bucketLimiter) done(time.Time, int64) {}
+
+func (l *bucketLimiter) remaining(now time.Time) (int64, int64) {
+	l.refill(now)
+	return int64(l.tokens), int64(l.requests)
+}
+
+func (l *bucketLimiter) countsOnDone() bool { return false }
+
+// fixedLimiter counts in clock-aligned windows that reset at each boundary.
+type fixedLimiter struct {
+	tpm, rpm         int64
+	window           time.Duration
+	start            time.Time // the current window's start; a multiple of window
+	tokens, requests int64     // counted in the current window
+}
+
+func (l *fixedLimiter) roll(now time.Time) {
+	if s := now.Truncate(l.window); s.After(l.start) {
+		l.start, l.tokens, l.requests = s, 0, 0
+	}
+}
+
+func (l *fixedLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+	l.roll(now)
+	overT := l.tokens+tokens > l.tpm
+	if !overT && l.requests+1 <= l.rpm {
+		l.tokens += tokens
+		l.requests++
+		return axisNone, 0
+	}
+	ax := axisRequests
+	if overT {
+		ax = axisTokens
+	}
+	if tokens > l.tpm {
+		return ax, 0
+	}
+	return ax, l.start.Add(l.window).Sub(now)
+}
+
+func (l *fixedLimiter) done(time.Time, int64) {}
+
+func (l *fixedLimiter) remaining(now time.Time) (int64, int64) {
+	l.roll(now)
+	return l.tpm - l.tokens, l.rpm - l.requests
+}
+
+func (l *fixedLimiter) countsOnDone() bool { return false }
+
+// source tells the gate's (or naive) traffic from the outside client's.
+type source uint8
+
+const (
+	fromSessions source = iota
+	fromOutside
+)
+
+// provider is the simulated provider: a limiter, the Retry-After and headers it
+// answers with, and what it served.
+type provider struct {
+	lim        limiter
+	spec       ProviderSpec
+	window     time.Duration
+	served     [2]int64 // tokens counted, by source
+	requests   [2]int64 // requests counted, by source
+	refusedBy  [3]int   // refusals of session calls, by axis
+	refusedOut int      // refusals of outside calls
+}
+
+func newProvider(p ProviderSpec, window time.Duration) (*provider, error) {
+	lim, err := newLimiter(p.Model, int64(p.TPM), int64(p.RPM), window)
+	if err != nil {
+		return nil, err
+	}
+	return &provider{lim: lim, spec: p, window: window}, nil
+}
+
+// refusal is a 429 as the provider sends it.
+type refusal struct {
+	axis       axis          // the limit that refused; axisNone: accepted
+	retryAfter time.Duration // the Retry-After header
+}
+
+// offer is a call arriving at now.
+func (p *provider) offer(now time.Time, tokens int64, src source) refusal {
+	ax, fit := p.lim.offer(now, tokens)
+	if ax == axisNone {
+		if !p.lim.countsOnDone() {
+			p.count(tokens, src)
+		}
+		return refusal{}
+	}
+	if src == fromOutside {
+		p.refusedOut++
+	} else {
+		p.refusedBy[ax]++
+	}
+	ra := time.Duration(p.spec.RetryAfter)
+	if p.spec.ComputeRetryAfter && fit > 0 {
+		// the header carries whole seconds
+		ra = max(time.Second, (fit+time.Second-1)/time.Second*time.Second)
+	}
+	return refusal{axis: ax, retryAfter: ra}
+}
+
+// done is an accepted call completing at now.
+func (p *provider) done(now time.Time, tokens int64, src source) {
+	p.lim.done(now, tokens)
+	if p.lim.countsOnDone() {
+		p.count(tokens, src)
+	}
+}
+
+func (p *provider) count(tokens int64, src source) {
+	p.served[src] += tokens
+	p.requests[src]++
+}
+
+// headers are the x-ratelimit-* figures, per minute as providers state them.
+type headers struct {
+	limitTokens, remainingTokens, limitRequests, remainingRequests int64
+}
+
+func (p *provider) headers(now time.Time) headers {
+	rt, rr := p.lim.remaining(now)
+	scale := func(v int64) int64 {
+		return int64(math.Round(float64(v) * float64(time.Minute) / float64(p.window)))
+	}
+	return headers{
+		limitTokens: scale(int64(p.spec.TPM)), remainingTokens: scale(max(0, rt)),
+		limitRequests: scale(int64(p.spec.RPM)), remainingRequests: scale(max(0, rr)),
+	}
+}

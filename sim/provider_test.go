@@ -1,0 +1,147 @@
+package sim
+
+import (
+	"testing"
+	"time"
+)
+
+// Fixed instants for the step tables (x/time/rate style): the window is 10 s,
+// the limit 100 tokens and 3 requests.
+var (
+	t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a window boundary
+	t1 = t0.Add(1 * time.Second)
+	t2 = t0.Add(2 * time.Second)
+	t5 = t0.Add(5 * time.Second)
+	t9 = t0.Add(9 * time.Second)
+)
+
+const (
+	testWindow = 10 * time.Second
+	testTPM    = 100
+	testRPM    = 3
+)
+
+type step struct {
+	at     time.Time
+	op     string // "offer" or "done"
+	tokens int64
+	want   axis          // offer: the refusing limit, axisNone when accepted
+	fit    time.Duration // offer: when it would first fit; checked when want != axisNone
+}
+
+func runSteps(t *testing.T, model string, steps []step) {
+	t.Helper()
+	l, err := newLimiter(model, testTPM, testRPM, testWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range steps {
+		if s.op == "done" {
+			l.done(s.at, s.tokens)
+			continue
+		}
+		ax, fit := l.offer(s.at, s.tokens)
+		if ax != s.want || (ax != axisNone && fit != s.fit) {
+			t.Fatalf("step %d (+%s, %d tokens): got %s after %s, want %s after %s", i, s.at.Sub(t0), s.tokens, ax, fit, s.want, s.fit)
+		}
+	}
+}
+
+func TestLimitModels(t *testing.T) {
+	t.Run("SlidingArrival", func(t *testing.T) {
+		runSteps(t, LimitSlidingArrival, []step{
+			{t0, "offer", 60, axisNone, 0},
+			{t1, "offer", 30, axisNone, 0},
+			{t2, "offer", 20, axisTokens, 8 * time.Second},                                       // 110 > 100: fits when the t0 call leaves at t0+10s
+			{t2, "offer", 10, axisNone, 0},                                                       // exactly 100
+			{t5, "offer", 1, axisTokens, 5 * time.Second},                                        // over both: tokens named first
+			{t0.Add(testWindow), "offer", 60, axisNone, 0},                                       // the t0 call left: 40 + 60
+			{t0.Add(10500 * time.Millisecond), "offer", 0, axisRequests, 500 * time.Millisecond}, // 3 requests in; the t1 one leaves at 11 s
+			{t0.Add(11 * time.Second), "offer", 30, axisNone, 0},
+			{t0.Add(11 * time.Second), "offer", 101, axisTokens, 0}, // larger than the limit: never fits
+		})
+	})
+	t.Run("SlidingCompletion", func(t *testing.T) {
+		runSteps(t, LimitSlidingCompletion, []step{
+			{t0, "offer", 60, axisNone, 0},
+			{t1, "offer", 60, axisNone, 0}, // the first is still running: nothing is counted yet
+			{t2, "done", 60, 0, 0},
+			{t2, "offer", 50, axisTokens, 10 * time.Second}, // 60 completed + 50 > 100
+			{t5, "done", 60, 0, 0},
+			{t5, "offer", 1, axisTokens, 7 * time.Second}, // 120 completed: over until the t2 completion leaves
+			{t0.Add(12 * time.Second), "offer", 40, axisNone, 0},
+		})
+	})
+	t.Run("TokenBucket", func(t *testing.T) {
+		runSteps(t, LimitTokenBucket, []step{
+			{t0, "offer", 100, axisNone, 0},                // starts full
+			{t1, "offer", 20, axisTokens, 1 * time.Second}, // 10 refilled in 1 s; 10 more take 1 s
+			{t2, "offer", 20, axisNone, 0},                 // 20 refilled
+			{t2, "offer", 1, axisTokens, 100 * time.Millisecond},
+			{t9, "offer", 71, axisTokens, 100 * time.Millisecond}, // 70 refilled since t2
+			{t9, "offer", 70, axisNone, 0},
+		})
+	})
+	t.Run("TokenBucketRequests", func(t *testing.T) {
+		runSteps(t, LimitTokenBucket, []step{
+			{t0, "offer", 1, axisNone, 0},
+			{t0, "offer", 1, axisNone, 0},
+			{t0, "offer", 1, axisNone, 0},
+			{t0, "offer", 1, axisRequests, testWindow/3 + 1}, // one request refills in window ÷ rpm (rounded up)
+			{t0.Add(testWindow/3 + 1), "offer", 1, axisNone, 0},
+		})
+	})
+	t.Run("FixedWindow", func(t *testing.T) {
+		runSteps(t, LimitFixedWindow, []step{
+			{t1, "offer", 90, axisNone, 0},
+			{t5, "offer", 20, axisTokens, 5 * time.Second}, // resets at the boundary t0+10s
+			{t9, "offer", 10, axisNone, 0},
+			{t0.Add(10 * time.Second), "offer", 100, axisNone, 0}, // a new window: full again
+			{t0.Add(11 * time.Second), "offer", 1, axisTokens, 9 * time.Second},
+		})
+	})
+	t.Run("FixedWindowRequests", func(t *testing.T) {
+		runSteps(t, LimitFixedWindow, []step{
+			{t1, "offer", 1, axisNone, 0},
+			{t1, "offer", 1, axisNone, 0},
+			{t2, "offer", 1, axisNone, 0},
+			{t5, "offer", 1, axisRequests, 5 * time.Second},
+		})
+	})
+}
+
+func TestProviderRetryAfter(t *testing.T) {
+	spec := ProviderSpec{Model: LimitFixedWindow, TPM: testTPM, RPM: testRPM, RetryAfter: Duration(30 * time.Second)}
+	p, err := newProvider(spec, testWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.offer(t1, 90, fromSessions)
+	if ref := p.offer(t0.Add(1500*time.Millisecond), 20, fromSessions); ref.axis != axisTokens || ref.retryAfter != 30*time.Second {
+		t.Fatalf("configured Retry-After: %+v", ref)
+	}
+	p.spec.ComputeRetryAfter = true
+	if ref := p.offer(t0.Add(1500*time.Millisecond), 20, fromSessions); ref.retryAfter != 9*time.Second {
+		t.Fatalf("computed Retry-After is the wait to the boundary in whole seconds (8.5 s → 9 s): %+v", ref)
+	}
+	if ref := p.offer(t0.Add(9900*time.Millisecond), 20, fromSessions); ref.retryAfter != time.Second {
+		t.Fatalf("computed Retry-After is at least 1 s: %+v", ref)
+	}
+	if ref := p.offer(t5, 101, fromSessions); ref.retryAfter != 30*time.Second {
+		t.Fatalf("a call that never fits gets the configured Retry-After: %+v", ref)
+	}
+	if p.served[fromSessions] != 90 || p.refusedBy[axisTokens] != 4 {
+		t.Fatalf("served %d, refused %v", p.served[fromSessions], p.refusedBy)
+	}
+}
+
+func TestProviderHeaders(t *testing.T) {
+	// a 10 s window: the headers state per-minute figures, six times the window's
+	p, _ := newProvider(ProviderSpec{Model: LimitSlidingArrival, TPM: testTPM, RPM: testRPM}, testWindow)
+	p.offer(t1, 40, fromSessions)
+	h := p.headers(t2)
+	want := headers{limitTokens: 600, remainingTokens: 360, limitRequests: 18, remainingRequests: 12}
+	if h != want {
+		t.Fatalf("headers %+v, want %+v", h, want)
+	}
+}

@@ -1,0 +1,173 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// small is a quick scenario: 10 minutes, every call the same size.
+func small() Scenario {
+	s := DefaultScenario()
+	s.Duration = Duration(10 * time.Minute)
+	s.Sessions = 8
+	s.Prompt = SizeSpec{Median: 1000, P99: 1000}
+	s.Output = SizeSpec{Median: 100, P99: 100}
+	s.MaxTokensShare = 0
+	s.Provider.TPM = 40_000
+	s.Provider.RPM = 1_000
+	return s
+}
+
+// The network delay lies between the gate's admission and the provider's count,
+// and again between the provider's answer (or 429) and the gate.
+func TestNetworkDelay(t *testing.T) {
+	s := small()
+	s.Network = NetworkSpec{Delay: Duration(40 * time.Millisecond)}
+	r, err := newRunner(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess *session
+	for r.step() {
+		if sess = r.sessions[0]; !sess.sentAt.IsZero() {
+			break
+		}
+	}
+	sent := sess.sentAt
+	at := map[int]time.Time{}
+	for _, ok := at[evAnswer]; !ok && r.step(); _, ok = at[evAnswer] {
+		for _, e := range r.q {
+			if e.s == sess {
+				if _, seen := at[e.kind]; !seen {
+					at[e.kind] = e.at
+				}
+			}
+		}
+	}
+	resp := s.responseTime(sess.cur.output)
+	if got := at[evDone].Sub(sent); got != 40*time.Millisecond+resp {
+		t.Errorf("provider finished %s after admission, want delay + response %s", got, 40*time.Millisecond+resp)
+	}
+	if got := at[evAnswer].Sub(at[evDone]); got != 40*time.Millisecond {
+		t.Errorf("answer took %s to reach the gate, want 40ms", got)
+	}
+}
+
+// A 429 reaches the gate one round trip after admission, and the gate is told
+// when the call was admitted and — only when the provider names it — which limit.
+func TestRefusalRoundTrip(t *testing.T) {
+	s := small()
+	s.Network = NetworkSpec{Delay: Duration(25 * time.Millisecond)}
+	s.Demand = 3
+	s.Gate.Start = 2
+	r, err := newRunner(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.step() && len(r.times429) == 0 {
+	}
+	if len(r.times429) == 0 {
+		t.Fatal("no 429 at twice the truth")
+	}
+	var refused *session
+	for _, ss := range r.sessions {
+		if ss.pending.axis != axisNone {
+			refused = ss
+		}
+	}
+	if refused == nil || r.times429[0].Sub(refused.sentAt) != 50*time.Millisecond {
+		t.Fatalf("429 at %v, sent at %v: want one 50ms round trip", r.times429[0], refused.sentAt)
+	}
+	if refused.pending.axis != axisTokens {
+		t.Fatalf("refused on %s, want tokens", refused.pending.axis)
+	}
+}
+
+// Utilization is what the provider served ÷ (the true limit × time), whoever
+// spent it; the remaining utilization is the sessions' share of what the outside
+// client left.
+func TestUtilizationAgainstTheTruth(t *testing.T) {
+	for _, pattern := range []string{OutsideSmooth, OutsideBursts} {
+		t.Run(pattern, func(t *testing.T) {
+			s := small()
+			s.Outside = OutsideSpec{Share: 0.1, Pattern: pattern, CallTokens: 1000}
+			r, err := newRunner(s, ModeNaive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r.step() {
+			}
+			m := r.metrics()
+			truth := 40_000.0 * 10
+			p := r.provider
+			if want := float64(p.served[fromSessions]+p.served[fromOutside]) / truth; m.Utilization != want {
+				t.Errorf("utilization %v, want %v", m.Utilization, want)
+			}
+			if want := float64(p.served[fromSessions]) / (truth - float64(p.served[fromOutside])); m.RemainingUtilization != want {
+				t.Errorf("remaining utilization %v, want %v", m.RemainingUtilization, want)
+			}
+			// the outside client keeps retrying: it spends its share, give or take the calls still queued at the end
+			if math.Abs(m.OutsideShare-0.1) > 0.012 {
+				t.Errorf("outside share %.4f, want 0.1", m.OutsideShare)
+			}
+			if m.Utilization > 1.0001 {
+				t.Errorf("a sliding window cannot serve more than the limit: %v", m.Utilization)
+			}
+		})
+	}
+}
+
+// A provider that sends rate-limit headers calibrates the gate to its stated
+// limit on the first answer.
+func TestHeadersCalibrate(t *testing.T) {
+	s := small()
+	s.Provider.Headers = true
+	s.Gate.Start = 0.5
+	r, err := newRunner(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.step() && r.done == 0 {
+	}
+	if _, q, _ := r.gate.learned(r.clock.Now()); q != 40_000 {
+		t.Fatalf("quota %v after the first answer with headers, want the stated 40000", q)
+	}
+}
+
+// RPM-bound: many small calls; the requests limit refuses, and the report says so.
+func TestRPMBound(t *testing.T) {
+	s := small()
+	s.Prompt = SizeSpec{Median: 50, P99: 50}
+	s.Output = SizeSpec{Median: 20, P99: 20}
+	s.Provider.RPM = 100
+	r, err := RunModes(s, ModeNaive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Modes[ModeNaive]
+	if m.RateLimitedByRequests == 0 || m.RateLimitedByTokens != 0 {
+		t.Fatalf("429s by tokens %d, by requests %d: want requests only", m.RateLimitedByTokens, m.RateLimitedByRequests)
+	}
+	if m.RequestUtilization < 0.9 || m.RequestUtilization > 1.0001 {
+		t.Fatalf("request utilization %.3f", m.RequestUtilization)
+	}
+}
+
+func TestEveryLimitModelRuns(t *testing.T) {
+	for _, model := range LimitModels {
+		t.Run(model, func(t *testing.T) {
+			s := small()
+			s.Provider.Model = model
+			rep, err := RunModes(s, ModeOracle, ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for mode, m := range rep.Modes {
+				if m.Completed == 0 || m.Utilization <= 0 {
+					t.Errorf("%s: %+v", mode, m)
+				}
+			}
+		})
+	}
+}
