@@ -119,7 +119,7 @@ func TestEventsStream(t *testing.T) {
 		t.Fatalf("wait event: %s %v", typ, d)
 	}
 	apiEventually(t, "the waiter to sleep", func() bool { return e.clock.Timers() == 2 }) // its timer and the heartbeat's
-	e.clock.Advance(60300 * time.Millisecond) // the window plus its count guard (0.5%)
+	e.clock.Advance(60300 * time.Millisecond)                                             // the window plus its count guard (0.5%)
 	if a := apiRecv(t, ch); a.body["admitted"] != true {
 		t.Fatalf("admit: %s", a.raw)
 	}

@@ -96,14 +96,14 @@ func (g *gateAdapter) release(now time.Time, a *admission) { _ = g.l.Release(now
 
 // rateLimited reports a 429 received at now for a call admitted at admitted.
 func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time) {
-	ga := gate.AxisUnknown
+	ga := engine.AxisUnknown
 	switch ax {
 	case axisTokens:
-		ga = gate.AxisTokens
+		ga = engine.AxisTokens
 	case axisRequests:
-		ga = gate.AxisRequests
+		ga = engine.AxisRequests
 	}
-	g.l.RateLimitedBy(now, simProvider, simModel, gate.Signal{RetryAfter: retryAfter, Axis: ga, Admitted: admitted})
+	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted})
 }
 
 // calibrate passes the provider's rate-limit headers (per-minute figures, as

@@ -184,7 +184,7 @@ func DefaultScenario() Scenario {
 		Network:  NetworkSpec{Delay: Duration(5 * time.Millisecond), Jitter: Duration(10 * time.Millisecond)},
 		Response: ResponseSpec{Base: Duration(500 * time.Millisecond), PerOutputToken: Duration(10 * time.Millisecond)},
 		Outside:  OutsideSpec{Pattern: OutsideSmooth, CallTokens: 2000},
-		Gate:     GateSpec{SafetyFactor: 0.85},
+		Gate:     GateSpec{},
 		Prompt:   SizeSpec{Median: 3000, P99: 20000},
 		Output:   SizeSpec{Median: 400, P99: 3000},
 
@@ -222,8 +222,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.provider.retryAfter: must not be negative")
 	case s.Gate.TPM < 0 || s.Gate.RPM < 0 || s.Gate.Start < 0:
 		return fmt.Errorf("scenario.gate: start, tpm and rpm must not be negative")
-	case s.Gate.SafetyFactor <= 0 || s.Gate.SafetyFactor > 1:
-		return fmt.Errorf("scenario.gate.safetyFactor: must be in (0, 1] (got %g)", s.Gate.SafetyFactor)
+	case s.Gate.SafetyFactor < 0 || s.Gate.SafetyFactor > 1:
+		return fmt.Errorf("scenario.gate.safetyFactor: must be in (0, 1], or 0 to let the gate derive its margin (got %g)", s.Gate.SafetyFactor)
 	case s.Network.Delay < 0 || s.Network.Jitter < 0:
 		return fmt.Errorf("scenario.network: delay and jitter must not be negative")
 	case s.Response.Base < 0 || s.Response.PerOutputToken < 0:
