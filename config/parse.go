@@ -18,18 +18,15 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // Default values, from the seeds and DESIGN.md.
 const (
 	DefaultListen   = "127.0.0.1:7878"
 	DefaultStateDir = ".gatectl"
-
-	DefaultBalanceRefresh = 60 * time.Second
-	DefaultBalanceTimeout = 5 * time.Second
-
-	// MaxRounds bounds retry.rounds and retry.mislabeled.rounds (seed 003).
-	MaxRounds = 200
 )
 
 // Valid choices of the enumerated keys.
@@ -37,10 +34,6 @@ var (
 	LogLevels     = []string{"trace", "debug", "info", "warn", "error"}
 	LogFormats    = []string{"text", "json"}
 	ProviderKinds = []string{"openai", "anthropic"}
-
-	// ReservedPoolNames are answered by the session commands themselves, so a pool
-	// by one of these names could never be selected (seed 004).
-	ReservedPoolNames = []string{"status", "off", "none", "disable", "disabled", "default", "reset", "auto", "error"}
 )
 
 var (
@@ -72,46 +65,17 @@ var (
 	quotaKeys       = []string{"defaultEnabled", "longTermDelay", "exhaustedCooldown", "failOpen", "nativeRetryFirstProviders"}
 )
 
-// base returns a Config holding every default but the providers.
+// base returns a Config holding every default but the providers. The gate,
+// retry and quota defaults are the engine's own.
 func base() *Config {
-	c := &Config{
+	return &Config{
 		Listen:   DefaultListen,
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
-		Gate: Gate{
-			Window:              60 * time.Second,
-			MaxWait:             120 * time.Second,
-			FallbackCooldown:    60 * time.Second,
-			SafetyFactor:        0.85,
-			OutputReserveTokens: 8192,
-			Learn:               true,
-			Defaults:            ModelLimits{TPM: 1_000_000, RPM: 60},
-		},
-		Retry: Retry{
-			Rounds:            8,
-			InitialDelay:      2 * time.Second,
-			Multiplier:        2,
-			MaxDelay:          60 * time.Second,
-			Jitter:            0.2,
-			RespectRetryAfter: true,
-			RetryOn:           []string{"RATE_LIMIT", "OVERLOADED", "SERVER", "TIMEOUT", "TRANSPORT"},
-			Mislabeled: Mislabeled{
-				Enabled:      true,
-				Rounds:       3,
-				InitialDelay: 15 * time.Second,
-				Evidence:     10 * time.Minute,
-			},
-		},
-		Quota: Quota{
-			DefaultEnabled:    true,
-			LongTermDelay:     time.Hour,
-			ExhaustedCooldown: time.Hour,
-			FailOpen:          true,
-		},
+		Gate:     gate.DefaultConfig(),
+		Retry:    retry.DefaultPolicy(),
+		Quota:    pool.DefaultSettings(),
 	}
-	c.Retry.HintClamp.Min = time.Second
-	c.Retry.HintClamp.Max = 300 * time.Second
-	return c
 }
 
 // defaultProviders are the embedded default's providers, parsed once.
@@ -570,8 +534,8 @@ func (v *validator) durNonNeg(n *yaml.Node, path string) (time.Duration, bool) {
 
 func (v *validator) rounds(n *yaml.Node, path string) (int, bool) {
 	i, ok := v.integer(n, path)
-	if ok && (i < 0 || i > MaxRounds) {
-		v.errorf(n, path, "must be from 0 to %d (got %d)", MaxRounds, i)
+	if ok && (i < 0 || i > retry.MaxRounds) {
+		v.errorf(n, path, "must be from 0 to %d (got %d)", retry.MaxRounds, i)
 		return 0, false
 	}
 	return i, ok
@@ -632,7 +596,7 @@ func (v *validator) retry(n *yaml.Node) {
 	if x := s.val("retryOn"); x != nil {
 		p := s.sub("retryOn")
 		items := v.list(x, p)
-		out := []string{}
+		out := []engine.Class{}
 		seen := map[engine.Class]bool{}
 		for i, it := range items {
 			name, ok := v.str(it, index(p, i))
@@ -649,7 +613,7 @@ func (v *validator) retry(n *yaml.Node) {
 				continue
 			}
 			seen[cl] = true
-			out = append(out, string(cl))
+			out = append(out, cl)
 		}
 		if items != nil || isNull(x) {
 			r.RetryOn = out
@@ -796,8 +760,8 @@ func (v *validator) pools(n *yaml.Node) {
 		name := f.key.Value
 		path := join("pools", name)
 		switch {
-		case contains(ReservedPoolNames, name):
-			v.errorf(f.key, path, "pool name %q is reserved (reserved: %s)", name, strings.Join(ReservedPoolNames, ", "))
+		case contains(pool.ReservedPoolNames, name):
+			v.errorf(f.key, path, "pool name %q is reserved (reserved: %s)", name, strings.Join(pool.ReservedPoolNames, ", "))
 		case !poolNameRe.MatchString(name):
 			v.errorf(f.key, path, "pool name %q must hold only lowercase letters, digits and '-'", name)
 		}
@@ -910,7 +874,7 @@ func (v *validator) balances(n *yaml.Node) {
 			}
 			continue
 		}
-		b := Balance{Refresh: DefaultBalanceRefresh, Timeout: DefaultBalanceTimeout}
+		b := Balance{Refresh: pool.DefaultBalanceRefresh, Timeout: pool.DefaultBalanceTimeout}
 		if x := s.val("provider"); x != nil {
 			if pr, ok := v.nonEmpty(x, s.sub("provider")); ok {
 				b.Provider = pr

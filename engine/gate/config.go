@@ -33,7 +33,8 @@ type Config struct {
 	Jitter float64
 }
 
-// DefaultConfig returns seed 000's defaults.
+// DefaultConfig returns the gate's defaults, the values of the config's gate:
+// section when a key is left out. This is their one definition.
 func DefaultConfig() Config {
 	return Config{
 		Window:              60 * time.Second,
@@ -79,8 +80,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// limitsFor resolves a model's effective limits: its override, else the defaults.
-func (c Config) limitsFor(key string) ModelLimits {
+// Limits returns the effective limits of model key "provider/model": its entry in
+// Models over Defaults over the gate's own SafetyFactor. Every field of the result
+// is set. It is the one place limits are resolved; config and the ledger both use it.
+func (c Config) Limits(key string) ModelLimits {
 	l := c.Defaults
 	if l.SafetyFactor == 0 {
 		l.SafetyFactor = c.SafetyFactor
