@@ -48,6 +48,13 @@ func mustParse(t *testing.T, src string) *Config {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
+	// What config accepts, the engine accepts: its checks run here, with lines.
+	if err := c.Gate.Validate(); err != nil {
+		t.Errorf("gate.Config.Validate: %v", err)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		t.Errorf("retry.Policy.Validate: %v", err)
+	}
 	return c
 }
 
@@ -253,7 +260,7 @@ retry:
   jitter: 0
   respectRetryAfter: false
   retryOn: [rate_limit, QUOTA]
-  hintClamp: {min: 0s, max: 10m}
+  hintClamp: {min: 500ms, max: 10m}
   hintlessBackoff: true
   mislabeled: {enabled: false, rounds: 200, initialDelay: 1s, evidence: 1h}
 classifiers:
@@ -331,7 +338,7 @@ quota:
 	r := c.Retry
 	if r.Rounds != 0 || r.InitialDelay != 500*time.Millisecond || r.Multiplier != 1 || r.MaxDelay != 10*time.Second ||
 		r.Jitter != 0 || r.RespectRetryAfter || !reflect.DeepEqual(r.RetryOn, []engine.Class{"RATE_LIMIT", "QUOTA"}) ||
-		r.HintClamp.Min != 0 || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
+		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
 		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) {
 		t.Errorf("retry = %+v", r)
 	}

@@ -164,7 +164,13 @@ func TestValidationErrors(t *testing.T) {
 			[]string{`2: retry.hintClamp: min (10s) must not exceed max (5s)`}},
 		{"hintClamp min above default max", "retry:\n  hintClamp:\n    min: 10m\n",
 			[]string{`3: retry.hintClamp: min (10m) must not exceed max (5m)`}},
-		{"hintClamp negative", "retry:\n  hintClamp: {min: -1s}\n", []string{`2: retry.hintClamp.min: must not be negative (got -1s)`}},
+		{"hintClamp negative", "retry:\n  hintClamp: {min: -1s}\n", []string{`2: retry.hintClamp.min: must be greater than 0 (got -1s)`}},
+		// Checks the engine's Validate makes too, here with file and line.
+		{"hintClamp zero", "retry:\n  hintClamp: {min: 0s}\n", []string{`2: retry.hintClamp.min: must be greater than 0 (got 0s)`}},
+		{"retryOn MISLABELED", "retry:\n  retryOn: [RATE_LIMIT, mislabeled]\n",
+			[]string{`2: retry.retryOn[1]: MISLABELED is governed by retry.mislabeled, not retryOn`}},
+		{"mislabeled rounds while enabled", "retry:\n  mislabeled:\n    rounds: 150\n",
+			[]string{`3: retry.mislabeled.rounds: must be at most 100 while retry.mislabeled.enabled is true (got 150)`}},
 		{"mislabeled", "retry:\n  mislabeled:\n    rounds: 500\n    evidence: -1m\n    enabled: 1\n", []string{
 			`3: retry.mislabeled.rounds: must be from 0 to 200 (got 500)`,
 			`4: retry.mislabeled.evidence: must be greater than 0 (got -1m)`,
@@ -241,7 +247,7 @@ func TestValidationErrors(t *testing.T) {
 		{"balance numbers", twoProviders + "balances:\n  - provider: deepseek\n    script: [x]\n    refresh: 0s\n    timeout: -1s\n    coefficients: {monthly: -1}\n    capacities: {monthly: 0}\n    capacity: -20\n    minimumRemaining: lots\n", []string{
 			`7: balances[0].refresh: must be greater than 0 (got 0s)`,
 			`8: balances[0].timeout: must be greater than 0 (got -1s)`,
-			`9: balances[0].coefficients.monthly: must not be negative (0 drops the window from scoring) (got -1)`,
+			`9: balances[0].coefficients.monthly: must not be negative (0 drops the window from scoring; got -1)`,
 			`10: balances[0].capacities.monthly: must be greater than 0 (got 0)`,
 			`11: balances[0].capacity: must be greater than 0 (got -20)`,
 			`12: balances[0].minimumRemaining: must be a number, got the string "lots"`}},
