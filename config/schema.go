@@ -252,7 +252,7 @@ func choiceField[T any](key, doc string, choices []string, ptr func(*T) *string)
 // subField is a nested section, decoded over what its target already holds: a key
 // left out keeps its value.
 func subField[T, S any](key, doc string, sc *schema[S], ptr func(*T) *S) setting[T] {
-	return setting[T]{key: key, kind: "mapping", bounds: "see " + sc.path, doc: doc,
+	return setting[T]{key: key, kind: "mapping", bounds: "see `" + sc.path + "`", doc: doc,
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			sc.decode(v, n, path, ptr(t))
 		}}
@@ -267,7 +267,7 @@ func customField[T any](key, kind, doc string, decode func(v *validator, n *yaml
 // optSubField is a nested section held by pointer: nil when the key is absent or
 // not a mapping; null is an error saying what it needs.
 func optSubField[T, S any](key, doc, needs string, sc *schema[S], ptr func(*T) **S) setting[T] {
-	return setting[T]{key: key, kind: "mapping", bounds: "see " + sc.path, doc: doc,
+	return setting[T]{key: key, kind: "mapping", bounds: "see `" + sc.path + "`", doc: doc,
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if isNull(n) {
 				v.errorf(n, path, "%s", needs)

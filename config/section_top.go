@@ -10,7 +10,7 @@ import (
 // topSchema is the top level of the file.
 var topSchema = &schema[Config]{
 	path:     "(top level)",
-	doc:      "every section is optional",
+	doc:      "the keys of the file itself",
 	defaults: func() Config { return *base() },
 	fields: []setting[Config]{
 		strField("listen", "host:port the daemon listens on", checkListen,
