@@ -262,6 +262,7 @@ retry:
   retryOn: [rate_limit, QUOTA]
   hintClamp: {min: 500ms, max: 10m}
   hintlessBackoff: true
+  hintlessBaseDelay: 3s
   mislabeled: {enabled: false, rounds: 200, initialDelay: 1s, evidence: 1h}
 classifiers:
   - rules: rules/a.yaml
@@ -339,6 +340,7 @@ quota:
 	if r.Rounds != 0 || r.InitialDelay != 500*time.Millisecond || r.Multiplier != 1 || r.MaxDelay != 10*time.Second ||
 		r.Jitter != 0 || r.RespectRetryAfter || !reflect.DeepEqual(r.RetryOn, []engine.Class{"RATE_LIMIT", "QUOTA"}) ||
 		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
+		r.HintlessBaseDelay != 3*time.Second ||
 		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) {
 		t.Errorf("retry = %+v", r)
 	}

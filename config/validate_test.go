@@ -167,6 +167,8 @@ func TestValidationErrors(t *testing.T) {
 		{"hintClamp negative", "retry:\n  hintClamp: {min: -1s}\n", []string{`2: retry.hintClamp.min: must be greater than 0 (got -1s)`}},
 		// Checks the engine's Validate makes too, here with file and line.
 		{"hintClamp zero", "retry:\n  hintClamp: {min: 0s}\n", []string{`2: retry.hintClamp.min: must be greater than 0 (got 0s)`}},
+		{"hintlessBaseDelay zero", "retry: {hintlessBackoff: true, hintlessBaseDelay: 0s}\n",
+			[]string{`1: retry.hintlessBaseDelay: must be greater than 0 (got 0s)`}},
 		{"retryOn MISLABELED", "retry:\n  retryOn: [RATE_LIMIT, mislabeled]\n",
 			[]string{`2: retry.retryOn[1]: MISLABELED is governed by retry.mislabeled, not retryOn`}},
 		{"mislabeled rounds while enabled", "retry:\n  mislabeled:\n    rounds: 150\n",
