@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/hashicorp/go-hclog"
 )
 
 // CacheOptions configures a Cached. Zero fields take the defaults shown.
 type CacheOptions struct {
-	Refresh time.Duration // how long a reading answers; DefaultRefresh
-	Timeout time.Duration // how long one read may take; DefaultTimeout
+	Refresh time.Duration // how long a reading answers; pool.DefaultBalanceRefresh
+	Timeout time.Duration // how long one read may take; pool.DefaultBalanceTimeout
 	Clock   engine.Clock  // stamps readings and attempts; engine.SystemClock
 	Logger  hclog.Logger  // failed reads at warn, reads at debug; discarded when nil
 }
@@ -87,10 +88,10 @@ type flight struct {
 func NewCached(src engine.BalanceSource, o CacheOptions) *Cached {
 	c := &Cached{src: src, refresh: o.Refresh, timeout: o.Timeout, clock: o.Clock, logger: o.Logger}
 	if c.refresh <= 0 {
-		c.refresh = DefaultRefresh
+		c.refresh = pool.DefaultBalanceRefresh
 	}
 	if c.timeout <= 0 {
-		c.timeout = DefaultTimeout
+		c.timeout = pool.DefaultBalanceTimeout
 	}
 	if c.clock == nil {
 		c.clock = engine.SystemClock{}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 )
 
 // fakeSource is a BalanceSource driven by the test: each Read counts itself and
@@ -236,7 +237,7 @@ func TestCachedRecoversPanic(t *testing.T) {
 func TestCachedDefaults(t *testing.T) {
 	t.Parallel()
 	c := NewCached(panicSource{}, CacheOptions{})
-	if c.Refresh() != DefaultRefresh || c.Timeout() != DefaultTimeout {
+	if c.Refresh() != pool.DefaultBalanceRefresh || c.Timeout() != pool.DefaultBalanceTimeout {
 		t.Fatalf("defaults = %s, %s", c.Refresh(), c.Timeout())
 	}
 }

@@ -10,14 +10,8 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/hashicorp/go-hclog"
-)
-
-// Defaults for a balance entry that leaves refresh or timeout unset: a reading
-// answers for a minute, and a route draw waits at most 5 s for a source.
-const (
-	DefaultRefresh = 60 * time.Second
-	DefaultTimeout = 5 * time.Second
 )
 
 // Spec describes one balance source: exactly one of Script, HTTP or Wasm is set,
@@ -43,7 +37,7 @@ type Spec struct {
 	// Env holds literal entries a script receives (base URL, region, proxy). Never
 	// a secret: secrets come through APIKeyEnv.
 	Env map[string]string
-	// Timeout bounds one read; 0 means DefaultTimeout.
+	// Timeout bounds one read; 0 means pool.DefaultBalanceTimeout.
 	Timeout time.Duration
 
 	// LookupEnv reads the process environment (the key, PATH, HOME); nil means
@@ -111,7 +105,7 @@ func (s Spec) timeout() time.Duration {
 	if s.Timeout > 0 {
 		return s.Timeout
 	}
-	return DefaultTimeout
+	return pool.DefaultBalanceTimeout
 }
 
 func (s Spec) logger() hclog.Logger {

@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // Config is one complete, validated configuration: the file's values over the
@@ -36,8 +40,9 @@ type Config struct {
 	Balances []Balance
 	Quota    Quota
 
-	// Warnings are problems that do not refuse the config (seed 004: a balance
-	// source naming an unknown provider only loses a reading). `gatectl check`
+	// Warnings are problems that do not refuse the config: a balance source
+	// naming an unknown provider only loses its readings, and no request depends
+	// on it, so refusing the whole file would cost more than it saves. `gatectl check`
 	// prints them; the daemon logs them once.
 	Warnings []*Error
 }
@@ -58,57 +63,31 @@ type Provider struct {
 	Headers   map[string]string
 }
 
-// ModelLimits are per-model budgets. A zero field means "inherit": a model's entry
-// inherits from Gate.Defaults, whose SafetyFactor (0 by default) inherits
-// Gate.SafetyFactor. Gate.Limits resolves all of it.
-type ModelLimits struct {
-	TPM, RPM     int
-	SafetyFactor float64
-}
-
-// Gate configures admission (seed 000). Defaults: Window 60s, MaxWait 120s
-// (never less than Window), FallbackCooldown 60s, SafetyFactor 0.85,
-// OutputReserveTokens 8192, Learn true, Defaults {TPM 1000000, RPM 60}.
-type Gate struct {
-	Window              time.Duration
-	MaxWait             time.Duration
-	FallbackCooldown    time.Duration
-	SafetyFactor        float64
-	OutputReserveTokens int
-	Learn               bool
-	Defaults            ModelLimits
-	Models              map[string]ModelLimits // "provider/model" -> overrides
-	// MaxInFlightPerSession caps a session's admitted, unsettled calls on one
-	// model; 0 (the default) means no cap.
-	MaxInFlightPerSession int
-}
-
-// Retry configures the retry planner (seeds 002, 003). Defaults: Rounds 8,
-// InitialDelay 2s (capped at MaxDelay), Multiplier 2, MaxDelay 60s, Jitter 0.2,
-// RespectRetryAfter true, RetryOn [RATE_LIMIT OVERLOADED SERVER TIMEOUT TRANSPORT]
-// (upper-case engine.Class names), HintClamp 1s..300s, HintlessBackoff false.
-type Retry struct {
-	Rounds            int
-	InitialDelay      time.Duration
-	Multiplier        float64
-	MaxDelay          time.Duration
-	Jitter            float64
-	RespectRetryAfter bool
-	RetryOn           []string // class names, upper case
-	HintClamp         struct{ Min, Max time.Duration }
-	HintlessBackoff   bool
-	Mislabeled        Mislabeled
-}
-
-// Mislabeled configures the separate budget for 400s that are really capacity
-// failures (seed 002). Defaults: Enabled true, Rounds 3, InitialDelay 15s,
-// Evidence 10m.
-type Mislabeled struct {
-	Enabled      bool
-	Rounds       int
-	InitialDelay time.Duration
-	Evidence     time.Duration
-}
+// The gate:, retry: and quota: sections decode straight into the engine's own
+// types, so the engine packages are the one place their fields and defaults are
+// defined (gate.DefaultConfig, retry.DefaultPolicy, pool.DefaultSettings) and a
+// key added to a section's table reaches the engine with no copy in between.
+// Fields without a key (gate's Jitter, retry's HintlessBaseDelay and
+// BudgetPerStep) keep the engine's default.
+type (
+	// Gate configures admission: the ledger's window, budgets and waits.
+	// Gate.Limits resolves a model's effective limits.
+	Gate = gate.Config
+	// ModelLimits are per-model budgets. A zero field means "inherit": a model's
+	// entry inherits from Gate.Defaults, whose SafetyFactor (0 by default)
+	// inherits Gate.SafetyFactor.
+	ModelLimits = gate.ModelLimits
+	// Retry configures the retry planner. RetryOn holds upper-case engine.Class
+	// names; InitialDelay is never above MaxDelay (the file's value is capped,
+	// with a warning).
+	Retry = retry.Policy
+	// Mislabeled configures the separate budget for 400s that are really
+	// capacity failures.
+	Mislabeled = retry.Mislabeled
+	// Quota configures what a QUOTA failure does. The embedded default lists qwen
+	// in NativeRetryFirstProviders; the engine's default lists none.
+	Quota = pool.Settings
+)
 
 // ClassifierRef is one entry of the classifier chain: exactly one of Rules or Wasm
 // is set (a path as written; see Config.Resolve). Config is handed to a wasm
@@ -137,9 +116,11 @@ type Route struct {
 	Provider, Model, ReasoningEffort string
 }
 
-// Pool is a named, ordered set of interchangeable routes (seed 004). Its name
-// matches [a-z0-9-]+ and is none of ReservedPoolNames; it has at least one route,
-// each naming a configured provider. MidSessionSwitch defaults to true.
+// Pool is a named, ordered set of interchangeable routes. Its name matches
+// [a-z0-9-]+ and is none of pool.ReservedPoolNames (the session commands answer
+// those words themselves, so such a pool could never be selected); it has at
+// least one route, each naming a configured provider. MidSessionSwitch defaults
+// to true.
 type Pool struct {
 	MidSessionSwitch bool
 	Scoring          Scoring
@@ -155,12 +136,12 @@ type Scoring struct {
 	Wasm    string
 }
 
-// Balance is one balance source (seed 004): exactly one of Script, HTTP or Wasm is
+// Balance is one balance source: exactly one of Script, HTTP or Wasm is
 // set (Kind tells which), at most one per provider. Script is an argv list run
 // without a shell, from Config.Dir. Env holds literal entries only; the key comes
-// from the variable APIKeyEnv names. Refresh defaults to 60s, Timeout to 5s;
-// Capacity is nil when not given. Coefficients are >= 0, Capacities and Capacity
-// are > 0.
+// from the variable APIKeyEnv names. Refresh defaults to
+// pool.DefaultBalanceRefresh, Timeout to pool.DefaultBalanceTimeout; Capacity is
+// nil when not given. Coefficients are >= 0, Capacities and Capacity are > 0.
 type Balance struct {
 	Provider         string
 	Script           []string // argv, never a shell
@@ -191,17 +172,6 @@ type WasmBalance struct {
 	URL     string
 	Headers map[string]string
 	Config  map[string]any
-}
-
-// Quota configures what a QUOTA failure does (seed 004). Defaults:
-// DefaultEnabled true, LongTermDelay 1h, ExhaustedCooldown 1h, FailOpen true,
-// NativeRetryFirstProviders none (the embedded default lists qwen).
-type Quota struct {
-	DefaultEnabled            bool
-	LongTermDelay             time.Duration
-	ExhaustedCooldown         time.Duration
-	FailOpen                  bool
-	NativeRetryFirstProviders []string
 }
 
 //go:embed default.yaml

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // wellKnown are the embedded default's providers.
@@ -23,14 +25,15 @@ func wantDefaults() *Config {
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{
 			Window: 60 * time.Second, MaxWait: 120 * time.Second, FallbackCooldown: 60 * time.Second,
-			SafetyFactor: 0.85, OutputReserveTokens: 8192, Learn: true,
-			Defaults: ModelLimits{TPM: 1000000, RPM: 60},
+			OutputReserveTokens: 8192, Learn: true,
+			Defaults: ModelLimits{TPM: 1000000, RPM: 60}, Jitter: 0.1, CountGuard: 0.005, MarginSigmas: 3,
 		},
 		Retry: Retry{
 			Rounds: 8, InitialDelay: 2 * time.Second, Multiplier: 2, MaxDelay: 60 * time.Second, Jitter: 0.2,
 			RespectRetryAfter: true,
-			RetryOn:           []string{"RATE_LIMIT", "OVERLOADED", "SERVER", "TIMEOUT", "TRANSPORT"},
+			RetryOn:           []engine.Class{"RATE_LIMIT", "OVERLOADED", "SERVER", "TIMEOUT", "TRANSPORT"},
 			HintlessBackoff:   false,
+			HintlessBaseDelay: 5 * time.Second,
 			Mislabeled:        Mislabeled{Enabled: true, Rounds: 3, InitialDelay: 15 * time.Second, Evidence: 10 * time.Minute},
 		},
 		Quota: Quota{DefaultEnabled: true, LongTermDelay: time.Hour, ExhaustedCooldown: time.Hour, FailOpen: true},
@@ -44,6 +47,13 @@ func mustParse(t *testing.T, src string) *Config {
 	c, err := Parse([]byte(src), "gatectl.yaml")
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
+	}
+	// What config accepts, the engine accepts: its checks run here, with lines.
+	if err := c.Gate.Validate(); err != nil {
+		t.Errorf("gate.Config.Validate: %v", err)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		t.Errorf("retry.Policy.Validate: %v", err)
 	}
 	return c
 }
@@ -72,7 +82,7 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("lists not empty: %+v", c)
 			}
 			if c.Quota.NativeRetryFirstProviders != nil {
-				t.Errorf("nativeRetryFirstProviders = %v, want none (seed 004)", c.Quota.NativeRetryFirstProviders)
+				t.Errorf("nativeRetryFirstProviders = %v, want none (the engine default)", c.Quota.NativeRetryFirstProviders)
 			}
 			if len(c.Warnings) != 0 {
 				t.Errorf("warnings: %v", c.Warnings)
@@ -250,8 +260,9 @@ retry:
   jitter: 0
   respectRetryAfter: false
   retryOn: [rate_limit, QUOTA]
-  hintClamp: {min: 0s, max: 10m}
+  hintClamp: {min: 500ms, max: 10m}
   hintlessBackoff: true
+  hintlessBaseDelay: 3s
   mislabeled: {enabled: false, rounds: 200, initialDelay: 1s, evidence: 1h}
 classifiers:
   - rules: rules/a.yaml
@@ -327,8 +338,9 @@ quota:
 	}
 	r := c.Retry
 	if r.Rounds != 0 || r.InitialDelay != 500*time.Millisecond || r.Multiplier != 1 || r.MaxDelay != 10*time.Second ||
-		r.Jitter != 0 || r.RespectRetryAfter || !reflect.DeepEqual(r.RetryOn, []string{"RATE_LIMIT", "QUOTA"}) ||
-		r.HintClamp.Min != 0 || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
+		r.Jitter != 0 || r.RespectRetryAfter || !reflect.DeepEqual(r.RetryOn, []engine.Class{"RATE_LIMIT", "QUOTA"}) ||
+		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
+		r.HintlessBaseDelay != 3*time.Second ||
 		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) {
 		t.Errorf("retry = %+v", r)
 	}
@@ -413,8 +425,8 @@ pools:
 }
 
 func TestWarnings(t *testing.T) {
-	// Seed 004: a balance source naming an unknown provider only loses a
-	// reading, so it is reported but does not refuse the config.
+	// A balance source naming an unknown provider only loses a reading, so it
+	// is reported but does not refuse the config.
 	c := mustParse(t, twoProviders+`balances:
   - {provider: opencode-go, script: [node, x.mjs]}
 quota:
@@ -435,7 +447,7 @@ retry:
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if c.Retry.InitialDelay != time.Minute {
-		t.Errorf("initialDelay = %s, want capped at maxDelay (seed 003)", c.Retry.InitialDelay)
+		t.Errorf("initialDelay = %s, want capped at maxDelay: lowering the cap pulls the first wait down", c.Retry.InitialDelay)
 	}
 }
 

@@ -350,24 +350,20 @@ func kindOnly(n *yaml.Node) string {
 	return kindName(n)
 }
 
-// numMap decodes a mapping of string to number.
-func (d *decoder) numMap(n *yaml.Node, path string, check func(v float64) string) map[string]float64 {
-	fs := d.entries(n, path)
+// numMap decodes a mapping of string to number, each value within r.
+func (v *validator) numMap(n *yaml.Node, path string, r rng) map[string]float64 {
+	fs := v.entries(n, path)
 	if fs == nil {
 		return nil
 	}
 	out := make(map[string]float64, len(fs))
 	for _, f := range fs {
 		p := join(path, f.key.Value)
-		v, ok := d.number(f.val, p)
-		if !ok {
+		x, ok := v.number(f.val, p)
+		if !ok || !r.check(v, f.val, p, x, num(x), false) {
 			continue
 		}
-		if msg := check(v); msg != "" {
-			d.errorf(f.val, p, "%s (got %v)", msg, v)
-			continue
-		}
-		out[f.key.Value] = v
+		out[f.key.Value] = x
 	}
 	return out
 }

@@ -20,8 +20,17 @@
 //
 // # Defaults
 //
-// Every section is optional. A key left out takes the value of the seeds and
-// DESIGN.md (see base in parse.go and examples/gatectl.yaml). A file without a
+// Every section is optional. A key left out takes its default. The gate:, retry:
+// and quota: sections decode into the engine's own types, and their defaults are
+// the engine's (gate.DefaultConfig, retry.DefaultPolicy, pool.DefaultSettings);
+// config holds no copy of them.
+//
+// # Sections are tables
+//
+// Each section is one table of settings (section_*.go): key, kind, bounds, where
+// the value goes, and a one-line doc. The valid keys, the decoding, the checks
+// (with file, line and path) and the reference in docs/config.md all come from
+// it, so adding a key is adding one entry. A file without a
 // providers section gets the embedded default's well-known providers; a file with
 // one gets exactly the providers it lists.
 //

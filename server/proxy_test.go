@@ -220,11 +220,11 @@ func TestProxyCalibrates(t *testing.T) {
 		t.Fatalf("setup: quota %v", before.Quota)
 	}
 	f.call("/v1/chat/completions", chatReq("pa/cal"))
-	if st := f.status("pa", "cal"); st.Quota != 40000 || st.TokenBudget != 34000 || st.RPMBudget != 85 {
-		t.Fatalf("openai headers: quota %v budget %d rpm %d; want 40000 34000 85", st.Quota, st.TokenBudget, st.RPMBudget)
+	if st := f.status("pa", "cal"); st.Quota != 40000 || st.TokenBudget != 39600 || st.RPMBudget != 99 {
+		t.Fatalf("openai headers: quota %v budget %d rpm %d; want 40000 39600 99 (the derived 1% margin)", st.Quota, st.TokenBudget, st.RPMBudget)
 	}
 	f.call("/v1/messages", chatReq("anth/cal"))
-	if st := f.status("anth", "cal"); st.Quota != 80000 || st.RPMBudget != 42 {
-		t.Fatalf("anthropic headers: quota %v rpm %d; want 80000 42", st.Quota, st.RPMBudget)
+	if st := f.status("anth", "cal"); st.Quota != 80000 || st.RPMBudget != 49 {
+		t.Fatalf("anthropic headers: quota %v rpm %d; want 80000 49", st.Quota, st.RPMBudget)
 	}
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
@@ -37,7 +39,16 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.SafetyFactor = lim.safetyFactor
 	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm}
 	cfg.Learn = lim.learn
-	l, err := gate.NewLedger(cfg, clock, gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7))))
+	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
+	if os.Getenv("GATECTL_SIM_TRACE") != "" && lim.learn {
+		opts = append(opts, gate.WithEventHook(func(e gate.Event) {
+			if e.Kind == gate.EventLearn || e.Kind == gate.EventRateLimited || e.Kind == gate.EventLeak {
+				fmt.Fprintf(os.Stderr, "%s %-12s %-8s %-8s from=%.0f to=%.0f quota=%.0f trig=%.0f win=%d budget=%d req=%d\n",
+					e.At.Format("15:04:05.000"), e.Kind, e.Step, e.Reason, e.From, e.To, e.Quota, e.Trigger, e.WindowTokens, e.TokenBudget, e.Requests)
+			}
+		}))
+	}
+	l, err := gate.NewLedger(cfg, clock, opts...)
 	if err != nil {
 		return nil, err
 	}

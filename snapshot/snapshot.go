@@ -124,43 +124,22 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	return s, nil
 }
 
-// gate.Config converts the gate section for the engine's ledger.
+// GateConfig returns the gate section for the engine's ledger. config decodes it
+// into a gate.Config already and reports its problems with file and line; Validate
+// stays as the engine's own guard.
 func GateConfig(cfg *config.Config) (gate.Config, error) {
-	g := cfg.Gate
-	c := gate.DefaultConfig()
-	c.Window, c.SafetyFactor, c.MaxWait, c.FallbackCooldown = g.Window, g.SafetyFactor, g.MaxWait, g.FallbackCooldown
-	c.OutputReserveTokens, c.Learn = g.OutputReserveTokens, g.Learn
-	c.MaxInFlightPerSession = g.MaxInFlightPerSession
-	c.Defaults = gate.ModelLimits{TPM: g.Defaults.TPM, RPM: g.Defaults.RPM, SafetyFactor: g.Defaults.SafetyFactor}
-	if len(g.Models) > 0 {
-		c.Models = make(map[string]gate.ModelLimits, len(g.Models))
-		for k, m := range g.Models {
-			c.Models[k] = gate.ModelLimits{TPM: m.TPM, RPM: m.RPM, SafetyFactor: m.SafetyFactor}
-		}
-	}
+	c := cfg.Gate
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
 	return c, nil
 }
 
-// retry.Policy converts the retry section for the engine's planner.
+// RetryPolicy returns the retry section for the engine's planner. config decodes
+// it into a retry.Policy already; Validate stays as the engine's own guard.
 func RetryPolicy(r config.Retry) (retry.Policy, error) {
-	p := retry.DefaultPolicy()
-	p.Rounds, p.InitialDelay, p.Multiplier, p.MaxDelay, p.Jitter = r.Rounds, r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter
-	p.RespectRetryAfter = r.RespectRetryAfter
-	p.RetryOn = make([]engine.Class, 0, len(r.RetryOn))
-	for i, s := range r.RetryOn {
-		c, err := engine.ParseClass(s)
-		if err != nil {
-			return retry.Policy{}, fmt.Errorf("retry.retryOn[%d]: %w", i, err)
-		}
-		p.RetryOn = append(p.RetryOn, c)
-	}
-	p.HintClamp = retry.Clamp{Min: r.HintClamp.Min, Max: r.HintClamp.Max}
-	p.HintlessBackoff = r.HintlessBackoff
-	p.Mislabeled = retry.Mislabeled{Enabled: r.Mislabeled.Enabled, Rounds: r.Mislabeled.Rounds,
-		InitialDelay: r.Mislabeled.InitialDelay, Evidence: r.Mislabeled.Evidence}
+	p := r
+	p.RetryOn = append([]engine.Class(nil), r.RetryOn...)
 	if err := p.Validate(); err != nil {
 		return retry.Policy{}, err
 	}
@@ -288,9 +267,7 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 		pc.Balances = append(pc.Balances, pool.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
 			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
 	}
-	q := cfg.Quota
-	s.Quota = pool.Settings{DefaultEnabled: q.DefaultEnabled, LongTermDelay: q.LongTermDelay, ExhaustedCooldown: q.ExhaustedCooldown,
-		FailOpen: q.FailOpen, NativeRetryFirstProviders: q.NativeRetryFirstProviders}
+	s.Quota = cfg.Quota
 	if len(pc.Pools) == 0 {
 		return nil
 	}

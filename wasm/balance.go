@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatectl/gatectl/balance"
 	"github.com/gatectl/gatectl/engine"
+	enginepool "github.com/gatectl/gatectl/engine/pool"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -133,7 +134,7 @@ func NewBalance(ctx context.Context, h *Host, s balance.Spec) (*Balance, error) 
 		logger:    s.Logger,
 	}
 	if b.timeout <= 0 {
-		b.timeout = balance.DefaultTimeout
+		b.timeout = enginepool.DefaultBalanceTimeout
 	}
 	if b.client == nil {
 		b.client = &http.Client{}

@@ -162,10 +162,10 @@ func TestBackoffErrors(t *testing.T) {
 }
 
 func TestBackoffRetryPolicyFromConfig(t *testing.T) {
-	var r config.Retry
+	r := config.Default().Retry
 	r.Rounds, r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter = 5, time.Second, 1.5, 30*time.Second, 0.1
 	r.RespectRetryAfter, r.HintlessBackoff = false, true
-	r.RetryOn = []string{"RATE_LIMIT", "auth"}
+	r.RetryOn = []engine.Class{"RATE_LIMIT", "AUTH"}
 	r.HintClamp.Min, r.HintClamp.Max = 2*time.Second, time.Minute
 	r.Mislabeled = config.Mislabeled{Enabled: true, Rounds: 2, InitialDelay: 5 * time.Second, Evidence: time.Minute}
 	p, err := snapshot.RetryPolicy(r)
@@ -182,7 +182,7 @@ func TestBackoffRetryPolicyFromConfig(t *testing.T) {
 		t.Errorf("policy = %+v\nwant     %+v", p, want)
 	}
 
-	r.RetryOn = []string{"RATE_LIMIT", "NOPE"}
+	r.RetryOn = []engine.Class{"RATE_LIMIT", "NOPE"}
 	if _, err := snapshot.RetryPolicy(r); err == nil || !strings.Contains(err.Error(), "retry.retryOn[1]") {
 		t.Errorf("unknown class: %v", err)
 	}

@@ -73,7 +73,7 @@ type ticketSlot struct {
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
 func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
-	lim := cfg.limitsFor(b.provider + "/" + b.model)
+	lim := cfg.Limits(b.provider + "/" + b.model)
 	if b.statedTokens > 0 { // a stated limit supersedes the configured guess
 		lim.TPM = int(scaleLimit(b.statedTokens, cfg.Window))
 	}
@@ -107,7 +107,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 }
 
 func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
-	lim := l.conf().limitsFor(provider + "/" + model)
+	lim := l.conf().Limits(provider + "/" + model)
 	b := &bucket{
 		l:        l,
 		provider: provider,

@@ -40,14 +40,16 @@ type Config struct {
 	MarginSigmas float64
 }
 
-// DefaultConfig returns the defaults. SafetyFactor 0 means the gate derives its
-// margin (see bucket.factor and bucket.margin); a factor the user sets is a hard cap.
+// DefaultConfig returns the gate's defaults, the values of the config's gate:
+// section when a key is left out. This is their one definition. SafetyFactor 0
+// means the gate derives its margin (see bucket.factor and bucket.margin); a
+// factor the user sets is a hard cap.
 func DefaultConfig() Config {
 	return Config{
 		Window:              60 * time.Second,
 		SafetyFactor:        0,
 		CountGuard:          0.005,
-		MarginSigmas:        3,
+		MarginSigmas:        5,
 		MaxWait:             120 * time.Second,
 		FallbackCooldown:    60 * time.Second,
 		OutputReserveTokens: 8192,
@@ -93,8 +95,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// limitsFor resolves a model's effective limits: its override, else the defaults.
-func (c Config) limitsFor(key string) ModelLimits {
+// Limits returns the effective limits of model key "provider/model": its entry in
+// Models over Defaults over the gate's own SafetyFactor. Every field of the result
+// is set. It is the one place limits are resolved; config and the ledger both use it.
+func (c Config) Limits(key string) ModelLimits {
 	l := c.Defaults
 	if l.SafetyFactor == 0 {
 		l.SafetyFactor = c.SafetyFactor

@@ -60,8 +60,14 @@ type BalanceSpec struct {
 	Capacity *float64
 }
 
-// DefaultBalanceRefresh is a balance source's refresh when the config gives none.
-const DefaultBalanceRefresh = 60 * time.Second
+// Defaults of a balance source (config balances[*].refresh and .timeout). They are
+// defined here once; config and balance take them from here.
+const (
+	// DefaultBalanceRefresh is how long a reading answers when the config gives no refresh.
+	DefaultBalanceRefresh = 60 * time.Second
+	// DefaultBalanceTimeout bounds one read of a source when the config gives no timeout.
+	DefaultBalanceTimeout = 5 * time.Second
+)
 
 // PoolsConfig is everything NewPools needs.
 type PoolsConfig struct {

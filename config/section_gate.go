@@ -1,0 +1,90 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gatectl/gatectl/engine/gate"
+)
+
+// gateSchema is gate:, decoded into the engine's gate.Config.
+var gateSchema = &schema[Gate]{
+	path:     "gate",
+	doc:      "admission against per-model TPM/RPM budgets",
+	defaults: gate.DefaultConfig,
+	fields: []setting[Gate]{
+		durField("window", "sliding window of the ledger", positive,
+			func(g *Gate) *time.Duration { return &g.Window }),
+		numField("safetyFactor", "share of each budget the gate spends: a hard cap; leave it out and the gate derives its margin from what it knows", unitFactor,
+			func(g *Gate) *float64 { return &g.SafetyFactor }),
+		numField("countGuard", "share of the window a call stays counted past it, for a provider that counts late; measured delays raise it", between(0, 0.02),
+			func(g *Gate) *float64 { return &g.CountGuard }),
+		numField("marginSigmas", "standard deviations of the calls in flight's summed cost kept free", between(0, 10),
+			func(g *Gate) *float64 { return &g.MarginSigmas }),
+		durField("maxWait", "longest admission wait before failing open; at least window", positive,
+			func(g *Gate) *time.Duration { return &g.MaxWait }),
+		durField("fallbackCooldown", "cooldown after a 429 without a wait hint", nonNegative,
+			func(g *Gate) *time.Duration { return &g.FallbackCooldown }),
+		intField("outputReserveTokens", "output tokens reserved when a request gives no max_tokens", nonNegative,
+			func(g *Gate) *int { return &g.OutputReserveTokens }),
+		boolField("learn", "learn the true quota from 429 feedback",
+			func(g *Gate) *bool { return &g.Learn }),
+		subField("defaults", "every model's limits unless overridden", limitsSchema,
+			func(g *Gate) *ModelLimits { return &g.Defaults }),
+		customField("models", "mapping", `"provider/model" -> limits over defaults`, (*validator).models),
+		intField("maxInFlightPerSession", "admitted, unsettled calls one session may hold on one model",
+			nonNegative.withNote("0 means no cap"),
+			func(g *Gate) *int { return &g.MaxInFlightPerSession }),
+	},
+	check: func(v *validator, s section, g *Gate) {
+		if g.Window <= 0 || g.MaxWait <= 0 || g.MaxWait >= g.Window {
+			return
+		}
+		if x := s.val("maxWait"); x != nil {
+			v.errorf(x, s.sub("maxWait"), "must be at least gate.window (%s), got %s: the gate could never wait out a full window", dur(g.Window), dur(g.MaxWait))
+		} else {
+			v.errorf(s.val("window"), s.sub("window"), "must not exceed gate.maxWait (%s), got %s: the gate could never wait out a full window", dur(g.MaxWait), dur(g.Window))
+		}
+	},
+}
+
+// limitsSchema is gate.defaults and each entry of gate.models. A key left out
+// inherits: see gate.Config.Limits, the one place limits are resolved.
+var limitsSchema = &schema[ModelLimits]{
+	path:     "gate.models.<provider/model>",
+	doc:      "per-model limits (also gate.defaults); a key left out inherits",
+	defaults: func() ModelLimits { return gate.DefaultConfig().Defaults },
+	fields: []setting[ModelLimits]{
+		intField("tpm", "tokens per window: the learner's starting point", inherit,
+			func(l *ModelLimits) *int { return &l.TPM }),
+		intField("rpm", "requests per window", inherit,
+			func(l *ModelLimits) *int { return &l.RPM }),
+		numField("safetyFactor", "overrides gate.safetyFactor for the model", unitFactor,
+			func(l *ModelLimits) *float64 { return &l.SafetyFactor }),
+	},
+}
+
+// models decodes gate.models: provider/model keys, each naming a configured provider.
+func (v *validator) models(n *yaml.Node, path string, g *Gate) {
+	fs := v.entries(n, path)
+	g.Models = make(map[string]ModelLimits, len(fs))
+	for _, f := range fs {
+		key := f.key.Value
+		p := join(path, key)
+		prov, model, ok := strings.Cut(key, "/")
+		if !ok || prov == "" || model == "" {
+			v.errorf(f.key, p, "model keys are provider/model, such as deepseek/deepseek-chat (got %q)", key)
+		} else {
+			v.modelRefs = append(v.modelRefs, provRef{prov, f.key, p})
+		}
+		if isNull(f.val) {
+			v.errorf(f.key, p, "needs at least one of %s", strings.Join(limitsSchema.keys(), ", "))
+			continue
+		}
+		var l ModelLimits
+		limitsSchema.decode(v, f.val, p, &l)
+		g.Models[key] = l
+	}
+}

@@ -1,0 +1,61 @@
+package config
+
+import (
+	"net"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// topSchema is the top level of the file.
+var topSchema = &schema[Config]{
+	path:     "(top level)",
+	doc:      "the keys of the file itself",
+	defaults: func() Config { return *base() },
+	fields: []setting[Config]{
+		strField("listen", "host:port the daemon listens on", checkListen,
+			func(c *Config) *string { return &c.Listen }),
+		strField("stateDir", "directory of the state file and the wasm compilation cache", nil,
+			func(c *Config) *string { return &c.StateDir }),
+		subField("log", "the root logger", logSchema,
+			func(c *Config) *Log { return &c.Log }),
+		customField("providers", "mapping", "name -> upstream; replaces the embedded default's well-known providers",
+			func(v *validator, n *yaml.Node, path string, c *Config) { v.providers(n, path) }),
+		subField("gate", "admission against per-model budgets", gateSchema,
+			func(c *Config) *Gate { return &c.Gate }),
+		subField("retry", "the retry planner", retrySchema,
+			func(c *Config) *Retry { return &c.Retry }),
+		customField("classifiers", "list", "the classifier chain, in order; the built-in rules always decide last",
+			func(v *validator, n *yaml.Node, path string, c *Config) { v.classifiers(n, path) }),
+		strField("pluginsDir", "every *.wasm dropped here joins the classifier chain", nil,
+			func(c *Config) *string { return &c.PluginsDir }),
+		customField("pools", "mapping", "name -> pool of interchangeable routes",
+			func(v *validator, n *yaml.Node, path string, c *Config) { v.pools(n, path) }),
+		customField("balances", "list", "balance sources, at most one per provider",
+			func(v *validator, n *yaml.Node, path string, c *Config) { v.balances(n, path) }),
+		subField("quota", "what a QUOTA failure does", quotaSchema,
+			func(c *Config) *Quota { return &c.Quota }),
+	},
+}
+
+var logSchema = &schema[Log]{
+	path:     "log",
+	doc:      "the root logger",
+	defaults: func() Log { return base().Log },
+	fields: []setting[Log]{
+		choiceField("level", "lowest level logged", LogLevels, func(l *Log) *string { return &l.Level }),
+		choiceField("format", "line format", LogFormats, func(l *Log) *string { return &l.Format }),
+	},
+}
+
+func checkListen(l string) string {
+	_, port, err := net.SplitHostPort(l)
+	if err != nil {
+		return "must be host:port, such as 127.0.0.1:7878"
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "port must be a number from 0 to 65535"
+	}
+	return ""
+}
