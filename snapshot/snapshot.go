@@ -52,7 +52,7 @@ type Snapshot struct {
 // Options are what Build needs besides the config.
 type Options struct {
 	Clock  engine.Clock // nil: the system clock
-	Logger hclog.Logger // nil: discard
+	Logger hclog.Logger // the parent logger, passed on as it is: each component names itself; nil: discard
 	Prev   *Snapshot    // the snapshot being replaced: unchanged modules are reused
 	Hooks  []ChainHook  // extra chain links (the wasm plugins register one)
 }
@@ -115,7 +115,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	if err := s.buildPools(ctx, cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger.Named("balance")); err != nil {
+	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -14,5 +14,5 @@ func snapshotHooks(logger hclog.Logger) []snapshot.ChainHook {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return []snapshot.ChainHook{snaphook.New(wasm.HostOptions{Logger: logger.Named("wasm")})}
+	return []snapshot.ChainHook{snaphook.New(wasm.HostOptions{Logger: logger})}
 }
