@@ -73,6 +73,13 @@ type ScorerHook interface {
 	ScorerFor(ctx context.Context, cfg *config.Config, pool string, prev *Snapshot) (engine.Scorer, []string, error)
 }
 
+// BalanceHook is the optional part of a ChainHook that loads the modules of
+// `balances[i].wasm` sources. Build calls BalanceModules once, and only when cfg
+// has such a source; the first hook implementing it is asked.
+type BalanceHook interface {
+	BalanceModules(cfg *config.Config) (balance.ModuleHost, error)
+}
+
 // Load reads the config at path ("" for the embedded default) and builds it.
 func Load(ctx context.Context, path string, opts Options) (*Snapshot, error) {
 	cfg, err := config.Load(path)
@@ -115,7 +122,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	if err := s.buildPools(ctx, cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger); err != nil {
+	if err := s.buildBalances(cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -238,6 +245,40 @@ func wasmScorer(ctx context.Context, cfg *config.Config, pool string, opts Optio
 		}
 	}
 	return nil, nil, fmt.Errorf("%s: WebAssembly scorers need a plugin host, and none was given (snapshot.Options.Hooks)", cfg.Pools[pool].Scoring.Wasm)
+}
+
+// buildBalances builds the balance sources, with the module host of the first
+// BalanceHook when some source runs a wasm module.
+func (s *Snapshot) buildBalances(cfg *config.Config, opts Options) error {
+	bo := balance.BuildOptions{Clock: opts.Clock, Logger: opts.Logger}
+	if needsModules(cfg) {
+		for _, h := range opts.Hooks {
+			if bh, ok := h.(BalanceHook); ok {
+				mh, err := bh.BalanceModules(cfg)
+				if err != nil {
+					return fmt.Errorf("balances: %w", err)
+				}
+				bo.Modules = mh
+				break
+			}
+		}
+	}
+	set, err := balance.SetFromConfig(cfg, bo)
+	if err != nil {
+		return err
+	}
+	s.Balances = set
+	return nil
+}
+
+// needsModules reports whether some balance source of cfg runs a wasm module.
+func needsModules(cfg *config.Config) bool {
+	for _, b := range cfg.Balances {
+		if b.Wasm != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func configName(cfg *config.Config) string {

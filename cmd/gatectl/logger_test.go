@@ -58,7 +58,9 @@ balances:
 	buf := &syncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Debug, Output: buf})
 	ctx := context.Background()
-	opts := snapshotOptions(logger)
+	hook := pluginHook(logger)
+	defer hook.Close(ctx)
+	opts := snapshotOptions(logger, hook)
 	s, err := snapshot.Load(ctx, cfg, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,9 @@ func routesCommand() *cli.Command {
 			if c.IsSet("addr") {
 				return cli.Exit("routes: --offline and --addr exclude each other", exitUsage)
 			}
-			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil))
+			hook := pluginHook(nil)
+			defer hook.Close(context.Background())
+			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil, hook))
 			if err != nil {
 				return err
 			}

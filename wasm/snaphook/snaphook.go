@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gatectl/gatectl/balance"
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/snapshot"
@@ -25,9 +26,10 @@ import (
 )
 
 // Hook is a snapshot.ChainHook backed by one wasm.Host. The host is made on first
-// use, with its compilation cache under the first config's stateDir, and becomes
-// wasm's default host (the one balance's "wasm" kind loads with). A later config
-// with another stateDir keeps the first host.
+// use, with its compilation cache under the first config's stateDir; it also loads
+// the modules of `balances[i].wasm` sources (snapshot.BalanceHook) and reports the
+// plugins' counters (PluginStats). A later config with another stateDir keeps the
+// first host.
 //
 // Handles given to a snapshot are closed two generations later: when a build
 // starts from snapshot B, the handles of the snapshot B replaced (and of builds
@@ -66,8 +68,29 @@ func (h *Hook) Host(cfg *config.Config) (*wasm.Host, error) {
 		return nil, err
 	}
 	h.host = host
-	wasm.SetDefaultHost(host)
 	return host, nil
+}
+
+// BalanceModules implements snapshot.BalanceHook: the "wasm" balance sources
+// load their modules on the hook's host.
+func (h *Hook) BalanceModules(cfg *config.Config) (balance.ModuleHost, error) {
+	host, err := h.Host(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return host, nil
+}
+
+// PluginStats reports the counters of every plugin on the hook's host, for
+// metrics; nil before the host is made.
+func (h *Hook) PluginStats() []wasm.PluginStat {
+	h.mu.Lock()
+	host := h.host
+	h.mu.Unlock()
+	if host == nil {
+		return nil
+	}
+	return host.PluginStats()
 }
 
 // track records handles given to the build that starts from prev, and releases
@@ -189,9 +212,13 @@ func modules(dir string) []string {
 	return out
 }
 
-var _ snapshot.ChainHook = (*Hook)(nil)
-
 // limitsOf converts a config entry's limits; zero fields keep the host's defaults.
 func limitsOf(l config.PluginLimits) wasm.Limits {
 	return wasm.Limits{Timeout: l.Timeout, MemoryPages: uint32(l.MemoryPages), MaxBodyBytes: l.MaxBodyBytes, MaxOutputBytes: l.MaxOutputBytes}
 }
+
+var (
+	_ snapshot.ChainHook   = (*Hook)(nil)
+	_ snapshot.ScorerHook  = (*Hook)(nil)
+	_ snapshot.BalanceHook = (*Hook)(nil)
+)
