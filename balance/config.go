@@ -73,7 +73,8 @@ func FromConfig(c *config.Config, i int, o BuildOptions) (*Cached, error) {
 }
 
 // SetFromConfig builds every balance source of c into a Set, reporting every entry
-// that fails (errors.Join), not just the first.
+// that fails (errors.Join), not just the first. When one fails, those built are
+// closed. Close the Set when done with it.
 func SetFromConfig(c *config.Config, o BuildOptions) (*Set, error) {
 	var (
 		errs      []error
@@ -89,8 +90,15 @@ func SetFromConfig(c *config.Config, o BuildOptions) (*Set, error) {
 		providers = append(providers, b.Provider)
 		sources = append(sources, src)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(errs) == 0 {
+		set, err := NewSet(providers, sources)
+		if err == nil {
+			return set, nil
+		}
+		errs = append(errs, err)
 	}
-	return NewSet(providers, sources)
+	for _, src := range sources { // built, but never handed out
+		src.Close()
+	}
+	return nil, errors.Join(errs...)
 }
