@@ -16,7 +16,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/gatectl/gatectl/balance"
@@ -31,6 +34,14 @@ import (
 
 // Snapshot is one complete, validated runtime policy. Never change one after Build
 // returned it.
+//
+// A snapshot owns what it was built with that holds resources: the balance
+// sources (a script read in progress, a wasm module handle) and the links and
+// scorers the hooks gave it that are io.Closers (wasm plugin handles). Close
+// releases them; the Manager closes a snapshot once it is replaced, and the one
+// in force when it is closed itself. Reuse across reloads is by reference count
+// below the snapshot: each build takes its own handles on the modules it keeps,
+// so closing the old snapshot never stops what the new one uses.
 type Snapshot struct {
 	Config   *config.Config
 	Gate     gate.Config
@@ -47,6 +58,10 @@ type Snapshot struct {
 	Warnings []string
 	BuiltAt  time.Time
 	Version  uint64
+
+	owned     []io.Closer // released by Close, in reverse order
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Options are what Build needs besides the config.
@@ -60,6 +75,11 @@ type Options struct {
 // ChainHook adds classifiers for one config entry or directory scan. It returns
 // the links for entry i of cfg.Classifiers (ok=false when it does not handle that
 // entry's kind), and files it read.
+//
+// Links (and ScorerHook's scorers) that implement io.Closer belong to the snapshot
+// being built: it closes them when it is closed, or at once when its build fails.
+// A hook must therefore hand each build links of its own (a fresh handle on a
+// shared module, say), never one it gave an earlier snapshot.
 type ChainHook interface {
 	ClassifierFor(ctx context.Context, cfg *config.Config, i int, prev *Snapshot) (links []engine.Classifier, files []string, ok bool, err error)
 	// DirClassifiers returns the classifiers dropped into cfg.PluginsDir, ordered by
@@ -126,10 +146,56 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
+		s.Close() // what was built for a snapshot that never was
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
 }
+
+// own records c, when it holds resources, as the snapshot's to release.
+func (s *Snapshot) own(c any) {
+	if cl, ok := c.(io.Closer); ok {
+		s.owned = append(s.owned, cl)
+	}
+}
+
+// Close releases what the snapshot owns (see Snapshot): balance sources and the
+// hooks' plugin handles. Call it once no request uses the snapshot any more; a
+// wasm classifier closed under a request still answers while another snapshot
+// holds its module, and fails over to the next link otherwise. Close is
+// idempotent and returns every error it met.
+func (s *Snapshot) Close() error { return s.closeExcept(nil) }
+
+// closeExcept is Close, sparing whatever keep owns too (the same link handed to
+// both, which a hook must not do, but then it stays open).
+func (s *Snapshot) closeExcept(keep *Snapshot) error {
+	s.closeOnce.Do(func() {
+		shared := map[io.Closer]bool{}
+		if keep != nil {
+			for _, c := range keep.owned {
+				if isComparable(c) {
+					shared[c] = true
+				}
+			}
+		}
+		var errs []error
+		for i := len(s.owned) - 1; i >= 0; i-- {
+			c := s.owned[i]
+			if isComparable(c) && shared[c] {
+				continue
+			}
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// isComparable reports whether c can be a map key (a closer of a func or slice type
+// cannot; it is never taken for shared).
+func isComparable(c io.Closer) bool { return reflect.TypeOf(c).Comparable() }
 
 // gate.Config converts the gate section for the engine's ledger.
 func GateConfig(cfg *config.Config) (gate.Config, error) {
@@ -206,6 +272,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 				continue
 			}
 			handled = true
+			for _, l := range ls {
+				s.own(l)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			}
@@ -219,6 +288,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	for _, h := range opts.Hooks {
 		ls, files, err := h.DirClassifiers(ctx, cfg, opts.Prev)
+		for _, l := range ls {
+			s.own(l)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pluginsDir: %w", err))
 		}
@@ -268,6 +340,7 @@ func (s *Snapshot) buildBalances(cfg *config.Config, opts Options) error {
 		return err
 	}
 	s.Balances = set
+	s.own(set)
 	return nil
 }
 
@@ -314,6 +387,9 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 			s.Scoring[name] = "expr " + p.Scoring.Expr
 		case p.Scoring.Wasm != "":
 			sc, files, err := wasmScorer(ctx, cfg, name, opts)
+			if sc != nil {
+				s.own(sc)
+			}
 			if err != nil {
 				return fmt.Errorf("pools.%s.scoring.wasm: %w", name, err)
 			}

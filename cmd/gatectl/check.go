@@ -27,6 +27,7 @@ func checkCommand() *cli.Command {
 				}
 				return cli.Exit("", exitFailure)
 			}
+			defer s.Close()
 			name := path
 			if name == "" {
 				name = "(embedded default)"

@@ -65,6 +65,7 @@ balances:
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	s.Balances.Refresh(ctx, []string{"beta"})
 
 	names := map[string]bool{}

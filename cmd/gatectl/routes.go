@@ -75,6 +75,7 @@ func routesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer snap.Close()
 			var rnd engine.Rand
 			if seed := c.Uint64("seed"); seed != 0 {
 				rnd = rand.New(rand.NewPCG(seed, seed))

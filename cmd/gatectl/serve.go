@@ -44,6 +44,7 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
 			}
+			defer m.Close() // after the server is done with it, before the hook's host goes
 			srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: c.String("state-dir"), ShutdownGrace: c.Duration("grace"), Plugins: hook})
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)

@@ -11,7 +11,6 @@ package snaphook
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,21 +30,15 @@ import (
 // plugins' counters (PluginStats). A later config with another stateDir keeps the
 // first host.
 //
-// Handles given to a snapshot are closed two generations later: when a build
-// starts from snapshot B, the handles of the snapshot B replaced (and of builds
-// that failed before it) are released, and modules no snapshot holds any more
-// are unloaded. A Hook is safe for concurrent use.
+// Each build gets handles of its own (wasm.Host.Load), even on modules an earlier
+// snapshot holds: the snapshot owns them and closes them with itself, and a module
+// is unloaded when its last handle goes. A Hook is safe for concurrent use; Close
+// it (closing the host) once no snapshot it built is in use.
 type Hook struct {
 	opts wasm.HostOptions
 
-	mu     sync.Mutex
-	host   *wasm.Host
-	groups []group // handles by the snapshot their build started from, oldest first
-}
-
-type group struct {
-	prev    *snapshot.Snapshot
-	closers []io.Closer
+	mu   sync.Mutex
+	host *wasm.Host
 }
 
 // New returns a hook; opts.CacheDir, when empty, is taken from the first config's
@@ -93,28 +86,6 @@ func (h *Hook) PluginStats() []wasm.PluginStat {
 	return host.PluginStats()
 }
 
-// track records handles given to the build that starts from prev, and releases
-// those two generations old.
-func (h *Hook) track(prev *snapshot.Snapshot, cs ...io.Closer) {
-	h.mu.Lock()
-	var dead []group
-	if n := len(h.groups); n == 0 || h.groups[n-1].prev != prev {
-		h.groups = append(h.groups, group{prev: prev})
-		if n := len(h.groups); n > 2 {
-			dead = append(dead, h.groups[:n-2]...)
-			h.groups = append([]group(nil), h.groups[n-2:]...)
-		}
-	}
-	last := &h.groups[len(h.groups)-1]
-	last.closers = append(last.closers, cs...)
-	h.mu.Unlock()
-	for _, g := range dead {
-		for _, c := range g.closers {
-			c.Close()
-		}
-	}
-}
-
 // ClassifierFor implements snapshot.ChainHook for `classifiers[i].wasm`: the
 // module is loaded with the entry's config (for gate_init) and its golden cases
 // are run; a failing case refuses the snapshot.
@@ -132,7 +103,6 @@ func (h *Hook) ClassifierFor(ctx context.Context, cfg *config.Config, i int, pre
 	if err != nil {
 		return nil, []string{path}, true, err
 	}
-	h.track(prev, c)
 	return []engine.Classifier{c}, []string{path}, true, nil
 }
 
@@ -156,11 +126,9 @@ func (h *Hook) DirClassifiers(ctx context.Context, cfg *config.Config, prev *sna
 		return nil, files, err
 	}
 	links := make([]engine.Classifier, len(cs))
-	closers := make([]io.Closer, len(cs))
 	for i, c := range cs {
-		links[i], closers[i] = c, c
+		links[i] = c
 	}
-	h.track(prev, closers...)
 	return links, files, nil
 }
 
@@ -180,7 +148,6 @@ func (h *Hook) ScorerFor(ctx context.Context, cfg *config.Config, pool string, p
 	if err != nil {
 		return nil, []string{path}, fmt.Errorf("pools.%s.scoring.wasm: %w", pool, err)
 	}
-	h.track(prev, s)
 	return s, []string{path}, nil
 }
 
@@ -188,7 +155,7 @@ func (h *Hook) ScorerFor(ctx context.Context, cfg *config.Config, pool string, p
 func (h *Hook) Close(ctx context.Context) error {
 	h.mu.Lock()
 	host := h.host
-	h.host, h.groups = nil, nil
+	h.host = nil
 	h.mu.Unlock()
 	if host == nil {
 		return nil
