@@ -11,6 +11,7 @@ package snaphook
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -188,4 +189,7 @@ var (
 	_ snapshot.ChainHook   = (*Hook)(nil)
 	_ snapshot.ScorerHook  = (*Hook)(nil)
 	_ snapshot.BalanceHook = (*Hook)(nil)
+	// The snapshot releases the classifiers the hook gives it through io.Closer,
+	// found by type assertion: without Close their handles would leak silently.
+	_ io.Closer = (*wasm.Classifier)(nil)
 )
