@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ type CacheOptions struct {
 //   - Safe for concurrent use. The zero value is not usable: call NewCached.
 //   - A Reading returned by Get is shared with other callers: do not modify it.
 //   - A source that panics is recovered and reported as a failed read (ErrPanic).
+//   - Close stops the read in progress (a script's process group is killed) and
+//     closes the source when it is an io.Closer; afterwards a fresh outcome still
+//     answers, and a due source answers ErrClosed instead of reading.
 type Cached struct {
 	src     engine.BalanceSource
 	refresh time.Duration
@@ -73,6 +77,8 @@ type Cached struct {
 	last *engine.Reading
 	// flight is the read in progress; nil when none is.
 	flight *flight
+	// closed: Close was called; no read starts any more.
+	closed bool
 }
 
 // flight is one read shared by every caller that found the source due while it ran.
@@ -80,6 +86,7 @@ type Cached struct {
 type flight struct {
 	done    chan struct{}
 	ctx     context.Context // the read's own context: its Timeout, not a caller's
+	cancel  context.CancelFunc
 	reading engine.Reading
 	err     error
 }
@@ -129,6 +136,10 @@ func (c *Cached) Get(ctx context.Context, now time.Time) (engine.Reading, error)
 	}
 	f := c.flight
 	if f == nil {
+		if c.closed {
+			c.mu.Unlock()
+			return engine.Reading{}, ErrClosed
+		}
 		f = c.startLocked(ctx)
 	}
 	c.mu.Unlock()
@@ -141,6 +152,9 @@ func (c *Cached) Get(ctx context.Context, now time.Time) (engine.Reading, error)
 		case <-f.done: // finished at the deadline: take its outcome
 			return f.reading, f.err
 		default:
+		}
+		if errors.Is(f.ctx.Err(), context.Canceled) { // only Close cancels before the read is done
+			return engine.Reading{}, ErrClosed
 		}
 		return engine.Reading{}, fmt.Errorf("%w: no reading within %s", ErrTimeout, c.timeout)
 	case <-ctx.Done():
@@ -171,7 +185,7 @@ func (c *Cached) dueLocked(now time.Time) bool {
 // it short for the others.
 func (c *Cached) startLocked(ctx context.Context) *flight {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-	f := &flight{done: make(chan struct{}), ctx: fctx}
+	f := &flight{done: make(chan struct{}), ctx: fctx, cancel: cancel}
 	c.flight = f
 	go func() {
 		defer cancel()
@@ -187,6 +201,10 @@ func (c *Cached) startLocked(ctx context.Context) *flight {
 			r = engine.Reading{}
 		}
 		c.mu.Lock()
+		closed := c.closed
+		if err != nil && closed {
+			err = ErrClosed // stopped by Close, not the source's fault
+		}
 		c.attempted, c.checkedAt, c.reading, c.err = true, at, r, err
 		if err == nil {
 			last := r
@@ -195,7 +213,9 @@ func (c *Cached) startLocked(ctx context.Context) *flight {
 		c.flight = nil
 		f.reading, f.err = r, err
 		c.mu.Unlock()
-		if err != nil {
+		if err != nil && closed {
+			c.logger.Debug("balance read stopped: the source was closed")
+		} else if err != nil {
 			c.logger.Warn("balance read failed; no reading until the next refresh", "error", err, "refresh", c.refresh)
 		} else {
 			c.logger.Debug("balance read", "remaining", r.Remaining != nil, "windows", len(r.Windows), "provider_error", r.Error != "")
@@ -203,6 +223,27 @@ func (c *Cached) startLocked(ctx context.Context) *flight {
 		close(f.done)
 	}()
 	return f
+}
+
+// Close stops the read in progress, if any, and closes the source when it is an
+// io.Closer. Callers waiting on the stopped read get ErrClosed. Close is
+// idempotent: the source is closed once.
+func (c *Cached) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	f := c.flight
+	c.mu.Unlock()
+	if f != nil {
+		f.cancel()
+	}
+	if cl, ok := c.src.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
 }
 
 // readSafely calls the source, turning a panic into an error.
@@ -255,4 +296,7 @@ func (c *Cached) Status(now time.Time) Status {
 	return s
 }
 
-var _ engine.BalanceSource = (*Cached)(nil)
+var (
+	_ engine.BalanceSource = (*Cached)(nil)
+	_ io.Closer            = (*Cached)(nil)
+)

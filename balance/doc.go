@@ -16,6 +16,10 @@
 //     being the apiKeyEnv variable, is the only reference expanded) and maps the JSON
 //     response with expr expressions over `body`, compiled once at construction.
 //
+// The wasm package adds "wasm", whose module is loaded on the host the caller
+// names in Spec.Modules (BuildOptions.Modules for FromConfig): there is no
+// process-wide default host.
+//
 // New builds a source of the kind a Spec describes; FromConfig builds one from a
 // `balances[i]` entry of the config, already wrapped in a Cached, and SetFromConfig
 // builds them all into a Set, the pool.Readings the pools draw with.

@@ -27,6 +27,9 @@ var (
 	ErrNoKey = errors.New("balance: api key not set")
 	// ErrPanic: the source panicked; Cached recovers and reports it as a failed read.
 	ErrPanic = errors.New("balance: source panicked")
+	// ErrClosed: the Cached was closed (its snapshot was replaced or the daemon is
+	// stopping); it reads no more.
+	ErrClosed = errors.New("balance: source closed")
 )
 
 // ErrInvalid is the sentinel every construction error wraps (a bad Spec).

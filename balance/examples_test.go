@@ -213,19 +213,19 @@ func TestFromConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = FromConfig(c, 0, nil, nil)
+	_, err = FromConfig(c, 0, BuildOptions{})
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "balances[0].http.remaining" || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("err = %v, want a FieldError on balances[0].http.remaining", err)
 	}
-	src, err := FromConfig(c, 1, nil, nil)
+	src, err := FromConfig(c, 1, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sc, ok := src.Source().(*Script); !ok || sc.dir != "/etc/gatectl" || src.Refresh() != c.Balances[1].Refresh || src.Timeout() != c.Balances[1].Timeout {
 		t.Fatalf("balances[1] = %#v (refresh %s, timeout %s)", src.Source(), src.Refresh(), src.Timeout())
 	}
-	_, err = SetFromConfig(c, nil, nil)
+	_, err = SetFromConfig(c, BuildOptions{})
 	if err == nil || !strings.Contains(err.Error(), "balances[0].http.remaining") || !strings.Contains(err.Error(), "balances[2].http.headers[X-Key]") {
 		t.Fatalf("SetFromConfig err = %v, want both bad entries", err)
 	}

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -48,6 +49,21 @@ type Spec struct {
 	HTTPClient *http.Client
 	// Logger receives the source's own debug lines; nil discards them.
 	Logger hclog.Logger
+	// Modules loads the module of a source whose reading comes out of a plugin
+	// (the "wasm" kind); nil makes such a source refuse to build. The other kinds
+	// ignore it.
+	Modules ModuleHost
+}
+
+// ModuleHost loads plugin modules for the balance kinds that run one: the "wasm"
+// kind's factory hands its Spec to NewBalance. *wasm.Host implements it (balance
+// cannot name that type: wasm imports balance). Whoever builds the sources passes
+// it in Spec.Modules or BuildOptions.Modules; there is no process-wide default.
+type ModuleHost interface {
+	// NewBalance builds the source s describes (s.Wasm set), loading its module.
+	// Called once per source, while a snapshot is built; the source holds what
+	// it loaded until it is closed (io.Closer).
+	NewBalance(ctx context.Context, s Spec) (engine.BalanceSource, error)
 }
 
 // HTTPSpec is the "http" kind: GET URL with Headers, then evaluate the expressions

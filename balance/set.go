@@ -2,7 +2,9 @@ package balance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/gatectl/gatectl/engine"
@@ -87,4 +89,19 @@ func (s *Set) Status() map[string]Status {
 	return out
 }
 
-var _ pool.Readings = (*Set)(nil)
+// Close closes every source (see Cached.Close), reporting every error. A Set is
+// closed by the snapshot that owns it, once no request reads it.
+func (s *Set) Close() error {
+	var errs []error
+	for _, p := range s.order {
+		if err := s.sources[p].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("balance: %s: close: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	_ pool.Readings = (*Set)(nil)
+	_ io.Closer     = (*Set)(nil)
+)

@@ -35,9 +35,15 @@ type Metrics struct {
 	reloads *prometheus.CounterVec
 }
 
-// NewMetrics registers the metrics and the collectors that read the ledger and
-// the balance sources at scrape time.
-func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []ReadingStatus) *Metrics {
+// PluginStats reports the counters of every loaded plugin; /metrics reads it at
+// scrape time. The daemon's wasm snapshot hook (and a *wasm.Host) is one.
+type PluginStats interface {
+	PluginStats() []wasm.PluginStat
+}
+
+// NewMetrics registers the metrics and the collectors that read the ledger, the
+// balance sources and the plugins (plugins may be nil) at scrape time.
+func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []ReadingStatus, plugins PluginStats) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gatectl_gate_admissions_total",
@@ -75,7 +81,7 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 	}, []string{"result"})
 	m.Registry.MustRegister(m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
-		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{})
+		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{plugins: plugins})
 	return m
 }
 
@@ -192,8 +198,8 @@ var (
 	descPluginQuar     = prometheus.NewDesc("gatectl_plugin_quarantined", "1 while the plugin is quarantined after repeated failures.", []string{"plugin", "kind"}, nil)
 )
 
-// pluginCollector reads the plugin host's counters at scrape time.
-type pluginCollector struct{}
+// pluginCollector reads the plugins' counters at scrape time; plugins may be nil.
+type pluginCollector struct{ plugins PluginStats }
 
 func (pluginCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPluginCalls, descPluginFailures, descPluginSkipped, descPluginSeconds, descPluginQuar} {
@@ -201,12 +207,11 @@ func (pluginCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (pluginCollector) Collect(ch chan<- prometheus.Metric) {
-	h := wasm.CurrentHost()
-	if h == nil {
+func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.plugins == nil {
 		return
 	}
-	for _, p := range h.PluginStats() {
+	for _, p := range c.plugins.PluginStats() {
 		l := []string{p.Name, string(p.Kind)}
 		st := p.Stats
 		ch <- prometheus.MustNewConstMetric(descPluginCalls, prometheus.CounterValue, float64(st.Calls), l...)
@@ -220,3 +225,5 @@ func (pluginCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPluginQuar, prometheus.GaugeValue, q, l...)
 	}
 }
+
+var _ PluginStats = (*wasm.Host)(nil)

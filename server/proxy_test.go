@@ -221,7 +221,7 @@ func TestProxyCalibrates(t *testing.T) {
 	}
 	f.call("/v1/chat/completions", chatReq("pa/cal"))
 	if st := f.status("pa", "cal"); st.Quota != 40000 || st.TokenBudget != 39600 || st.RPMBudget != 99 {
-		t.Fatalf("openai headers: quota %v budget %d rpm %d; want 40000 39600 99 (the derived 1% margin)", st.Quota, st.TokenBudget, st.RPMBudget)
+		t.Fatalf("openai headers: quota %v budget %d rpm %d; want 40000 39600 99 (the derived 1%% margin)", st.Quota, st.TokenBudget, st.RPMBudget)
 	}
 	f.call("/v1/messages", chatReq("anth/cal"))
 	if st := f.status("anth", "cal"); st.Quota != 80000 || st.RPMBudget != 49 {

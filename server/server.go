@@ -44,6 +44,9 @@ type Options struct {
 	// ShutdownGrace is how long running requests and streams may finish after a
 	// shutdown begins (default 30s).
 	ShutdownGrace time.Duration
+	// Plugins reports the plugins' counters for /metrics (the wasm snapshot hook
+	// the manager builds with); nil: no plugin metrics.
+	Plugins PluginStats
 }
 
 // Server is the gatectl daemon. Build it with New, run it with Serve, then Close.
@@ -125,7 +128,7 @@ func New(o Options) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
-	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus)
+	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
 
 	o.Manager.OnSwap(s.applySnapshot)
 	o.Manager.OnError(func(err error) {

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,7 +27,8 @@ type Manager struct {
 
 	cur atomic.Pointer[Snapshot]
 
-	mu     sync.Mutex // serialises reloads and guards onSwap and onError
+	mu     sync.Mutex // serialises reloads and guards onSwap, onError and closed
+	closed bool       // Close was called: no reload swaps any more
 	onSwap []func(old, new *Snapshot)
 	onErr  []func(error)
 	// Reloads and failures are counted for metrics.
@@ -78,12 +80,20 @@ func (m *Manager) Stats() (reloads, failures uint64, lastErr string) {
 	return m.reloads.Load(), m.failures.Load(), lastErr
 }
 
-// Reload builds a new snapshot from the files as they are now and swaps it in.
-// On any failure the old snapshot stays and the error (naming its path) is
-// returned and logged. It is what SIGHUP and the watcher call.
+// ErrClosed is what Reload returns once the manager is closed.
+var ErrClosed = errors.New("snapshot: manager closed")
+
+// Reload builds a new snapshot from the files as they are now and swaps it in,
+// then runs the OnSwap callbacks and closes the old snapshot (what the new one
+// shares with it stays open: see Snapshot). On any failure the old snapshot stays
+// and the error (naming its path) is returned and logged. It is what SIGHUP and
+// the watcher call.
 func (m *Manager) Reload(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
 	old := m.cur.Load()
 	opts := m.opts
 	opts.Prev = old
@@ -112,7 +122,26 @@ func (m *Manager) Reload(ctx context.Context) error {
 	for _, f := range m.onSwap {
 		f(old, s)
 	}
+	// A request that loaded old just before the swap may still be using it: a
+	// wasm handle closed under it answers while its module lives on in s, and
+	// fails over to the next link otherwise; balance readings come from Current.
+	if err := old.closeExcept(s); err != nil {
+		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
+	}
 	return nil
+}
+
+// Close closes the snapshot in force and stops reloads: Reload then returns
+// ErrClosed. Call it once nothing serves requests from the manager any more (after
+// the server's shutdown). Close is idempotent.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.cur.Load().Close()
 }
 
 // WatchOptions tune Watch.

@@ -16,7 +16,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/gatectl/gatectl/balance"
@@ -31,6 +34,14 @@ import (
 
 // Snapshot is one complete, validated runtime policy. Never change one after Build
 // returned it.
+//
+// A snapshot owns what it was built with that holds resources: the balance
+// sources (a script read in progress, a wasm module handle) and the links and
+// scorers the hooks gave it that are io.Closers (wasm plugin handles). Close
+// releases them; the Manager closes a snapshot once it is replaced, and the one
+// in force when it is closed itself. Reuse across reloads is by reference count
+// below the snapshot: each build takes its own handles on the modules it keeps,
+// so closing the old snapshot never stops what the new one uses.
 type Snapshot struct {
 	Config   *config.Config
 	Gate     gate.Config
@@ -47,12 +58,16 @@ type Snapshot struct {
 	Warnings []string
 	BuiltAt  time.Time
 	Version  uint64
+
+	owned     []io.Closer // released by Close, in reverse order
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Options are what Build needs besides the config.
 type Options struct {
 	Clock  engine.Clock // nil: the system clock
-	Logger hclog.Logger // nil: discard
+	Logger hclog.Logger // the parent logger, passed on as it is: each component names itself; nil: discard
 	Prev   *Snapshot    // the snapshot being replaced: unchanged modules are reused
 	Hooks  []ChainHook  // extra chain links (the wasm plugins register one)
 }
@@ -60,6 +75,11 @@ type Options struct {
 // ChainHook adds classifiers for one config entry or directory scan. It returns
 // the links for entry i of cfg.Classifiers (ok=false when it does not handle that
 // entry's kind), and files it read.
+//
+// Links (and ScorerHook's scorers) that implement io.Closer belong to the snapshot
+// being built: it closes them when it is closed, or at once when its build fails.
+// A hook must therefore hand each build links of its own (a fresh handle on a
+// shared module, say), never one it gave an earlier snapshot.
 type ChainHook interface {
 	ClassifierFor(ctx context.Context, cfg *config.Config, i int, prev *Snapshot) (links []engine.Classifier, files []string, ok bool, err error)
 	// DirClassifiers returns the classifiers dropped into cfg.PluginsDir, ordered by
@@ -71,6 +91,13 @@ type ChainHook interface {
 // `pools.<name>.scoring: {wasm: FILE}` scorers.
 type ScorerHook interface {
 	ScorerFor(ctx context.Context, cfg *config.Config, pool string, prev *Snapshot) (engine.Scorer, []string, error)
+}
+
+// BalanceHook is the optional part of a ChainHook that loads the modules of
+// `balances[i].wasm` sources. Build calls BalanceModules once, and only when cfg
+// has such a source; the first hook implementing it is asked.
+type BalanceHook interface {
+	BalanceModules(cfg *config.Config) (balance.ModuleHost, error)
 }
 
 // Load reads the config at path ("" for the embedded default) and builds it.
@@ -115,14 +142,60 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	if err := s.buildPools(ctx, cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Balances, err = balance.SetFromConfig(cfg, opts.Clock, opts.Logger.Named("balance")); err != nil {
+	if err := s.buildBalances(cfg, opts); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
+		s.Close() // what was built for a snapshot that never was
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
 }
+
+// own records c, when it holds resources, as the snapshot's to release.
+func (s *Snapshot) own(c any) {
+	if cl, ok := c.(io.Closer); ok {
+		s.owned = append(s.owned, cl)
+	}
+}
+
+// Close releases what the snapshot owns (see Snapshot): balance sources and the
+// hooks' plugin handles. Call it once no request uses the snapshot any more; a
+// wasm classifier closed under a request still answers while another snapshot
+// holds its module, and fails over to the next link otherwise. Close is
+// idempotent and returns every error it met.
+func (s *Snapshot) Close() error { return s.closeExcept(nil) }
+
+// closeExcept is Close, sparing whatever keep owns too (the same link handed to
+// both, which a hook must not do, but then it stays open).
+func (s *Snapshot) closeExcept(keep *Snapshot) error {
+	s.closeOnce.Do(func() {
+		shared := map[io.Closer]bool{}
+		if keep != nil {
+			for _, c := range keep.owned {
+				if isComparable(c) {
+					shared[c] = true
+				}
+			}
+		}
+		var errs []error
+		for i := len(s.owned) - 1; i >= 0; i-- {
+			c := s.owned[i]
+			if isComparable(c) && shared[c] {
+				continue
+			}
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// isComparable reports whether c can be a map key (a closer of a func or slice type
+// cannot; it is never taken for shared).
+func isComparable(c io.Closer) bool { return reflect.TypeOf(c).Comparable() }
 
 // GateConfig returns the gate section for the engine's ledger. config decodes it
 // into a gate.Config already and reports its problems with file and line; Validate
@@ -178,6 +251,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 				continue
 			}
 			handled = true
+			for _, l := range ls {
+				s.own(l)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			}
@@ -191,6 +267,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	for _, h := range opts.Hooks {
 		ls, files, err := h.DirClassifiers(ctx, cfg, opts.Prev)
+		for _, l := range ls {
+			s.own(l)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pluginsDir: %w", err))
 		}
@@ -217,6 +296,41 @@ func wasmScorer(ctx context.Context, cfg *config.Config, pool string, opts Optio
 		}
 	}
 	return nil, nil, fmt.Errorf("%s: WebAssembly scorers need a plugin host, and none was given (snapshot.Options.Hooks)", cfg.Pools[pool].Scoring.Wasm)
+}
+
+// buildBalances builds the balance sources, with the module host of the first
+// BalanceHook when some source runs a wasm module.
+func (s *Snapshot) buildBalances(cfg *config.Config, opts Options) error {
+	bo := balance.BuildOptions{Clock: opts.Clock, Logger: opts.Logger}
+	if needsModules(cfg) {
+		for _, h := range opts.Hooks {
+			if bh, ok := h.(BalanceHook); ok {
+				mh, err := bh.BalanceModules(cfg)
+				if err != nil {
+					return fmt.Errorf("balances: %w", err)
+				}
+				bo.Modules = mh
+				break
+			}
+		}
+	}
+	set, err := balance.SetFromConfig(cfg, bo)
+	if err != nil {
+		return err
+	}
+	s.Balances = set
+	s.own(set)
+	return nil
+}
+
+// needsModules reports whether some balance source of cfg runs a wasm module.
+func needsModules(cfg *config.Config) bool {
+	for _, b := range cfg.Balances {
+		if b.Wasm != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func configName(cfg *config.Config) string {
@@ -252,6 +366,9 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 			s.Scoring[name] = "expr " + p.Scoring.Expr
 		case p.Scoring.Wasm != "":
 			sc, files, err := wasmScorer(ctx, cfg, name, opts)
+			if sc != nil {
+				s.own(sc)
+			}
 			if err != nil {
 				return fmt.Errorf("pools.%s.scoring.wasm: %w", name, err)
 			}

@@ -44,7 +44,7 @@ func TestBuildDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Gate.Window != time.Minute || s.Gate.SafetyFactor != 0.85 || s.Retry.Rounds != 8 || s.Pools != nil {
+	if s.Gate.Window != time.Minute || s.Gate.SafetyFactor != 0 || s.Retry.Rounds != 8 || s.Pools != nil {
 		t.Fatalf("defaults: gate %+v retry rounds %d", s.Gate, s.Retry.Rounds)
 	}
 	v := classify(t, s, engine.Failure{Status: 429, Body: `{"error":{"code":"insufficient_quota","message":"You exceeded your current quota"}}`})

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gatectl/gatectl/balance"
@@ -19,46 +19,22 @@ import (
 
 func init() {
 	balance.Register("wasm", func(s balance.Spec) (engine.BalanceSource, error) {
-		return NewBalance(context.Background(), DefaultHost(), s)
+		if s.Modules == nil {
+			return nil, &balance.FieldError{Field: "wasm", Err: errors.New("WebAssembly balance sources need a plugin host, and none was given (balance.Spec.Modules)")}
+		}
+		return s.Modules.NewBalance(context.Background(), s)
 	})
 }
 
-var defaultHost struct {
-	sync.Mutex
-	h *Host
-}
-
-// SetDefaultHost sets the host that the "wasm" balance kind, built through
-// balance.New and balance.FromConfig, loads its modules with. The daemon sets it
-// to its host (the one with the stateDir cache) before building balance sources.
-func SetDefaultHost(h *Host) {
-	defaultHost.Lock()
-	defaultHost.h = h
-	defaultHost.Unlock()
-}
-
-// CurrentHost returns the host set by SetDefaultHost, or nil: unlike
-// DefaultHost it never makes one (metrics ask it).
-func CurrentHost() *Host {
-	defaultHost.Lock()
-	defer defaultHost.Unlock()
-	return defaultHost.h
-}
-
-// DefaultHost returns the host set by SetDefaultHost or, when none was, a host of
-// its own made on first use: compiled code in memory only, no logger, the system
-// clock.
-func DefaultHost() *Host {
-	defaultHost.Lock()
-	defer defaultHost.Unlock()
-	if defaultHost.h == nil {
-		h, err := NewHost(HostOptions{})
-		if err != nil {
-			panic("wasm: default host: " + err.Error()) // cannot fail without a CacheDir
-		}
-		defaultHost.h = h
+// NewBalance implements balance.ModuleHost: the "wasm" balance kind, built
+// through balance.New or balance.FromConfig with this host in Spec.Modules,
+// loads its module here (see the package-level NewBalance).
+func (h *Host) NewBalance(ctx context.Context, s balance.Spec) (engine.BalanceSource, error) {
+	b, err := NewBalance(ctx, h, s)
+	if err != nil {
+		return nil, err // not a typed nil
 	}
-	return defaultHost.h
+	return b, nil
 }
 
 // Balance is the "wasm" balance kind (engine.BalanceSource): the host GETs the URL
@@ -207,4 +183,8 @@ func (b *Balance) Read(parent context.Context) (engine.Reading, error) {
 	return r, nil
 }
 
-var _ engine.BalanceSource = (*Balance)(nil)
+var (
+	_ engine.BalanceSource = (*Balance)(nil)
+	_ io.Closer            = (*Balance)(nil)
+	_ balance.ModuleHost   = (*Host)(nil)
+)

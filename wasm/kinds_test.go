@@ -133,17 +133,24 @@ func TestBalanceErrors(t *testing.T) {
 	}
 }
 
-// The Go balance example, through balance's registry (the default host).
+// The Go balance example, through balance's registry, on the host the Spec names.
 func TestBalanceGoExampleViaRegistry(t *testing.T) {
+	th := newTestHost(t, "")
 	status := http.StatusOK
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 		w.Write([]byte(`{"data":{"total_credits":100.5,"total_usage":25.75}}`))
 	}))
 	defer srv.Close()
-	src, err := balance.New(balance.Spec{Provider: "openrouter", Wasm: &balance.WasmSpec{
+	spec := balance.Spec{Provider: "openrouter", Wasm: &balance.WasmSpec{
 		Module: modulePath(t, "balance-go.wasm"), URL: srv.URL, Config: map[string]any{"reserve": 0.75},
-	}})
+	}}
+	// Without a host the kind refuses to build: there is no process-wide default.
+	if _, err := balance.New(spec); !errors.Is(err, balance.ErrInvalid) || !strings.Contains(err.Error(), "need a plugin host") {
+		t.Fatalf("no host: err = %v", err)
+	}
+	spec.Modules = th.Host
+	src, err := balance.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/gatectl/gatectl/engine"
@@ -83,4 +84,7 @@ func (s *Scorer) Score(ctx context.Context, r engine.Reading, capacities, coeffi
 	return *score, true, nil
 }
 
-var _ engine.Scorer = (*Scorer)(nil)
+var (
+	_ engine.Scorer = (*Scorer)(nil)
+	_ io.Closer     = (*Scorer)(nil) // the snapshot that holds it finds Close by type assertion
+)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,13 +18,16 @@ func checkCommand() *cli.Command {
 		Flags: []cli.Flag{configFlag()},
 		Action: func(c *cli.Context) error {
 			path := c.String("config")
-			s, err := snapshot.Load(c.Context, path, snapshotOptions(nil))
+			hook := pluginHook(nil)
+			defer hook.Close(context.Background())
+			s, err := snapshot.Load(c.Context, path, snapshotOptions(nil, hook))
 			if err != nil {
 				for _, line := range errorLines(err) {
 					fmt.Fprintln(c.App.ErrWriter, line)
 				}
 				return cli.Exit("", exitFailure)
 			}
+			defer s.Close()
 			name := path
 			if name == "" {
 				name = "(embedded default)"

@@ -106,7 +106,8 @@ func classifierChain(ctx context.Context, configPath string, plugins []string) (
 		return nil, fmt.Errorf("classify: %w", err)
 	}
 	// The config's chain ("" is the embedded default: the built-in rules alone).
-	snap, err := snapshot.Load(ctx, configPath, snapshotOptions(nil))
+	// The hook (and its host) lives as long as the process: the chain keeps using it.
+	snap, err := snapshot.Load(ctx, configPath, snapshotOptions(nil, pluginHook(nil)))
 	if err != nil {
 		return nil, err
 	}

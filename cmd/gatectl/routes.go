@@ -69,10 +69,13 @@ func routesCommand() *cli.Command {
 			if c.IsSet("addr") {
 				return cli.Exit("routes: --offline and --addr exclude each other", exitUsage)
 			}
-			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil))
+			hook := pluginHook(nil)
+			defer hook.Close(context.Background())
+			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil, hook))
 			if err != nil {
 				return err
 			}
+			defer snap.Close()
 			var rnd engine.Rand
 			if seed := c.Uint64("seed"); seed != 0 {
 				rnd = rand.New(rand.NewPCG(seed, seed))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -37,11 +38,14 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("serve: "+err.Error(), exitFailure)
 			}
-			m, err := snapshot.NewManager(ctx, path, snapshotOptions(logger))
+			hook := pluginHook(logger)
+			defer hook.Close(context.Background())
+			m, err := snapshot.NewManager(ctx, path, snapshotOptions(logger, hook))
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
 			}
-			srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: c.String("state-dir"), ShutdownGrace: c.Duration("grace")})
+			defer m.Close() // after the server is done with it, before the hook's host goes
+			srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: c.String("state-dir"), ShutdownGrace: c.Duration("grace"), Plugins: hook})
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
 			}
@@ -82,10 +86,6 @@ func loggerFor(path string, w io.Writer) (hclog.Logger, error) {
 		level, format = cfg.Log.Level, cfg.Log.Format
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.LevelFromString(level), JSONFormat: format == "json", Output: w}), nil
-}
-
-func snapshotOptions(logger hclog.Logger) snapshot.Options {
-	return snapshot.Options{Logger: logger, Hooks: snapshotHooks(logger)}
 }
 
 func configFlag() cli.Flag {

@@ -23,13 +23,12 @@ const (
 	// gate's own excess. It is timing (the provider still counted an earlier call)
 	// or traffic from outside the ledger: the model cools down, the trigger stays.
 	suspectRatio = 0.8
-	// relaxGapShare: a trigger well below a clean window (under relaxBelow of it)
-	// closes this share of the gap to relaxTo of it each loaded window, so a
-	// poisoned trigger recovers in two or three windows. A clean window's
-	// reading is the highest of many noisy estimates, so it overstates what
-	// passed; the trigger does not chase it all the way.
+	// relaxGapShare: a trigger below relaxTo of a clean window's reading closes
+	// this share of the gap to it each loaded window, so a poisoned trigger
+	// recovers in two or three windows. A clean window's reading is the highest
+	// of many noisy estimates, so it overstates what passed; the trigger does
+	// not chase it all the way.
 	relaxGapShare = 0.75
-	relaxBelow    = 0.9
 	relaxTo       = 0.97
 	// triggerReprobeWindows: a trigger that has been the binding cap is re-probed
 	// × learnProbeFactor once per this many windows without a 429, so a raised
@@ -250,7 +249,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		// The trigger, not the quota, is the binding cap.
 		from := l.trigger
 		switch {
-		case l.trigger < relaxBelow*l.cleanMax:
+		case l.trigger < relaxTo*l.cleanMax:
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:

@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"math"
+
 	"github.com/gatectl/gatectl/engine"
 	"testing"
 	"time"
@@ -209,8 +211,8 @@ func TestLearnerTriggerRelaxes(t *testing.T) {
 			st := l.BucketStatus(at, "p", "m")
 			loadedWindow(l, at, int(st.TokenBudget)-1)
 		}
-		if _, trig := quota(l, at); trig != 899 {
-			t.Fatalf("trigger %g, want relaxed up to the clean reading 899", trig)
+		if _, trig := quota(l, at); math.Abs(trig-0.97*899) > 0.01 {
+			t.Fatalf("trigger %g, want relaxed up to 97%% of the clean reading 899", trig)
 		}
 		if n := relaxSteps(ev); n < 1 || n > 3 {
 			t.Fatalf("%d relax steps, want 1–3", n)

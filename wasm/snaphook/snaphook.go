@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gatectl/gatectl/balance"
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/snapshot"
@@ -25,25 +26,20 @@ import (
 )
 
 // Hook is a snapshot.ChainHook backed by one wasm.Host. The host is made on first
-// use, with its compilation cache under the first config's stateDir, and becomes
-// wasm's default host (the one balance's "wasm" kind loads with). A later config
-// with another stateDir keeps the first host.
+// use, with its compilation cache under the first config's stateDir; it also loads
+// the modules of `balances[i].wasm` sources (snapshot.BalanceHook) and reports the
+// plugins' counters (PluginStats). A later config with another stateDir keeps the
+// first host.
 //
-// Handles given to a snapshot are closed two generations later: when a build
-// starts from snapshot B, the handles of the snapshot B replaced (and of builds
-// that failed before it) are released, and modules no snapshot holds any more
-// are unloaded. A Hook is safe for concurrent use.
+// Each build gets handles of its own (wasm.Host.Load), even on modules an earlier
+// snapshot holds: the snapshot owns them and closes them with itself, and a module
+// is unloaded when its last handle goes. A Hook is safe for concurrent use; Close
+// it (closing the host) once no snapshot it built is in use.
 type Hook struct {
 	opts wasm.HostOptions
 
-	mu     sync.Mutex
-	host   *wasm.Host
-	groups []group // handles by the snapshot their build started from, oldest first
-}
-
-type group struct {
-	prev    *snapshot.Snapshot
-	closers []io.Closer
+	mu   sync.Mutex
+	host *wasm.Host
 }
 
 // New returns a hook; opts.CacheDir, when empty, is taken from the first config's
@@ -66,30 +62,29 @@ func (h *Hook) Host(cfg *config.Config) (*wasm.Host, error) {
 		return nil, err
 	}
 	h.host = host
-	wasm.SetDefaultHost(host)
 	return host, nil
 }
 
-// track records handles given to the build that starts from prev, and releases
-// those two generations old.
-func (h *Hook) track(prev *snapshot.Snapshot, cs ...io.Closer) {
+// BalanceModules implements snapshot.BalanceHook: the "wasm" balance sources
+// load their modules on the hook's host.
+func (h *Hook) BalanceModules(cfg *config.Config) (balance.ModuleHost, error) {
+	host, err := h.Host(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return host, nil
+}
+
+// PluginStats reports the counters of every plugin on the hook's host, for
+// metrics; nil before the host is made.
+func (h *Hook) PluginStats() []wasm.PluginStat {
 	h.mu.Lock()
-	var dead []group
-	if n := len(h.groups); n == 0 || h.groups[n-1].prev != prev {
-		h.groups = append(h.groups, group{prev: prev})
-		if n := len(h.groups); n > 2 {
-			dead = append(dead, h.groups[:n-2]...)
-			h.groups = append([]group(nil), h.groups[n-2:]...)
-		}
-	}
-	last := &h.groups[len(h.groups)-1]
-	last.closers = append(last.closers, cs...)
+	host := h.host
 	h.mu.Unlock()
-	for _, g := range dead {
-		for _, c := range g.closers {
-			c.Close()
-		}
+	if host == nil {
+		return nil
 	}
+	return host.PluginStats()
 }
 
 // ClassifierFor implements snapshot.ChainHook for `classifiers[i].wasm`: the
@@ -109,7 +104,6 @@ func (h *Hook) ClassifierFor(ctx context.Context, cfg *config.Config, i int, pre
 	if err != nil {
 		return nil, []string{path}, true, err
 	}
-	h.track(prev, c)
 	return []engine.Classifier{c}, []string{path}, true, nil
 }
 
@@ -133,11 +127,9 @@ func (h *Hook) DirClassifiers(ctx context.Context, cfg *config.Config, prev *sna
 		return nil, files, err
 	}
 	links := make([]engine.Classifier, len(cs))
-	closers := make([]io.Closer, len(cs))
 	for i, c := range cs {
-		links[i], closers[i] = c, c
+		links[i] = c
 	}
-	h.track(prev, closers...)
 	return links, files, nil
 }
 
@@ -157,7 +149,6 @@ func (h *Hook) ScorerFor(ctx context.Context, cfg *config.Config, pool string, p
 	if err != nil {
 		return nil, []string{path}, fmt.Errorf("pools.%s.scoring.wasm: %w", pool, err)
 	}
-	h.track(prev, s)
 	return s, []string{path}, nil
 }
 
@@ -165,7 +156,7 @@ func (h *Hook) ScorerFor(ctx context.Context, cfg *config.Config, pool string, p
 func (h *Hook) Close(ctx context.Context) error {
 	h.mu.Lock()
 	host := h.host
-	h.host, h.groups = nil, nil
+	h.host = nil
 	h.mu.Unlock()
 	if host == nil {
 		return nil
@@ -189,9 +180,16 @@ func modules(dir string) []string {
 	return out
 }
 
-var _ snapshot.ChainHook = (*Hook)(nil)
-
 // limitsOf converts a config entry's limits; zero fields keep the host's defaults.
 func limitsOf(l config.PluginLimits) wasm.Limits {
 	return wasm.Limits{Timeout: l.Timeout, MemoryPages: uint32(l.MemoryPages), MaxBodyBytes: l.MaxBodyBytes, MaxOutputBytes: l.MaxOutputBytes}
 }
+
+var (
+	_ snapshot.ChainHook   = (*Hook)(nil)
+	_ snapshot.ScorerHook  = (*Hook)(nil)
+	_ snapshot.BalanceHook = (*Hook)(nil)
+	// The snapshot releases the classifiers the hook gives it through io.Closer,
+	// found by type assertion: without Close their handles would leak silently.
+	_ io.Closer = (*wasm.Classifier)(nil)
+)

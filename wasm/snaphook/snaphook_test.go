@@ -24,8 +24,7 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 // A config naming a wasm classifier (with cases) and a plugins directory builds a
-// chain that asks them before the built-in rules; reloads reuse the modules and
-// release what the old snapshots held.
+// chain that asks them before the built-in rules; reloads reuse the modules.
 func TestSnapshotWithPlugins(t *testing.T) {
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "plugins"), 0o755)
@@ -70,19 +69,24 @@ classifiers:
 	host, _ := hook.Host(nil)
 	compiles := host.Stats().Compiles
 
-	// Two reloads: nothing recompiled; the first snapshot's handles are released.
+	// Two reloads, each closing the snapshot it replaced: nothing recompiled, and
+	// the modules stay loaded for the snapshot in force.
 	opts.Prev = s1
 	s2, err := snapshot.Load(ctx, cfgPath, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s1.Close()
 	opts.Prev = s2
-	if _, err := snapshot.Load(ctx, cfgPath, opts); err != nil {
+	s3, err := snapshot.Load(ctx, cfgPath, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
+	s2.Close()
 	if st := host.Stats(); st.Compiles != compiles || st.Plugins != 2 {
 		t.Errorf("after reloads: %+v (compiles before: %d)", st, compiles)
 	}
+	s3.Close()
 
 	// A failing golden case refuses the snapshot, naming the entry.
 	os.WriteFile(cfgPath, []byte(`
@@ -95,5 +99,56 @@ classifiers:
 	_, err = snapshot.Load(ctx, cfgPath, opts)
 	if err == nil || !strings.Contains(err.Error(), "classifiers[0]: wasm: octafuse.wasm: cases[0]: golden case failed: got OVERLOADED") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// Reloads through the manager close each replaced snapshot's handles: modules the
+// new snapshot keeps stay loaded and answer, a module it drops is unloaded, and
+// closing the manager releases the rest.
+func TestReloadReleasesOnlyWhatTheNewSnapshotDropped(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "plugins"), 0o755)
+	copyFile(t, "../../testdata/plugins/octafuse-wat.wasm", filepath.Join(dir, "octafuse.wasm"))
+	copyFile(t, "../../testdata/plugins/switch.wasm", filepath.Join(dir, "plugins", "switch.wasm"))
+	cfgPath := filepath.Join(dir, "gatectl.yaml")
+	withOcta := "pluginsDir: plugins\nclassifiers:\n  - wasm: octafuse.wasm\n"
+	os.WriteFile(cfgPath, []byte(withOcta), 0o644)
+	hook := New(wasm.HostOptions{})
+	defer hook.Close(context.Background())
+	ctx := context.Background()
+	m, err := snapshot.NewManager(ctx, cfgPath, snapshot.Options{Hooks: []snapshot.ChainHook{hook}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := hook.Host(nil)
+	compiles := host.Stats().Compiles
+	octa := engine.Failure{Status: 200, Body: `{"code":"OCTA_THROTTLED","wait_ms":1500}`}
+	for i := range 3 {
+		old := m.Current()
+		if err := m.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := host.Stats(); st.Plugins != 2 || st.Compiles != compiles {
+			t.Fatalf("reload %d: %+v (compiles before: %d)", i, st, compiles)
+		}
+		// The replaced snapshot's links still answer: the module lives on in the new one.
+		for _, s := range []*snapshot.Snapshot{old, m.Current()} {
+			if v, _, err := s.Chain.Classify(ctx, &octa); err != nil || v.By != "wasm/octafuse.wasm" {
+				t.Fatalf("reload %d: verdict %+v, %v", i, v, err)
+			}
+		}
+	}
+	os.WriteFile(cfgPath, []byte("pluginsDir: plugins\n"), 0o644)
+	if err := m.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := host.Stats(); st.Plugins != 1 {
+		t.Errorf("after dropping octafuse: %+v, want 1 plugin", st)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := host.Stats(); st.Plugins != 0 || st.Modules != 0 {
+		t.Errorf("after Manager.Close: %+v, want nothing loaded", st)
 	}
 }
