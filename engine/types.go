@@ -146,6 +146,10 @@ type RateLimit struct {
 	// Admitted is when the refused call was admitted (zero: unknown). The delay
 	// from it to the 429 bounds how late the provider counts a call.
 	Admitted time.Time
+	// Tokens is what the refused call reserved (0: unknown). The provider held
+	// less than its limit and this call did not fit: the limit lies between the
+	// gate's reading and the reading plus these tokens.
+	Tokens int64
 }
 
 // Route is one provider/model pair a session can run on.

@@ -208,6 +208,7 @@ type exchange struct {
 	held     time.Duration // real time spent waiting on purpose: admission, retry delays, long-term waits
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
+	reserved int64         // what the gate reserved for the current attempt
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -334,7 +335,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true // the client went away while waiting: nothing is held
 	}
 	x.waited += t.Waited
-	x.admitted = s.clock.Now()
+	x.admitted, x.reserved = s.clock.Now(), t.Reserved
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
@@ -514,7 +515,7 @@ func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr [
 			cooldown = pol.ClampHint(hint)
 		}
 		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted})
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted, Tokens: x.reserved})
 	}
 	s.logger.Named("proxy").Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
@@ -543,7 +544,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
 	s.metrics.Failure(v.Class)
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
-		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f, Admitted: x.admitted})
+		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

@@ -106,7 +106,7 @@ func (g *gateAdapter) settle(now time.Time, a *admission, input, output int64) {
 func (g *gateAdapter) release(now time.Time, a *admission) { _ = g.l.Release(now, a.ticket) }
 
 // rateLimited reports a 429 received at now for a call admitted at admitted.
-func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time) {
+func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time, reserved int64) {
 	ga := engine.AxisUnknown
 	switch ax {
 	case axisTokens:
@@ -114,7 +114,7 @@ func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax ax
 	case axisRequests:
 		ga = engine.AxisRequests
 	}
-	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted})
+	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted, Tokens: reserved})
 }
 
 // calibrate passes the provider's rate-limit headers (per-minute figures, as

@@ -444,8 +444,9 @@ func (r *runner) refused(now time.Time, s *session) {
 		if r.s.Provider.NamesLimit {
 			ax = ref.axis
 		}
+		reserved := s.adm.ticket.Reserved
 		r.gate.release(now, &s.adm) // the provider counted nothing; released first, as the proxy does
-		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt)
+		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt, reserved)
 		if s.attempt >= gateMaxRetries {
 			r.giveUp(now, s)
 			return

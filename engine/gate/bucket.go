@@ -17,7 +17,14 @@ type bucket struct {
 	rpm      int // request budget: min(rpm, rpmTrigger) × factor, at least 1
 
 	mu            sync.Mutex
-	win           slidingWindow
+	win           slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
+	// done holds settled calls keyed by when they settled: what a provider that
+	// counts a call when it completes holds. atCompletion says which of the two
+	// the provider behaves like (learned from 429s, see voteLocked); the
+	// admission check and the learner's readings use that one.
+	done         slidingWindow
+	atCompletion bool
+	modeVotes    int // > 0: 429s the completion view explained better; < 0: the arrival view
 	learn         learner
 	est           estimator
 	cooldownUntil time.Time
@@ -82,7 +89,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	b.limits = lim
 	b.setRPMLocked()
-	b.win.span = cfg.Window + b.guardFor(cfg)
+	b.setSpanLocked(cfg)
 	b.learn.enabled = cfg.Learn
 	if start := float64(lim.TPM); start != b.learn.start {
 		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
@@ -115,11 +122,12 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		prov:     ps,
 		limits:   lim,
 		win:      newSlidingWindow(l.conf().Window),
+		done:     newSlidingWindow(l.conf().Window),
 		learn:    newLearner(lim.TPM, l.conf().Learn, now),
 		est:      newEstimator(l.conf().OutputReserveTokens),
 	}
 	b.setRPMLocked()
-	b.win.span = l.conf().Window + b.guardFor(l.conf())
+	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
@@ -146,6 +154,18 @@ func (b *bucket) factor() float64 {
 // than it reports.
 const baseMargin = 0.01
 
+// expireLocked drops what left both windows at now.
+func (b *bucket) expireLocked(now time.Time) {
+	b.win.expire(now)
+	b.done.expire(now)
+}
+
+// setSpanLocked sets both windows to the window plus the count guard.
+func (b *bucket) setSpanLocked(cfg *Config) {
+	b.win.span = cfg.Window + b.guardFor(cfg)
+	b.done.span = b.win.span
+}
+
 // tokenBudget is min(learned quota, tightest trigger) × factor.
 func (b *bucket) tokenBudget() int64 {
 	return int64(b.learn.budget() * b.factor())
@@ -165,12 +185,15 @@ func (b *bucket) setRPMLocked() {
 // variance v: MarginSigmas standard deviations of their summed cost. One margin
 // for all of them — the spread of a sum grows with √N, not N — instead of a high
 // quantile per call.
-func (b *bucket) margin(v float64) int64 {
+func (b *bucket) margin(v float64) int64 { return b.marginOf(b.openVar + v) }
+
+// marginOf is MarginSigmas standard deviations of a cost of variance v.
+func (b *bucket) marginOf(v float64) int64 {
 	z := b.l.conf().MarginSigmas
-	if z <= 0 {
+	if z <= 0 || v <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(z * math.Sqrt(b.openVar+v)))
+	return int64(math.Ceil(z * math.Sqrt(v)))
 }
 
 // guardFor is how long past the window an entry stays: the configured share of
@@ -202,8 +225,15 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	budget := b.tokenBudget()
 	var tpm time.Duration
 	if res <= budget { // an over-budget reservation never waits for the window
-		need := min(res+b.margin(variance), budget)
-		tpm, _ = b.win.tokenDrain(now, need, budget)
+		if b.atCompletion {
+			// Calls in flight are not in such a provider's window: only the
+			// settled ones, known exactly, and this call's own spread.
+			need := min(res+b.marginOf(variance), budget)
+			tpm, _ = b.done.tokenDrain(now, need, budget)
+		} else {
+			need := min(res+b.margin(variance), budget)
+			tpm, _ = b.win.tokenDrain(now, need, budget)
+		}
 	}
 	rpm := b.win.requestDrain(now, b.rpm)
 	if rpm > 0 && cd == 0 {
@@ -258,7 +288,7 @@ func (b *bucket) reservation(req Request) sizing {
 }
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
-	b.win.expire(now)
+	b.expireLocked(now)
 	sz := b.reservation(req)
 	res := sz.total
 	if len(b.waiters) == 0 {
@@ -319,7 +349,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	if len(b.waiters) == 0 {
 		return
 	}
-	b.win.expire(now)
+	b.expireLocked(now)
 	sortWaiters(b.waiters)
 	var held *Waiter
 	for _, w := range b.waiters {
@@ -474,8 +504,11 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	if !s.open || s.gen != t.gen {
 		return ErrTicketClosed
 	}
-	b.win.expire(now)
+	b.expireLocked(now)
 	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
+	if tokens > 0 {
+		b.done.addSettled(now, tokens)
+	}
 	b.reservedOpen -= s.reserved
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
@@ -500,7 +533,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 }
 
 func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAfter time.Duration, fallback bool) {
-	b.win.expire(now)
+	b.expireLocked(now)
 	if until := now.Add(retryAfter); until.After(b.cooldownUntil) {
 		b.cooldownUntil = until // a shorter, later cooldown never shortens a longer one
 	}
@@ -510,10 +543,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	if !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)
 		b.nDelay++
-		b.win.span = cfg.Window + b.guardFor(cfg)
+		b.setSpanLocked(cfg)
+	}
+	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
+	if axis == engine.AxisTokens {
+		b.voteLocked(now)
 	}
 	reading := b.providerViewLocked()
-	axis := b.axisLocked(sig.Axis, reading)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
 	e.Reason = axis.String()
@@ -526,7 +562,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	case b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
-		steps = b.learn.on429(now, reading, cfg.Window)
+		steps = b.learn.on429(now, reading, float64(sig.Tokens), cfg.Window)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)
@@ -538,6 +574,34 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 func (b *bucket) typicalCallLocked() float64 {
 	out := max(b.est.meanOutput(), 0)
 	return float64(b.est.input(0) + out)
+}
+
+// voteLocked weighs a token 429 as evidence of when the provider counts a
+// call. A provider that counts on arrival refuses when the calls admitted in its
+// window fill it; one that counts at completion refuses when the calls settled
+// in its window do — typically just as the gate's arrival window drains and the
+// provider still holds the calls that completed since. A reading one view
+// explains at least 10% better is a vote; two net votes switch the view, and
+// what was learned in the old view is forgotten (its readings measured the
+// wrong thing).
+func (b *bucket) voteLocked(now time.Time) {
+	arrival, completion := b.arrivalViewLocked(), float64(b.done.tokens)
+	switch {
+	case completion > 1.1*arrival:
+		b.modeVotes = max(b.modeVotes, 0) + 1
+	case arrival > 1.1*completion:
+		b.modeVotes = min(b.modeVotes, 0) - 1
+	default:
+		return
+	}
+	if (b.modeVotes >= 2) != b.atCompletion && (b.modeVotes >= 2 || b.modeVotes <= -2) {
+		b.atCompletion = b.modeVotes >= 2
+		b.modeVotes = 0
+		b.learn.forgetReadings()
+		e := b.newEvent(EventLearn, now, "", "", 0, 0)
+		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
+		b.l.emit(e)
+	}
 }
 
 // axisLocked decides which limit a 429 was about. The caller's word wins; when
@@ -594,7 +658,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	cfg := b.l.conf()
 	b.setRPMLocked()
-	b.win.span = cfg.Window + b.guardFor(cfg)
+	b.setSpanLocked(cfg)
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
 	}
@@ -608,6 +672,14 @@ func (b *bucket) resetLocked(now time.Time) {
 // 429 reading and the clean-window record use it, so the leak signal compares like
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
+	if b.atCompletion {
+		return float64(b.done.tokens)
+	}
+	return b.arrivalViewLocked()
+}
+
+// arrivalViewLocked is providerViewLocked for a provider that counts on arrival.
+func (b *bucket) arrivalViewLocked() float64 {
 	view := b.win.tokens
 	if expected := b.est.meanOutput(); expected >= 0 {
 		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)

@@ -30,6 +30,11 @@ const (
 	// not chase it all the way.
 	relaxGapShare = 0.75
 	relaxTo       = 0.97
+	// A trusted 429 read at atLevelShare or more of the gate's own level says
+	// the level itself is too high: the trigger goes stepDown below it, so the
+	// gate does not sit exactly where it was refused.
+	atLevelShare = 0.9
+	stepDown     = 0.97
 	// triggerReprobeWindows: a trigger that has been the binding cap is re-probed
 	// × learnProbeFactor once per this many windows without a 429, so a raised
 	// provider limit is found again. A wrong re-probe costs one 429 and a revert,
@@ -175,7 +180,11 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // The first 429 of a burst moves the quota, at most once per window; later ones
 // of the same burst can only raise the trigger to their reading, since each
 // refused call frees its reservation and the readings fall through a burst.
-func (l *learner) on429(now time.Time, reading float64, span time.Duration) (steps []learnStep) {
+//
+// refused is what the refused call reserved (0: unknown): the limit lies
+// between reading and reading + refused. When a clean window's reading falls in
+// that range too, it is the better estimate of the limit.
+func (l *learner) on429(now time.Time, reading, refused float64, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -183,10 +192,23 @@ func (l *learner) on429(now time.Time, reading float64, span time.Duration) (ste
 		return nil
 	}
 	inBurst := !l.burstStart.IsZero() && now.Sub(l.burstStart) < span
+	level := l.budget()
+	// Refused where the gate itself had held the level for a while (not a
+	// probe's first window, not over-budget calls far above it).
+	probing := !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span
+	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
+	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	if reading > 0 {
-		if !inBurst || reading > l.trigger {
-			steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: reading, Reading: reading})
-			l.trigger = reading
+		t := reading
+		if refused > 0 && l.cleanMax >= reading && l.cleanMax <= reading+refused {
+			t = l.cleanMax
+		}
+		if !inBurst && repeated && atLevel {
+			t = math.Min(t, level) * stepDown
+		}
+		if !inBurst || t > l.trigger {
+			steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: t, Reading: reading})
+			l.trigger = t
 		}
 		if !l.leakWarned && l.cleanMax > 0 && reading < l.cleanMax {
 			l.leakWarned = true
@@ -196,24 +218,27 @@ func (l *learner) on429(now time.Time, reading float64, span time.Duration) (ste
 	if inBurst {
 		return append(steps, learnStep{Kind: "cut", From: l.quota, To: l.quota, SkippedRepeat: true, Trigger: l.trigger})
 	}
-	level := l.budget()
 	l.burstStart = now
 	from := l.quota
 	kind := "cut"
 	switch {
-	case !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span:
+	case probing:
 		// The last probe step went too far: step back to where the quota was
 		// before it, not to half — the level below it had passed cleanly.
 		kind = "revert"
 		l.quota = math.Max(l.floor, l.preProbe)
 	case reading <= 0:
 		l.quota = math.Max(l.floor, l.quota*learnCutFactor) // nothing to read: AIMD's cut
-	case !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span && reading <= l.prevLevel*1.02:
-		// Refused again, at or below the level the last burst taught: the limit
-		// is lower than that reading says. Halve.
-		l.quota = math.Max(l.floor, math.Min(l.quota, reading)*learnCutFactor)
 	default:
-		l.quota = math.Max(l.floor, math.Min(l.quota, reading)) // the reading is the limit
+		// The reading is the limit; refused at the gate's own level, the level is
+		// a little too high, and the trigger steps below it.
+		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
+	}
+	if repeated && l.trigger > 0 {
+		// Refused twice within two windows: the clean windows above this reading
+		// describe bursts the provider no longer allows (a token bucket that had
+		// refilled, a limit that fell). The trigger may not relax back up to them.
+		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.prevCut, l.prevLevel = now, level
 	l.preProbe, l.probeRun = 0, 0
@@ -280,6 +305,14 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		l.quota = l.stated
 	}
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
+}
+
+// forgetReadings drops the trigger and the clean-window record, which were read
+// in a view of the provider that proved wrong; the quota stays.
+func (l *learner) forgetReadings() {
+	l.trigger, l.cleanMax, l.curWindowMax = 0, 0, 0
+	l.burstStart, l.lastSuspect, l.prevCut, l.prevLevel = time.Time{}, time.Time{}, time.Time{}, 0
+	l.quota = math.Max(l.quota, l.start)
 }
 
 // reset forgets everything learned: the quota starts again from start.

@@ -52,7 +52,7 @@ func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatu
 func (b *bucket) status(now time.Time) BucketStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.win.expire(now)
+	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,
 		WindowTokens: b.win.tokens, WindowRequests: b.win.requests(),

@@ -80,6 +80,14 @@ func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
 	return w.headSeq + uint64(w.n) - 1
 }
 
+// addSettled appends the entry of a call that is already settled: it counts
+// tokens and is not in flight.
+func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
+	w.add(now, tokens, 0)
+	e := &w.entries[(w.head+w.n-1)%len(w.entries)]
+	w.closeEntry(e)
+}
+
 func (w *slidingWindow) grow() {
 	next := make([]windowEntry, 2*len(w.entries))
 	for i := 0; i < w.n; i++ {

@@ -91,6 +91,8 @@ type Request struct {
 	// Admitted is when the failed call was admitted by the gate (zero: unknown);
 	// the gate measures how late the provider counts from it.
 	Admitted time.Time
+	// Reserved is what the gate reserved for the failed call (0: unknown).
+	Reserved int64
 }
 
 // QuotaFailure is a QUOTA failure as the planner hands it to a QuotaRouter.
@@ -331,7 +333,7 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 	// It is recorded after the budget is saved, so the wait starts after the record.
 	if p.sink != nil {
 		p.sink.RateLimitedBy(now, req.Provider, req.Model, engine.RateLimit{
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted})
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted, Tokens: req.Reserved})
 	}
 	return a
 }
