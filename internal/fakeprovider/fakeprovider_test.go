@@ -1,0 +1,277 @@
+package fakeprovider
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// clock is a settable clock for the provider.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// bodyOf is a chat completion body exactly n bytes long (n ≥ 80).
+func bodyOf(t *testing.T, n int, extra string) []byte {
+	t.Helper()
+	head := `{"model":"m",` + extra + `"messages":[{"role":"user","content":"`
+	tail := `"}]}`
+	pad := n - len(head) - len(tail)
+	if pad < 0 {
+		t.Fatalf("a body of %d bytes cannot hold %q", n, extra)
+	}
+	return []byte(head + strings.Repeat("x", pad) + tail)
+}
+
+// send posts body to p at the clock's now (an in-memory round trip).
+func send(p *Provider, body []byte) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(string(body))))
+	return w
+}
+
+// TestWindow: a call costs ceil(bytes/4) + its output; the window admits while
+// the sum fits and a call counts until exactly Window after it arrived.
+func TestWindow(t *testing.T) {
+	var (
+		t1 = t0.Add(1 * time.Second)
+		t2 = t0.Add(2 * time.Second)
+		t3 = t0.Add(10*time.Second - time.Nanosecond) // the first call is still in the window
+		t4 = t0.Add(10 * time.Second)                 // it has left
+		t5 = t0.Add(11*time.Second - time.Nanosecond) // the second is still in
+		t6 = t0.Add(11 * time.Second)
+	)
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Now: c.Now})
+	body := bodyOf(t, 1200, "") // 300 prompt + 100 output = 400
+	if prompt, out := p.Usage(body); prompt != 300 || out != 100 {
+		t.Fatalf("usage = %d + %d, want 300 + 100", prompt, out)
+	}
+	small := bodyOf(t, 400, "") // 100 + 100 = 200
+	steps := []struct {
+		at   time.Time
+		body []byte
+		ok   bool
+	}{
+		{t0, body, true},   // 400
+		{t1, body, true},   // 800
+		{t2, body, false},  // 1200 > 1000
+		{t2, small, true},  // 1000: exactly the limit fits
+		{t2, small, false}, // 1200
+		{t3, body, false},  // the first 400 still counts
+		{t4, body, true},   // it left: 600 + 400 = 1000
+		{t5, small, false}, // 1200
+		{t6, small, true},  // the t1 call left: 600 + 200 = 800
+	}
+	for i, s := range steps {
+		c.Set(s.at)
+		w := send(p, s.body)
+		if got := w.Code == http.StatusOK; got != s.ok {
+			t.Fatalf("step %d at +%s: status %d, want ok=%v (%s)", i, s.at.Sub(t0), w.Code, s.ok, w.Body)
+		}
+	}
+	st := p.Stats()
+	if st.Served != 5 || st.Refused != 4 || st.Tokens != 400+400+200+400+200 {
+		t.Fatalf("stats: served %d (%d tokens), refused %d; want 5 (1600), 4", st.Served, st.Tokens, st.Refused)
+	}
+	want := []WindowStats{{Tokens: 1000, Requests: 3, Refused: 3}, {Tokens: 600, Requests: 2, Refused: 1}}
+	if len(st.Windows) != 2 || st.Windows[0] != want[0] || st.Windows[1] != want[1] {
+		t.Fatalf("windows = %+v, want %+v", st.Windows, want)
+	}
+	if len(st.Refusals) != 4 || st.Refusals[0] != 2*time.Second || st.Refusals[3] != 11*time.Second-time.Nanosecond {
+		t.Fatalf("refusal times = %v", st.Refusals)
+	}
+}
+
+// TestRefusal: a 429 states Retry-After and OpenAI's wording, per minute.
+func TestRefusal(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Now: c.Now})
+	body := bodyOf(t, 2400, "") // 600 + 100
+	send(p, body)
+	w := send(p, body)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "10" {
+		t.Fatalf("status %d, Retry-After %q; want 429, 10", w.Code, w.Header().Get("Retry-After"))
+	}
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
+		t.Fatal(err)
+	}
+	if want := "tokens per min (TPM): Limit 6000, Used 4200, Requested 700."; !strings.Contains(e.Error.Message, want) || e.Error.Code != "rate_limit_exceeded" {
+		t.Fatalf("body %s, want a message with %q", w.Body, want)
+	}
+	if w.Header().Get("X-Ratelimit-Limit-Tokens") != "" {
+		t.Fatal("headers sent without Headers")
+	}
+
+	p = New(Config{Tokens: 1000, Window: 10 * time.Second, Requests: 2, RetryAfter: 1500 * time.Millisecond, OutputMedian: 10, Now: c.Now})
+	small := bodyOf(t, 100, "")
+	send(p, small)
+	send(p, small)
+	w = send(p, small)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "2" || !strings.Contains(w.Body.String(), "requests per min (RPM): Limit 12, Used 12") {
+		t.Fatalf("request limit: %d, Retry-After %q, %s", w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	if st := p.Stats(); st.RefusedRPM != 1 || st.Refused != 1 {
+		t.Fatalf("refused %d (rpm %d), want 1 (1)", st.Refused, st.RefusedRPM)
+	}
+}
+
+// TestHeaders: x-ratelimit-* per minute, on successes and 429s.
+func TestHeaders(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, Requests: 5, Headers: true, OutputMedian: 100, Now: c.Now})
+	body := bodyOf(t, 1200, "") // 400
+	steps := []struct {
+		at                      time.Time
+		status                  int
+		remTokens, remRequests  string
+		resetTokens, limitToken string
+	}{
+		{t0, 200, "3600", "24", "10s", "6000"},
+		{t0.Add(2 * time.Second), 200, "1200", "18", "10s", "6000"},
+		{t0.Add(3 * time.Second), 429, "1200", "18", "9s", "6000"},
+	}
+	for i, s := range steps {
+		c.Set(s.at)
+		h := send(p, body)
+		if h.Code != s.status || h.Header().Get("X-Ratelimit-Remaining-Tokens") != s.remTokens ||
+			h.Header().Get("X-Ratelimit-Remaining-Requests") != s.remRequests || h.Header().Get("X-Ratelimit-Reset-Tokens") != s.resetTokens ||
+			h.Header().Get("X-Ratelimit-Limit-Tokens") != s.limitToken || h.Header().Get("X-Ratelimit-Limit-Requests") != "30" {
+			t.Fatalf("step %d: %d %v", i, h.Code, h.Header())
+		}
+	}
+}
+
+// TestUsage: deterministic per body, spread by OutputSigma, capped by max_tokens.
+func TestUsage(t *testing.T) {
+	p := New(Config{OutputMedian: 140, OutputSigma: 0.35, Seed: 7})
+	var sum int64
+	seen := map[int64]bool{}
+	const n = 400
+	for i := range n {
+		b := bodyOf(t, 3600, `"user":"s`+strings.Repeat("y", i%50)+`",`)
+		b[len(b)-10] = byte('a' + i%26)
+		b[len(b)-11] = byte('a' + i/26)
+		_, out := p.Usage(b)
+		if _, again := p.Usage(b); again != out {
+			t.Fatal("the same body drew two outputs")
+		}
+		sum += out
+		seen[out] = true
+	}
+	if mean := float64(sum) / n; mean < 130 || mean > 165 || len(seen) < 50 {
+		t.Fatalf("mean output %.1f over %d distinct values; want ≈ 148 and a spread", mean, len(seen))
+	}
+	capped := bodyOf(t, 3600, `"max_tokens":20,`)
+	w := send(p, capped)
+	var r struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct{ PromptTokens, CompletionTokens int64 } `json:"usage"`
+	}
+	_ = json.Unmarshal(w.Body.Bytes(), &r)
+	if w.Code != 200 || r.Choices[0].FinishReason != "length" {
+		t.Fatalf("max_tokens 20: %d %s", w.Code, w.Body)
+	}
+	var u struct {
+		Usage struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	_ = json.Unmarshal(w.Body.Bytes(), &u)
+	if u.Usage.Prompt != 900 || u.Usage.Completion != 20 {
+		t.Fatalf("usage %+v, want 900 + 20", u.Usage)
+	}
+}
+
+// TestStream: a streamed answer ends with usage when asked for it.
+func TestStream(t *testing.T) {
+	p := New(Config{OutputMedian: 40})
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	body := bodyOf(t, 400, `"stream":true,"stream_options":{"include_usage":true},`)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	s := string(b)
+	if resp.Header.Get("Content-Type") != "text/event-stream" || strings.Count(s, "data: ") != 3+1+1+1 ||
+		!strings.Contains(s, `"usage":{"completion_tokens":40,"prompt_tokens":100,"total_tokens":140}`) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+		t.Fatalf("stream:\n%s", s)
+	}
+}
+
+// TestHammer: P goroutines send at once at one instant; exactly the calls that
+// fit are served, whatever the interleaving.
+func TestHammer(t *testing.T) {
+	const P, N = 16, 25
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 10_000, OutputMedian: 100, Now: c.Now, MaxRefusals: 8})
+	body := bodyOf(t, 400, "") // 200
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range P {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range N {
+				if send(p, body).Code == http.StatusOK {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	st := p.Stats()
+	if ok.Load() != 50 || st.Served != 50 || st.Refused != P*N-50 || len(st.Refusals) != 8 {
+		t.Fatalf("served %d (stats %d), refused %d, %d refusal times kept; want 50, %d, 8", ok.Load(), st.Served, st.Refused, len(st.Refusals), P*N-50)
+	}
+}
+
+// TestBounded: the window's entries and the records stay bounded over a long run.
+func TestBounded(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: time.Second, OutputMedian: 100, Now: c.Now, MaxWindows: 4, MaxRefusals: 3})
+	body := bodyOf(t, 400, "") // 200
+	for i := range 1000 {
+		c.Set(t0.Add(time.Duration(i) * 100 * time.Millisecond))
+		send(p, body)
+		send(p, body)
+	}
+	st := p.Stats()
+	if len(st.Windows) != 4 || st.FirstWindow != 96 || len(st.Refusals) != 3 || len(p.entries) > 1000/200*2 {
+		t.Fatalf("%d windows from %d, %d refusals, %d window entries", len(st.Windows), st.FirstWindow, len(st.Refusals), len(p.entries))
+	}
+	if w := st.Windows[3]; w.Tokens != 1000 || w.Requests != 5 || w.Refused != 15 {
+		t.Fatalf("last window %+v", w)
+	}
+	if last := st.Refusals[2]; last != 99*time.Second+900*time.Millisecond {
+		t.Fatalf("latest refusal at %s", last)
+	}
+}

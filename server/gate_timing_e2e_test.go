@@ -1,0 +1,353 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/internal/fakeprovider"
+)
+
+// The gate measured over real HTTP (issue 9, "Over real HTTP"): a fake provider
+// with a hidden limit on 127.0.0.1, a real gatectl server in front of it, and
+// 30 closed-loop sessions for 60 s per case, the cases run side by side.
+//
+//	go test ./server/ -run TestGateTimingE2E -v -count=1
+//
+// The figures it logs go to docs/benchmarks.md. The targets are the issue's;
+// until the gate meets them a miss is logged ("target missed: …") rather than
+// failed: flip enforceTimingTargets when it does. Harness errors (connection
+// errors, unreadable answers, requests gatectl refused as malformed) always fail.
+
+// enforceTimingTargets turns the issue's targets into failures. The lead flips
+// it once the gate meets them.
+const enforceTimingTargets = false
+
+// The load, per case.
+const (
+	timingSessions      = 30
+	timingDuration      = 60 * time.Second // sessions start no call after this
+	timingDrain         = 5 * time.Second  // calls still open this long after are cut
+	timingMaxPerSession = 400              // a bound on each loop, far above what 60 s allows
+	timingLimit         = 40_000           // the provider's hidden tokens per window
+	timingWindow        = 10 * time.Second
+	timingLearnedFrom   = 3 // "once learned": windows 3… (after the first three)
+	timingInputTokens   = 900
+	timingInputSpread   = 200 // inputs are uniform in 900 ± 200 tokens
+	timingOutputMedian  = 130 // log-normal, σ 0.35: a mean of ≈ 140
+	timingOutputSigma   = 0.35
+	timingMaxTokens     = 400
+)
+
+// timingTarget is what a case must reach; a negative bound is not checked.
+type timingTarget struct {
+	max429         int64   // 429s the provider answered, in all
+	max429Learned  int64   // 429s from window timingLearnedFrom on
+	minUtil        float64 // served ÷ (limit × windows), over the whole run
+	minUtilLearned float64 // the same from window timingLearnedFrom on
+	maxLost        int64   // calls gatectl gave up on
+}
+
+type timingCase struct {
+	name    string
+	start   int  // gate.defaults.tpm
+	headers bool // the provider sends x-ratelimit-*
+	target  timingTarget
+}
+
+var timingCases = []timingCase{
+	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
+	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}},
+	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
+}
+
+// timingResult is one case's measurement.
+type timingResult struct {
+	name               string
+	calls, ok          int64    // calls the sessions sent; answered 200
+	lost               int64    // gatectl gave up (a gate result)
+	cut                int64    // still open at the drain deadline (the client went away)
+	harness            []string // the first harness errors
+	harnessN           int64
+	refused, refusedL  int64 // 429s the provider answered: all, from the learned window on
+	util, utilLearned  float64
+	p50, p99           time.Duration
+	windows            []fakeprovider.WindowStats
+	refusals           []time.Duration
+	quota, trigger     float64
+	budget             int64
+	elapsed            time.Duration
+	providerBadRequest int64
+}
+
+func TestGateTimingE2E(t *testing.T) {
+	// Every case gets its own provider and server, and their loads run side by
+	// side in plain goroutines (t.Parallel would be bounded by -parallel, which
+	// is GOMAXPROCS: two CPUs would run the cases one after another).
+	runs := make([]*timingRun, len(timingCases))
+	for i, tc := range timingCases {
+		runs[i] = newTimingRun(t, tc)
+	}
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run.load()
+		}()
+	}
+	wg.Wait()
+	for _, run := range runs {
+		t.Run(run.tc.name, run.report)
+	}
+	var served, tokens int64
+	for _, run := range runs {
+		st := run.prov.Stats()
+		served, tokens = served+st.Served, tokens+st.Tokens
+	}
+	t.Logf("gate over real HTTP: %d sessions × %s per case, hidden limit %d tokens / %s, Retry-After %s, calls of %d tokens on average (max_tokens %d)",
+		timingSessions, timingDuration, timingLimit, timingWindow, timingWindow, tokens/max(served, 1), timingMaxTokens)
+	t.Log("| case | start | headers | calls | 429s | 429s after w3 | utilization | once learned | lost | cut | p50 | p99 | learned quota / trigger / budget |")
+	t.Log("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, run := range runs {
+		r, tc := &run.r, run.tc
+		t.Logf("| %s | %d | %v | %d | %d | %d | %.3f | %.3f | %d | %d | %s | %s | %.0f / %.0f / %d |",
+			tc.name, tc.start, tc.headers, r.calls, r.refused, r.refusedL, r.util, r.utilLearned, r.lost, r.cut,
+			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.quota, r.trigger, r.budget)
+	}
+}
+
+// timingRun is one case: its provider, its gatectl, its client and what it measured.
+type timingRun struct {
+	tc     timingCase
+	prov   *fakeprovider.Provider
+	f      *pxFixture
+	client *http.Client
+
+	mu  sync.Mutex // guards r's call counters and lat during the load
+	r   timingResult
+	lat []time.Duration
+}
+
+// newTimingRun starts the case's provider and server on 127.0.0.1.
+func newTimingRun(t *testing.T, tc timingCase) *timingRun {
+	t.Helper()
+	prov := fakeprovider.New(fakeprovider.Config{
+		Tokens: timingLimit, Window: timingWindow, Requests: 1000, // the request limit never binds
+		RetryAfter: timingWindow, Headers: tc.headers,
+		Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
+		OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
+	})
+	up := httptest.NewServer(prov)
+	t.Cleanup(up.Close)
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  fake: {kind: openai, baseURL: %s/v1}
+gate:
+  window: %s
+  defaults: {tpm: %d, rpm: 100000}
+`, up.URL, timingWindow, tc.start), nil)
+	tr := &http.Transport{MaxIdleConnsPerHost: 2 * timingSessions}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}}
+}
+
+// load runs the sessions: each sends calls back to back until timingDuration
+// (or timingMaxPerSession calls); a call still open timingDrain later is cut.
+// It calls nothing on *testing.T.
+func (run *timingRun) load() {
+	start := time.Now()
+	run.prov.SetEpoch(start)
+	stopAt := start.Add(timingDuration)
+	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(timingDrain))
+	defer cancel()
+	var wg sync.WaitGroup
+	for s := range timingSessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(s), 42))
+			session := fmt.Sprintf("s%02d", s)
+			for i := 0; i < timingMaxPerSession && time.Now().Before(stopAt); i++ {
+				body := timingBody(session, i, rng)
+				t0 := time.Now()
+				out, detail := timingCall(ctx, run.client, run.f.url, session, i, body)
+				d := time.Since(t0)
+				run.mu.Lock()
+				run.r.calls++
+				switch out {
+				case callOK:
+					run.r.ok++
+					run.lat = append(run.lat, d)
+				case callLost:
+					run.r.lost++
+				case callCut:
+					run.r.cut++
+				case callHarness:
+					if len(run.r.harness) < 10 {
+						run.r.harness = append(run.r.harness, detail)
+					}
+					run.r.harnessN++
+				}
+				run.mu.Unlock()
+				if out == callCut {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	run.r.elapsed = time.Since(start)
+}
+
+// report computes the case's figures, logs them, fails on harness errors and
+// reports (or, enforced, fails) the targets.
+func (run *timingRun) report(t *testing.T) {
+	tc, r, f := run.tc, &run.r, run.f
+	st := run.prov.Stats()
+	r.windows, r.refusals, r.refused, r.providerBadRequest = st.Windows, st.Refusals, st.Refused, st.BadRequests
+	windows := int(timingDuration / timingWindow)
+	var served, servedL int64
+	for i, w := range st.Windows {
+		if i < windows {
+			served += w.Tokens
+			if i >= timingLearnedFrom {
+				servedL += w.Tokens
+			}
+		}
+		if i >= timingLearnedFrom {
+			r.refusedL += w.Refused
+		}
+	}
+	r.util = float64(served) / float64(timingLimit*windows)
+	r.utilLearned = float64(servedL) / float64(timingLimit*(windows-timingLearnedFrom))
+	slices.Sort(run.lat)
+	r.p50, r.p99 = quantile(run.lat, 0.50), quantile(run.lat, 0.99)
+	bs := f.status("fake", "gpt-fake")
+	r.quota, r.trigger, r.budget = bs.Quota, bs.Trigger, bs.TokenBudget
+
+	var series []string
+	for _, w := range st.Windows {
+		series = append(series, fmt.Sprintf("%.1fk/%d", float64(w.Tokens)/1000, w.Refused))
+	}
+	var at []string
+	for _, d := range st.Refusals {
+		at = append(at, fmt.Sprintf("%.2fs", d.Seconds()))
+	}
+	t.Logf("%s: %d calls (%d ok, %d lost, %d cut at the end) in %s; 429s %d (%d from window %d on; at %s); utilization %.3f, once learned %.3f; p50 %s p99 %s; learned quota %.0f trigger %.0f budget %d",
+		tc.name, r.calls, r.ok, r.lost, r.cut, r.elapsed.Round(time.Millisecond), r.refused, r.refusedL, timingLearnedFrom, strings.Join(at, " "),
+		r.util, r.utilLearned, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.quota, r.trigger, r.budget)
+	t.Logf("%s: tokens served / 429s per window: %s", tc.name, strings.Join(series, " "))
+
+	// The harness: bugs of the test or of gatectl's plumbing, never the gate's
+	// timing. They always fail.
+	if r.harnessN > 0 || r.providerBadRequest > 0 {
+		t.Errorf("%d harness errors, %d unreadable requests at the provider: %s", r.harnessN, r.providerBadRequest, strings.Join(r.harness, "; "))
+		logs := f.logs.String()
+		t.Logf("gatectl log (last 4k):\n%s", logs[max(0, len(logs)-4096):])
+	}
+	if r.ok == 0 || served == 0 {
+		t.Errorf("no call was served (%d ok, %d tokens)", r.ok, served)
+	}
+
+	tg := tc.target
+	var missed []string
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			missed = append(missed, fmt.Sprintf(format, args...))
+		}
+	}
+	check(tg.max429 >= 0 && r.refused > tg.max429, "%d 429s > %d", r.refused, tg.max429)
+	check(tg.max429Learned >= 0 && r.refusedL > tg.max429Learned, "%d 429s from window %d on > %d", r.refusedL, timingLearnedFrom, tg.max429Learned)
+	check(tg.minUtil >= 0 && r.util < tg.minUtil, "utilization %.3f < %.2f", r.util, tg.minUtil)
+	check(tg.minUtilLearned >= 0 && r.utilLearned < tg.minUtilLearned, "utilization once learned %.3f < %.2f", r.utilLearned, tg.minUtilLearned)
+	check(tg.maxLost >= 0 && r.lost > tg.maxLost, "%d calls lost > %d", r.lost, tg.maxLost)
+	for _, m := range missed {
+		if enforceTimingTargets {
+			t.Errorf("%s: target missed: %s", tc.name, m)
+		} else {
+			t.Logf("%s: target missed: %s", tc.name, m)
+		}
+	}
+}
+
+// callOutcome sorts a session's call.
+type callOutcome int
+
+const (
+	callOK      callOutcome = iota
+	callLost                // gatectl gave up: its answer carries X-Gate-Class
+	callCut                 // the drain deadline cut it
+	callHarness             // anything else: a bug in the harness or the plumbing
+)
+
+// timingCall sends one call through gatectl, as an SDK that does not retry.
+func timingCall(ctx context.Context, client *http.Client, base, session string, turn int, body []byte) (callOutcome, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(string(body)))
+	if err != nil {
+		return callHarness, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gate-Session", session)
+	req.Header.Set("X-Gate-Turn", fmt.Sprint(turn))
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return callCut, ""
+		}
+		return callHarness, "transport: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return callCut, ""
+		}
+		return callHarness, "reading the answer: " + err.Error()
+	}
+	if resp.StatusCode != http.StatusOK {
+		if resp.Header.Get("X-Gate-Class") != "" {
+			return callLost, ""
+		}
+		return callHarness, fmt.Sprintf("status %d without X-Gate-Class: %.200s", resp.StatusCode, b)
+	}
+	var cc struct {
+		Usage struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &cc); err != nil || cc.Usage.Prompt <= 0 || cc.Usage.Completion <= 0 {
+		return callHarness, fmt.Sprintf("a 200 without usage: %.200s", b)
+	}
+	return callOK, ""
+}
+
+// timingBody is a call of about timingInputTokens ± timingInputSpread input
+// tokens (4 bytes each at the provider), different for every session and turn.
+func timingBody(session string, turn int, rng *rand.Rand) []byte {
+	tokens := timingInputTokens - timingInputSpread + rng.IntN(2*timingInputSpread+1)
+	head := fmt.Sprintf("%s turn %d: ", session, turn)
+	text := head + strings.Repeat("lorem ", max(0, tokens*4-len(head)-20)/6)
+	b, _ := json.Marshal(map[string]any{"model": "fake/gpt-fake", "max_tokens": timingMaxTokens,
+		"messages": []any{map[string]any{"role": "user", "content": text}}})
+	return b
+}
+
+// quantile of sorted durations (0 when empty).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
