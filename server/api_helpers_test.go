@@ -28,6 +28,7 @@ providers:
 gate:
   window: 60s
   maxWait: 120s
+  pace: 0
   defaults: {tpm: 1000000, rpm: 600}
   models:
     alpha/small: {tpm: 10000, rpm: 600, safetyFactor: 1}

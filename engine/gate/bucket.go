@@ -59,6 +59,11 @@ type bucket struct {
 	delays [8]time.Duration
 	nDelay int
 	guard  time.Duration
+
+	// The pacer: tokens it allows now (at most the burst; a grant may take it
+	// below zero) and when it was last refilled (unix nanos; 0: never, full).
+	paceTokens float64
+	paceAt     int64
 }
 
 // ticketSlot remembers an open ticket. gen changes when the slot is reused, so a
@@ -181,6 +186,43 @@ func (b *bucket) setRPMLocked() {
 	b.rpm = max(1, int(float64(rpm)*b.factor()))
 }
 
+// paceParams are the pacer's rate (tokens a second) and burst for budget.
+func (b *bucket) paceParams(budget int64) (rate, burst float64) {
+	cfg := b.l.conf()
+	if cfg.Pace <= 0 || budget <= 0 {
+		return 0, 0
+	}
+	return cfg.Pace * float64(budget) / cfg.Window.Seconds(), math.Max(1, cfg.PaceBurst*float64(budget))
+}
+
+// refillPaceLocked brings the pacer up to now.
+func (b *bucket) refillPaceLocked(now time.Time, rate, burst float64) {
+	at := now.UnixNano()
+	if b.paceAt == 0 {
+		b.paceTokens, b.paceAt = burst, at
+		return
+	}
+	if at > b.paceAt {
+		b.paceTokens = math.Min(burst, b.paceTokens+rate*float64(at-b.paceAt)/1e9)
+		b.paceAt = at
+	}
+}
+
+// paceWaitLocked is how long the pacer holds a reservation of res: until it
+// holds res tokens (a full burst, for a call larger than the burst).
+func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration {
+	rate, burst := b.paceParams(budget)
+	if rate <= 0 {
+		return 0
+	}
+	b.refillPaceLocked(now, rate, burst)
+	need := math.Min(float64(res), burst)
+	if b.paceTokens >= need {
+		return 0
+	}
+	return time.Duration(math.Ceil((need - b.paceTokens) / rate * 1e9))
+}
+
 // margin is the head room kept for the calls in flight and one more of
 // variance v: MarginSigmas standard deviations of their summed cost. One margin
 // for all of them — the spread of a sum grows with √N, not N — instead of a high
@@ -239,15 +281,18 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	if rpm > 0 && cd == 0 {
 		b.relaxRPMLocked(now)
 	}
-	wait = max(cd, tpm, rpm)
+	pace := b.paceWaitLocked(now, res, budget)
+	wait = max(cd, tpm, rpm, pace)
 	switch {
 	case wait == 0:
 	case cd == wait:
 		reason = "cooldown"
 	case tpm == wait:
 		reason = "tpm"
-	default:
+	case rpm == wait:
 		reason = "rpm"
+	default:
+		reason = "pace"
 	}
 	if b.perSession != nil && b.perSession[session] >= b.l.conf().MaxInFlightPerSession {
 		capped = true
@@ -465,6 +510,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	b.reservedOpen += res
 	b.openVar += sz.variance
+	if rate, burst := b.paceParams(b.tokenBudget()); rate > 0 {
+		b.refillPaceLocked(now, rate, burst)
+		b.paceTokens -= float64(res)
+	}
 	b.inFlight++
 	if b.perSession != nil {
 		b.perSession[req.Session]++
@@ -562,7 +611,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	case b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
-		steps = b.learn.on429(now, reading, float64(sig.Tokens), cfg.Window)
+		// The provider held more than the reading by up to the refused call, and
+		// the reading itself is off by the spread of the calls in flight.
+		slack := float64(sig.Tokens)
+		if !b.atCompletion {
+			slack += float64(b.marginOf(b.openVar))
+		}
+		steps = b.learn.on429(now, reading, slack, cfg.Window)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)

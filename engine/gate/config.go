@@ -36,8 +36,15 @@ type Config struct {
 	// admits it; measured admission→429 delays raise it, up to 2% of the window.
 	CountGuard float64
 	// MarginSigmas is how many standard deviations of the calls in flight's
-	// summed cost the budget keeps free (3). 0 keeps none.
+	// summed cost the budget keeps free (5). 0 keeps none.
 	MarginSigmas float64
+	// Pace spaces grants: tokens are granted at most at Pace × the token budget
+	// per window, with a burst of PaceBurst × the budget at once (1.25 and 0.1).
+	// Without it, the whole queue is granted in the instant the window drains,
+	// while a provider that counted the previous calls a few milliseconds later
+	// than the gate still holds them. Pace 0 turns pacing off.
+	Pace      float64
+	PaceBurst float64
 }
 
 // DefaultConfig returns the gate's defaults, the values of the config's gate:
@@ -50,6 +57,8 @@ func DefaultConfig() Config {
 		SafetyFactor:        0,
 		CountGuard:          0.005,
 		MarginSigmas:        5,
+		Pace:                2,
+		PaceBurst:           0.1,
 		MaxWait:             120 * time.Second,
 		FallbackCooldown:    60 * time.Second,
 		OutputReserveTokens: 8192,
@@ -76,6 +85,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gate.countGuard: must be in [0, 0.02] (got %g)", c.CountGuard)
 	case c.MarginSigmas < 0 || c.MarginSigmas > 10:
 		return fmt.Errorf("gate.marginSigmas: must be in [0, 10] (got %g)", c.MarginSigmas)
+	case c.Pace != 0 && (c.Pace < 1 || c.Pace > 10):
+		return fmt.Errorf("gate.pace: must be 0 (off) or in [1, 10] (got %g)", c.Pace)
+	case c.PaceBurst < 0 || c.PaceBurst > 1:
+		return fmt.Errorf("gate.paceBurst: must be in [0, 1] (got %g)", c.PaceBurst)
 	case c.FallbackCooldown < 0:
 		return fmt.Errorf("gate.fallbackCooldown: must not be negative (got %s)", c.FallbackCooldown)
 	case c.OutputReserveTokens < 0:

@@ -181,10 +181,10 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // of the same burst can only raise the trigger to their reading, since each
 // refused call frees its reservation and the readings fall through a burst.
 //
-// refused is what the refused call reserved (0: unknown): the limit lies
-// between reading and reading + refused. When a clean window's reading falls in
-// that range too, it is the better estimate of the limit.
-func (l *learner) on429(now time.Time, reading, refused float64, span time.Duration) (steps []learnStep) {
+// slack is how far above the reading the limit may lie: the refused call's
+// reservation, and the reading's own uncertainty. When a clean window's reading
+// falls in [reading, reading + slack] too, it is the better estimate of the limit.
+func (l *learner) on429(now time.Time, reading, slack float64, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -200,7 +200,7 @@ func (l *learner) on429(now time.Time, reading, refused float64, span time.Durat
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	if reading > 0 {
 		t := reading
-		if refused > 0 && l.cleanMax >= reading && l.cleanMax <= reading+refused {
+		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
 			t = l.cleanMax
 		}
 		if !inBurst && repeated && atLevel {

@@ -22,6 +22,7 @@ func testGate() Config {
 	c.Jitter = 0
 	c.CountGuard = 0
 	c.MarginSigmas = 0
+	c.Pace = 0
 	return c
 }
 
