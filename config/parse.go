@@ -19,7 +19,7 @@ import (
 	"github.com/gatectl/gatectl/engine/retry"
 )
 
-// Default values, from the seeds and DESIGN.md.
+// Default values, as DESIGN.md documents them.
 const (
 	DefaultListen   = "127.0.0.1:7878"
 	DefaultStateDir = ".gatectl"

@@ -1,6 +1,8 @@
-// Package engine is gatectl's deterministic core: the admission ledger (sliding
-// windows of tokens and requests, reservations, cooldowns, the self-learning quota
-// and the fair queue), the retry planner, and the route pools.
+// Package engine is gatectl's deterministic core. Its subpackages each do one
+// job: gate (admission: the per-model ledger, its learned quota and fair queue),
+// retry (what to do after a failure) and pool (where a session runs). This
+// package holds what they share: the clock, the classifier chain, and the plain
+// data types that cross package lines.
 //
 // engine imports only the standard library. It defines the small interfaces it needs
 // (Clock, Classifier, Scorer, BalanceSource, Store) and the plain data types that

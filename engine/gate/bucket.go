@@ -16,15 +16,15 @@ type bucket struct {
 	limits   ModelLimits
 	rpm      int // request budget: min(rpm, rpmTrigger) × factor, at least 1
 
-	mu            sync.Mutex
-	win           slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
+	mu  sync.Mutex
+	win slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
 	// done holds settled calls keyed by when they settled: what a provider that
 	// counts a call when it completes holds. atCompletion says which of the two
 	// the provider behaves like (learned from 429s, see voteLocked); the
 	// admission check and the learner's readings use that one.
-	done         slidingWindow
-	atCompletion bool
-	modeVotes    int // > 0: 429s the completion view explained better; < 0: the arrival view
+	done          slidingWindow
+	atCompletion  bool
+	modeVotes     int // > 0: 429s the completion view explained better; < 0: the arrival view
 	learn         learner
 	est           estimator
 	cooldownUntil time.Time
@@ -705,11 +705,12 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 }
 
 // resetLocked forgets what was learned about the model: quota, triggers, the
-// clean-window record, the measured count delay. The cooldown stays: it is the
+// clean-window record, the measured count delay, when the provider counts. The cooldown stays: it is the
 // provider's instruction, not something learned.
 func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
+	b.atCompletion, b.modeVotes = false, 0
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	cfg := b.l.conf()
 	b.setRPMLocked()

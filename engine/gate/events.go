@@ -5,7 +5,7 @@ import "time"
 // EventKind names what a Event reports.
 type EventKind string
 
-// Gate events. A call that did not wait produces none (seed 000: the log stays
+// Gate events. A call that did not wait produces none (so the log stays
 // quiet for normal calls).
 const (
 	EventWait        EventKind = "wait"        // a call was held back; Wait is the expected wait
@@ -17,7 +17,7 @@ const (
 	EventLeak        EventKind = "leak"  // a trigger below a clean window: another client spends the same key
 )
 
-// Event is one line of the gate's visibility (seed 000's log lines), also
+// Event is one line of the gate's visibility (the log lines), also
 // streamed by the server's event feed.
 type Event struct {
 	Kind     EventKind

@@ -17,7 +17,7 @@ type LearnedQuota struct {
 // by several gatectl processes. The ledger loads a model's state when it first
 // sees the model and saves it after every learner step, with the model's bucket
 // locked (so both must be quick). Without a store, learned state lives in memory
-// and a restart learns again — seed 000's deliberate choice, since a persisted
+// and a restart learns again — deliberately, since a persisted
 // quota may be stale.
 type LearnedStore interface {
 	Load(provider, model string) (LearnedQuota, bool)

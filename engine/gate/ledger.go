@@ -35,7 +35,8 @@ type Request struct {
 }
 
 // Usage is what the provider reported for a call. Cache reads and writes count
-// against TPM (seed 000: cache hits buy cost and latency, not quota).
+// against TPM: providers count cached input toward the rate limit, so a cache
+// hit saves cost and latency but not quota.
 type Usage struct {
 	InputTokens      int64
 	CacheReadTokens  int64

@@ -1,0 +1,327 @@
+package gate
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// Entries stay counted a little past the window: a provider counts a call a few
+// milliseconds after the gate admits it, and frees it that much later too.
+func TestCountGuardKeepsEntriesPastTheWindow(t *testing.T) {
+	c := testGate()
+	c.CountGuard = 0.005 // 300 ms of a 60 s window
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(800)) // 900 of 1000
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 60*time.Second+300*time.Millisecond)
+
+	// A 429 that came 400 ms after its call was admitted: the provider counts
+	// late, and the guard grows to 1.5 × that.
+	l.RateLimitedBy(t0.Add(2*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(1600 * time.Millisecond), Axis: engine.AxisRequests})
+	mustWait(t, l, t0.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 100}, "tpm", 60*time.Second+600*time.Millisecond)
+
+	// never more than 2% of the window, whatever was measured
+	l.RateLimitedBy(t0.Add(4*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(-10 * time.Second), Axis: engine.AxisRequests})
+	mustWait(t, l, t0.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "d", InputTokens: 100}, "tpm", 60*time.Second+1200*time.Millisecond)
+}
+
+// A drained window must not release the whole queue in one instant: grants are
+// paced at Pace × the budget per window, after a burst of PaceBurst × it.
+func TestPacingSpreadsTheQueue(t *testing.T) {
+	c := testGate()
+	c.Pace, c.PaceBurst = 2, 0.1 // 2000 tokens a minute (33.3/s), 100 at once
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(0)) // 100: the whole burst
+	w := mustWait(t, l, t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 0}, "pace", 3*time.Second)
+	if _, ok := w.Poll(t0.Add(3 * time.Second)); !ok {
+		t.Fatal("not granted once the pacer refilled")
+	}
+	// Without pacing the same call goes at once.
+	c.Pace = 0
+	l2, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l2, t0, req(0))
+	mustAdmit(t, l2, t0, Request{Provider: "p", Model: "m", Session: "b"})
+}
+
+// The margin covers the summed spread of the calls in flight: z·√(Σ variance),
+// which grows with √N, not N.
+func TestPooledMarginGrowsWithTheRootOfN(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000}
+	c.MarginSigmas = 3
+	c.Learn = false // no probe: the budget stays 100000
+	l, _, _ := newTestLedger(t, c)
+	early := t0.Add(-time.Hour)
+	for i := 0; i < reserveSamples; i++ { // outputs 0 and 200, equally long in flight: mean 100, σ 100
+		tk := mustAdmit(t, l, early, Request{Provider: "p", Model: "m", InputTokens: 1})
+		l.Settle(early.Add(time.Second), tk, Usage{InputTokens: 1, OutputTokens: int64(200 * (i % 2))})
+	}
+	b := l.bucketFor("p", "m", t0)
+	margin := func() int64 { b.mu.Lock(); defer b.mu.Unlock(); return b.margin(0) }
+	tk := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 10})
+	if tk.ReservedOutput != 100 {
+		t.Fatalf("reserve %d, want the expected output 100", tk.ReservedOutput)
+	}
+	if m := margin(); m != 300 {
+		t.Fatalf("margin with one call in flight %d, want 3 × 100", m)
+	}
+	for i := 0; i < 3; i++ {
+		mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 10})
+	}
+	if m := margin(); m != 600 {
+		t.Fatalf("margin with four calls in flight %d, want 3 × 100 × √4 = 600 (not 4 × 300)", m)
+	}
+	// A call whose reservation fits but whose margin does not waits.
+	st := l.BucketStatus(t0, "p", "m")
+	fill := int(st.TokenBudget-st.WindowTokens) - 1 - 600 // the filler's own margin is 600: 599 stay free, room for the call (101), not its margin (671)
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: fill, MaxTokens: 1})
+	if tk, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "x", InputTokens: 1}); w == nil {
+		t.Fatalf("admitted into the margin: %+v %+v margin %d", tk, l.BucketStatus(t0, "p", "m"), margin())
+	}
+}
+
+// An RPM 429 teaches the request budget, never the token quota; an unnamed 429
+// with the window at its request budget and well under its token budget is an
+// RPM 429 too.
+func TestRateLimitAxes(t *testing.T) {
+	t.Run("NamedRequests", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, learnGate())
+		for i := 0; i < 6; i++ {
+			mustAdmit(t, l, t0, req(50))
+		}
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+		st := l.BucketStatus(t0, "p", "m")
+		if st.Quota != 1000 || st.Trigger != 0 || st.RPMBudget != 6 {
+			t.Fatalf("quota %v trigger %v rpm %d, want 1000, none and the 6 requests in the window", st.Quota, st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("JudgedFromTheWindow", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, learnGate()) // 10 requests, 1000 tokens
+		withOutputHistory(t, l)                  // long before: the model writes 100
+		at := t0.Add(2 * time.Hour)
+		for i := 0; i < 9; i++ {
+			mustAdmit(t, l, at, Request{Provider: "p", Model: "m", InputTokens: 1, MaxTokens: 1}) // 9 requests, 18 tokens
+		}
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.Quota != 1000 || st.RPMBudget != 9 {
+			t.Fatalf("quota %v trigger %v rpm %d: a request-bound 429 moved the token quota", st.Quota, st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("TokensWhenTheWindowIsFullOfThem", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, learnGate())
+		mustAdmit(t, l, t0, req(800))
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 900 {
+			t.Fatalf("trigger %v, want the token reading 900", st.Trigger)
+		}
+	})
+	t.Run("RPMTriggerRelaxes", func(t *testing.T) {
+		c := learnGate()
+		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 40; i++ {
+			mustAdmit(t, l, t0, req(1))
+		}
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 40 {
+			t.Fatalf("rpm budget %d, want 40", st.RPMBudget)
+		}
+		at := t0
+		for i := 0; i < 3; i++ { // windows in which the request budget held calls back, no 429
+			at = at.Add(61 * time.Second)
+			for l.BucketStatus(at, "p", "m").WindowRequests < l.BucketStatus(at, "p", "m").RPMBudget {
+				mustAdmit(t, l, at, req(1))
+			}
+			heldBack(l, at, req(1))
+		}
+		if st := l.BucketStatus(at, "p", "m"); st.RPMBudget != 46 {
+			t.Fatalf("rpm budget %d, want 40 → 42 → 44 → 46", st.RPMBudget)
+		}
+	})
+}
+
+// Started low, the quota climbs in a slow start: each window's step is 5% larger
+// than the last, so half the truth is made up in five windows, not fourteen.
+func TestSlowStartProbes(t *testing.T) {
+	c := learnGate()
+	c.Defaults.TPM = 500
+	l, _, _ := newTestLedger(t, c)
+	l.BucketStatus(t0, "p", "m")
+	at := t0
+	var quotas []float64
+	for i := 0; i < 5; i++ {
+		at = at.Add(61 * time.Second)
+		st := l.BucketStatus(at, "p", "m")
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: int(st.TokenBudget) - 1, MaxTokens: 1})
+		heldBack(l, at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, MaxTokens: 1})
+		q, _ := quota(l, at)
+		quotas = append(quotas, q)
+	}
+	want := 500.0
+	for i, q := range quotas {
+		want *= math.Pow(learnProbeFactor, float64(i+1))
+		if math.Abs(q-want) > 0.01 {
+			t.Fatalf("window %d: quota %v, want %v (all: %v)", i+1, q, want, quotas)
+		}
+	}
+	if quotas[4] < 1000 {
+		t.Fatalf("after five windows %v, want past the 1000 it started half of", quotas[4])
+	}
+}
+
+// A 429 within a window of a probe step reverts the step instead of halving.
+func TestProbe429Reverts(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	l.BucketStatus(t0, "p", "m")
+	at := t0.Add(61 * time.Second)
+	mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 998, MaxTokens: 1})
+	heldBack(l, at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, MaxTokens: 1}) // probe to 1050
+	if q, _ := quota(l, at); q != 1050 {
+		t.Fatalf("quota %v, want the probe 1050", q)
+	}
+	at = at.Add(10 * time.Second)
+	mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 30, MaxTokens: 1})
+	l.RateLimited(at, "p", "m", time.Second)
+	if q, _ := quota(l, at); q != 1000 {
+		t.Fatalf("quota %v, want the step reverted to 1000", q)
+	}
+	reverts := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "revert" {
+			reverts++
+		}
+	}
+	if reverts != 1 {
+		t.Fatalf("%d revert events", reverts)
+	}
+}
+
+// The refused call bounds the limit from above: a clean window's reading that
+// lies between the 429's reading and the reading plus that call is the better
+// estimate, and stays the trigger.
+func TestRefusedCallBoundsTheTrigger(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	withOutputHistory(t, l)
+	mustAdmit(t, l, t0, req(799)) // a clean window reading 899
+	at := t0.Add(61 * time.Second)
+	mustAdmit(t, l, at, req(700)) // reading 800 when the next call (reserving 150) is refused
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Tokens: 150})
+	if _, trig := quota(l, at); trig != 899 {
+		t.Fatalf("trigger %v, want the clean reading 899 (within 800 + 150)", trig)
+	}
+	// Without the refused call's size the reading alone is the trigger.
+	l2, _, _ := newTestLedger(t, learnGate())
+	withOutputHistory(t, l2)
+	mustAdmit(t, l2, t0, req(799))
+	mustAdmit(t, l2, at, req(700))
+	l2.RateLimited(at, "p", "m", time.Second)
+	if _, trig := quota(l2, at); trig != 800 {
+		t.Fatalf("trigger %v, want the reading 800", trig)
+	}
+}
+
+// Refused twice within two windows at the level the gate itself held: the level
+// steps down below it, and the clean windows above it no longer pull the
+// trigger back up (a token bucket that had refilled, a limit that fell).
+func TestRepeatedRefusalAtTheLevelStepsDown(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	withOutputHistory(t, l)
+	mustAdmit(t, l, t0, req(899)) // clean window: 999
+	at := t0.Add(61 * time.Second)
+	mustAdmit(t, l, at, req(849)) // 949
+	l.RateLimited(at, "p", "m", time.Second)
+	_, first := quota(l, at)
+	at = at.Add(61 * time.Second)
+	st := l.BucketStatus(at, "p", "m")
+	mustAdmit(t, l, at, req(int(st.TokenBudget)-101))
+	l.RateLimited(at, "p", "m", time.Second)
+	_, second := quota(l, at)
+	if second >= first*0.98 {
+		t.Fatalf("trigger %v after %v: want a step below the level", second, first)
+	}
+	// loaded windows without a 429: no relax back toward the old clean 999
+	for i := 0; i < 5; i++ {
+		at = at.Add(61 * time.Second)
+		st := l.BucketStatus(at, "p", "m")
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: int(st.TokenBudget) - 1, MaxTokens: 1})
+		heldBack(l, at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, MaxTokens: 1})
+	}
+	if _, trig := quota(l, at); trig > second*1.001 {
+		t.Fatalf("trigger %v relaxed above %v toward stale clean windows", trig, second)
+	}
+}
+
+// A provider that counts a call when it completes refuses as the gate's arrival
+// window drains while the calls that completed since still fill its own. Two such
+// 429s switch the bucket to the completion view; there, calls in flight do not
+// count, settled ones count from when they settled.
+func TestCompletionCountingIsLearned(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	// A window's worth admitted at t0, settling 50 s later.
+	var tks []Ticket
+	for i := 0; i < 8; i++ {
+		tks = append(tks, mustAdmit(t, l, t0, req(10)))
+	}
+	for _, tk := range tks {
+		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
+	}
+	// At 61 s the arrival window is empty, the completion window holds 880: a
+	// 429 there is the completion view's.
+	for i := 0; i < 2; i++ {
+		at := t0.Add(time.Duration(61+i*2) * time.Second)
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
+	}
+	switched := false
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "count-mode" && e.Reason == "at-completion" {
+			switched = true
+		}
+	}
+	if !switched {
+		t.Fatal("the bucket did not learn that the provider counts at completion")
+	}
+	// The 429 in the new view taught its reading: 880 settled when it came.
+	if _, trig := quota(l, t0.Add(63*time.Second)); trig != 880 {
+		t.Fatalf("trigger %v, want the completion reading 880", trig)
+	}
+	// In that view calls in flight cost nothing yet: once the settled calls have
+	// left it (a window after they settled), nine calls of 110 go at once,
+	// though together they are over the 880 budget.
+	at := t0.Add(115 * time.Second)
+	tks = tks[:0]
+	for i := 0; i < 9; i++ {
+		tks = append(tks, mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "q", InputTokens: 10}))
+	}
+	// Settled, they count from when they settled, for a window.
+	for _, tk := range tks {
+		l.Settle(at.Add(5*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 50})
+	}
+	mustWait(t, l, at.Add(6*time.Second), Request{Provider: "p", Model: "m", Session: "r", InputTokens: 400}, "tpm", 180*time.Second)
+}
+
+func TestResetForgetsWhatWasLearned(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	mustAdmit(t, l, t0, req(600))
+	l.RateLimited(t0, "p", "m", 30*time.Second)
+	if q, trig := quota(l, t0); q != 700 || trig != 700 {
+		t.Fatalf("setup: quota %v trigger %v", q, trig)
+	}
+	if !l.Reset(t0.Add(time.Second), "p", "m") {
+		t.Fatal("Reset of a known model reported false")
+	}
+	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
+	if st.Quota != 1000 || st.Trigger != 0 || st.CooldownMs != 29000 {
+		t.Fatalf("after reset: quota %v trigger %v cooldown %dms, want 1000, none, and the cooldown kept", st.Quota, st.Trigger, st.CooldownMs)
+	}
+	if len(ev.kinds(EventLearn)) == 0 || ev.kinds(EventLearn)[len(ev.kinds(EventLearn))-1].Step != "reset" {
+		t.Fatal("no reset event")
+	}
+	if l.Reset(t0, "p", "never-seen") {
+		t.Fatal("Reset of an unknown model reported true")
+	}
+}
