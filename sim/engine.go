@@ -2,8 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
@@ -32,7 +32,7 @@ type gateLimits struct {
 	learn        bool
 }
 
-func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time) (*gateAdapter, error) {
+func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
 	cfg := gate.DefaultConfig()
 	cfg.Window = lim.window
 	cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
@@ -40,10 +40,10 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm}
 	cfg.Learn = lim.learn
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
-	if os.Getenv("GATECTL_SIM_TRACE") != "" && lim.learn {
+	if trace != nil {
 		opts = append(opts, gate.WithEventHook(func(e gate.Event) {
 			if e.Kind == gate.EventLearn || e.Kind == gate.EventRateLimited || e.Kind == gate.EventLeak {
-				fmt.Fprintf(os.Stderr, "%s %-12s %-8s %-8s from=%.0f to=%.0f quota=%.0f trig=%.0f win=%d budget=%d req=%d\n",
+				fmt.Fprintf(trace, "%s %-12s %-8s %-8s from=%.0f to=%.0f quota=%.0f trig=%.0f win=%d budget=%d req=%d\n",
 					e.At.Format("15:04:05.000"), e.Kind, e.Step, e.Reason, e.From, e.To, e.Quota, e.Trigger, e.WindowTokens, e.TokenBudget, e.Requests)
 			}
 		}))

@@ -9,6 +9,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -61,6 +62,11 @@ import (
 // The provider counts a call's input plus its real output (not max_tokens).
 // Utilization is reported against the true limit; see Metrics.
 type Scenario struct {
+	// Trace, when set, receives one line per gate event that moves what the
+	// gate learned (429s, learner steps, count-mode switches) in gate mode. Not
+	// a scenario key: `gatectl sim --trace` sets it.
+	Trace io.Writer `yaml:"-" json:"-"`
+
 	Seed     uint64   `yaml:"seed" json:"seed"`
 	Duration Duration `yaml:"duration" json:"duration"`
 	Window   Duration `yaml:"window" json:"window"`

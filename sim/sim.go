@@ -2,6 +2,7 @@ package sim
 
 import (
 	"container/heap"
+	"io"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -266,7 +267,11 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			lim.rpm = max(1, s.Provider.RPM-int(math.Ceil(r.outsideRequestsPerWindow())))
 			lim.learn = false
 		}
-		if r.gate, err = newGateAdapter(lim, r.clock, s.Seed, start); err != nil {
+		var trace io.Writer
+		if mode == ModeGate {
+			trace = s.Trace
+		}
+		if r.gate, err = newGateAdapter(lim, r.clock, s.Seed, start, trace); err != nil {
 			return nil, err
 		}
 	}

@@ -30,6 +30,7 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text | json"},
 			&cli.BoolFlag{Name: "matrix", Usage: "run the gate for every provider model × {no latency, latency} × start {1, 2, 0.5} × outside {0, 10%} from the scenario, one row per run, against the issue's targets"},
 			&cli.DurationFlag{Name: "duration", Usage: "simulated time per run, overriding the scenario's (--matrix: 1h unless given)"},
+			&cli.BoolFlag{Name: "trace", Usage: "print each 429 and learner step of the gate run to stderr"},
 		},
 		Action: func(c *cli.Context) error {
 			s := sim.DefaultScenario()
@@ -41,6 +42,9 @@ func simCommand() *cli.Command {
 				if s, err = sim.ParseScenario(data); err != nil {
 					return cli.Exit(fmt.Sprintf("sim: %s: %v", f, err), exitFailure)
 				}
+			}
+			if c.Bool("trace") {
+				s.Trace = c.App.ErrWriter
 			}
 			format := c.String("format")
 			if format != "text" && format != "json" {
