@@ -62,6 +62,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"pools/{pool}/pick", map[string]http.HandlerFunc{http.MethodGet: a.handlePick}},
 		{"sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: a.handleSessionGet, http.MethodPut: a.handleSessionPut}},
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
+		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 	}
 	var paths []string
 	for _, rt := range routes {

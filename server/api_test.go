@@ -301,7 +301,7 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 	want := map[string][]string{
 		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
 		"/gate/v1/status": {"get"}, "/gate/v1/routes": {"get"}, "/gate/v1/pools/{pool}/pick": {"get"},
-		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"},
+		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
 		"/metrics": {"get"}, "/healthz": {"get"}, "/readyz": {"get"},
 		"/v1/chat/completions": {"post"}, "/v1/completions": {"post"}, "/v1/embeddings": {"post"}, "/v1/responses": {"post"},
 		"/v1/models": {"get"}, "/v1/messages": {"post"},

@@ -41,13 +41,23 @@ func apiBase(addr string) (string, error) {
 // apiGet fetches path (with query) from the server at addr into out. Errors say
 // what went wrong for people: an unreachable server, or the server's own message.
 func apiGet(ctx context.Context, addr, path string, out any) error {
+	return apiCall(ctx, http.MethodGet, addr, path, out)
+}
+
+// apiPost posts to path (an action that takes no body) and decodes the answer
+// into out, as apiGet does.
+func apiPost(ctx context.Context, addr, path string, out any) error {
+	return apiCall(ctx, http.MethodPost, addr, path, out)
+}
+
+func apiCall(ctx context.Context, method, addr, path string, out any) error {
 	base, err := apiBase(addr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, apiClientTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return err
 	}

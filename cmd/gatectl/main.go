@@ -40,6 +40,7 @@ func newApp() *cli.App {
 			backoffCommand(),
 			routesCommand(),
 			statusCommand(),
+			resetCommand(),
 			classifyCommand(),
 			serveCommand(),
 			checkCommand(),

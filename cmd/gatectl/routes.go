@@ -118,8 +118,10 @@ func routesFromServer(ctx context.Context, addr, poolName string, draws int) (ro
 	return rep, nil
 }
 
-// flagsAfterArg accepts the flags that follow POOL, as in `gatectl routes medium
-// --offline --config FILE` (urfave/cli stops parsing flags at the first argument).
+// flagsAfterArg accepts the flags that follow the command's one argument, as in
+// `gatectl routes medium --offline --config FILE` or `gatectl reset a/m --addr URL`
+// (urfave/cli stops parsing flags at the first argument). Errors name the command
+// and its ArgsUsage.
 func flagsAfterArg(c *cli.Context) error {
 	rest := c.Args().Tail()
 	if len(rest) == 0 {
@@ -133,10 +135,10 @@ func flagsAfterArg(c *cli.Context) error {
 		}
 	}
 	if err := fs.Parse(rest); err != nil {
-		return cli.Exit(fmt.Sprintf("routes: %v", err), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s: %v", c.Command.Name, err), exitUsage)
 	}
 	if fs.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("routes: at most one POOL (got %q and %q)", c.Args().First(), fs.Args()), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s: at most one %s (got %q and %q)", c.Command.Name, strings.Trim(c.Command.ArgsUsage, "[]"), c.Args().First(), fs.Args()), exitUsage)
 	}
 	var err error
 	fs.Visit(func(f *flag.Flag) {

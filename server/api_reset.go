@@ -1,0 +1,82 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gatectl/gatectl/engine/gate"
+)
+
+// APIModelReset is the answer of POST /gate/v1/models/{provider}/{model}/reset:
+// the model, and its ledger after the reset (as GET /gate/v1/status shows it).
+// `gatectl reset` prints it.
+type APIModelReset struct {
+	Provider string            `json:"provider"`
+	Model    string            `json:"model"`
+	Reset    bool              `json:"reset"`
+	Status   gate.BucketStatus `json:"status"`
+}
+
+// apiResetSuffix ends the reset path. A model name may contain slashes
+// (openrouter's deepseek/deepseek-chat), and a ServeMux "{name...}" wildcard must
+// be the pattern's last segment, so the route's {model...} captures everything
+// after the provider ("deepseek/deepseek-chat/reset") and the handler takes the
+// suffix off.
+const apiResetSuffix = "/reset"
+
+// handleModel serves POST /gate/v1/models/{provider}/{model...}; the one endpoint
+// there is {model}/reset.
+func (a *api) handleModel(w http.ResponseWriter, r *http.Request) {
+	provider, rest := r.PathValue("provider"), r.PathValue("model")
+	if rest == strings.TrimPrefix(apiResetSuffix, "/") {
+		writeError(w, http.StatusBadRequest, "model", "the model is empty: POST /gate/v1/models/{provider}/{model}/reset")
+		return
+	}
+	model, ok := strings.CutSuffix(rest, apiResetSuffix)
+	if !ok {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no endpoint %s (did you mean %s%s?)", r.URL.Path, strings.TrimSuffix(r.URL.Path, "/"), apiResetSuffix))
+		return
+	}
+	a.handleModelReset(w, provider, model)
+}
+
+// handleModelReset makes the gate forget what it learned about one model (quota,
+// triggers, clean-window record, count delay) and start again from the configured
+// or stated limit. A running cooldown stays: the provider asked for it. The ledger
+// announces the reset itself, as a learn event with step "reset".
+func (a *api) handleModelReset(w http.ResponseWriter, provider, model string) {
+	if err := apiFirstErr(apiCheckName("provider", provider), apiCheckName("model", model)); err != nil {
+		apiFail(w, http.StatusBadRequest, err)
+		return
+	}
+	now := a.s.clock.Now()
+	if !a.s.ledger.Reset(now, provider, model) {
+		writeError(w, http.StatusNotFound, "model", fmt.Sprintf("the gate has no ledger for %s/%s: it was not called since the server started (models: %s)",
+			provider, model, a.knownModels(now)))
+		return
+	}
+	a.s.logger.Named("api").Info("model reset", "provider", provider, "model", model)
+	writeJSON(w, http.StatusOK, APIModelReset{Provider: provider, Model: model, Reset: true,
+		Status: a.s.ledger.BucketStatus(now, provider, model)})
+}
+
+// apiMaxListedModels bounds the models a 404 lists.
+const apiMaxListedModels = 20
+
+// knownModels lists the provider/models the gate has a ledger for, for an error.
+func (a *api) knownModels(now time.Time) string {
+	st := a.s.ledger.Status(now)
+	if len(st) == 0 {
+		return "none yet"
+	}
+	names := make([]string, 0, min(len(st), apiMaxListedModels))
+	for _, m := range st[:min(len(st), apiMaxListedModels)] {
+		names = append(names, m.Provider+"/"+m.Model)
+	}
+	if len(st) > apiMaxListedModels {
+		names = append(names, fmt.Sprintf("… %d more", len(st)-apiMaxListedModels))
+	}
+	return strings.Join(names, ", ")
+}
