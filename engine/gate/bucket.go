@@ -636,9 +636,9 @@ func (b *bucket) typicalCallLocked() float64 {
 // window fill it; one that counts at completion refuses when the calls settled
 // in its window do — typically just as the gate's arrival window drains and the
 // provider still holds the calls that completed since. A reading one view
-// explains at least 10% better is a vote; two net votes switch the view, and
-// what was learned in the old view is forgotten (its readings measured the
-// wrong thing).
+// explains at least 10% better is a vote; three net votes switch the view, and
+// the readings of the old view are forgotten (they measured the wrong thing) —
+// but not the level it held: a reading far below that is still suspect.
 func (b *bucket) voteLocked(now time.Time) {
 	arrival, completion := b.arrivalViewLocked(), float64(b.done.tokens)
 	switch {
@@ -649,8 +649,9 @@ func (b *bucket) voteLocked(now time.Time) {
 	default:
 		return
 	}
-	if (b.modeVotes >= 2) != b.atCompletion && (b.modeVotes >= 2 || b.modeVotes <= -2) {
-		b.atCompletion = b.modeVotes >= 2
+	const switchVotes = 3
+	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
+		b.atCompletion = b.modeVotes >= switchVotes
 		b.modeVotes = 0
 		b.learn.forgetReadings()
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)

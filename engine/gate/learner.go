@@ -67,6 +67,7 @@ type learner struct {
 	prevCut   time.Time
 	prevLevel float64 // budget() when the previous burst's 429 arrived
 
+	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
 	burstStart  time.Time // first trusted 429 of the current burst
 	lastSuspect time.Time // last 429 judged suspect
 
@@ -124,8 +125,9 @@ type learnStep struct {
 }
 
 // suspect reports whether a token 429 read at reading is too low to be this
-// gate's own excess (see suspectRatio). A suspect that repeats in the next window
-// is believed: the limit fell, or someone else spends the key for good.
+// gate's own excess (see suspectRatio). A suspect that repeats a sixth of a
+// window or more after the first of its series (not in the same burst), within
+// two windows, is believed: the limit fell, or someone else spends the key for good.
 //
 // A reading below one typical call (its input and expected output) is never a
 // token limit: the provider refused while holding less than one call of ours.
@@ -136,7 +138,7 @@ func (l *learner) suspect(now time.Time, reading, typical float64, span time.Dur
 	if !low && (ref == 0 || reading >= suspectRatio*ref) {
 		return false
 	}
-	if !l.lastSuspect.IsZero() && now.Sub(l.lastSuspect) >= span/2 && now.Sub(l.lastSuspect) < 2*span && !low {
+	if !l.lastSuspect.IsZero() && now.Sub(l.lastSuspect) >= span/6 && now.Sub(l.lastSuspect) < 2*span && !low {
 		l.lastSuspect = time.Time{}
 		l.cleanMax = reading // the old clean windows describe a limit that is gone
 		return false
@@ -234,12 +236,14 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 		// a little too high, and the trigger steps below it.
 		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
 	}
-	if repeated && l.trigger > 0 {
-		// Refused twice within two windows: the clean windows above this reading
-		// describe bursts the provider no longer allows (a token bucket that had
-		// refilled, a limit that fell). The trigger may not relax back up to them.
+	if (repeated || l.relaxed) && l.trigger > 0 {
+		// Refused twice within two windows, or after relaxing toward the clean
+		// record: the clean windows above this reading describe bursts the
+		// provider no longer allows (a token bucket that had refilled during a
+		// cooldown, a limit that fell). The trigger may not relax back up to them.
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
+	l.relaxed = false
 	l.prevCut, l.prevLevel = now, level
 	l.preProbe, l.probeRun = 0, 0
 	l.lastCut = now
@@ -262,8 +266,10 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if now.Sub(since) < span {
 		return step, false
 	}
-	// A run of probes continues while each follows the last within two windows.
-	if now.Sub(l.lastProbe) < 2*span {
+	// A run of probes continues while each follows the last within two windows;
+	// once a 429 has taught a trigger, probes no longer accelerate (the level is
+	// known to be near, and overshooting it costs a 429).
+	if now.Sub(l.lastProbe) < 2*span && l.trigger == 0 {
 		l.probeRun = min(l.probeRun+1, learnProbeMaxRun)
 	} else {
 		l.probeRun = 1
@@ -275,6 +281,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		from := l.trigger
 		switch {
 		case l.trigger < relaxTo*l.cleanMax:
+			l.relaxed = true
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:
@@ -308,9 +315,12 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 }
 
 // forgetReadings drops the trigger and the clean-window record, which were read
-// in a view of the provider that proved wrong; the quota stays.
+// in a view of the provider that proved wrong; the quota stays, and 90% of the
+// level that passed stands as the clean record.
 func (l *learner) forgetReadings() {
-	l.trigger, l.cleanMax, l.curWindowMax = 0, 0, 0
+	level := l.budget()
+	l.trigger, l.curWindowMax = 0, 0
+	l.cleanMax = 0.9 * level // what passed in the old view still happened
 	l.burstStart, l.lastSuspect, l.prevCut, l.prevLevel = time.Time{}, time.Time{}, time.Time{}, 0
 	l.quota = math.Max(l.quota, l.start)
 }

@@ -270,8 +270,8 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
 	}
 	// At 61 s the arrival window is empty, the completion window holds 880: a
-	// 429 there is the completion view's.
-	for i := 0; i < 2; i++ {
+	// 429 there is the completion view's. Three of them switch the view.
+	for i := 0; i < 3; i++ {
 		at := t0.Add(time.Duration(61+i*2) * time.Second)
 		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
 		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
@@ -286,7 +286,7 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 		t.Fatal("the bucket did not learn that the provider counts at completion")
 	}
 	// The 429 in the new view taught its reading: 880 settled when it came.
-	if _, trig := quota(l, t0.Add(63*time.Second)); trig != 880 {
+	if _, trig := quota(l, t0.Add(65*time.Second)); trig != 880 {
 		t.Fatalf("trigger %v, want the completion reading 880", trig)
 	}
 	// In that view calls in flight cost nothing yet: once the settled calls have
