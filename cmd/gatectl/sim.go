@@ -97,7 +97,7 @@ func writeSimText(w io.Writer, r sim.Report) {
 	if s.Outside.Share > 0 {
 		fmt.Fprintf(w, "outside:  another client spends %.0f%% of the true TPM (%s, %d-token calls)\n", 100*s.Outside.Share, s.Outside.Pattern, s.Outside.CallTokens)
 	}
-	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, safety factor %.2f\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), s.Gate.SafetyFactor)
+	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, %s\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), marginText(s.Gate.SafetyFactor))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "mode\tutilization")
 	if s.Outside.Share > 0 {
@@ -138,8 +138,8 @@ func simIf(on bool, s string) string {
 
 // writeMatrixText prints one row per matrix run.
 func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
-	fmt.Fprintf(w, "matrix: %s per run, %s window, %d TPM / %d RPM true limit, safety factor %.2f, %.0f%% max_tokens, headers %v, Retry-After %s\n",
-		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, base.Gate.SafetyFactor,
+	fmt.Fprintf(w, "matrix: %s per run, %s window, %d TPM / %d RPM true limit, %s, %.0f%% max_tokens, headers %v, Retry-After %s\n",
+		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, marginText(base.Gate.SafetyFactor),
 		100*base.MaxTokensShare, base.Provider.Headers, time.Duration(base.Provider.RetryAfter))
 	fmt.Fprintln(w, "utilization is of the true TPM; remaining = the gate's share ÷ (true TPM − outside spend); oracle = the gate's admission with the truth known")
 	fmt.Fprintln(w)
@@ -162,4 +162,13 @@ func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 			r.Sessions, r.Demand, r.OracleUtilization, r.Utilization, r.RemainingUtilization, r.RateLimited, perHour, conv, r.Lost, misses)
 	}
 	tw.Flush()
+}
+
+// marginText names the gate's margin: a safety factor the scenario set, or the
+// one the gate derives.
+func marginText(f float64) string {
+	if f > 0 {
+		return fmt.Sprintf("safety factor %.2f", f)
+	}
+	return "margin derived by the gate"
 }
