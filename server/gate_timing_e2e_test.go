@@ -24,13 +24,17 @@ import (
 //
 //	go test ./server/ -run TestGateTimingE2E -v -count=1
 //
-// The figures it logs go to docs/benchmarks.md. The targets are the issue's;
-// until the gate meets them a miss is logged ("target missed: …") rather than
-// failed: flip enforceTimingTargets when it does. Harness errors (connection
-// errors, unreadable answers, requests gatectl refused as malformed) always fail.
+// The figures it logs go to docs/benchmarks.md. The targets are the issue's, and
+// the gate meets them (every run recorded there did), but a run over real
+// sockets on a shared 2-core machine is not exact: a miss of a target is logged
+// ("target missed: …"), and a result beyond the regression floor — a few 429s or
+// ten points of utilization worse than the target, or any call lost — fails.
+// The gate before pacing and the count guard fails it (22 429s at truth in one
+// cohort). Harness errors (connection errors, unreadable answers, requests
+// gatectl refused as malformed) always fail.
 
-// enforceTimingTargets turns the targets into failures. The lead flips
-// it once the gate meets them.
+// enforceTimingTargets turns every target miss into a failure (for a quiet
+// machine); the regression floor always holds.
 const enforceTimingTargets = false
 
 // The load, per case.
@@ -278,6 +282,19 @@ func (run *timingRun) report(t *testing.T) {
 		} else {
 			t.Logf("%s: target missed: %s", tc.name, m)
 		}
+	}
+	// The regression floor: what no noisy run of a working gate comes near.
+	if r.refused > tg.max429+3 {
+		t.Errorf("%s: %d 429s, far over the target %d: the gate lets cohorts through again", tc.name, r.refused, tg.max429)
+	}
+	if tg.max429Learned >= 0 && r.refusedL > tg.max429Learned+2 {
+		t.Errorf("%s: %d 429s from window %d on, target %d", tc.name, r.refusedL, timingLearnedFrom, tg.max429Learned)
+	}
+	if tg.minUtilLearned >= 0 && r.utilLearned < tg.minUtilLearned-0.1 {
+		t.Errorf("%s: utilization once learned %.3f, ten points under the target %.2f", tc.name, r.utilLearned, tg.minUtilLearned)
+	}
+	if r.lost > 0 {
+		t.Errorf("%s: %d calls lost", tc.name, r.lost)
 	}
 }
 
