@@ -281,7 +281,10 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	if rpm > 0 && cd == 0 {
 		b.relaxRPMLocked(now)
 	}
-	pace := b.paceWaitLocked(now, res, budget)
+	var pace time.Duration
+	if res <= budget { // an over-budget call goes at once (it could never fit): no pacing either
+		pace = b.paceWaitLocked(now, res, budget)
+	}
 	wait = max(cd, tpm, rpm, pace)
 	switch {
 	case wait == 0:
@@ -510,7 +513,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	b.reservedOpen += res
 	b.openVar += sz.variance
-	if rate, burst := b.paceParams(b.tokenBudget()); rate > 0 {
+	if rate, burst := b.paceParams(b.tokenBudget()); rate > 0 && res <= b.tokenBudget() {
 		b.refillPaceLocked(now, rate, burst)
 		b.paceTokens -= float64(res)
 	}

@@ -39,8 +39,8 @@ func TestLedgerCalibrate(t *testing.T) {
 			{at: 0, limitTok: 0, remTok: -1, limitReq: 0, remReq: -1, wantQuota: 1000, wantStart: 1000, wantBudget: 1000, wantRPM: 10},
 		}},
 		{"a stated limit supersedes a learned trigger; a 429 far below it only cools down", time.Minute, []call{
-			// a 429 with an empty window: no trigger reading, the quota halves (1000 → 500)
-			{at: 0, rateLimitedFirst: true, wantCut: true, limitTok: 800, remTok: 0, limitReq: -1, remReq: -1, wantQuota: 800, wantStart: 800, wantBudget: 800, wantRPM: 10, wantCalibrateEventDelta: 1},
+			// a 429 with an empty window: nothing of the gate's caused it, a cooldown only
+			{at: 0, rateLimitedFirst: true, limitTok: 800, remTok: 0, limitReq: -1, remReq: -1, wantQuota: 800, wantStart: 800, wantBudget: 800, wantRPM: 10, wantCalibrateEventDelta: 1},
 			// a 429 a window later, with nothing of ours in the window: far below the
 			// stated 800, it is someone else's traffic or timing — the quota stays
 			{at: 2 * time.Minute, rateLimitedFirst: true, limitTok: 800, remTok: 100, limitReq: -1, remReq: -1, wantQuota: 800, wantStart: 800, wantBudget: 800, wantRPM: 10},

@@ -22,7 +22,8 @@ const (
 	// to carry (a stated limit, or a window that passed cleanly) cannot be this
 	// gate's own excess. It is timing (the provider still counted an earlier call)
 	// or traffic from outside the ledger: the model cools down, the trigger stays.
-	suspectRatio = 0.8
+	suspectRatio  = 0.8
+	startRefShare = 0.2
 	// relaxGapShare: a trigger below relaxTo of a clean window's reading closes
 	// this share of the gap to it each loaded window, so a poisoned trigger
 	// recovers in two or three windows. A clean window's reading is the highest
@@ -69,7 +70,8 @@ type learner struct {
 
 	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
 	burstStart  time.Time // first trusted 429 of the current burst
-	lastSuspect time.Time // last 429 judged suspect
+	lastSuspect time.Time // first 429 of the current suspect series
+	suspects    int       // 429s in the current suspect series
 
 	// Leak detection and the suspect rule: the highest window reading admitted in
 	// a window that then passed without a 429. A later trigger below it is
@@ -125,26 +127,32 @@ type learnStep struct {
 }
 
 // suspect reports whether a token 429 read at reading is too low to be this
-// gate's own excess (see suspectRatio). A suspect that repeats a sixth of a
-// window or more after the first of its series (not in the same burst), within
-// two windows, is believed: the limit fell, or someone else spends the key for good.
+// gate's own excess (see suspectRatio). A suspect series is believed — the limit
+// fell, or someone else spends the key for good — when it goes on a sixth of a
+// window after its first 429, or reaches three 429s spread over a sixtieth of a
+// window (not one burst at one instant, which is timing), within two windows.
 //
 // A reading below one typical call (its input and expected output) is never a
 // token limit: the provider refused while holding less than one call of ours.
 func (l *learner) suspect(now time.Time, reading, typical float64, span time.Duration) bool {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
-	ref := math.Max(l.stated, l.cleanMax)
+	// Without a stated limit or a clean window, a fifth of the start is the
+	// reference: a start may be far from the truth, but a reading below a fifth
+	// of it is believed only once it repeats.
+	ref := math.Max(l.stated, math.Max(l.cleanMax, startRefShare*l.start))
 	low := reading > 0 && reading < typical
 	if !low && (ref == 0 || reading >= suspectRatio*ref) {
 		return false
 	}
-	if !l.lastSuspect.IsZero() && now.Sub(l.lastSuspect) >= span/6 && now.Sub(l.lastSuspect) < 2*span && !low {
-		l.lastSuspect = time.Time{}
+	if l.lastSuspect.IsZero() || now.Sub(l.lastSuspect) >= 2*span {
+		l.lastSuspect, l.suspects = now, 0 // a new series
+	}
+	l.suspects++
+	since := now.Sub(l.lastSuspect)
+	if !low && (since >= span/6 || (l.suspects >= 3 && since >= span/60)) {
+		l.lastSuspect, l.suspects = time.Time{}, 0
 		l.cleanMax = reading // the old clean windows describe a limit that is gone
 		return false
-	}
-	if l.lastSuspect.IsZero() || now.Sub(l.lastSuspect) >= 2*span {
-		l.lastSuspect = now
 	}
 	return true
 }

@@ -43,9 +43,14 @@ func TestLearnerCutsAtMostOncePerWindow(t *testing.T) {
 	if cuts != 1 {
 		t.Fatalf("%d cut events, want 1", cuts)
 	}
-	// next window, nothing in it to read: the limit is unknown, AIMD halves
+	// next window, nothing in it to read: a 429 the gate's own calls cannot
+	// have caused is suspect — a cooldown, no cut — until it repeats
 	l.RateLimited(t0.Add(61*time.Second), "p", "m", time.Second)
-	if q, _ := quota(l, t0.Add(61*time.Second)); q != 350 {
+	if q, _ := quota(l, t0.Add(61*time.Second)); q != 700 {
+		t.Fatalf("quota %g, want 700", q)
+	}
+	l.RateLimited(t0.Add(75*time.Second), "p", "m", time.Second) // the series repeats: believed, nothing to read, AIMD halves
+	if q, _ := quota(l, t0.Add(75*time.Second)); q != 350 {
 		t.Fatalf("quota %g, want 350", q)
 	}
 }
@@ -149,15 +154,15 @@ func TestLearnerProbesOnlyWhenTokensHeldACallBack(t *testing.T) {
 	})
 	t.Run("NoProbeWithinAWindowOfA429", func(t *testing.T) {
 		l, _, _ := newTestLedger(t, learnGate())
-		l.RateLimited(t0.Add(100*time.Second), "p", "m", time.Second) // quota 500, trigger unobserved (window empty)
-		mustAdmit(t, l, t0.Add(130*time.Second), req(300))
+		l.RateLimited(t0.Add(100*time.Second), "p", "m", time.Second) // an empty window: suspect, quota stays 1000
+		mustAdmit(t, l, t0.Add(130*time.Second), req(800))
 		heldBack(l, t0.Add(130*time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 300})
-		if q, _ := quota(l, t0.Add(130*time.Second)); q != 500 {
-			t.Fatalf("quota %g, want 500", q)
+		if q, _ := quota(l, t0.Add(130*time.Second)); q != 1000 {
+			t.Fatalf("quota %g, want 1000: no probe within a window of a 429", q)
 		}
 		heldBack(l, t0.Add(161*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 300})
-		if q, _ := quota(l, t0.Add(161*time.Second)); q != 525 {
-			t.Fatalf("quota %g, want 525 a window after the 429", q)
+		if q, _ := quota(l, t0.Add(161*time.Second)); q != 1050 {
+			t.Fatalf("quota %g, want 1050 a window after the 429", q)
 		}
 	})
 }
@@ -240,10 +245,10 @@ func TestLearnerTriggerRelaxes(t *testing.T) {
 		l, _, _ := newTestLedger(t, learnGate())
 		mustAdmit(t, l, t0, req(500))
 		l.RateLimited(t0, "p", "m", time.Second)
-		mustAdmit(t, l, t0.Add(61*time.Second), req(50))
+		mustAdmit(t, l, t0.Add(61*time.Second), req(200))
 		l.RateLimited(t0.Add(61*time.Second), "p", "m", time.Second)
-		if _, trig := quota(l, t0.Add(61*time.Second)); trig != 150 {
-			t.Fatalf("trigger %g, want 150", trig)
+		if _, trig := quota(l, t0.Add(61*time.Second)); trig != 300 {
+			t.Fatalf("trigger %g, want 300", trig)
 		}
 	})
 }
