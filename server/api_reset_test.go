@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAPIModelReset(t *testing.T) {
@@ -52,7 +53,12 @@ func TestAPIModelReset(t *testing.T) {
 	})
 	t.Run("ModelWithSlashes", func(t *testing.T) {
 		e.post("/gate/v1/admit", `{"provider":"openrouter","model":"deepseek/deepseek-chat","inputTokens":5000,"maxTokens":1000}`, http.StatusOK)
-		e.post("/gate/v1/failure", `{"provider":"openrouter","model":"deepseek/deepseek-chat","status":429}`, http.StatusOK)
+		// 6000 of a 1,000,000 start is suspect on its own; three 429s spread over
+		// two seconds are believed.
+		for i := 0; i < 3; i++ {
+			e.post("/gate/v1/failure", `{"provider":"openrouter","model":"deepseek/deepseek-chat","status":429}`, http.StatusOK)
+			e.clock.Advance(time.Second)
+		}
 		if b := e.bucket("openrouter", "deepseek/deepseek-chat"); b.Trigger == 0 {
 			t.Fatalf("no trigger: %+v", b)
 		}
