@@ -100,7 +100,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	total := time.Since(start)
 	s.metrics.Overhead(max(total-x.upstream-x.held, 0))
 	if s.logger.IsTrace() {
-		s.logger.Named("proxy").Trace("request complete", "path", ep.path, "model", pr.model, "route", res.route.String(),
+		s.proxyLog.Trace("request complete", "path", ep.path, "model", pr.model, "route", res.route.String(),
 			"session", pr.session, "waited", x.waited, "duration", total)
 	}
 }

@@ -167,7 +167,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
-		s.logger.Named("proxy").Error("cannot send upstream", "route", route.String(), "error", err)
+		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
 		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
 		writeError(x.w, http.StatusBadGateway, "", err.Error())
 		return nil, true
@@ -267,7 +267,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	if a.Kind != retry.ActionGiveUp {
 		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
-		s.logger.Named("proxy").Debug("upstream failed; retrying", "route", route.String(), "status", fail.f.Status,
+		s.proxyLog.Debug("upstream failed; retrying", "route", route.String(), "status", fail.f.Status,
 			"class", v.Class, "action", a.Kind, "delay", a.Delay, "round", a.Round)
 	}
 	return v, a

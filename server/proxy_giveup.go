@@ -45,7 +45,7 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	data := map[string]any{"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
 		"status": status, "class": v.Class, "by": v.By, "reason": reason, "retryAfterMs": wait.Milliseconds()}
 	s.bus.Publish(Event{Type: "giveup", At: now, Data: data})
-	log := s.logger.Named("proxy")
+	log := s.proxyLog
 	if status >= 500 || status < 400 {
 		log.Warn("giving up", "route", route.String(), "status", status, "class", v.Class, "reason", reason)
 	} else {

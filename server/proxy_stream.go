@@ -125,7 +125,7 @@ func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr [
 		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
 			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted, Tokens: x.reserved})
 	}
-	s.logger.Named("proxy").Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
+	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
 		"class": v.Class, "by": v.By, "reason": "the stream failed after its first byte: it cannot be retried", "midStream": true}})
