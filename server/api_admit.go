@@ -294,7 +294,7 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 		err, resp.Settled, resp.UsedTokens = a.s.ledger.Settle(now, tk.t, u), true, u.Total()
 	}
 	if err != nil { // the table hands each ticket out once: the ledger refusing it is a bug
-		a.s.logger.Named("api").Error("the ledger refused a ticket", "provider", tk.provider, "model", tk.model, "error", err)
+		a.s.apiLog.Error("the ledger refused a ticket", "provider", tk.provider, "model", tk.model, "error", err)
 		writeError(w, http.StatusConflict, "ticket", err.Error())
 		return
 	}

@@ -109,7 +109,7 @@ func (a *api) target(ctx context.Context, ask apiAsk) (apiTarget, error) {
 func (a *api) routeTarget(ctx context.Context, r engine.Route, session string) apiTarget {
 	ch, err := a.s.quota.RouteFor(ctx, session, r)
 	if err != nil { // the settings could not be loaded: the choice follows the defaults
-		a.s.logger.Named("api").Warn("session settings unreadable; using the defaults", "session", session, "error", err)
+		a.s.apiLog.Warn("session settings unreadable; using the defaults", "session", session, "error", err)
 	}
 	return apiTarget{Route: ch.Route, Pool: ch.Pool, Drawn: ch.Drawn, Moved: ch.Moved}
 }

@@ -119,7 +119,7 @@ func (a *api) sweepTickets(now time.Time) {
 // dropTicket releases a ticket the harness never settled.
 func (a *api) dropTicket(now time.Time, tk *apiTicket, why string) {
 	_ = a.s.ledger.Release(now, tk.t)
-	a.s.logger.Named("api").Warn("ticket released unsettled", "why", why, "provider", tk.provider, "model", tk.model,
+	a.s.apiLog.Warn("ticket released unsettled", "why", why, "provider", tk.provider, "model", tk.model,
 		"session", tk.session, "age", now.Sub(tk.issued))
 	a.s.bus.Publish(Event{Type: "ticket-" + why, At: now, Data: map[string]any{
 		"provider": tk.provider, "model": tk.model, "session": tk.session,

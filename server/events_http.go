@@ -86,7 +86,7 @@ func (a *api) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			data, err := json.Marshal(e)
 			if err != nil {
-				a.s.logger.Named("api").Error("event not encodable", "type", e.Type, "error", err)
+				a.s.apiLog.Error("event not encodable", "type", e.Type, "error", err)
 				continue
 			}
 			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, data); err != nil {

@@ -84,7 +84,7 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider}
 	ch, err := s.quota.RouteFor(ctx, session, asked)
 	if err != nil {
-		s.logger.Named("proxy").Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
+		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
 	}
 	if ch.Route.Provider != "" && kindMatches(cfg, kind, ch.Route.Provider) == nil {
 		res.route = ch.Route
@@ -102,7 +102,7 @@ func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind 
 	if session != "" && snap.Pools.Holding(routes[0]) == p {
 		ch, err := s.quota.RouteFor(ctx, session, routes[0])
 		if err != nil {
-			s.logger.Named("proxy").Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
+			s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
 		}
 		r = ch.Route
 	} else {

@@ -54,6 +54,8 @@ type Server struct {
 	snap     *snapshot.Manager
 	clock    engine.Clock
 	logger   hclog.Logger
+	proxyLog hclog.Logger // logger.Named("proxy"), built once in New
+	apiLog   hclog.Logger // logger.Named("api"), built once in New
 	ledger   *gate.Ledger
 	planner  *retry.Planner
 	quota    *pool.Router
@@ -87,7 +89,8 @@ func New(o Options) (*Server, error) {
 		o.ShutdownGrace = 30 * time.Second
 	}
 	snap := o.Manager.Current()
-	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
+		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
@@ -100,6 +103,7 @@ func New(o Options) (*Server, error) {
 	s.store = store
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
+	poolsLog, retryLog := o.Logger.Named("pools"), o.Logger.Named("retry")
 	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
 		s.publishGate(e)
@@ -113,7 +117,7 @@ func New(o Options) (*Server, error) {
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
 		Clock: o.Clock, Rand: o.Rand,
 		Events: pool.EventFunc(func(e pool.Event) {
-			s.logger.Named("pools").Info("pool event", "kind", e.Kind, "session", e.Session)
+			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
@@ -121,7 +125,7 @@ func New(o Options) (*Server, error) {
 	s.planner, err = retry.NewPlanner(snap.Retry, retry.PlannerOptions{
 		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
 		StoreError: func(op string, _ retry.BudgetKey, err error) {
-			s.logger.Named("retry").Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
+			retryLog.Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
 		},
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -114,3 +115,135 @@ var (
 	_ BudgetStore  = (*MemoryBudgetStore)(nil)
 	_ BudgetPruner = (*MemoryBudgetStore)(nil)
 )
+
+// Below: the Planner's side of the budgets (take, the stripe locks, load/save with the memo, Prune).
+
+// retryBudgetField selects one counter of a Budget.
+type retryBudgetField int
+
+const (
+	retryBudgetMain retryBudgetField = iota
+	retryBudgetMislabeled
+	retryBudgetLongTerm
+)
+
+func (f retryBudgetField) of(b *Budget) *int {
+	switch f {
+	case retryBudgetMislabeled:
+		return &b.Mislabeled
+	case retryBudgetLongTerm:
+		return &b.LongTerm
+	default:
+		return &b.Rounds
+	}
+}
+
+// take spends one round of a budget of req's (session, provider) in req's turn and
+// saves the budget before returning: persist before wait. limit < 0 is unbounded.
+// It returns the 1-based round spent, or ok=false and the rounds used when the
+// budget is spent (nothing is saved then).
+func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetField, limit int) (round int, ok bool) {
+	k := BudgetKey{Session: req.Session, Provider: req.Provider}
+	mu := p.lockFor(k)
+	mu.Lock()
+	defer mu.Unlock()
+	b, found := p.load(k)
+	if !found || b.Turn != req.Turn || (pol.BudgetPerStep && b.Step != req.Step) {
+		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
+	}
+	b.Step = req.Step
+	n := f.of(&b)
+	if limit >= 0 && *n >= limit {
+		return *n, false
+	}
+	*n++
+	b.UpdatedAt = now
+	p.save(k, b)
+	return *n, true
+}
+
+// lockFor returns the stripe guarding k.
+func (p *Planner) lockFor(k BudgetKey) *sync.Mutex {
+	var h maphash.Hash
+	h.SetSeed(p.seed)
+	h.WriteString(k.Session)
+	h.WriteByte(0)
+	h.WriteString(k.Provider)
+	return &p.locks[h.Sum64()%retryLockStripes]
+}
+
+// load reads k's budget: the memo first (it only holds what the store failed to
+// save, so it is newer), then the store. A load error counts as no budget unless the
+// memo has one. Requires k's stripe lock.
+func (p *Planner) load(k BudgetKey) (Budget, bool) {
+	if p.memoN.Load() > 0 {
+		p.memoMu.Lock()
+		b, ok := p.memo[k]
+		p.memoMu.Unlock()
+		if ok {
+			return b, true
+		}
+	}
+	b, ok, err := p.store.Load(k)
+	if err != nil {
+		p.reportStore("load", k, err)
+		return Budget{}, false
+	}
+	return b, ok
+}
+
+// save writes k's budget; on failure it keeps it in the memo (fail open). Requires
+// k's stripe lock.
+func (p *Planner) save(k BudgetKey, b Budget) {
+	err := p.store.Save(k, b)
+	if err == nil && p.memoN.Load() == 0 {
+		return
+	}
+	p.memoMu.Lock()
+	if err != nil {
+		if p.memo == nil {
+			p.memo = make(map[BudgetKey]Budget)
+		}
+		p.memo[k] = b
+	} else {
+		delete(p.memo, k)
+	}
+	p.memoN.Store(int64(len(p.memo)))
+	p.memoMu.Unlock()
+	if err != nil {
+		p.reportStore("save", k, err)
+	}
+}
+
+func (p *Planner) reportStore(op string, k BudgetKey, err error) {
+	if p.storeErr != nil {
+		p.storeErr(op, k, err)
+	}
+}
+
+// Budget returns the budget the store holds for k (for status pages); ok=false when
+// none is saved.
+func (p *Planner) Budget(k BudgetKey) (Budget, bool) {
+	mu := p.lockFor(k)
+	mu.Lock()
+	defer mu.Unlock()
+	return p.load(k)
+}
+
+// Prune forgets sessions idle since before: their turn counters, and their budgets
+// when the store is a BudgetPruner. It returns how many budgets were dropped.
+func (p *Planner) Prune(before time.Time) (int, error) {
+	p.stats.prune(before)
+	p.memoMu.Lock()
+	for k, b := range p.memo {
+		if b.UpdatedAt.Before(before) {
+			delete(p.memo, k)
+		}
+	}
+	p.memoN.Store(int64(len(p.memo)))
+	p.memoMu.Unlock()
+	if pr, ok := p.store.(BudgetPruner); ok {
+		return pr.PruneBudgets(before)
+	}
+	return 0, nil
+}

@@ -1,0 +1,312 @@
+package server
+
+// The exchange: one proxied request through its attempts (run, attempt, decide) and the response helpers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
+	"github.com/gatectl/gatectl/snapshot"
+)
+
+// exchange is one proxied request through all its attempts.
+type exchange struct {
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	pr   *proxyRequest
+	snap *snapshot.Snapshot
+	cfg  *config.Config
+	res  resolved
+
+	start    time.Time
+	upstream time.Duration // real time spent waiting on upstream
+	held     time.Duration // real time spent waiting on purpose: admission, retry delays, long-term waits
+	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
+	admitted time.Time     // when the current attempt was admitted, on the gate's clock
+	reserved int64         // what the gate reserved for the current attempt
+}
+
+// upstreamFailure is one failed attempt: what the classifiers see, and what the
+// client gets back if gatectl gives up.
+type upstreamFailure struct {
+	f      engine.Failure
+	header http.Header // the upstream's response headers; nil for a transport error
+	body   []byte      // the body to pass on; nil for a transport error
+	route  engine.Route
+}
+
+func (x *exchange) run() {
+	s, ctx := x.s, x.r.Context()
+	route := x.res.route
+	if usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route) != nil {
+		route = x.res.asked // the session's route is one the client's key may not reach
+	}
+	pol := s.planner.Policy()
+	budget := pol.Rounds + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
+	var last *upstreamFailure
+	var lastVerdict engine.Verdict
+	for attempts := 0; ; attempts++ {
+		if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route); err != nil {
+			if last != nil {
+				x.giveUp(last, lastVerdict, err.Error())
+			} else {
+				writeError(x.w, http.StatusBadRequest, "model", err.Error())
+			}
+			return
+		}
+		fail, done := x.attempt(ctx, route)
+		if done {
+			return
+		}
+		last = fail
+		v, a := x.decide(ctx, fail, route)
+		lastVerdict = v
+		if ctx.Err() != nil {
+			return
+		}
+		if a.Kind != retry.ActionWaitLongTerm && attempts+1 >= budget {
+			x.giveUp(fail, v, "gatectl's attempt backstop is spent")
+			return
+		}
+		switch a.Kind {
+		case retry.ActionRetry:
+			// A cooldown longer than gate.maxWait would make the next admission fail
+			// open at once and send the retry into the cooldown: hand it back instead.
+			if a.ViaGate {
+				cd := time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs) * time.Millisecond
+				if maxWait := s.ledger.Config().MaxWait; cd > maxWait {
+					x.giveUp(fail, v, fmt.Sprintf("the model cools down for %s, longer than gate.maxWait %s", cd, maxWait))
+					return
+				}
+			}
+			if a.Delay > 0 && !x.sleep(ctx, a.Delay) {
+				return
+			}
+		case retry.ActionFailover:
+			if a.Route == nil {
+				x.giveUp(fail, v, a.Reason)
+				return
+			}
+			to := *a.Route
+			if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, to); err != nil {
+				x.giveUp(fail, v, err.Error())
+				return
+			}
+			route = to
+		case retry.ActionWaitLongTerm:
+			dec, _ := a.Quota.(pool.Decision)
+			t0 := time.Now()
+			c0 := s.clock.Now()
+			err := s.quota.Wait(ctx, dec)
+			x.held += time.Since(t0)
+			x.waited += s.clock.Now().Sub(c0)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				x.giveUp(fail, v, err.Error())
+				return
+			}
+		default:
+			x.giveUp(fail, v, a.Reason)
+			return
+		}
+	}
+}
+
+// sleep waits d on the server's clock; false when the client went away first.
+func (x *exchange) sleep(ctx context.Context, d time.Duration) bool {
+	t0, c0 := time.Now(), x.s.clock.Now()
+	timer := x.s.clock.NewTimer(d)
+	defer func() {
+		x.held += time.Since(t0)
+		x.waited += x.s.clock.Now().Sub(c0)
+	}()
+	select {
+	case <-timer.C():
+		return true
+	case <-ctx.Done():
+		timer.Stop()
+		return false
+	}
+}
+
+// attempt admits and sends one try on route. done is true when the exchange is
+// over (a success, a stream that started, a client that went away, or an error
+// of gatectl's own already answered); otherwise fail is the failure to plan for.
+func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstreamFailure, done bool) {
+	s, pr := x.s, x.pr
+	pc := x.cfg.Providers[route.Provider]
+	body, err := upstreamBody(pr, route)
+	if err != nil {
+		writeError(x.w, http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
+		return nil, true
+	}
+	t0 := time.Now()
+	t, err := s.ledger.Admit(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
+		Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens})
+	x.held += time.Since(t0)
+	if err != nil {
+		return nil, true // the client went away while waiting: nothing is held
+	}
+	x.waited += t.Waited
+	x.admitted, x.reserved = s.clock.Now(), t.Reserved
+	s.metrics.Admitted(route.Provider, route.Model, t)
+	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
+	if err != nil {
+		_ = s.ledger.Release(s.clock.Now(), t)
+		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
+		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
+		writeError(x.w, http.StatusBadGateway, "", err.Error())
+		return nil, true
+	}
+	u0 := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		x.upstream += time.Since(u0)
+		_ = s.ledger.Release(s.clock.Now(), t)
+		if ctx.Err() != nil {
+			return nil, true
+		}
+		s.metrics.Upstream(route.Provider, 0)
+		return &upstreamFailure{route: route, f: engine.Failure{Body: transportText(err), Provider: route.Provider,
+			Model: route.Model, ErrorKind: transportKind(err)}}, false
+	}
+	defer resp.Body.Close()
+	s.metrics.Upstream(route.Provider, resp.StatusCode)
+	if lim := rateLimitHeaders(resp.Header); lim.any() {
+		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)
+	}
+	if resp.StatusCode >= 400 {
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		x.upstream += time.Since(u0)
+		_ = s.ledger.Release(s.clock.Now(), t)
+		if rerr != nil && ctx.Err() != nil {
+			return nil, true
+		}
+		return x.httpFailure(route, resp, b), false
+	}
+	if isEventStream(resp.Header) {
+		fail, done = x.stream(ctx, route, resp, t, u0)
+		return fail, done
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	x.upstream += time.Since(u0)
+	if err == nil && len(b) > maxResponseBody {
+		err = fmt.Errorf("the response body is over %d bytes", maxResponseBody)
+	}
+	if err != nil {
+		_ = s.ledger.Release(s.clock.Now(), t)
+		if ctx.Err() != nil {
+			return nil, true
+		}
+		return &upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: transportText(err),
+			Provider: route.Provider, Model: route.Model, ErrorKind: orReset(transportKind(err))}}, false
+	}
+	u, hasUsage, isErr := inspectBody(pr.ep.kind, b)
+	if isErr {
+		_ = s.ledger.Release(s.clock.Now(), t)
+		return x.httpFailure(route, resp, b), false
+	}
+	if !hasUsage {
+		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
+	}
+	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	s.quota.OnSuccess(pr.session)
+	h := x.w.Header()
+	copyResponseHeaders(h, resp.Header)
+	x.gateHeaders(h, route)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(b)
+	return nil, true
+}
+
+// httpFailure is a failed HTTP answer (status ≥ 400, or a 200 carrying an error).
+func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []byte) *upstreamFailure {
+	fb := body
+	if len(fb) > failureBodyMax {
+		fb = fb[:failureBodyMax]
+	}
+	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: resp.StatusCode,
+		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
+}
+
+// decide classifies a failure and plans what to do about it.
+func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {
+	s := x.s
+	now := s.clock.Now()
+	if since, ok := s.planner.SinceCapacity(now, route.Provider); ok {
+		ms := since.Milliseconds()
+		fail.f.SinceCapacityMs = &ms
+	}
+	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
+	s.metrics.Failure(v.Class)
+	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
+		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
+	s.metrics.Action(string(a.Kind))
+	data := map[string]any{
+		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
+		"status": fail.f.Status, "class": v.Class, "by": v.By, "action": a.Kind, "delayMs": a.Delay.Milliseconds(),
+		"budget": a.Budget, "round": a.Round, "rounds": a.Rounds, "reason": a.Reason,
+	}
+	if a.Route != nil {
+		data["to"] = a.Route.String()
+	}
+	if a.Kind != retry.ActionGiveUp {
+		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
+		s.proxyLog.Debug("upstream failed; retrying", "route", route.String(), "status", fail.f.Status,
+			"class", v.Class, "action", a.Kind, "delay", a.Delay, "round", a.Round)
+	}
+	return v, a
+}
+
+// gateHeaders adds X-Gate-Waited-Ms (the time gatectl held the request on
+// purpose: admission, retry delays, long-term waits) and X-Gate-Route.
+func (x *exchange) gateHeaders(h http.Header, route engine.Route) {
+	h.Set("X-Gate-Waited-Ms", strconv.FormatInt(x.waited.Milliseconds(), 10))
+	h.Set("X-Gate-Route", route.String())
+}
+
+// dropResponseHeaders are not passed back: hop-by-hop headers and what the
+// transport already undid or net/http sets.
+var dropResponseHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Content-Encoding": true, "Set-Cookie": true,
+}
+
+func copyResponseHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		if !dropResponseHeaders[k] {
+			dst[k] = vs
+		}
+	}
+}
+
+// transportText describes a transport error without the request URL.
+func transportText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func orReset(kind string) string {
+	if kind == "" {
+		return "reset"
+	}
+	return kind
+}

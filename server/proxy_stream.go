@@ -1,0 +1,136 @@
+package server
+
+// Passing an event stream on, and ending one that fails after its first byte.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+)
+
+// stream passes an event stream on. The first event is read before anything is
+// sent: if it is an error, the attempt failed and can still be retried.
+func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t gate.Ticket, u0 time.Time) (*upstreamFailure, bool) {
+	s, pr := x.s, x.pr
+	rd := newSSEReader(resp.Body)
+	su := &streamUsage{kind: pr.ep.kind}
+	strip := pr.ep.injectUsage && !pr.clientUsage
+	ev, err := rd.next()
+	if err != nil {
+		x.upstream += time.Since(u0)
+		_ = s.ledger.Release(s.clock.Now(), t)
+		if ctx.Err() != nil {
+			return nil, true
+		}
+		text := "the stream ended before its first event"
+		if !errors.Is(err, io.EOF) {
+			text = transportText(err)
+		}
+		return &upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: text, Provider: route.Provider,
+			Model: route.Model, ErrorKind: orReset(transportKind(err))}}, false
+	}
+	isErr, usageOnly := su.observe(&ev)
+	if isErr {
+		x.upstream += time.Since(u0)
+		_ = s.ledger.Release(s.clock.Now(), t)
+		return x.httpFailure(route, resp, append([]byte(nil), ev.data...)), false
+	}
+	h := x.w.Header()
+	copyResponseHeaders(h, resp.Header)
+	x.gateHeaders(h, route)
+	h.Del("Content-Length")
+	x.w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(x.w)
+	write := func(ev *sseEvent, usageOnly bool) error {
+		if usageOnly && strip {
+			return nil
+		}
+		if _, err := x.w.Write(ev.raw); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	clean := true
+	if err := write(&ev, usageOnly); err != nil {
+		clean = false
+	}
+	for clean {
+		ev, err = rd.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			clean = false
+			if ctx.Err() == nil {
+				x.midStreamError(route, err.Error(), nil)
+			}
+			break
+		}
+		isErr, usageOnly := su.observe(&ev)
+		if werr := write(&ev, usageOnly); werr != nil {
+			clean = false
+			break
+		}
+		if isErr {
+			clean = false
+			x.midStreamError(route, "", ev.data)
+			break
+		}
+	}
+	x.upstream += time.Since(u0)
+	_ = s.ledger.Settle(s.clock.Now(), t, su.settleUsage(t))
+	if clean {
+		s.quota.OnSuccess(pr.session)
+	}
+	return nil, true
+}
+
+// midStreamError ends a stream that failed after its first byte: it cannot be
+// retried. text is gatectl's description of a transport failure (the protocol's
+// error event is written for it); upstreamErr is an error event the upstream
+// sent itself (already passed on). Either way the failure is classified, so a
+// rate limit still starts the model's cooldown.
+func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr []byte) {
+	s := x.s
+	if upstreamErr == nil {
+		msg, _ := json.Marshal(map[string]any{"message": "gatectl: the upstream stream failed after it started: " + text, "type": "upstream_error"})
+		var ev string
+		if x.pr.ep.kind == kindAnthropic {
+			ev = `event: error` + "\n" + `data: {"type":"error","error":` + string(msg) + "}\n\n"
+		} else {
+			ev = `data: {"error":` + string(msg) + "}\n\n"
+		}
+		_, _ = io.WriteString(x.w, ev)
+		_ = http.NewResponseController(x.w).Flush()
+	}
+	f := engine.Failure{Status: http.StatusOK, Body: string(upstreamErr), Provider: route.Provider, Model: route.Model}
+	if upstreamErr == nil {
+		f.Body, f.ErrorKind = text, "reset"
+	}
+	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(x.r.Context()), &f)
+	s.metrics.Failure(v.Class)
+	if v.Class == engine.ClassRateLimit {
+		var cooldown time.Duration // 0: the gate's fallback
+		if hint, ok := v.RetryAfter(); ok {
+			pol := s.planner.Policy()
+			cooldown = pol.ClampHint(hint)
+		}
+		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted, Tokens: x.reserved})
+	}
+	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
+	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
+		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
+		"class": v.Class, "by": v.By, "reason": "the stream failed after its first byte: it cannot be retried", "midStream": true}})
+}
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
+}
