@@ -55,7 +55,7 @@ func verdicts(t *testing.T, out string) []verdictLine {
 }
 
 func TestClassifyOne(t *testing.T) {
-	out, errOut, err := runClassifyCmd(t, `{"status":429,"headers":{"Retry-After":"28"},"body":"All upstream providers are cooling down.","provider":"nuaa"}`)
+	out, errOut, err := runClassifyCmd(t, `{"status":429,"headers":{"Retry-After":"28"},"body":"cooling down","provider":"nuaa"}`)
 	if err != nil {
 		t.Fatalf("err = %v, stderr = %s", err, errOut)
 	}
