@@ -350,3 +350,29 @@ func TestBuiltinFieldPatterns(t *testing.T) {
 		{"retryDelay inside a serialised error", body(429, nested), engine.ClassRateLimit, i64(26000), "minute", "google-quota-throttle"},
 	})
 }
+
+// Every built-in rule that decides from the status alone is named status-*, so
+// that CatchAll recognises it; no other is.
+func TestCatchAll(t *testing.T) {
+	for _, tc := range []struct {
+		f    engine.Failure
+		want bool
+	}{
+		{body(429, ""), true},
+		{body(500, "oops"), true},
+		{body(503, ""), true},
+		{body(504, ""), true},
+		{body(418, ""), true},
+		{body(402, ""), true},
+		{body(429, "rate limit exceeded"), false},
+		{body(400, "context length exceeded"), false},
+	} {
+		v, _, _ := builtinForTest(t).Classify(context.Background(), &tc.f)
+		if got := CatchAll(v.By); got != tc.want {
+			t.Errorf("%d %q: by %s, CatchAll = %v, want %v", tc.f.Status, tc.f.Body, v.By, got, tc.want)
+		}
+	}
+	if !CatchAll(engine.ByChainNone) || CatchAll("my-gateway/status-429") {
+		t.Error("chain/none is a catch-all; a user rule named status-429 is not the built-in one")
+	}
+}
