@@ -22,7 +22,7 @@ type Chain struct {
 	links     []Classifier
 	onError   func(link string, err error)
 	onVerdict func(f *Failure, v Verdict)
-	errs    []*atomic.Uint64 // errs[i] counts the errors of links[i]; same length as links
+	errs      []*atomic.Uint64 // errs[i] counts the errors of links[i]; same length as links
 }
 
 // NewChain returns a chain that asks links in the order given. Nil links are

@@ -227,3 +227,32 @@ func TestClassifyCorpus(t *testing.T) {
 		t.Errorf("%d verdicts for %d records", n, want)
 	}
 }
+
+// The learn-from-the-field loop: a failure from `gatectl failures --unclassified`
+// (decided by the status alone) pasted into `classify --explain` shows that only
+// the catch-all holds; with the operator's new rule file in the config, the
+// explanation names the rule that now catches it, ahead of the built-in rules.
+func TestClassifyExplainShowsWhichRuleCatches(t *testing.T) {
+	const pasted = `{"status":429,"provider":"gw","body":"pool cooling down, retry after 5s"}`
+	out, _, err := runClassifyCmd(t, pasted, "--explain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"by":"builtin/status-429"`) || !strings.Contains(out, "builtin/status-429 (line") || !strings.Contains(out, "[decides]") {
+		t.Fatalf("before the rule:\n%s", out)
+	}
+	out, _, err = runClassifyCmd(t, pasted, "--explain", "--config", filepath.Join("..", "..", "testdata", "rules", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"by":"my-gateway/cooling-down"`,
+		"my-gateway: RATE_LIMIT by my-gateway/cooling-down retryAfterMs=5000 window=minute  <- decides",
+		"my-gateway/cooling-down (line",
+		"builtin/status-429 (line",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with the rule file, explain lacks %q:\n%s", want, out)
+		}
+	}
+}
