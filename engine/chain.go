@@ -15,13 +15,14 @@ const ByChainNone = "chain/none"
 // hook, and skipped: the next link is asked. When no link decides, the chain answers
 // UNKNOWN with By "chain/none", so Classify always decides.
 //
-// A Chain is immutable once built (WithErrorHook returns a copy that shares the
-// error counters) and safe for concurrent use. The zero value is an empty chain
+// A Chain is immutable once built (WithErrorHook and WithVerdictHook return
+// copies that share the error counters) and safe for concurrent use. The zero value is an empty chain
 // that answers UNKNOWN for everything.
 type Chain struct {
-	links   []Classifier
-	onError func(link string, err error)
-	errs    []*atomic.Uint64 // errs[i] counts the errors of links[i]; same length as links
+	links     []Classifier
+	onError   func(link string, err error)
+	onVerdict func(f *Failure, v Verdict)
+	errs      []*atomic.Uint64 // errs[i] counts the errors of links[i]; same length as links
 }
 
 // NewChain returns a chain that asks links in the order given. Nil links are
@@ -43,6 +44,17 @@ func NewChain(links ...Classifier) *Chain {
 func (c *Chain) WithErrorHook(hook func(link string, err error)) *Chain {
 	cp := *c
 	cp.onError = hook
+	return &cp
+}
+
+// WithVerdictHook returns a copy of the chain that calls hook (from the goroutine
+// that called Classify) with every verdict Classify returns, once it has decided,
+// including UNKNOWN by chain/none; not when ctx ended first, and never from
+// Explain. Every caller of Classify reaches it, so the server records failures
+// that fell through to a catch-all rule here. The copy shares the error counts.
+func (c *Chain) WithVerdictHook(hook func(f *Failure, v Verdict)) *Chain {
+	cp := *c
+	cp.onVerdict = hook
 	return &cp
 }
 
@@ -76,9 +88,19 @@ func (c *Chain) Classify(ctx context.Context, f *Failure) (Verdict, bool, error)
 		if err != nil || !decided {
 			continue
 		}
+		c.observe(f, v)
 		return v, true, nil
 	}
-	return Verdict{Class: ClassUnknown, By: ByChainNone}, true, nil
+	v := Verdict{Class: ClassUnknown, By: ByChainNone}
+	c.observe(f, v)
+	return v, true, nil
+}
+
+// observe hands a verdict to the verdict hook, if any.
+func (c *Chain) observe(f *Failure, v Verdict) {
+	if c.onVerdict != nil {
+		c.onVerdict(f, v)
+	}
 }
 
 // ask runs one link, turning a panic into an error, and records an error.

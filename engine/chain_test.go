@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -193,5 +195,21 @@ func TestChainConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := c.Errors()["a"]; n != P*N {
 		t.Errorf("errors = %d, want %d", n, P*N)
+	}
+}
+
+func TestChainVerdictHook(t *testing.T) {
+	var got []string
+	hook := func(f *Failure, v Verdict) { got = append(got, fmt.Sprintf("%d %s %s", f.Status, v.Class, v.By)) }
+	c := NewChain(decides("a", ClassRateLimit)).WithVerdictHook(hook)
+	c.Classify(context.Background(), &Failure{Status: 429})
+	c.Explain(context.Background(), &Failure{Status: 429}) // never observed
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.Classify(ctx, &Failure{Status: 429}) // interrupted: not observed
+	NewChain().WithVerdictHook(hook).Classify(context.Background(), &Failure{Status: 500})
+	want := []string{"429 RATE_LIMIT " + decides("a", ClassRateLimit).v.By, "500 UNKNOWN chain/none"}
+	if !slices.Equal(got, want) {
+		t.Errorf("observed %q, want %q", got, want)
 	}
 }

@@ -2,7 +2,10 @@ package rules
 
 import (
 	_ "embed"
+	"strings"
 	"sync"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 //go:embed builtin.yaml
@@ -44,3 +47,13 @@ func Builtin(opts Options) (*RuleSet, error) {
 
 // BuiltinSource returns the text of the built-in rule file.
 func BuiltinSource() []byte { return append([]byte(nil), builtinYAML...) }
+
+// CatchAll reports whether a verdict's By names a catch-all: one of the built-in
+// rules that decide from the status code alone (builtin/status-429,
+// builtin/status-5xx, ... every built-in rule named status-*), or no classifier
+// at all (chain/none). Such a verdict rests on nothing the provider said; the
+// server keeps those failures so that an operator can write a rule for them
+// (GET /gate/v1/failures/unclassified).
+func CatchAll(by string) bool {
+	return by == engine.ByChainNone || strings.HasPrefix(by, "builtin/status-")
+}

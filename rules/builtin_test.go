@@ -96,7 +96,7 @@ func TestBuiltinOpenAIAndAzure(t *testing.T) {
 		{"openai model not found", body(404, `{"error":{"message":"The model `+"`gpt-9`"+` does not exist or you do not have access to it.","type":"invalid_request_error","code":"model_not_found"}}`), engine.ClassInvalidRequest, nil, "", "model-not-found"},
 		{"openai headers: retry-after-ms wins", engine.Failure{Status: 429, Headers: map[string]string{"Retry-After": "2", "retry-after-ms": "1500", "x-ratelimit-reset-requests": "6m0s"}, Body: `{"error":{"message":"Rate limit reached"}}`}, engine.ClassRateLimit, i64(1500), "", ""},
 		{"openai headers: reset of the empty bucket", engine.Failure{Status: 429, Headers: map[string]string{"x-ratelimit-remaining-requests": "59", "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "12ms"}, Body: `{"error":{"message":"Rate limit reached for tokens"}}`}, engine.ClassRateLimit, i64(12), "", ""},
-		{"azure 429 with retry after prose", body(429, `{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-06-01 have exceeded call rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit."}}`), engine.ClassRateLimit, i64(86400000), "", "rate-limit"},
+		{"azure 429 with retry after prose", body(429, `{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-06-01 have exceeded call rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit."}}`), engine.ClassQuota, i64(86400000), "day", "hint-beyond-rate-window"}, // a day's wait is no per-minute window (issue 14)
 		{"azure rate limit is exceeded", body(429, `{"error":{"code":"RateLimitReached","message":"Rate limit is exceeded. Try again in 30 seconds."}}`), engine.ClassRateLimit, i64(30000), "", ""},
 		{"azure x-ms-retry-after-ms", engine.Failure{Status: 429, Headers: map[string]string{"x-ms-retry-after-ms": "2400", "retry-after": "3"}}, engine.ClassRateLimit, i64(2400), "", "status-429"},
 		{"azure content filter", body(400, `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400}}`), engine.ClassInvalidRequest, nil, "", "content-policy"},
@@ -208,7 +208,7 @@ func TestBuiltinChineseProviders(t *testing.T) {
 		{"new-api token quota", body(403, `{"error":{"message":"该令牌额度已用尽 (request id: x)","type":"new_api_error","code":"pre_consume_token_quota_failed"}}`), engine.ClassQuota, nil, "", ""},
 		{"new-api user quota", body(403, `{"error":{"message":"user quota is not enough","type":"one_api_error"}}`), engine.ClassQuota, nil, "", ""},
 		{"new-api per-minute request cap", body(429, `您已达到请求数限制：1分钟内最多请求 60 次`), engine.ClassRateLimit, nil, "minute", ""},
-		{"gateway cooling down with retry_after_seconds", body(429, `{"error":{"message":"All upstream providers are cooling down. Please retry after 28 seconds.","retry_after_seconds":28}}`), engine.ClassRateLimit, i64(28000), "", ""},
+		{"gateway cooling down with retry_after_seconds", body(429, `{"error":{"message":"All upstream providers are cooling down. Please retry after 28 seconds.","retry_after_seconds":28}}`), engine.ClassOverloaded, i64(28000), "", "gateway-saturated"}, // the gateway's pool, not this key (issue 14)
 		{"chinese hint 请在 30 秒后重试", body(429, `{"error":{"message":"请求过于频繁，请在 30 秒后重试"}}`), engine.ClassRateLimit, i64(30000), "", ""},
 		{"chinese hint 1分30秒后", body(429, `请求过于频繁，请1分30秒后再试`), engine.ClassRateLimit, i64(90000), "", ""},
 	})
@@ -218,7 +218,7 @@ func TestBuiltinOthers(t *testing.T) {
 	runBuiltinCases(t, []builtinCase{
 		{"openrouter insufficient credits", body(402, `{"error":{"message":"Insufficient credits. This account never purchased credits. Make sure your key is on the correct account or org, and if so, purchase more at https://openrouter.ai/settings/credits","code":402}}`), engine.ClassQuota, nil, "", ""},
 		{"openrouter free per-min", body(429, `{"error":{"message":"Rate limit exceeded: free-models-per-min. ","code":429,"metadata":{"headers":{"X-RateLimit-Limit":"20","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1772366430000"}}}}`), engine.ClassRateLimit, i64(30000), "minute", ""},
-		{"openrouter upstream rate limited", body(429, `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"google/gemini-2.0-flash-exp:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations","provider_name":"Google"}}}`), engine.ClassRateLimit, nil, "", ""},
+		{"openrouter upstream rate limited", body(429, `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"google/gemini-2.0-flash-exp:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations","provider_name":"Google"}}}`), engine.ClassOverloaded, nil, "", "gateway-upstream-throttle"}, // the upstream's shared capacity, not this key's limit (issue 14)
 		{"openrouter 200 with error code", body(200, `{"error":{"code":502,"message":"Provider returned error"}}`), engine.ClassServer, nil, "", "status-5xx"},
 		{"groq TPM with float seconds", body(429, `{"error":{"message":"Rate limit reached for model `+"`llama-3.3-70b-versatile`"+` in organization `+"`org_x`"+` service tier `+"`on_demand`"+` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 1500. Please try again in 2.5s. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing","type":"tokens","code":"rate_limit_exceeded"}}`), engine.ClassRateLimit, i64(2500), "minute", ""},
 		{"groq request too large 413", body(413, `{"error":{"message":"Request too large for model `+"`llama3-8b-8192`"+` in organization `+"`org_x`"+` service tier `+"`on_demand`"+` on tokens per minute (TPM): Limit 6000, Requested 9054, please reduce your message size and try again. Visit https://console.groq.com/docs/rate-limits for more information.","type":"tokens","code":"rate_limit_exceeded"}}`), engine.ClassInvalidRequest, noHint, "", "request-too-large-for-limit"},
@@ -319,4 +319,60 @@ func FuzzClassifyBuiltin(f *testing.F) {
 			t.Fatalf("negative hint %d", *v.RetryAfterMs)
 		}
 	})
+}
+
+// The five patterns of issue 14, each from a published error (the source is on
+// the case); every case here failed before its rule was written.
+func TestBuiltinFieldPatterns(t *testing.T) {
+	nested := `{"error":{"message":"{\n  \"error\": {\n    \"code\": 429,\n    \"message\": \"You exceeded your current quota, please check your plan and billing details.\",\n    \"status\": \"RESOURCE_EXHAUSTED\",\n    \"details\": [\n      {\n        \"@type\": \"type.googleapis.com/google.rpc.QuotaFailure\",\n        \"violations\": [{\"quotaId\": \"GenerateContentInputTokensPerModelPerMinute-FreeTier\"}]\n      },\n      {\n        \"@type\": \"type.googleapis.com/google.rpc.RetryInfo\",\n        \"retryDelay\": \"26s\"\n      }\n    ]\n  }\n}\n","code":429,"status":"Too Many Requests"}}`
+	runBuiltinCases(t, []builtinCase{
+		// A wait longer than any rate window (dbchatprov2#2).
+		{"azure retry after a day", body(429, `Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-05-01-preview have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds.`), engine.ClassQuota, i64(86400000), "day", "hint-beyond-rate-window"},
+		{"an hour's Retry-After", engine.Failure{Status: 429, Headers: map[string]string{"Retry-After": "3600"}, Body: `Too many requests`}, engine.ClassQuota, i64(3600000), "hour", "hint-beyond-rate-window"},
+		{"a minute's Retry-After stays a throttle", engine.Failure{Status: 429, Headers: map[string]string{"Retry-After": "60"}, Body: `Too many requests`}, engine.ClassRateLimit, i64(60000), "", ""},
+		// Gateways' own capacity (new-api#991, free_chatgpt_api#7, one-api#330, pollinations#6260, openrouter-proxy#1, opencode#29912).
+		{"new-api saturated under rate_limit_exceeded", body(429, `{"error":{"message":"当前分组上游负载已饱和，请稍后再试 (request id: 2024052310260941388718971918754)","type":"requests","param":"","code":"rate_limit_exceeded"}}`), engine.ClassOverloaded, noHint, "", "gateway-saturated"},
+		{"one-api saturated under billing_not_active", body(429, `{"error":{"message":"当前分组负载已饱和，请稍后再试，或升级账户以提升服务质量。","type":"billing_not_active","code":"billing_not_active"}}`), engine.ClassOverloaded, noHint, "", "gateway-saturated"},
+		{"azure high demand at peak load", body(429, `The system is currently experiencing high demand and cannot process your request. Your request exceeds the maximum usage size allowed during peak load. Please retry after 20 seconds.`), engine.ClassOverloaded, i64(20000), "", "gateway-saturated"},
+		{"upstream capacity exhausted", body(429, `upstream capacity exhausted, please retry`), engine.ClassOverloaded, noHint, "", "gateway-saturated"},
+		{"circuit breaker open on a 503", body(503, `{"error":{"code":"circuit_open","message":"circuit breaker is open for upstream openai"}}`), engine.ClassOverloaded, noHint, "", "gateway-saturated"},
+		{"openrouter free model rate-limited upstream", body(429, `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"google/gemini-2.0-flash-exp:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits","provider_name":"Google AI Studio"}}}`), engine.ClassOverloaded, noHint, "", "gateway-upstream-throttle"},
+		{"gateway relays its provider's 429", body(429, `{'code': '429', 'message': 'Error from provider (Xiaomi): Too many requests', 'type': 'limitation'}`), engine.ClassOverloaded, noHint, "", "gateway-upstream-throttle"},
+		{"a relayed spent balance stays QUOTA", body(429, `{"error":{"message":"Error from provider: Provider returned error","code":429,"metadata":{"raw":"{\"error\":{\"message\":\"Your account is suspended due to insufficient balance, please recharge your account\"}}"}}}`), engine.ClassQuota, noHint, "", "quota-spent"},
+		// A request larger than the limit itself.
+		{"limit 7000, used 0", body(429, `Rate limit reached for model in organization org on tokens per min (TPM): Limit 7000, Used 0, Requested 12903. Please try again in 7.2s.`), engine.ClassInvalidRequest, nil, "", "request-too-large-for-limit"},
+		{"limit with used > 0 is a throttle", body(429, `Rate limit reached for gpt-4o in organization org on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms.`), engine.ClassRateLimit, i64(644), "minute", "rate-limit"},
+		// Contradicting fields: the most specific evidence decides (oh-my-pi#8476, gcli2api#416, pi#3494).
+		{"bailian TPM throttle in billing words", body(429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details. For details, see: https://help.aliyun.com/zh/model-studio/error-code#token-limit","type":"insufficient_quota","code":"insufficient_quota"}}`), engine.ClassRateLimit, noHint, "minute", "dashscope-allocation-throttle"},
+		{"google credits spent under a throttle message", body(429, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"INSUFFICIENT_G1_CREDITS_BALANCE"}]}}`), engine.ClassQuota, noHint, "", "google-credits-spent"},
+		{"rate_limit_error type on an overload message", body(429, `{"error":{"type":"rate_limit_error","message":"The engine is currently overloaded, please try again later"},"type":"error"}`), engine.ClassOverloaded, noHint, "", "overloaded"},
+		// Hints nested inside escaped JSON (Roo-Code#3883).
+		{"retryDelay inside a serialised error", body(429, nested), engine.ClassRateLimit, i64(26000), "minute", "google-quota-throttle"},
+	})
+}
+
+// Every built-in rule that decides from the status alone is named status-*, so
+// that CatchAll recognises it; no other is.
+func TestCatchAll(t *testing.T) {
+	for _, tc := range []struct {
+		f    engine.Failure
+		want bool
+	}{
+		{body(429, ""), true},
+		{body(500, "oops"), true},
+		{body(503, ""), true},
+		{body(504, ""), true},
+		{body(418, ""), true},
+		{body(402, ""), true},
+		{body(429, "rate limit exceeded"), false},
+		{body(400, "context length exceeded"), false},
+	} {
+		v, _, _ := builtinForTest(t).Classify(context.Background(), &tc.f)
+		if got := CatchAll(v.By); got != tc.want {
+			t.Errorf("%d %q: by %s, CatchAll = %v, want %v", tc.f.Status, tc.f.Body, v.By, got, tc.want)
+		}
+	}
+	if !CatchAll(engine.ByChainNone) || CatchAll("my-gateway/status-429") {
+		t.Error("chain/none is a catch-all; a user rule named status-429 is not the built-in one")
+	}
 }

@@ -397,8 +397,11 @@ func hintFromBody(body string, cands []cand, base time.Time) (int64, bool) {
 	return hintFromProse(body, cands)
 }
 
-// fieldRE matches a hint key (from its first byte) up to its value.
-var fieldRE = regexp.MustCompile(`^(?:retry[_-]?after[_-]?(ms|millis|milliseconds|seconds|secs?|s)?|retry[_-]?delay[_-]?(ms|seconds|secs?)?|retry[_-]?in[_-]?(ms|seconds|secs?)?|x-?rate-?limit-?reset(?:-requests|-tokens|-after)?)["']?[ \t]*[:=][ \t]*["']?`)
+// fieldRE matches a hint key (from its first byte) up to its value. The quotes
+// around the key and the value may be escaped, once or more: an error object
+// serialised into a string field of another one (Google's RetryInfo inside an
+// SDK's or a gateway's "message") reads `\"retryDelay\": \"26s\"`.
+var fieldRE = regexp.MustCompile(`^(?:retry[_-]?after[_-]?(ms|millis|milliseconds|seconds|secs?|s)?|retry[_-]?delay[_-]?(ms|seconds|secs?)?|retry[_-]?in[_-]?(ms|seconds|secs?)?|x-?rate-?limit-?reset(?:-requests|-tokens|-after)?)(?:\\*["'])?[ \t]*[:=][ \t]*(?:\\*["'])?`)
 
 func hintFromFields(body string, cands []cand, base time.Time) (int64, bool) {
 	for _, c := range cands {

@@ -63,6 +63,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: a.handleSessionGet, http.MethodPut: a.handleSessionPut}},
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
+		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
 	}
 	var paths []string
 	for _, rt := range routes {

@@ -63,11 +63,13 @@ type Server struct {
 	store    *state.Store
 	bus      *Bus
 	metrics  *Metrics
-	client   *http.Client
-	grace    time.Duration
-	started  time.Time
-	ready    atomic.Bool
-	handler  http.Handler
+	// unclassified keeps the failures that fell through to a catch-all rule.
+	unclassified *unclassifiedLog
+	client       *http.Client
+	grace        time.Duration
+	started      time.Time
+	ready        atomic.Bool
+	handler      http.Handler
 }
 
 // New builds the server from the manager's current snapshot. Close it when done:
@@ -133,6 +135,8 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
+	o.Manager.OnVerdict(s.unclassified.observe)
 
 	o.Manager.OnSwap(s.applySnapshot)
 	o.Manager.OnError(func(err error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gatectl/gatectl/config"
+	"github.com/gatectl/gatectl/engine"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -38,6 +39,8 @@ type Manager struct {
 	// pending are the files a config that failed to build refers to (a rule file
 	// not written yet, say): the watcher watches them too, so creating one retries.
 	pending atomic.Pointer[[]string]
+	// verdict is what OnVerdict registered; every snapshot's chain calls it.
+	verdict atomic.Pointer[func(*engine.Failure, engine.Verdict)]
 }
 
 // NewManager loads path and builds the first snapshot; it fails when that does.
@@ -45,13 +48,34 @@ func NewManager(ctx context.Context, path string, opts Options) (*Manager, error
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	m := &Manager{path: path, opts: opts, logger: opts.Logger.Named("reload")}
+	m := &Manager{path: path, logger: opts.Logger.Named("reload")}
+	if prev := opts.OnVerdict; prev == nil {
+		opts.OnVerdict = m.observe
+	} else {
+		opts.OnVerdict = func(f *engine.Failure, v engine.Verdict) { prev(f, v); m.observe(f, v) }
+	}
+	m.opts = opts
 	s, err := Load(ctx, path, opts)
 	if err != nil {
 		return nil, err
 	}
 	m.cur.Store(s)
 	return m, nil
+}
+
+// OnVerdict registers f to see every verdict the chain of every snapshot (the
+// current one and those later reloads build) decides, from the goroutine that
+// classified. A later registration replaces an earlier one. The server records
+// the failures that fell through to a catch-all rule with it: the proxy and the
+// decision API both classify through the snapshot's chain.
+func (m *Manager) OnVerdict(f func(*engine.Failure, engine.Verdict)) {
+	m.verdict.Store(&f)
+}
+
+func (m *Manager) observe(f *engine.Failure, v engine.Verdict) {
+	if h := m.verdict.Load(); h != nil && *h != nil {
+		(*h)(f, v)
+	}
 }
 
 // Current returns the snapshot in force.

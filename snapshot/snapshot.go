@@ -70,6 +70,10 @@ type Options struct {
 	Logger hclog.Logger // the parent logger, passed on as it is: each component names itself; nil: discard
 	Prev   *Snapshot    // the snapshot being replaced: unchanged modules are reused
 	Hooks  []ChainHook  // extra chain links (the wasm plugins register one)
+	// OnVerdict, when set, sees every verdict the snapshot's chain decides (see
+	// engine.Chain.WithVerdictHook); a Manager sets it to call what was
+	// registered with Manager.OnVerdict.
+	OnVerdict func(f *engine.Failure, v engine.Verdict)
 }
 
 // ChainHook adds classifiers for one config entry or directory scan. It returns
@@ -286,6 +290,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 		return errors.Join(errs...)
 	}
 	s.Chain = engine.NewChain(links...)
+	if opts.OnVerdict != nil {
+		s.Chain = s.Chain.WithVerdictHook(opts.OnVerdict)
+	}
 	return nil
 }
 

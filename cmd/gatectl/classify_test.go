@@ -55,7 +55,7 @@ func verdicts(t *testing.T, out string) []verdictLine {
 }
 
 func TestClassifyOne(t *testing.T) {
-	out, errOut, err := runClassifyCmd(t, `{"status":429,"headers":{"Retry-After":"28"},"body":"All upstream providers are cooling down.","provider":"nuaa"}`)
+	out, errOut, err := runClassifyCmd(t, `{"status":429,"headers":{"Retry-After":"28"},"body":"cooling down","provider":"nuaa"}`)
 	if err != nil {
 		t.Fatalf("err = %v, stderr = %s", err, errOut)
 	}
@@ -225,5 +225,34 @@ func TestClassifyCorpus(t *testing.T) {
 	}
 	if n, want := len(verdicts(t, out)), bytes.Count(bytes.TrimSpace(data), []byte("\n"))+1; n != want {
 		t.Errorf("%d verdicts for %d records", n, want)
+	}
+}
+
+// The learn-from-the-field loop: a failure from `gatectl failures --unclassified`
+// (decided by the status alone) pasted into `classify --explain` shows that only
+// the catch-all holds; with the operator's new rule file in the config, the
+// explanation names the rule that now catches it, ahead of the built-in rules.
+func TestClassifyExplainShowsWhichRuleCatches(t *testing.T) {
+	const pasted = `{"status":429,"provider":"gw","body":"pool cooling down, retry after 5s"}`
+	out, _, err := runClassifyCmd(t, pasted, "--explain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"by":"builtin/status-429"`) || !strings.Contains(out, "builtin/status-429 (line") || !strings.Contains(out, "[decides]") {
+		t.Fatalf("before the rule:\n%s", out)
+	}
+	out, _, err = runClassifyCmd(t, pasted, "--explain", "--config", filepath.Join("..", "..", "testdata", "rules", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"by":"my-gateway/cooling-down"`,
+		"my-gateway: RATE_LIMIT by my-gateway/cooling-down retryAfterMs=5000 window=minute  <- decides",
+		"my-gateway/cooling-down (line",
+		"builtin/status-429 (line",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with the rule file, explain lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -41,6 +41,7 @@ func newApp() *cli.App {
 			routesCommand(),
 			statusCommand(),
 			resetCommand(),
+			failuresCommand(),
 			classifyCommand(),
 			serveCommand(),
 			checkCommand(),

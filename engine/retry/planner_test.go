@@ -788,3 +788,28 @@ func TestPlannerSinceCapacity(t *testing.T) {
 		t.Errorf("clock gone back: %s, %v; want 0, true", got, ok)
 	}
 }
+
+// OVERLOADED is the provider's (or a gateway's) capacity, not this key's limit:
+// it must never reach the gate's RateLimitSink, whatever its hint, so it never
+// moves a trigger or halves a learned quota. Only RATE_LIMIT does.
+func TestOverloadedNeverTeachesTheSink(t *testing.T) {
+	sink := &retrySink{}
+	pl, err := NewPlanner(DefaultPolicy(), PlannerOptions{Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, hint := range []*int64{nil, retryMs(0), retryMs(20000), retryMs(86400000)} {
+		act := pl.Plan(context.Background(), now, retryReq(engine.ClassOverloaded, hint, retrySession(fmt.Sprintf("s%d", i))))
+		if act.Kind != ActionRetry || act.ViaGate {
+			t.Errorf("OVERLOADED (hint %v): %+v, want a plain retry", hint, act)
+		}
+	}
+	if len(sink.calls) != 0 {
+		t.Fatalf("OVERLOADED reached the sink: %+v", sink.calls)
+	}
+	pl.Plan(context.Background(), now, retryReq(engine.ClassRateLimit, retryMs(20000), retrySession("rl")))
+	if len(sink.calls) != 1 {
+		t.Fatalf("RATE_LIMIT must reach the sink once: %+v", sink.calls)
+	}
+}
