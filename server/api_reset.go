@@ -57,7 +57,7 @@ func (a *api) handleModelReset(w http.ResponseWriter, provider, model string) {
 			provider, model, a.knownModels(now)))
 		return
 	}
-	a.s.logger.Named("api").Info("model reset", "provider", provider, "model", model)
+	a.s.apiLog.Info("model reset", "provider", provider, "model", model)
 	writeJSON(w, http.StatusOK, APIModelReset{Provider: provider, Model: model, Reset: true,
 		Status: a.s.ledger.BucketStatus(now, provider, model)})
 }

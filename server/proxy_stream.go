@@ -123,7 +123,9 @@ func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr [
 			cooldown = pol.ClampHint(hint)
 		}
 		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Admitted: x.admitted, Tokens: x.reserved})
+			// No Admitted: the stream ran for a while, so the time since admission
+			// says nothing about how late the provider counts.
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Tokens: x.reserved})
 	}
 	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{

@@ -135,7 +135,11 @@ func redactHeaders(h map[string]string) map[string]string {
 		}
 		lk := strings.ToLower(k)
 		switch {
-		case secretHeaders[lk] || strings.Contains(lk, "token") || strings.Contains(lk, "secret") || strings.HasSuffix(lk, "-key"):
+		case strings.HasPrefix(lk, "x-ratelimit-") || strings.HasPrefix(lk, "anthropic-ratelimit-"):
+			// rate-limit counts (…-tokens, …-requests) are what a rule is written from
+			v, _ = redactBody(v, unclassifiedHeaderValue)
+			out[k] = v
+		case secretHeaders[lk] || lk == "token" || strings.HasSuffix(lk, "-token") || strings.Contains(lk, "secret") || strings.HasSuffix(lk, "-key"):
 			out[k] = redacted
 		default:
 			v, _ = redactBody(v, unclassifiedHeaderValue)

@@ -58,7 +58,6 @@ type bucket struct {
 	// window, so the gate never frees a call the provider still holds.
 	delays [8]time.Duration
 	nDelay int
-	guard  time.Duration
 
 	// The pacer: tokens it allows now (at most the burst; a grant may take it
 	// below zero) and when it was last refilled (unix nanos; 0: never, full).
@@ -202,6 +201,10 @@ func (b *bucket) refillPaceLocked(now time.Time, rate, burst float64) {
 		b.paceTokens, b.paceAt = burst, at
 		return
 	}
+	if at < b.paceAt { // the clock stepped back: refill from here on, never wait for it to catch up
+		b.paceAt = at
+		return
+	}
 	if at > b.paceAt {
 		b.paceTokens = math.Min(burst, b.paceTokens+rate*float64(at-b.paceAt)/1e9)
 		b.paceAt = at
@@ -240,7 +243,7 @@ func (b *bucket) marginOf(v float64) int64 {
 
 // guardFor is how long past the window an entry stays: the configured share of
 // the window, or 1.5 × the longest recent admission→429 delay, at most 2% of
-// the window.
+// the window — and never so long that a drain wait exceeds maxWait.
 func (b *bucket) guardFor(cfg *Config) time.Duration {
 	g := time.Duration(cfg.CountGuard * float64(cfg.Window))
 	var longest time.Duration
@@ -248,7 +251,7 @@ func (b *bucket) guardFor(cfg *Config) time.Duration {
 		longest = max(longest, d)
 	}
 	g = max(g, longest*3/2)
-	return min(g, cfg.Window/50)
+	return max(0, min(g, cfg.Window/50, cfg.MaxWait-cfg.Window))
 }
 
 func (b *bucket) cooldownLeft(now time.Time) time.Duration {
@@ -513,9 +516,14 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	b.reservedOpen += res
 	b.openVar += sz.variance
-	if rate, burst := b.paceParams(b.tokenBudget()); rate > 0 && res <= b.tokenBudget() {
-		b.refillPaceLocked(now, rate, burst)
-		b.paceTokens -= float64(res)
+	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
+		// Only calls the pacer let through spend it (not fail-open or over-budget
+		// ones), and never more than a budget below its burst: the longest pace
+		// wait stays within window ÷ pace.
+		if rate, burst := b.paceParams(budget); rate > 0 {
+			b.refillPaceLocked(now, rate, burst)
+			b.paceTokens = math.Max(b.paceTokens-float64(res), burst-float64(budget))
+		}
 	}
 	b.inFlight++
 	if b.perSession != nil {
@@ -592,13 +600,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.rateLimited++
 	b.last429 = now
 	cfg := b.l.conf()
-	if !sig.Admitted.IsZero() && now.After(sig.Admitted) {
+	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)
 		b.nDelay++
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
-	if axis == engine.AxisTokens {
+	if axis == engine.AxisTokens && b.learn.enabled {
 		b.voteLocked(now)
 	}
 	reading := b.providerViewLocked()

@@ -39,7 +39,7 @@ type Config struct {
 	// summed cost the budget keeps free (5). 0 keeps none.
 	MarginSigmas float64
 	// Pace spaces grants: tokens are granted at most at Pace × the token budget
-	// per window, with a burst of PaceBurst × the budget at once (1.25 and 0.1).
+	// per window, with a burst of PaceBurst × the budget at once (2 and 0.1).
 	// Without it, the whole queue is granted in the instant the window drains,
 	// while a provider that counted the previous calls a few milliseconds later
 	// than the gate still holds them. Pace 0 turns pacing off.
@@ -85,8 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gate.countGuard: must be in [0, 0.02] (got %g)", c.CountGuard)
 	case c.MarginSigmas < 0 || c.MarginSigmas > 10:
 		return fmt.Errorf("gate.marginSigmas: must be in [0, 10] (got %g)", c.MarginSigmas)
-	case c.Pace != 0 && (c.Pace < 1 || c.Pace > 10):
-		return fmt.Errorf("gate.pace: must be 0 (off) or in [1, 10] (got %g)", c.Pace)
+	case c.Pace < 0 || c.Pace > 10:
+		return fmt.Errorf("gate.pace: must be in [0, 10], 0 for off (got %g)", c.Pace)
 	case c.PaceBurst < 0 || c.PaceBurst > 1:
 		return fmt.Errorf("gate.paceBurst: must be in [0, 1] (got %g)", c.PaceBurst)
 	case c.FallbackCooldown < 0:

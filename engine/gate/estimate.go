@@ -15,6 +15,7 @@ const (
 	reserveQuantile              = 0.95
 	reserveHeadroom              = 1.25
 	reserveMinTokens             = 256
+	maxReservation               = 1 << 40 // far above any model's output, far below int64 overflow
 )
 
 // estimator learns, per model, how to size a reservation: the input from the
@@ -108,7 +109,7 @@ func (e *estimator) bytesPerToken() float64 {
 // configured reserve.
 func (e *estimator) outputReserve(maxTokens int) int64 {
 	if maxTokens > 0 {
-		return int64(maxTokens)
+		return min(int64(maxTokens), maxReservation) // a library caller's absurd max_tokens must not wrap the window's sums
 	}
 	if e.nWeighted >= reserveMinSamples {
 		return max(1, int64(math.Ceil(e.outMean)))

@@ -8,7 +8,7 @@ import (
 // Learner constants. Why each rule exists: docs/RATIONALE.md, "Why does the
 // learner trust a 429's reading but not every 429?".
 const (
-	learnCutFactor = 0.5 // a 429 that carries no usable reading, or a limit that fell: quota × 0.5, at most once per window
+	learnCutFactor = 0.5 // a believed 429 with nothing in the window to read: quota × 0.5, at most once per window
 	// learnProbeFactor is the first upward step of a probe run; each further
 	// window of the same run multiplies the step by it again (1.05, 1.1025, …),
 	// so a quota started at half the truth finds it in about five windows.
@@ -38,15 +38,18 @@ const (
 	stepDown     = 0.97
 	// triggerReprobeWindows: a trigger that has been the binding cap is re-probed
 	// × learnProbeFactor once per this many windows without a 429, so a raised
-	// provider limit is found again. A wrong re-probe costs one 429 and a revert,
-	// so 180 windows keeps it well under one 429 an hour at a 60 s window.
+	// provider limit is found again. A wrong re-probe costs one 429 (the trigger
+	// is the reading again), so 180 windows keeps it well under one 429 an hour at
+	// a 60 s window. The
+	// count is of windows since the last 429 or relax, loaded or not.
 	triggerReprobeWindows = 180
 )
 
 // learner holds one model's learned token quota. Its methods require the bucket's
 // mutex.
 //
-// Invariants: floor ≤ quota; trigger is 0 (unobserved) or a reading > 0; budget() =
+// Invariants: floor ≤ quota; trigger is 0 (unobserved) or > 0 (a reading, or a
+// relax or step from one); budget() =
 // min(quota, trigger) when a trigger is set; stated, when > 0, bounds quota from
 // above. lastCut, lastProbe, last429 and burstStart are zero until the event
 // first happens.
@@ -65,8 +68,7 @@ type learner struct {
 
 	probeRun  int     // windows in the current run of probes (slow start)
 	preProbe  float64 // quota before the last probe step; a 429 within a window of it reverts to it
-	prevCut   time.Time
-	prevLevel float64 // budget() when the previous burst's 429 arrived
+	prevCut   time.Time // the previous trusted burst's first 429
 
 	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
 	burstStart  time.Time // first trusted 429 of the current burst
@@ -137,8 +139,8 @@ type learnStep struct {
 func (l *learner) suspect(now time.Time, reading, typical float64, span time.Duration) bool {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	// Without a stated limit or a clean window, a fifth of the start is the
-	// reference: a start may be far from the truth, but a reading below a fifth
-	// of it is believed only once it repeats.
+	// reference: a start may be far from the truth, but a reading below 80% of
+	// that (16% of the start) is believed only once it repeats.
 	ref := math.Max(l.stated, math.Max(l.cleanMax, startRefShare*l.start))
 	low := reading > 0 && reading < typical
 	if !low && (ref == 0 || reading >= suspectRatio*ref) {
@@ -252,7 +254,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.relaxed = false
-	l.prevCut, l.prevLevel = now, level
+	l.prevCut = now
 	l.preProbe, l.probeRun = 0, 0
 	l.lastCut = now
 	l.lastProbe = now // the next probe needs a full window without a 429
@@ -329,8 +331,8 @@ func (l *learner) forgetReadings() {
 	level := l.budget()
 	l.trigger, l.curWindowMax = 0, 0
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
-	l.burstStart, l.lastSuspect, l.prevCut, l.prevLevel = time.Time{}, time.Time{}, time.Time{}, 0
-	l.quota = math.Max(l.quota, l.start)
+	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
+	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
 
 // reset forgets everything learned: the quota starts again from start.

@@ -301,6 +301,9 @@ func (l *Ledger) Submit(now time.Time, req Request) (t Ticket, w *Waiter) {
 
 // Settle replaces t's reservation with the real usage and refunds the difference.
 func (l *Ledger) Settle(now time.Time, t Ticket, u Usage) error {
+	// A negative count is a caller's bug; it must not shrink the window.
+	u.InputTokens, u.CacheReadTokens = max(u.InputTokens, 0), max(u.CacheReadTokens, 0)
+	u.CacheWriteTokens, u.OutputTokens = max(u.CacheWriteTokens, 0), max(u.OutputTokens, 0)
 	return l.close(now, t, u.Total(), &u)
 }
 

@@ -26,6 +26,9 @@ type BucketStatus struct {
 	Waits          int64   `json:"waits"`         // calls held back so far
 	RateLimited    int64   `json:"rateLimited"`   // 429s observed
 	Last429        string  `json:"last429,omitempty"`
+	// CountsAt is when the provider is taken to count a call: "arrival" or
+	// "completion" (learned from where its 429s fall).
+	CountsAt string `json:"countsAt"`
 }
 
 // Status returns a snapshot of every bucket at now, sorted by provider and model.
@@ -61,7 +64,10 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
 		OutputReserve: b.est.reserve, BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
-		Waits: b.waits, RateLimited: b.rateLimited,
+		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival",
+	}
+	if b.atCompletion {
+		s.CountsAt = "completion"
 	}
 	if !b.last429.IsZero() {
 		s.Last429 = b.last429.UTC().Format(time.RFC3339)

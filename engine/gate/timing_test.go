@@ -254,7 +254,7 @@ func TestRepeatedRefusalAtTheLevelStepsDown(t *testing.T) {
 }
 
 // A provider that counts a call when it completes refuses as the gate's arrival
-// window drains while the calls that completed since still fill its own. Two such
+// window drains while the calls that completed since still fill its own. Three such
 // 429s switch the bucket to the completion view; there, calls in flight do not
 // count, settled ones count from when they settled.
 func TestCompletionCountingIsLearned(t *testing.T) {
@@ -307,7 +307,11 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 func TestResetForgetsWhatWasLearned(t *testing.T) {
 	l, _, ev := newTestLedger(t, learnGate())
 	mustAdmit(t, l, t0, req(600))
-	l.RateLimited(t0, "p", "m", 30*time.Second)
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests}) // request budget 1
+	if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 1 {
+		t.Fatalf("setup: rpm %d", st.RPMBudget)
+	}
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: 30 * time.Second, Axis: engine.AxisTokens})
 	if q, trig := quota(l, t0); q != 700 || trig != 700 {
 		t.Fatalf("setup: quota %v trigger %v", q, trig)
 	}
@@ -315,7 +319,7 @@ func TestResetForgetsWhatWasLearned(t *testing.T) {
 		t.Fatal("Reset of a known model reported false")
 	}
 	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
-	if st.Quota != 1000 || st.Trigger != 0 || st.CooldownMs != 29000 {
+	if st.Quota != 1000 || st.Trigger != 0 || st.CooldownMs != 29000 || st.RPMBudget != 10 || st.CountsAt != "arrival" {
 		t.Fatalf("after reset: quota %v trigger %v cooldown %dms, want 1000, none, and the cooldown kept", st.Quota, st.Trigger, st.CooldownMs)
 	}
 	if len(ev.kinds(EventLearn)) == 0 || ev.kinds(EventLearn)[len(ev.kinds(EventLearn))-1].Step != "reset" {
@@ -323,5 +327,73 @@ func TestResetForgetsWhatWasLearned(t *testing.T) {
 	}
 	if l.Reset(t0, "p", "never-seen") {
 		t.Fatal("Reset of an unknown model reported true")
+	}
+}
+
+// Calls that failed open (maxWait) or went over budget do not spend the pacer:
+// otherwise a stretch of fail-open grants would leave it so far in debt that the
+// next ordinary call waits the whole maxWait too.
+func TestFailOpenDoesNotDrainThePacer(t *testing.T) {
+	c := testGate()
+	c.Pace, c.PaceBurst = 2, 0.1
+	l, _, _ := newTestLedger(t, c)
+	l.RateLimited(t0, "p", "m", 130*time.Second) // a cooldown longer than maxWait (120 s)
+	for i := 0; i < 50; i++ {
+		if tk, w := l.Submit(t0, req(50)); w != nil || !tk.FailOpen {
+			t.Fatalf("call %d: want a fail-open grant past maxWait", i)
+		}
+	}
+	at := t0.Add(200 * time.Second) // the cooldown is over, the window empty
+	if tk, w := l.Submit(at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 10}); w != nil || tk.FailOpen {
+		t.Fatalf("an ordinary call after the fail-open stretch: waiter %v, ticket %+v", w != nil, tk)
+	}
+}
+
+// A wall clock that steps back must not leave the pacer waiting for it.
+func TestPacerSurvivesAClockStepBack(t *testing.T) {
+	c := testGate()
+	c.Pace, c.PaceBurst = 2, 0.1
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0.Add(10*time.Minute), req(0))
+	back := t0.Add(5 * time.Second)
+	w := mustWait(t, l, back, Request{Provider: "p", Model: "m", Session: "b"}, "pace", 5*time.Second+3*time.Second)
+	if _, ok := w.Poll(back.Add(3 * time.Second)); !ok {
+		t.Fatal("the pacer waited for the clock to come back")
+	}
+}
+
+// With learning off the gate learns nothing about timing either: no count
+// delay, no count view.
+func TestLearningOffLearnsNoTiming(t *testing.T) {
+	c := learnGate()
+	c.Learn = false
+	l, _, _ := newTestLedger(t, c)
+	var tks []Ticket
+	for i := 0; i < 8; i++ {
+		tks = append(tks, mustAdmit(t, l, t0, req(10)))
+	}
+	for _, tk := range tks {
+		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
+	}
+	for i := 0; i < 4; i++ {
+		at := t0.Add(time.Duration(61+i*2) * time.Second)
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at.Add(-time.Second)})
+	}
+	if st := l.BucketStatus(t0.Add(70*time.Second), "p", "m"); st.CountsAt != "arrival" {
+		t.Fatalf("counts at %s with learning off", st.CountsAt)
+	}
+}
+
+// maxWait equal to the window stays legal: the count guard never makes a drain
+// wait exceed it.
+func TestGuardNeverPushesPastMaxWait(t *testing.T) {
+	c := testGate()
+	c.CountGuard = 0.02
+	c.MaxWait = c.Window
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(800))
+	w := mustWait(t, l, t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 200}, "tpm", 60*time.Second)
+	if _, ok := w.Ticket(); ok {
+		t.Fatal("failed open at once")
 	}
 }
