@@ -66,9 +66,9 @@ type learner struct {
 	last429   time.Time // last 429 of any kind
 	lastRelax time.Time // last slow re-probe of the trigger
 
-	probeRun  int     // windows in the current run of probes (slow start)
-	preProbe  float64 // quota before the last probe step; a 429 within a window of it reverts to it
-	prevCut   time.Time // the previous trusted burst's first 429
+	probeRun int       // windows in the current run of probes (slow start)
+	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
+	prevCut  time.Time // the previous trusted burst's first 429
 
 	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
 	burstStart  time.Time // first trusted 429 of the current burst
