@@ -23,6 +23,7 @@ type Config struct {
 	Dir  string // directory relative paths resolve against (the config file's dir)
 
 	Listen   string
+	Server   Server
 	StateDir string
 	Log      Log
 

@@ -21,6 +21,7 @@ var wellKnown = []string{"anthropic", "deepseek", "gemini", "groq", "mistral", "
 func wantDefaults() *Config {
 	c := &Config{
 		Listen:   "127.0.0.1:7878",
+		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{

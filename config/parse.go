@@ -44,7 +44,9 @@ var (
 // retry and quota defaults are the engine's own.
 func base() *Config {
 	return &Config{
-		Listen:   DefaultListen,
+		Listen: DefaultListen,
+		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),
