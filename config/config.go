@@ -23,10 +23,16 @@ type Config struct {
 	Dir  string // directory relative paths resolve against (the config file's dir)
 
 	Listen   string
+	Server   Server
 	StateDir string
 	Log      Log
 
 	Providers map[string]Provider
+	// DefaultProviders: Providers are the embedded default's well-known ones —
+	// this is the embedded default, or its file has no providers section. A hot
+	// reload that would turn a file's own providers into these is refused (see
+	// snapshot.Manager.Reload).
+	DefaultProviders bool
 
 	Gate  Gate
 	Retry Retry
@@ -196,6 +202,9 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes and validates data. filename names it in errors and sets Path and
 // Dir (its directory, made absolute). Problems come back as Errors, ordered by line.
+// A file (filename not "") that holds no document — empty, or only whitespace,
+// comments or null — is refused ("the file is empty", ErrEmptyFile): only "no file at all" means
+// the embedded default.
 func Parse(data []byte, filename string) (*Config, error) {
 	return parse(data, filename)
 }
@@ -221,6 +230,10 @@ func (c *Config) Resolve(p string) string {
 
 // ErrInvalid is the sentinel every *Error wraps.
 var ErrInvalid = errors.New("invalid config")
+
+// ErrEmptyFile's text starts the message of the *Error a config file holding no
+// document gets (that error wraps ErrInvalid, like every other).
+var ErrEmptyFile = errors.New("the file is empty")
 
 // Error is one problem in a config file. Path is the config path of the bad value
 // ("pools.medium.routes[1].provider"); Line and Column are 1-based, 0 when

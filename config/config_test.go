@@ -21,6 +21,7 @@ var wellKnown = []string{"anthropic", "deepseek", "gemini", "groq", "mistral", "
 func wantDefaults() *Config {
 	c := &Config{
 		Listen:   "127.0.0.1:7878",
+		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{
@@ -60,8 +61,7 @@ func mustParse(t *testing.T, src string) *Config {
 
 func TestDefaults(t *testing.T) {
 	for name, src := range map[string]string{
-		"empty file":     "",
-		"comments only":  "# nothing here\n",
+		// An empty file or one of comments only is refused: see testdata/config/empty_file.yaml.
 		"empty mapping":  "{}\n",
 		"null sections":  "log:\ngate:\nretry:\nquota:\nclassifiers:\npools:\nbalances:\n",
 		"empty sections": "log: {}\ngate: {}\nretry: {hintClamp: {}, mislabeled: {}}\nquota: {}\nclassifiers: []\npools: {}\nbalances: []\n",
@@ -72,7 +72,7 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("providers = %v, want the well-known %v", got, wellKnown)
 			}
 			want := wantDefaults()
-			want.Path, want.Dir, want.Providers = c.Path, c.Dir, c.Providers
+			want.Path, want.Dir, want.Providers, want.DefaultProviders = c.Path, c.Dir, c.Providers, true
 			// Empty and absent lists decode alike for comparison.
 			want.Classifiers, want.Pools, want.PoolOrder, want.Balances = c.Classifiers, c.Pools, c.PoolOrder, c.Balances
 			if !reflect.DeepEqual(c, want) {
@@ -135,7 +135,7 @@ func TestDefaultEmbedded(t *testing.T) {
 		t.Errorf("Default shares state between calls")
 	}
 	// And a parsed file without providers gets its own copy of them.
-	e := mustParse(t, "")
+	e := mustParse(t, "log: {level: info}\n")
 	if e.Providers["openai"].Kind != "openai" {
 		t.Errorf("parsed config shares providers with Default")
 	}
@@ -190,7 +190,7 @@ func TestLoadPathAndDir(t *testing.T) {
 }
 
 func TestParseRelativeDir(t *testing.T) {
-	c := mustParse(t, "")
+	c := mustParse(t, "listen: 127.0.0.1:7878\n")
 	wd, _ := os.Getwd()
 	if c.Dir != wd || c.Path != "gatectl.yaml" {
 		t.Errorf("Path, Dir = %q, %q; want gatectl.yaml, %q", c.Path, c.Dir, wd)
@@ -600,4 +600,16 @@ func TestConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+func TestDefaultProvidersMarksTheFallback(t *testing.T) {
+	if !Default().DefaultProviders {
+		t.Error("Default: DefaultProviders = false")
+	}
+	if c := mustParse(t, "listen: 127.0.0.1:7878\n"); !c.DefaultProviders {
+		t.Error("a file without providers: DefaultProviders = false")
+	}
+	if c := mustParse(t, "providers:\n  deepseek: {kind: openai, baseURL: \"https://api.deepseek.com/v1\"}\n"); c.DefaultProviders {
+		t.Error("a file with its own providers: DefaultProviders = true")
+	}
 }

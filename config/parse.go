@@ -44,7 +44,9 @@ var (
 // retry and quota defaults are the engine's own.
 func base() *Config {
 	return &Config{
-		Listen:   DefaultListen,
+		Listen: DefaultListen,
+		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),
@@ -94,11 +96,19 @@ func parseWith(data []byte, filename string, fallback func() map[string]Provider
 		return nil, Errors{e}
 	}
 
+	if filename != "" && isNull(root) {
+		// A truncated or half-written file would otherwise load as the embedded
+		// default and, on a hot reload, replace every configured provider.
+		return nil, Errors{{File: display, Msg: ErrEmptyFile.Error() +
+			" (nothing but whitespace, comments or null): a config file must set something; to run on the embedded default, give no config file"}}
+	}
 	v := &validator{decoder: d, c: c}
 	v.root(root)
+	c.DefaultProviders = filename == "" && fallback != nil
 	if !v.providersSet {
 		if fallback != nil {
 			c.Providers = clone(fallback())
+			c.DefaultProviders = true
 		} else {
 			c.Providers = map[string]Provider{}
 		}

@@ -15,6 +15,8 @@ var topSchema = &schema[Config]{
 	fields: []setting[Config]{
 		strField("listen", "host:port the daemon listens on", checkListen,
 			func(c *Config) *string { return &c.Listen }),
+		subField("server", "client connections: the cap and the timeouts", serverSchema,
+			func(c *Config) *Server { return &c.Server }),
 		strField("stateDir", "directory of the state file and the wasm compilation cache", nil,
 			func(c *Config) *string { return &c.StateDir }),
 		subField("log", "the root logger", logSchema,

@@ -68,7 +68,7 @@ func TestValidationErrors(t *testing.T) {
 	cases := []errCase{
 		// strictness
 		{"unknown top-level key", "listen: 127.0.0.1:1\nlisten_addr: x\n",
-			[]string{`2: listen_addr: unknown key "listen_addr" (valid: listen, stateDir, log, providers, gate, retry, classifiers, pluginsDir, pools, balances, quota)`}},
+			[]string{`2: listen_addr: unknown key "listen_addr" (valid: listen, server, stateDir, log, providers, gate, retry, classifiers, pluginsDir, pools, balances, quota)`}},
 		{"unknown nested key", "gate:\n  window: 60s\n  maxwait: 120s\n",
 			[]string{`3: gate.maxwait: unknown key "maxwait" (valid: window, safetyFactor, countGuard, marginSigmas, pace, paceBurst, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models, maxInFlightPerSession)`}},
 		{"unknown key in route", twoProviders + "pools:\n  p:\n    routes:\n      - {provider: deepseek, model: m, effort: high}\n",
@@ -97,6 +97,11 @@ func TestValidationErrors(t *testing.T) {
 			[]string{`1: listen: must be host:port, such as 127.0.0.1:7878 (got "localhost")`}},
 		{"listen bad port", "listen: 127.0.0.1:99999\n",
 			[]string{`1: listen: port must be a number from 0 to 65535 (got "127.0.0.1:99999")`}},
+		{"server bounds", "server: {maxConnections: 0, bodyTimeout: 0s, idleTimeout: -1s, headerTimeout: x}\n", []string{
+			`1: server.maxConnections: must be at least 1 (got 0)`,
+			`1: server.bodyTimeout: must be greater than 0 (got 0s)`,
+			`1: server.idleTimeout: must be greater than 0 (got -1s)`,
+			`1: server.headerTimeout:`}},
 		{"empty stateDir", "stateDir: \"\"\n", []string{`1: stateDir: must not be empty`}},
 		{"empty pluginsDir", "pluginsDir: \"\"\n", []string{`1: pluginsDir: must not be empty`}},
 		{"stateDir not a string", "stateDir: [a]\n", []string{`1: stateDir: must be a string, got a list`}},

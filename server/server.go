@@ -28,6 +28,7 @@ import (
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -70,6 +71,7 @@ type Server struct {
 	started      time.Time
 	ready        atomic.Bool
 	handler      http.Handler
+	conns        atomic.Int64 // client connections open now (Serve's limitListener)
 }
 
 // New builds the server from the manager's current snapshot. Close it when done:
@@ -135,6 +137,10 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gatectl_server_connections",
+		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
+	}, func() float64 { return float64(s.conns.Load()) }))
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
 
@@ -192,16 +198,16 @@ func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-	}
+	lim := s.snap.Current().Config.Server // read once: a reload does not change them (see conns.go)
+	hs := newHTTPServer(s.handler, lim)
+	hs.BaseContext = func(net.Listener) context.Context { return base }
+	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
 	hs.RegisterOnShutdown(s.bus.CloseAll) // event streams never finish on their own
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	s.logger.Info("serving", "addr", ln.Addr().String())
+	s.logger.Info("serving", "addr", ln.Addr().String(), "maxConnections", lim.MaxConnections,
+		"headerTimeout", lim.HeaderTimeout, "bodyTimeout", lim.BodyTimeout, "idleTimeout", lim.IdleTimeout)
 	select {
 	case err := <-errc:
 		return err

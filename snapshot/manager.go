@@ -110,8 +110,10 @@ var ErrClosed = errors.New("snapshot: manager closed")
 // Reload builds a new snapshot from the files as they are now and swaps it in,
 // then runs the OnSwap callbacks and closes the old snapshot (what the new one
 // shares with it stays open: see Snapshot). On any failure the old snapshot stays
-// and the error (naming its path) is returned and logged. It is what SIGHUP and
-// the watcher call.
+// and the error (naming its path) is returned, logged and counted. Besides what
+// Load refuses (an empty config file among it), a reload that would swap the
+// file's own providers for the embedded default's is refused: see checkReload.
+// It is what SIGHUP and the watcher call.
 func (m *Manager) Reload(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -121,7 +123,14 @@ func (m *Manager) Reload(ctx context.Context) error {
 	old := m.cur.Load()
 	opts := m.opts
 	opts.Prev = old
-	s, err := Load(ctx, m.path, opts)
+	cfg, err := config.Load(m.path)
+	if err == nil {
+		err = checkReload(old.Config, cfg)
+	}
+	var s *Snapshot
+	if err == nil {
+		s, err = Build(ctx, cfg, opts)
+	}
 	if err != nil {
 		m.failures.Add(1)
 		msg := err.Error()
@@ -153,6 +162,23 @@ func (m *Manager) Reload(ctx context.Context) error {
 		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
 	}
 	return nil
+}
+
+// checkReload refuses a reload that would swap the running file's own providers
+// for the embedded default's: the new file has no providers section while the
+// running one had. That is what a truncated or half-written file looks like (an
+// empty file is refused by config itself), and loading it would send every
+// request for a configured provider to "unknown model" at once. Removing the
+// section on purpose takes a restart. A file that keeps its providers section
+// but lists fewer is an edit like any other: a pool or model limit still naming
+// a removed provider is refused by the config's own cross-check.
+func checkReload(running, next *config.Config) error {
+	if running == nil || running.DefaultProviders || !next.DefaultProviders {
+		return nil
+	}
+	return config.Errors{{File: next.Path, Path: "providers",
+		Msg: fmt.Sprintf("the file no longer has a providers section: reloading it would replace the configured providers (%s) with the embedded default's; "+
+			"put the section back, or restart gatectl to run without it", strings.Join(running.ProviderNames(), ", "))}}
 }
 
 // Close closes the snapshot in force and stops reloads: Reload then returns

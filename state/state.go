@@ -5,8 +5,9 @@
 // Every write is one bbolt transaction, fsynced before it returns: a record is
 // either wholly on disk or not at all, and a process killed mid-write (kill -9,
 // power loss) reopens to the last committed state. A missing file is a fresh
-// start; a file that is not a gatectl state file, or is damaged, is refused with
-// an error naming it (ErrCorrupt), never a crash. Route state (readings, marks,
+// start; a file that is not a gatectl state file, is damaged, or is empty (0
+// bytes: a truncated file), is refused with an error naming it (ErrCorrupt),
+// never a crash. Route state (readings, marks,
 // each session's current route) is not kept here: it is short-lived, cheap to
 // learn again and misleading once stale, so it lives in memory.
 package state
@@ -54,6 +55,9 @@ var (
 	ErrNewer = errors.New("state file was written by a newer gatectl")
 )
 
+// errEmpty is the detail of the ErrCorrupt a 0-byte file gets.
+var errEmpty = errors.New("the file is empty (0 bytes)")
+
 // lockTimeout bounds the wait for another process's lock on the file.
 var lockTimeout = 2 * time.Second
 
@@ -80,6 +84,13 @@ func Open(dir string) (*Store, error) {
 // OpenFile opens the state file at path, creating it when missing, and checks it
 // through: a damaged file gives ErrCorrupt naming path, never a panic.
 func OpenFile(path string) (st *Store, err error) {
+	// bbolt initialises a 0-byte file as a new database, which would silently drop
+	// every session setting and budget a truncated file held: it is refused like
+	// any other damaged file. (bbolt writes a new file's first pages and fsyncs
+	// them before Open returns, so no file gatectl made is ever left empty.)
+	if info, serr := os.Stat(path); serr == nil && info.Mode().IsRegular() && info.Size() == 0 {
+		return nil, corrupt(path, errEmpty)
+	}
 	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil { // bbolt panics on some damaged pages

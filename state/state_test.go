@@ -160,18 +160,6 @@ func TestOpenMissingIsAFreshStart(t *testing.T) {
 	}
 }
 
-func TestOpenEmptyFileIsAFreshStart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), FileName)
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := OpenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-}
-
 func TestOpenCorrupt(t *testing.T) {
 	valid := func(t *testing.T) string {
 		path := filepath.Join(t.TempDir(), FileName)
@@ -203,6 +191,11 @@ func TestOpenCorrupt(t *testing.T) {
 		{"text", func(t *testing.T) string {
 			path := filepath.Join(t.TempDir(), FileName)
 			os.WriteFile(path, []byte("listen: 127.0.0.1:7878\n"), 0o600)
+			return path
+		}},
+		{"empty", func(t *testing.T) string {
+			path := valid(t)
+			os.Truncate(path, 0) // what a truncating write left behind
 			return path
 		}},
 		{"truncated", func(t *testing.T) string {
@@ -248,6 +241,12 @@ func TestOpenCorrupt(t *testing.T) {
 			t.Log(err)
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file aside") {
 				t.Errorf("error %v: want ErrCorrupt naming %s", err, path)
+			}
+			if c.name == "empty" && !strings.Contains(err.Error(), "the file is empty") {
+				t.Errorf("error %v: want it to say the file is empty", err)
+			}
+			if info, serr := os.Stat(path); c.name == "empty" && (serr != nil || info.Size() != 0) {
+				t.Errorf("the refused file was changed: %v, %v", info, serr)
 			}
 		})
 	}

@@ -1,0 +1,42 @@
+package config
+
+import "time"
+
+// Server bounds what a client connection may hold (`server:`): how many are open
+// at once, and how long one may take to send its headers and its body or sit
+// idle between requests. Nothing bounds how long a request may take once its body
+// is in: a proxied call may wait minutes in the gate and stream for many more.
+// The daemon reads these when it starts listening; a reload does not change them.
+type Server struct {
+	// MaxConnections caps the client connections open at once; past it, new
+	// connections wait in the kernel's accept queue until one closes.
+	MaxConnections int
+	HeaderTimeout  time.Duration // from a request's first byte to the end of its headers
+	BodyTimeout    time.Duration // from the end of a request's headers to the end of its body
+	IdleTimeout    time.Duration // a keep-alive connection's wait for its next request
+}
+
+// Defaults of server:.
+const (
+	DefaultMaxConnections = 4096
+	DefaultHeaderTimeout  = 10 * time.Second
+	DefaultBodyTimeout    = 60 * time.Second
+	DefaultIdleTimeout    = 120 * time.Second
+)
+
+// serverSchema is server:.
+var serverSchema = &schema[Server]{
+	path:     "server",
+	doc:      "client connections: how many at once, how long one may take to send a request or sit idle; read at start, a reload does not change them",
+	defaults: func() Server { return base().Server },
+	fields: []setting[Server]{
+		intField("maxConnections", "client connections open at once; past it new ones wait in the accept queue until one closes", atLeast(1),
+			func(s *Server) *int { return &s.MaxConnections }),
+		durField("headerTimeout", "longest time from a request's first byte to the end of its headers", positive,
+			func(s *Server) *time.Duration { return &s.HeaderTimeout }),
+		durField("bodyTimeout", "longest time from the end of a request's headers to the end of its body; the connection is closed past it. The wait in the gate and the response, however long, come after and are not bounded by it", positive,
+			func(s *Server) *time.Duration { return &s.BodyTimeout }),
+		durField("idleTimeout", "how long a keep-alive connection may wait for its next request", positive,
+			func(s *Server) *time.Duration { return &s.IdleTimeout }),
+	},
+}
