@@ -31,6 +31,9 @@ const (
 	BudgetMain       = "retry"      // Policy.Rounds
 	BudgetMislabeled = "mislabeled" // Policy.Mislabeled.Rounds
 	BudgetLongTerm   = "long-term"  // unbounded
+	// BudgetTransport is a transport failure kind's own budget
+	// (Policy.Transport); its retries spend the main budget too.
+	BudgetTransport = "transport"
 )
 
 // Action is the planner's answer to one failure.
