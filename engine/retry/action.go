@@ -66,6 +66,15 @@ type Action struct {
 	Reason string `json:"reason"`
 }
 
+// Spent reports a give-up after gatectl's own retrying is over: a budget of at
+// least one round is spent, or the failure is a transport failure whose kind gets
+// no retries (Policy.Transport), judged hopeless rather than left to the caller.
+// A give-up that is not Spent is a class gatectl does not retry (retry.retryOn,
+// retry.rounds 0): whoever called gatectl may still retry it.
+func (a Action) Spent() bool {
+	return a.Kind == ActionGiveUp && a.Exhausted && (a.Rounds > 0 || a.Budget == BudgetTransport)
+}
+
 // MarshalJSON adds delayMs to the JSON form.
 func (a Action) MarshalJSON() ([]byte, error) {
 	type plain Action // drops this method
