@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/retry"
 )
 
 // wellKnown are the embedded default's providers.
@@ -36,6 +37,7 @@ func wantDefaults() *Config {
 			HintlessBackoff:   false,
 			HintlessBaseDelay: 5 * time.Second,
 			Mislabeled:        Mislabeled{Enabled: true, Rounds: 3, InitialDelay: 15 * time.Second, Evidence: 10 * time.Minute},
+			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: retry.FollowRounds},
 		},
 		Quota: Quota{DefaultEnabled: true, LongTermDelay: time.Hour, ExhaustedCooldown: time.Hour, FailOpen: true},
 	}
@@ -64,7 +66,7 @@ func TestDefaults(t *testing.T) {
 		// An empty file or one of comments only is refused: see testdata/config/empty_file.yaml.
 		"empty mapping":  "{}\n",
 		"null sections":  "log:\ngate:\nretry:\nquota:\nclassifiers:\npools:\nbalances:\n",
-		"empty sections": "log: {}\ngate: {}\nretry: {hintClamp: {}, mislabeled: {}}\nquota: {}\nclassifiers: []\npools: {}\nbalances: []\n",
+		"empty sections": "log: {}\ngate: {}\nretry: {hintClamp: {}, mislabeled: {}, transport: {}}\nquota: {}\nclassifiers: []\npools: {}\nbalances: []\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := mustParse(t, src)
@@ -264,6 +266,7 @@ retry:
   hintlessBackoff: true
   hintlessBaseDelay: 3s
   mislabeled: {enabled: false, rounds: 200, initialDelay: 1s, evidence: 1h}
+  transport: {dns: null, refused: 0, reset: 2}
 classifiers:
   - rules: rules/a.yaml
     cases:
@@ -341,7 +344,8 @@ quota:
 		r.Jitter != 0 || r.RespectRetryAfter || !reflect.DeepEqual(r.RetryOn, []engine.Class{"RATE_LIMIT", "QUOTA"}) ||
 		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
 		r.HintlessBaseDelay != 3*time.Second ||
-		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) {
+		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) ||
+		r.Transport != (retry.TransportRounds{DNS: retry.FollowRounds, Refused: 0, Reset: 2, Timeout: retry.FollowRounds}) {
 		t.Errorf("retry = %+v", r)
 	}
 	if len(c.Classifiers) != 2 || c.Classifiers[0].Rules != "rules/a.yaml" || c.Classifiers[0].Wasm != "" ||

@@ -14,7 +14,7 @@ type documented interface {
 var sections = []documented{
 	topSchema, serverSchema, logSchema, providerSchema,
 	gateSchema, limitsSchema,
-	retrySchema, clampSchema, mislabeledSchema,
+	retrySchema, clampSchema, mislabeledSchema, transportSchema,
 	classifierSchema, pluginLimitsSchema,
 	poolSchema, routeSchema,
 	balanceSchema, httpBalanceSchema, wasmBalanceSchema,

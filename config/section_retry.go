@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,8 @@ var retrySchema = &schema[Retry]{
 			func(r *Retry) *time.Duration { return &r.HintlessBaseDelay }),
 		subField("mislabeled", "the separate budget for 400s that are really capacity failures", mislabeledSchema,
 			func(r *Retry) *Mislabeled { return &r.Mislabeled }),
+		subField("transport", "retries of a failure with no HTTP answer, by kind: DNS and refused fail fast", transportSchema,
+			func(r *Retry) *retry.TransportRounds { return &r.Transport }),
 	},
 	check: func(v *validator, s section, r *Retry) {
 		if r.InitialDelay <= r.MaxDelay {
@@ -94,6 +97,45 @@ var mislabeledSchema = &schema[Mislabeled]{
 			v.errorf(at, s.sub("rounds"), "must be at most %d while retry.mislabeled.enabled is true (got %d)", retry.MaxMislabeledRounds, m.Rounds)
 		}
 	},
+}
+
+var transportSchema = &schema[retry.TransportRounds]{
+	path: "retry.transport",
+	doc: "retries per (session, turn, provider) of a transport failure (no HTTP answer), by its kind; " +
+		"each also spends a round of retry.rounds; null: the kind follows retry.rounds alone",
+	defaults: func() retry.TransportRounds { return retry.DefaultPolicy().Transport },
+	fields: []setting[retry.TransportRounds]{
+		kindRoundsField("dns", "the upstream's name does not resolve (a mistyped baseURL): 0 gives up at once",
+			func(t *retry.TransportRounds) *int { return &t.DNS }),
+		kindRoundsField("refused", "nothing listens at the upstream's address: one quick retry covers a restart",
+			func(t *retry.TransportRounds) *int { return &t.Refused }),
+		kindRoundsField("reset", "the connection broke mid-exchange",
+			func(t *retry.TransportRounds) *int { return &t.Reset }),
+		kindRoundsField("timeout", "the upstream did not answer in time",
+			func(t *retry.TransportRounds) *int { return &t.Timeout }),
+	},
+}
+
+// kindRoundsField is one kind of retry.transport: an integer 0..retry.MaxRounds,
+// or null for retry.FollowRounds (the kind follows retry.rounds alone).
+func kindRoundsField(key, doc string, ptr func(*retry.TransportRounds) *int) setting[retry.TransportRounds] {
+	r := between(0, retry.MaxRounds).withNote("or null to follow retry.rounds")
+	return setting[retry.TransportRounds]{key: key, kind: "integer or null", bounds: r.short(true) + " or null", doc: doc,
+		show: func(t *retry.TransportRounds) string {
+			if n := *ptr(t); n != retry.FollowRounds {
+				return strconv.Itoa(n)
+			}
+			return "null (retry.rounds)"
+		},
+		decode: func(v *validator, n *yaml.Node, path string, t *retry.TransportRounds) {
+			if isNull(n) {
+				*ptr(t) = retry.FollowRounds
+				return
+			}
+			if i, ok := v.integer(n, path); ok && r.check(v, n, path, float64(i), strconv.Itoa(i), true) {
+				*ptr(t) = i
+			}
+		}}
 }
 
 // retryOn decodes the list of retried classes: known, each once, MISLABELED never.

@@ -182,6 +182,12 @@ func TestValidationErrors(t *testing.T) {
 			`3: retry.mislabeled.rounds: must be from 0 to 200 (got 500)`,
 			`4: retry.mislabeled.evidence: must be greater than 0 (got -1m)`,
 			`5: retry.mislabeled.enabled: must be true or false, got the number 1`}},
+		{"transport", "retry:\n  transport:\n    dns: -1\n    refused: 201\n    reset: fast\n    tcp: 1\n", []string{
+			`3: retry.transport.dns: must be from 0 to 200 (or null to follow retry.rounds; got -1)`,
+			`4: retry.transport.refused: must be from 0 to 200 (or null to follow retry.rounds; got 201)`,
+			`5: retry.transport.reset: must be an integer, got the string "fast"`,
+			`6: retry.transport.tcp: unknown key "tcp" (valid: dns, refused, reset, timeout)`}},
+		{"transport not a mapping", "retry: {transport: 0}\n", []string{`1: retry.transport: must be a mapping`}},
 
 		// classifiers
 		{"classifier with both", "classifiers:\n  - {rules: a.yaml, wasm: b.wasm}\n",

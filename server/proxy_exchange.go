@@ -60,7 +60,7 @@ func (x *exchange) run() {
 	for attempts := 0; ; attempts++ {
 		if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route); err != nil {
 			if last != nil {
-				x.giveUp(last, lastVerdict, err.Error())
+				x.giveUp(last, lastVerdict, err.Error(), true)
 			} else {
 				writeError(x.w, http.StatusBadRequest, "model", err.Error())
 			}
@@ -77,7 +77,7 @@ func (x *exchange) run() {
 			return
 		}
 		if a.Kind != retry.ActionWaitLongTerm && attempts+1 >= budget {
-			x.giveUp(fail, v, "gatectl's attempt backstop is spent")
+			x.giveUp(fail, v, "gatectl's attempt backstop is spent", true)
 			return
 		}
 		switch a.Kind {
@@ -87,7 +87,7 @@ func (x *exchange) run() {
 			if a.ViaGate {
 				cd := time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs) * time.Millisecond
 				if maxWait := s.ledger.Config().MaxWait; cd > maxWait {
-					x.giveUp(fail, v, fmt.Sprintf("the model cools down for %s, longer than gate.maxWait %s", cd, maxWait))
+					x.giveUp(fail, v, fmt.Sprintf("the model cools down for %s, longer than gate.maxWait %s", cd, maxWait), true)
 					return
 				}
 			}
@@ -96,12 +96,12 @@ func (x *exchange) run() {
 			}
 		case retry.ActionFailover:
 			if a.Route == nil {
-				x.giveUp(fail, v, a.Reason)
+				x.giveUp(fail, v, a.Reason, true)
 				return
 			}
 			to := *a.Route
 			if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, to); err != nil {
-				x.giveUp(fail, v, err.Error())
+				x.giveUp(fail, v, err.Error(), true)
 				return
 			}
 			route = to
@@ -116,11 +116,11 @@ func (x *exchange) run() {
 			case ctx.Err() != nil:
 				return
 			case err != nil:
-				x.giveUp(fail, v, err.Error())
+				x.giveUp(fail, v, err.Error(), true)
 				return
 			}
 		default:
-			x.giveUp(fail, v, a.Reason)
+			x.giveUp(fail, v, a.Reason, a.Spent())
 			return
 		}
 	}
@@ -267,8 +267,14 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	if a.Kind != retry.ActionGiveUp {
 		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
-		s.proxyLog.Debug("upstream failed; retrying", "route", route.String(), "status", fail.f.Status,
-			"class", v.Class, "action", a.Kind, "delay", a.Delay, "round", a.Round)
+		// One line a retry, so that a client held through retries is never silent
+		// in the log. Only names and numbers: no body, header or key.
+		args := []any{"route", route.String(), "class", v.Class, "status", fail.f.Status, "kind", fail.f.ErrorKind,
+			"action", a.Kind, "budget", a.Budget, "round", a.Round, "rounds", a.Rounds, "delay", a.Delay}
+		if a.Route != nil {
+			args = append(args, "to", a.Route.String())
+		}
+		s.proxyLog.Info("upstream failed; retrying", args...)
 	}
 	return v, a
 }

@@ -78,8 +78,9 @@ gate:
 `, upstream.URL), clock)
 
 	type outcome struct {
-		status     int
-		retryAfter string
+		status      int
+		retryAfter  string
+		shouldRetry string
 	}
 	results := make(chan outcome, sessions*perSession)
 	var wg sync.WaitGroup
@@ -90,7 +91,7 @@ gate:
 			for i := 0; i < perSession; i++ {
 				resp, _ := f.call("/v1/chat/completions", chatReq("flood/m", "max_tokens", 50),
 					"X-Gate-Session", fmt.Sprintf("s%d", s), "X-Gate-Turn", strconv.Itoa(i))
-				results <- outcome{resp.StatusCode, resp.Header.Get("Retry-After")}
+				results <- outcome{resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry")}
 			}
 		}(s)
 	}
@@ -123,10 +124,11 @@ loop:
 			ok++
 		default:
 			failed++
-			if r.retryAfter != "" {
+			switch {
+			case r.retryAfter != "":
 				failedWithRetryAfter++
-			} else {
-				t.Errorf("a call failed with %d and no Retry-After", r.status)
+			case r.shouldRetry != "false": // gatectl gave up: no retry advice is clear too
+				t.Errorf("a call failed with %d, no Retry-After and x-should-retry %q", r.status, r.shouldRetry)
 			}
 		}
 	}

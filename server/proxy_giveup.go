@@ -12,10 +12,26 @@ import (
 	"github.com/gatectl/gatectl/engine"
 )
 
+// longRetryAfter is the shortest Retry-After a client is told after gatectl has
+// spent its own retries: anything shorter invites the retry storm gatectl just
+// sat through (see docs/RATIONALE.md, "Why does gatectl tell the client not to
+// retry after it gave up?"). The OpenAI and Anthropic SDKs do not honour a
+// Retry-After above 60 s either, so a longer one reaches only people and
+// schedulers, as the truthful time the wait ends.
+const longRetryAfter = time.Minute
+
 // giveUp answers the client with the last failure: the upstream's status and
-// body, Retry-After no shorter than the real wait (the larger of the provider's
-// hint and the model's cooldown left in the ledger), and x-should-retry.
-func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string) {
+// body, X-Gate-Class, x-should-retry and Retry-After.
+//
+// spent says gatectl's own retrying is over (a spent budget, the attempt
+// backstop, a cooldown it will not wait, a transport failure judged hopeless):
+// the client is told not to retry (x-should-retry: false), and Retry-After is
+// only sent when the real wait (the larger of the provider's hint and the
+// model's cooldown left in the ledger) is at least longRetryAfter. Otherwise
+// gatectl did not retry the class by policy (retry.retryOn, retry.rounds 0) and
+// leaves it to the client: x-should-retry follows the class, with Retry-After no
+// shorter than the real wait (1 s when there is none to tell).
+func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string, spent bool) {
 	s := x.s
 	now := s.clock.Now()
 	route := fail.route
@@ -24,7 +40,13 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		wait = cd
 	}
 	retry := shouldRetry(v.Class)
-	if retry && wait <= 0 {
+	switch {
+	case spent:
+		retry = false
+		if wait < longRetryAfter {
+			wait = 0
+		}
+	case retry && wait <= 0:
 		wait = time.Second
 	}
 	status := fail.f.Status
@@ -43,14 +65,16 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	h.Set("X-Gate-Class", string(v.Class))
 	x.gateHeaders(h, route)
 	data := map[string]any{"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
-		"status": status, "class": v.Class, "by": v.By, "reason": reason, "retryAfterMs": wait.Milliseconds()}
+		"status": status, "class": v.Class, "by": v.By, "reason": reason, "retryAfterMs": wait.Milliseconds(), "shouldRetry": retry}
 	s.bus.Publish(Event{Type: "giveup", At: now, Data: data})
-	log := s.proxyLog
+	// One line a give-up: Warn when the upstream failed (a 5xx, no HTTP answer),
+	// Info for a 4xx, which is the request's or the account's business.
+	log := s.proxyLog.Info
 	if status >= 500 || status < 400 {
-		log.Warn("giving up", "route", route.String(), "status", status, "class", v.Class, "reason", reason)
-	} else {
-		log.Debug("giving up", "route", route.String(), "status", status, "class", v.Class, "reason", reason)
+		log = s.proxyLog.Warn
 	}
+	log("giving up", "route", route.String(), "status", status, "class", v.Class, "kind", fail.f.ErrorKind,
+		"should_retry", retry, "reason", reason)
 	switch {
 	case fail.body != nil && status >= 400:
 		x.w.WriteHeader(status)

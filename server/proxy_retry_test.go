@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -102,8 +103,10 @@ func TestProxyGivesUp(t *testing.T) {
 			0, 429, "30", "true", 1, "Rate limit reached"},
 		{"rate limit: the longer cooldown wins over a short hint", "  rounds: 0", jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "5", "retry-after-ms", "5000"),
 			90 * time.Second, 429, "90", "true", 1, "Rate limit reached"},
+		// gatectl will not wait it, and an SDK told to retry would retry within
+		// seconds into the cooldown: no retry, but the long wait is told as it is.
 		{"a cooldown longer than gate.maxWait is handed back, not retried into", "  rounds: 5", jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "600"),
-			0, 429, "600", "true", 1, "Rate limit reached"},
+			0, 429, "600", "false", 1, "Rate limit reached"},
 		{"auth is never retried", "  rounds: 5", jsonAnswer(401, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`),
 			0, 401, "", "false", 1, "Incorrect API key"},
 		{"server error with the budget at 0", "  rounds: 0", jsonAnswer(503, `{"error":{"message":"upstream connect error"}}`),
@@ -142,6 +145,144 @@ func TestProxyGivesUp(t *testing.T) {
 			if st := f.status("pa", "gu"); st.InFlight != 0 || st.Reserved != 0 {
 				t.Errorf("ledger holds %d in flight, %d reserved", st.InFlight, st.Reserved)
 			}
+		})
+	}
+}
+
+// countingTransport counts the requests gatectl sends upstream.
+type countingTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// countDials makes f's upstream requests countable.
+func countDials(f *pxFixture) *countingTransport {
+	c := &countingTransport{next: f.srv.client.Transport}
+	f.srv.client.Transport = c
+	return c
+}
+
+// advanceUntil advances f's clock a step at a time until res has an answer.
+func advanceUntil(t *testing.T, f *pxFixture, res <-chan pxResult, step time.Duration) pxResult {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second) // a bound, not a wait
+	for {
+		select {
+		case r := <-res:
+			return r
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no answer")
+		}
+		if f.clock.Timers() > 0 {
+			f.clock.Advance(step)
+		} else {
+			time.Sleep(time.Millisecond) // let the exchange reach its next timer
+		}
+	}
+}
+
+// checkNoRetryAdvice: gatectl gave up after its own retries, so the client is
+// told not to retry, with no Retry-After short enough to start a storm.
+func checkNoRetryAdvice(t *testing.T, r *http.Response) {
+	t.Helper()
+	if got := r.Header.Get("X-Should-Retry"); got != "false" {
+		t.Errorf("x-should-retry %q, want false", got)
+	}
+	if ra := r.Header.Get("Retry-After"); ra != "" {
+		if n, err := strconv.Atoi(ra); err != nil || n < 60 {
+			t.Errorf("Retry-After %q after gatectl gave up: want none, or a minute at least", ra)
+		}
+	}
+	if ms := r.Header.Get("Retry-After-Ms"); ms != "" {
+		if n, err := strconv.Atoi(ms); err != nil || n < 60000 {
+			t.Errorf("Retry-After-Ms %q after gatectl gave up", ms)
+		}
+	}
+}
+
+// TestProxyUnreachableUpstreamFailsFast: with the default retry policy, a
+// refused connection (a closed loopback port) is retried once, then given up
+// with no retry advice, so an SDK's own retries do not multiply gatectl's. Each
+// retry and the give-up leave one log line.
+func TestProxyUnreachableUpstreamFailsFast(t *testing.T) {
+	up := newFakeUpstream(t, chatOK(1, 1, 0))
+	dead := up.URL
+	up.Close() // nothing listens there any more: connection refused
+	f := newPxFixture(t, retryConfig(dead, "  jitter: 0"), true)
+	dials := countDials(f)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/dead"))
+	r := advanceUntil(t, f, res, time.Second)
+	if r.resp.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "TRANSPORT") {
+		t.Fatalf("status %d body %s", r.resp.StatusCode, r.body)
+	}
+	checkNoRetryAdvice(t, r.resp)
+	if n := dials.count(); n < 1 || n > 2 { // 1 + retry.transport.refused
+		t.Errorf("the upstream was dialled %d times, want at most 2", n)
+	}
+	logs := f.logs.String()
+	if n := strings.Count(logs, "[INFO]  gatectl.proxy: upstream failed; retrying"); n != dials.count()-1 {
+		t.Errorf("%d retry lines for %d dials:\n%s", n, dials.count(), logs)
+	}
+	if n := strings.Count(logs, "[WARN]  gatectl.proxy: giving up"); n != 1 ||
+		!strings.Contains(logs, "kind=refused") || !strings.Contains(logs, "retry.transport.refused spent") {
+		t.Errorf("want one give-up line naming the kind and the spent budget:\n%s", logs)
+	}
+
+	// A name that does not resolve is given up at once.
+	f2 := newPxFixture(t, retryConfig("http://gatectl-test.invalid", "  jitter: 0"), true)
+	dials2 := countDials(f2)
+	r2 := advanceUntil(t, f2, f2.callAsync("/v1/chat/completions", chatReq("pa/nowhere")), time.Second)
+	if r2.resp.StatusCode != http.StatusBadGateway || dials2.count() != 1 {
+		t.Fatalf("status %d after %d dials: %s", r2.resp.StatusCode, dials2.count(), r2.body)
+	}
+	checkNoRetryAdvice(t, r2.resp)
+}
+
+// TestProxyNoRetryAdviceAfterBudget: whatever the class, once gatectl has spent
+// its retry budget the client is told not to retry; and a retry the client
+// sends anyway in the same turn is given up at once with the same advice.
+func TestProxyNoRetryAdviceAfterBudget(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer http.HandlerFunc
+		status int
+	}{
+		{"503 storm", jsonAnswer(503, `{"error":{"message":"upstream connect error"}}`), 503},
+		{"429 storm with a short hint", jsonAnswer(429, `{"error":{"message":"Rate limit reached for requests","code":"rate_limit_exceeded"}}`, "Retry-After", "5"), 429},
+		{"overloaded", jsonAnswer(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), 529},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFakeUpstream(t, tc.answer)
+			f := newPxFixture(t, retryConfig(up.URL, "  rounds: 2\n  jitter: 0"), true)
+			hdr := []string{"X-Gate-Session", "s1", "X-Gate-Turn", "t1"}
+			r := advanceUntil(t, f, f.callAsync("/v1/chat/completions", chatReq("pa/storm"), hdr...), time.Second)
+			if r.resp.StatusCode != tc.status || up.n() != 3 {
+				t.Fatalf("status %d after %d upstream calls, want %d after 3: %s", r.resp.StatusCode, up.n(), tc.status, r.body)
+			}
+			checkNoRetryAdvice(t, r.resp)
+			// The SDK's retry, against the advice: the turn's budget is spent.
+			r = advanceUntil(t, f, f.callAsync("/v1/chat/completions", chatReq("pa/storm"), hdr...), time.Second)
+			if r.resp.StatusCode != tc.status || up.n() != 4 {
+				t.Fatalf("again: status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
+			}
+			checkNoRetryAdvice(t, r.resp)
 		})
 	}
 }

@@ -91,6 +91,17 @@ func writeBackoffText(w io.Writer, p retry.Policy) error {
 		fmt.Fprintf(&b, "mislabeled 400s: own budget of %d rounds from %s, doubling, within %s of a capacity failure\n",
 			m.Rounds, backoffDur(m.InitialDelay), backoffDur(m.Evidence))
 	}
+	if p.Rounds > 0 && (p.Retries(engine.ClassTransport) || p.Retries(engine.ClassTimeout)) {
+		var kinds []string
+		for _, k := range retry.TransportKinds {
+			if n, ok := p.Transport.For(k); ok {
+				kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			} else {
+				kinds = append(kinds, k+" the curve")
+			}
+		}
+		fmt.Fprintf(&b, "no HTTP answer, retries by kind (retry.transport): %s\n", strings.Join(kinds, ", "))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -31,6 +31,9 @@ const (
 	BudgetMain       = "retry"      // Policy.Rounds
 	BudgetMislabeled = "mislabeled" // Policy.Mislabeled.Rounds
 	BudgetLongTerm   = "long-term"  // unbounded
+	// BudgetTransport is a transport failure kind's own budget
+	// (Policy.Transport); its retries spend the main budget too.
+	BudgetTransport = "transport"
 )
 
 // Action is the planner's answer to one failure.
@@ -61,6 +64,15 @@ type Action struct {
 	Quota any `json:"-"`
 	// Reason says why, for people: logs, the decision API, `gatectl sim`.
 	Reason string `json:"reason"`
+}
+
+// Spent reports a give-up after gatectl's own retrying is over: a budget of at
+// least one round is spent, or the failure is a transport failure whose kind gets
+// no retries (Policy.Transport), judged hopeless rather than left to the caller.
+// A give-up that is not Spent is a class gatectl does not retry (retry.retryOn,
+// retry.rounds 0): whoever called gatectl may still retry it.
+func (a Action) Spent() bool {
+	return a.Kind == ActionGiveUp && a.Exhausted && (a.Rounds > 0 || a.Budget == BudgetTransport)
 }
 
 // MarshalJSON adds delayMs to the JSON form.

@@ -31,8 +31,34 @@ type Budget struct {
 	Mislabeled int `json:"mislabeled"`
 	// LongTerm is how many long-term QUOTA waits were planned (unbounded by design).
 	LongTerm int `json:"longTerm"`
+	// Transport is how many retries were planned per transport failure kind that
+	// Policy.Transport bounds. Each of them is counted in Rounds too.
+	Transport TransportSpent `json:"transport,omitzero"`
 	// UpdatedAt is when the planner last saved the record (BudgetPruner uses it).
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// TransportSpent counts the retries of a Budget per transport failure kind.
+type TransportSpent struct {
+	DNS     int `json:"dns,omitempty"`
+	Refused int `json:"refused,omitempty"`
+	Reset   int `json:"reset,omitempty"`
+	Timeout int `json:"timeout,omitempty"`
+}
+
+// of returns kind's counter; nil for a kind it has none for.
+func (t *TransportSpent) of(kind string) *int {
+	switch kind {
+	case "dns":
+		return &t.DNS
+	case "refused":
+		return &t.Refused
+	case "reset":
+		return &t.Reset
+	case "timeout":
+		return &t.Timeout
+	}
+	return nil
 }
 
 // BudgetStore keeps retry budgets where they survive a reconnect: a session that
@@ -147,11 +173,7 @@ func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetFi
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()
-	b, found := p.load(k)
-	if !found || b.Turn != req.Turn || (pol.BudgetPerStep && b.Step != req.Step) {
-		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
-	}
-	b.Step = req.Step
+	b := p.turnBudget(k, pol, req)
 	n := f.of(&b)
 	if limit >= 0 && *n >= limit {
 		return *n, false
@@ -160,6 +182,45 @@ func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetFi
 	b.UpdatedAt = now
 	p.save(k, b)
 	return *n, true
+}
+
+// takeTransport spends one round of the main budget (of size pol.Rounds) and one of
+// kind's own (of size limit) together, and saves the budget before returning. When
+// either is spent nothing is: ok is false and kindSpent tells which one it was.
+// round and kindRound are the 1-based rounds spent.
+func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind string, limit int) (round, kindRound int, ok, kindSpent bool) {
+	k := BudgetKey{Session: req.Session, Provider: req.Provider}
+	mu := p.lockFor(k)
+	mu.Lock()
+	defer mu.Unlock()
+	b := p.turnBudget(k, pol, req)
+	n := b.Transport.of(kind)
+	if n == nil { // not a kind Policy.Transport bounds: the main budget alone
+		var spare int
+		n = &spare
+	}
+	switch {
+	case *n >= limit:
+		return b.Rounds, *n, false, true
+	case b.Rounds >= pol.Rounds:
+		return b.Rounds, *n, false, false
+	}
+	*n++
+	b.Rounds++
+	b.UpdatedAt = now
+	p.save(k, b)
+	return b.Rounds, *n, true, false
+}
+
+// turnBudget loads k's budget for req's turn (and step, with BudgetPerStep): a
+// record of another turn starts afresh. Requires k's stripe lock.
+func (p *Planner) turnBudget(k BudgetKey, pol *Policy, req *Request) Budget {
+	b, found := p.load(k)
+	if !found || b.Turn != req.Turn || (pol.BudgetPerStep && b.Step != req.Step) {
+		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
+	}
+	b.Step = req.Step
+	return b
 }
 
 // lockFor returns the stripe guarding k.

@@ -126,6 +126,11 @@ func (p *Planner) Policy() Policy {
 //     the main budget: the clamped hint when under MaxDelay, else MaxDelay; without
 //     a hint the jittered curve, or for OVERLOADED/SERVER with HintlessBackoff
 //     HintlessBaseDelay·2ⁿ⁻¹.
+//   - A transport failure (Request.Failure.ErrorKind set) of a kind that
+//     Policy.Transport bounds gets at most that many retries on a budget of its own,
+//     each spending a round of the main budget too and waiting on the curve: by
+//     default a DNS failure is given up at once and a refused connection after one
+//     retry. Such a give-up is Exhausted, with Budget BudgetTransport.
 //   - MISLABELED is retried on its own budget when Mislabeled.Enabled and the
 //     provider had a capacity failure within Mislabeled.Evidence; otherwise it is a
 //     real INVALID_REQUEST and given up.
@@ -159,6 +164,8 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, req Request) Action {
 	default:
 		if !c.policy.Retries(v.Class) {
 			a = retryNotRetried(v.Class, retryClassName(v.Class)+" is not retried (retry.retryOn)")
+		} else if kind, limit, ok := transportLimit(&c.policy, req.Failure); ok {
+			a = p.planTransport(now, c, &req, kind, limit)
 		} else {
 			a = p.planCurve(now, c, &req, "")
 		}
@@ -169,6 +176,16 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, req Request) Action {
 		Provider: req.Provider, Model: req.Model, Action: a,
 	}, hintless)
 	return a
+}
+
+// transportLimit returns the failure's transport kind and its bound when
+// pol.Transport bounds it.
+func transportLimit(pol *Policy, f *engine.Failure) (kind string, limit int, ok bool) {
+	if f == nil || f.ErrorKind == "" {
+		return "", 0, false
+	}
+	limit, ok = pol.Transport.For(f.ErrorKind)
+	return f.ErrorKind, limit, ok
 }
 
 // jittered draws round's curve wait.

@@ -373,6 +373,98 @@ func TestPlannerBudgets(t *testing.T) {
 	}
 }
 
+// TestPlannerTransport: a transport failure's kind bounds its retries
+// (retry.transport): a name that does not resolve is given up at once, a refused
+// connection after one retry, a reset follows the curve.
+func TestPlannerTransport(t *testing.T) {
+	s := time.Second
+	tr := engine.ClassTransport
+	kind := func(k string) func(*Request) {
+		return func(r *Request) { r.Failure = &engine.Failure{ErrorKind: k} }
+	}
+	req := func(k string) Request { return retryReq(tr, nil, kind(k)) }
+	tests := []retryCase{
+		{
+			name: "dns: given up at once",
+			steps: []retryStep{{req: req("dns"), kind: ActionGiveUp, budget: "transport", exhausted: true,
+				reason: "DNS failure on p: retry.transport.dns is 0: giving up at once"}},
+		},
+		{
+			name: "refused: one retry on the curve, then given up",
+			steps: []retryStep{
+				{req: req("refused"), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "transport",
+					reason: "TRANSPORT (connection refused) on p: retry 1/1 in 2s (backoff curve, retry.transport.refused)"},
+				{at: 2 * s, req: req("refused"), kind: ActionGiveUp, round: 1, rounds: 1, budget: "transport", exhausted: true,
+					reason: "connection refused on p: retry.transport.refused spent: 1 of 1 retries this turn"},
+				// the refused retry spent a main round too
+				{at: 3 * s, req: req("reset"), kind: ActionRetry, delay: 4 * s, round: 2, rounds: 8, budget: "retry"},
+			},
+		},
+		{
+			name:   "reset: the whole curve",
+			policy: func(p *Policy) { p.Rounds = 3 },
+			steps: []retryStep{
+				{req: req("reset"), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 3, budget: "retry"},
+				{req: req("reset"), kind: ActionRetry, delay: 4 * s, round: 2, rounds: 3, budget: "retry"},
+				{req: req("reset"), kind: ActionRetry, delay: 8 * s, round: 3, rounds: 3, budget: "retry"},
+				{req: req("reset"), kind: ActionGiveUp, round: 3, rounds: 3, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name: "a TIMEOUT of kind timeout follows the curve; no kind follows the curve",
+			steps: []retryStep{
+				{req: retryReq(engine.ClassTimeout, nil, kind("timeout")), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
+				{req: retryReq(tr, nil), kind: ActionRetry, delay: 4 * s, round: 2, rounds: 8, budget: "retry"},
+			},
+		},
+		{
+			name:   "the main budget bounds a kind's: spent main, kind left",
+			policy: func(p *Policy) { p.Rounds = 1; p.Transport.Refused = 3 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "retry"},
+				{req: req("refused"), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "a kind's budget is counted apart and shows what is left of the tighter one",
+			policy: func(p *Policy) { p.Rounds = 3; p.Transport.Refused = 5 },
+			steps: []retryStep{
+				{req: req("reset"), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 3, budget: "retry"},
+				{req: req("refused"), kind: ActionRetry, delay: 4 * s, round: 1, rounds: 2, budget: "transport"},
+				{req: req("refused"), kind: ActionRetry, delay: 8 * s, round: 2, rounds: 2, budget: "transport"},
+				{req: req("refused"), kind: ActionGiveUp, round: 3, rounds: 3, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "a new turn starts the kind's budget afresh",
+			policy: func(p *Policy) { p.Transport.Refused = 1 },
+			steps: []retryStep{
+				{req: req("refused"), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "transport"},
+				{req: req("refused"), kind: ActionGiveUp, round: 1, rounds: 1, budget: "transport", exhausted: true},
+				{req: retryReq(tr, nil, kind("refused"), retryTurn("t2", 1)), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "transport"},
+			},
+		},
+		{
+			name:   "dns at FollowRounds: the curve",
+			policy: func(p *Policy) { p.Transport.DNS = FollowRounds },
+			steps:  []retryStep{{req: req("dns"), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"}},
+		},
+		{
+			name:   "retry.rounds 0: not retried, not a spent budget",
+			policy: func(p *Policy) { p.Rounds = 0 },
+			steps:  []retryStep{{req: req("refused"), kind: ActionGiveUp, reason: "retry.rounds is 0"}},
+		},
+		{
+			name:   "a class not in retryOn is not retried, whatever its kind",
+			policy: func(p *Policy) { p.RetryOn = []engine.Class{engine.ClassServer} },
+			steps:  []retryStep{{req: req("refused"), kind: ActionGiveUp, reason: "TRANSPORT is not retried"}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+	}
+}
+
 func TestPlannerMislabeled(t *testing.T) {
 	s := time.Second
 	ml := engine.ClassMislabeled

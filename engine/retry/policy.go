@@ -39,6 +39,51 @@ type Mislabeled struct {
 	Evidence time.Duration
 }
 
+// FollowRounds in a TransportRounds field: the kind has no budget of its own and
+// retries on the main budget (Policy.Rounds) alone.
+const FollowRounds = -1
+
+// TransportKinds are the kinds of transport failure (engine.Failure.ErrorKind)
+// TransportRounds has a setting for, in the config's order.
+var TransportKinds = []string{"dns", "refused", "reset", "timeout"}
+
+// TransportRounds is how many retries a transport failure (no HTTP answer) gets,
+// by its kind (retry.transport; see docs/RATIONALE.md, "Why do a DNS failure and a
+// refused connection fail fast?"). A kind with a number n gets at most n retries
+// per (session, turn, provider), counted apart from the other kinds; each retry
+// spends a round of the main budget as well, so Rounds still bounds them all. A
+// kind at FollowRounds, and a failure of no kind, retry on the main budget alone.
+type TransportRounds struct {
+	// DNS: the upstream's name does not resolve. Default 0: a mistyped baseURL or a
+	// missing DNS record does not fix itself within a retry's wait.
+	DNS int
+	// Refused: nothing listens at the address. Default 1: one quick retry covers an
+	// upstream that is restarting.
+	Refused int
+	// Reset: the connection broke mid-exchange. Default FollowRounds.
+	Reset int
+	// Timeout: the upstream did not answer in time. Default FollowRounds.
+	Timeout int
+}
+
+// For returns the setting for kind and whether it bounds the kind: ok is false for
+// FollowRounds and for a kind TransportRounds has no setting for ("" included).
+func (t *TransportRounds) For(kind string) (rounds int, ok bool) {
+	switch kind {
+	case "dns":
+		rounds = t.DNS
+	case "refused":
+		rounds = t.Refused
+	case "reset":
+		rounds = t.Reset
+	case "timeout":
+		rounds = t.Timeout
+	default:
+		return 0, false
+	}
+	return rounds, rounds != FollowRounds
+}
+
 // Policy is the retry: section of the config as engine values: the backoff
 // curve, which classes are retried, how provider hints are trusted, and the
 // hintless and mislabeled rules.
@@ -55,6 +100,7 @@ type Mislabeled struct {
 //	RetryOn: RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT,
 //	HintClamp: [1s, 300s], HintlessBackoff: false, HintlessBaseDelay: 5s,
 //	Mislabeled: {Enabled: true, Rounds: 3, InitialDelay: 15s, Evidence: 10m},
+//	Transport: {DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: FollowRounds},
 //	BudgetPerStep: false (the steps of a turn share one budget).
 type Policy struct {
 	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
@@ -89,6 +135,9 @@ type Policy struct {
 	HintlessBackoff   bool
 	HintlessBaseDelay time.Duration
 	Mislabeled        Mislabeled
+	// Transport bounds the retries of a transport failure by its kind: a name that
+	// does not resolve fails at once, a refused connection after one retry.
+	Transport TransportRounds
 	// BudgetPerStep gives each step of a turn its own budget. false (the default)
 	// shares one budget across the turn's steps: otherwise a turn that meets the same
 	// cooldown at every step would get a fresh budget at each.
@@ -114,6 +163,7 @@ func DefaultPolicy() Policy {
 			InitialDelay: 15 * time.Second,
 			Evidence:     10 * time.Minute,
 		},
+		Transport: TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: FollowRounds},
 	}
 }
 
@@ -168,6 +218,11 @@ func (p Policy) Validate() error {
 		}
 		if m.Evidence <= 0 {
 			bad("mislabeled.evidence", "must be > 0 (got %s)", m.Evidence)
+		}
+	}
+	for _, kind := range TransportKinds {
+		if n, _ := p.Transport.For(kind); n < FollowRounds || n > MaxRounds {
+			bad("transport."+kind, "must be between 0 and %d, or %d to follow retry.rounds (got %d)", MaxRounds, FollowRounds, n)
 		}
 	}
 	return errors.Join(errs...)

@@ -38,7 +38,8 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	if got.Rounds != want.Rounds || got.InitialDelay != want.InitialDelay || got.Multiplier != want.Multiplier ||
 		got.MaxDelay != want.MaxDelay || got.Jitter != want.Jitter || got.RespectRetryAfter != want.RespectRetryAfter ||
 		got.HintClamp != want.HintClamp || got.HintlessBackoff || got.HintlessBaseDelay != want.HintlessBaseDelay ||
-		got.Mislabeled != want.Mislabeled || got.BudgetPerStep {
+		got.Mislabeled != want.Mislabeled || got.BudgetPerStep ||
+		got.Transport != (TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: FollowRounds}) {
 		t.Errorf("DefaultPolicy() = %+v, want %+v", got, want)
 	}
 	for _, c := range engine.Classes {
@@ -84,6 +85,9 @@ func TestRetryPolicyValidate(t *testing.T) {
 		{"mislabeled initialDelay 0", func(p *Policy) { p.Mislabeled.InitialDelay = 0 }, []string{"retry.mislabeled.initialDelay: must be > 0"}},
 		{"mislabeled evidence 0", func(p *Policy) { p.Mislabeled.Evidence = 0 }, []string{"retry.mislabeled.evidence: must be > 0"}},
 		{"mislabeled off ignores its fields", func(p *Policy) { p.Mislabeled = Mislabeled{Rounds: -5} }, nil},
+		{"transport at FollowRounds is valid", func(p *Policy) { p.Transport.DNS = FollowRounds }, nil},
+		{"transport dns -2", func(p *Policy) { p.Transport.DNS = -2 }, []string{"retry.transport.dns: must be between 0 and 200, or -1 to follow retry.rounds (got -2)"}},
+		{"transport reset 201", func(p *Policy) { p.Transport.Reset = 201 }, []string{"retry.transport.reset: must be between 0 and 200"}},
 		{"every error at once", func(p *Policy) { p.Rounds = 300; p.Jitter = 2; p.MaxDelay = -1 },
 			[]string{"retry.rounds", "retry.maxDelay", "retry.jitter"}},
 		{"zero value", func(p *Policy) { *p = Policy{} },

@@ -59,8 +59,18 @@ func (p *Planner) planCurve(now time.Time, c *retryConf, req *Request, prefix st
 	if !ok {
 		return retryExhausted(BudgetMain, pol.Rounds, req.Provider)
 	}
-	var d time.Duration
-	var why string
+	d, why := p.curveWait(pol, req, round)
+	if prefix == "" {
+		prefix = retryClassName(cls)
+	}
+	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetMain, Round: round, Rounds: pol.Rounds,
+		Reason: retryReason(prefix, req.Provider, round, pol.Rounds, d, why)}
+}
+
+// curveWait is the wait of a retry on round of the main budget, and why: the
+// provider's hint, the hintless schedule or the jittered curve.
+func (p *Planner) curveWait(pol *Policy, req *Request, round int) (d time.Duration, why string) {
+	cls := req.Verdict.Class
 	hint, hinted := req.Verdict.RetryAfter()
 	switch {
 	case hinted && pol.RespectRetryAfter:
@@ -77,11 +87,50 @@ func (p *Planner) planCurve(now time.Time, c *retryConf, req *Request, prefix st
 		d = p.jittered(pol, round)
 		why = "backoff curve"
 	}
-	if prefix == "" {
-		prefix = retryClassName(cls)
+	return d, why
+}
+
+// planTransport plans a retry of a transport failure whose kind has a budget of its
+// own (Policy.Transport): limit retries of that kind at most, each also spending a
+// round of the main budget and waiting on the curve. A limit of 0 gives up at once.
+func (p *Planner) planTransport(now time.Time, c *retryConf, req *Request, kind string, limit int) Action {
+	pol := &c.policy
+	cls := req.Verdict.Class
+	if pol.Rounds == 0 {
+		return retryNotRetried(cls, "retry.rounds is 0: gatectl does not retry")
 	}
-	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetMain, Round: round, Rounds: pol.Rounds,
-		Reason: retryReason(prefix, req.Provider, round, pol.Rounds, d, why)}
+	what := transportKindName(kind)
+	if limit == 0 {
+		return Action{Kind: ActionGiveUp, Budget: BudgetTransport, Exhausted: true,
+			Reason: fmt.Sprintf("%s on %s: retry.transport.%s is 0: giving up at once", what, req.Provider, kind)}
+	}
+	round, kindRound, ok, kindSpent := p.takeTransport(now, pol, req, kind, limit)
+	switch {
+	case !ok && kindSpent:
+		return Action{Kind: ActionGiveUp, Budget: BudgetTransport, Round: limit, Rounds: limit, Exhausted: true,
+			Reason: fmt.Sprintf("%s on %s: retry.transport.%s spent: %d of %d retries this turn", what, req.Provider, kind, limit, limit)}
+	case !ok:
+		return retryExhausted(BudgetMain, pol.Rounds, req.Provider)
+	}
+	d, why := p.curveWait(pol, req, round)
+	rounds := min(limit, kindRound+pol.Rounds-round) // what is left of the tighter budget, plus what was spent
+	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetTransport, Round: kindRound, Rounds: rounds,
+		Reason: retryReason(retryClassName(cls)+" ("+what+")", req.Provider, kindRound, rounds, d, why+", retry.transport."+kind)}
+}
+
+// transportKindName names a transport failure kind for reasons.
+func transportKindName(kind string) string {
+	switch kind {
+	case "dns":
+		return "DNS failure"
+	case "refused":
+		return "connection refused"
+	case "reset":
+		return "connection reset"
+	case "timeout":
+		return "timeout"
+	}
+	return kind
 }
 
 // retryReason renders "PREFIX on PROVIDER: retry N/M in D (WHY)" without fmt's
