@@ -23,7 +23,7 @@ const (
 	// gate's own excess. It is timing (the provider still counted an earlier call)
 	// or traffic from outside the ledger: the model cools down, the trigger stays.
 	suspectRatio  = 0.8
-	startRefShare = 0.2
+	lowCallsAlone = 4
 	// relaxGapShare: a trigger below relaxTo of a clean window's reading closes
 	// this share of the gap to it each loaded window, so a poisoned trigger
 	// recovers in two or three windows. A clean window's reading is the highest
@@ -134,15 +134,22 @@ type learnStep struct {
 // window after its first 429, or reaches three 429s spread over a sixtieth of a
 // window (not one burst at one instant, which is timing), within two windows.
 //
-// A reading below one typical call (its input and expected output) is never a
-// token limit: the provider refused while holding less than one call of ours.
+// A reading below one typical call (its input and expected output), or an empty
+// window, is never a token limit: the provider refused while holding less than
+// one call of ours.
 func (l *learner) suspect(now time.Time, reading, typical float64, span time.Duration) bool {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
-	// Without a stated limit or a clean window, a fifth of the start is the
-	// reference: a start may be far from the truth, but a reading below 80% of
-	// that (16% of the start) is believed only once it repeats.
-	ref := math.Max(l.stated, math.Max(l.cleanMax, startRefShare*l.start))
-	low := reading > 0 && reading < typical
+	// Without a stated limit or a clean window there is no reference but the
+	// calls themselves: a reading of fewer than lowCallsAlone ordinary calls is
+	// believed only once it repeats (a start may be far from the truth, so it is
+	// no reference).
+	ref := math.Max(l.stated, l.cleanMax)
+	lowCalls := 1.0
+	if ref == 0 {
+		lowCalls = lowCallsAlone
+	}
+	one := math.Max(typical, 1)
+	low := reading < lowCalls*one // an empty window (reading 0) is low too: nothing of ours caused it
 	if !low && (ref == 0 || reading >= suspectRatio*ref) {
 		return false
 	}
@@ -151,7 +158,7 @@ func (l *learner) suspect(now time.Time, reading, typical float64, span time.Dur
 	}
 	l.suspects++
 	since := now.Sub(l.lastSuspect)
-	if !low && (since >= span/6 || (l.suspects >= 3 && since >= span/60)) {
+	if reading >= one && (since >= span/6 || (l.suspects >= 3 && since >= span/60)) {
 		l.lastSuspect, l.suspects = time.Time{}, 0
 		l.cleanMax = reading // the old clean windows describe a limit that is gone
 		return false

@@ -49,9 +49,9 @@ func TestLearnerCutsAtMostOncePerWindow(t *testing.T) {
 	if q, _ := quota(l, t0.Add(61*time.Second)); q != 700 {
 		t.Fatalf("quota %g, want 700", q)
 	}
-	l.RateLimited(t0.Add(75*time.Second), "p", "m", time.Second) // the series repeats: believed, nothing to read, AIMD halves
-	if q, _ := quota(l, t0.Add(75*time.Second)); q != 350 {
-		t.Fatalf("quota %g, want 350", q)
+	l.RateLimited(t0.Add(75*time.Second), "p", "m", time.Second) // and again: an empty window never teaches a limit
+	if q, _ := quota(l, t0.Add(75*time.Second)); q != 700 {
+		t.Fatalf("quota %g, want 700", q)
 	}
 }
 
@@ -83,11 +83,11 @@ func TestLearnerFloor(t *testing.T) {
 	c := learnGate()
 	c.Defaults.TPM = 160_000
 	l, _, _ := newTestLedger(t, c)
-	for i := 0; i < 20; i++ {
-		l.RateLimited(t0.Add(time.Duration(i)*61*time.Second), "p", "m", time.Second)
-	}
-	if q, _ := quota(l, t0.Add(30*time.Minute)); q != 10_000 {
-		t.Fatalf("quota %g, want the floor 10000 (start ÷ 16)", q)
+	withOutputHistory(t, l)       // a call costs about 101 tokens
+	mustAdmit(t, l, t0, req(900)) // a window of 1000: a provider far below the start
+	l.RateLimited(t0, "p", "m", time.Second)
+	if q, trig := quota(l, t0); q != 10_000 || trig != 1000 {
+		t.Fatalf("quota %g trigger %g, want the floor 10000 (start ÷ 16) and the reading 1000", q, trig)
 	}
 }
 
