@@ -158,7 +158,11 @@ func (l *learner) suspect(now time.Time, reading, typical float64, span time.Dur
 	}
 	l.suspects++
 	since := now.Sub(l.lastSuspect)
-	if reading >= one && (since >= span/6 || (l.suspects >= 3 && since >= span/60)) {
+	// A reading of less than one call is never a limit (a trigger of a few dozen
+	// tokens would make every call over budget); an empty window that goes on
+	// refusing falls to the quota's ×0.5 instead.
+	belowOne := reading > 0 && reading < one
+	if !belowOne && (since >= span/6 || (reading >= one && l.suspects >= 3 && since >= span/60)) {
 		l.lastSuspect, l.suspects = time.Time{}, 0
 		l.cleanMax = reading // the old clean windows describe a limit that is gone
 		return false

@@ -49,9 +49,9 @@ func TestLearnerCutsAtMostOncePerWindow(t *testing.T) {
 	if q, _ := quota(l, t0.Add(61*time.Second)); q != 700 {
 		t.Fatalf("quota %g, want 700", q)
 	}
-	l.RateLimited(t0.Add(75*time.Second), "p", "m", time.Second) // and again: an empty window never teaches a limit
-	if q, _ := quota(l, t0.Add(75*time.Second)); q != 700 {
-		t.Fatalf("quota %g, want 700", q)
+	l.RateLimited(t0.Add(75*time.Second), "p", "m", time.Second) // it goes on: believed, nothing to read, AIMD halves
+	if q, _ := quota(l, t0.Add(75*time.Second)); q != 350 {
+		t.Fatalf("quota %g, want 350", q)
 	}
 }
 
