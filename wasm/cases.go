@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gatectl/gatectl/internal/failurejson"
 	"reflect"
 	"sort"
 	"strings"
@@ -35,7 +36,7 @@ func (p *Plugin) RunCases(ctx context.Context, cases []map[string]any) error {
 }
 
 func (p *Plugin) runRawCase(ctx context.Context, raw map[string]any) error {
-	m, _ := normalize(raw).(map[string]any)
+	m, _ := failurejson.Normalize(raw).(map[string]any)
 	for k := range m {
 		if k != "name" && k != "input" && k != "expect" {
 			return fmt.Errorf("unknown key %q (valid: name, input, expect)", k)

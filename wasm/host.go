@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gatectl/gatectl/internal/failurejson"
 	"io"
 	"os"
 	"path/filepath"
@@ -416,37 +417,11 @@ func canonicalConfig(cfg map[string]any) ([]byte, error) {
 	if cfg == nil {
 		return []byte("{}"), nil
 	}
-	b, err := json.Marshal(normalize(cfg))
+	b, err := json.Marshal(failurejson.Normalize(cfg))
 	if err != nil {
 		return nil, err
 	}
 	return b, nil
-}
-
-// normalize turns the map[any]any a YAML decoder may produce into map[string]any,
-// recursively, without changing its argument.
-func normalize(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[k] = normalize(e)
-		}
-		return m
-	case map[any]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[fmt.Sprint(k)] = normalize(e)
-		}
-		return m
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = normalize(e)
-		}
-		return out
-	}
-	return v
 }
 
 // instKey is the context key under which a call carries its instance, so the

@@ -48,7 +48,7 @@ type Case struct {
 // errors name the key at fault; the caller adds which case it is.
 func ParseCase(v any) (Case, error) {
 	var c Case
-	m, ok := normalize(v).(map[string]any)
+	m, ok := Normalize(v).(map[string]any)
 	if !ok {
 		return c, fmt.Errorf("a case is a mapping of name, input, expect (got %s)", kindOf(v))
 	}

@@ -93,7 +93,7 @@ func decodeObject(data []byte) (map[string]any, error) {
 // numbers as int, float64 or json.Number, nested mappings and lists — and, for
 // body, possibly a json.RawMessage. It does not change v.
 func FromValue(v any) (*engine.Failure, error) {
-	m, ok := normalize(v).(map[string]any)
+	m, ok := Normalize(v).(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("want a mapping with %s (got %s)", strings.Join(FailureKeys, ", "), kindOf(v))
 	}
@@ -326,26 +326,27 @@ func show(v any) string {
 	return fmt.Sprint(v)
 }
 
-// normalize turns the map[any]any an older YAML decoder may produce into
-// map[string]any, recursively, without changing its argument.
-func normalize(v any) any {
+// Normalize turns the map[any]any an older YAML decoder may produce into
+// map[string]any, recursively, without changing its argument. It is exported for
+// the other readers of YAML-or-JSON values (wasm plugin configs).
+func Normalize(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		m := make(map[string]any, len(x))
 		for k, e := range x {
-			m[k] = normalize(e)
+			m[k] = Normalize(e)
 		}
 		return m
 	case map[any]any:
 		m := make(map[string]any, len(x))
 		for k, e := range x {
-			m[fmt.Sprint(k)] = normalize(e)
+			m[fmt.Sprint(k)] = Normalize(e)
 		}
 		return m
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = normalize(e)
+			out[i] = Normalize(e)
 		}
 		return out
 	}
