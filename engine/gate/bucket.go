@@ -105,9 +105,6 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.learn.quota = max(b.learn.quota, b.learn.floor)
 	}
 	b.est.configuredReserve = cfg.OutputReserveTokens
-	if b.est.nOutputs < reserveMinSamples {
-		b.est.reserve = int64(cfg.OutputReserveTokens)
-	}
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
 		b.perSession = make(map[string]int) // calls already in flight are not counted

@@ -2,19 +2,15 @@ package gate
 
 import (
 	"math"
-	"slices"
 )
 
 // Estimator constants.
 const (
-	estimateDefaultBytesPerToken = 4.0 // a first request's heuristic, before anything was settled
-	estimateRecentInputs         = 3   // cold start: the mean of the last three actual inputs is the best guess without a size
-	estimateRatioSamples         = 16  // settled (bytes, tokens) pairs kept for the ratio
-	reserveSamples               = 32  // real outputs kept for the reserve calibration
-	reserveMinSamples            = 8   // calibrate only once this many outputs were seen
-	reserveQuantile              = 0.95
-	reserveHeadroom              = 1.25
-	reserveMinTokens             = 256
+	estimateDefaultBytesPerToken = 4.0     // a first request's heuristic, before anything was settled
+	estimateRecentInputs         = 3       // cold start: the mean of the last three actual inputs is the best guess without a size
+	estimateRatioSamples         = 16      // settled (bytes, tokens) pairs kept for the ratio
+	reserveSamples               = 32      // real outputs kept for the reserve calibration
+	reserveMinSamples            = 8       // calibrate only once this many outputs were seen
 	maxReservation               = 1 << 40 // far above any model's output, far below int64 overflow
 )
 
@@ -38,10 +34,6 @@ type estimator struct {
 	ratioTokens [estimateRatioSamples]int64
 	nRatio      int
 
-	outputs    [reserveSamples]int64
-	nOutputs   int
-	outputSum  int64 // invariant: the sum of the outputs in the ring
-	reserve    int64 // calibrated reserve; configuredReserve until calibrated
 	driftSum   float64
 	driftCount int64
 
@@ -65,7 +57,7 @@ type estimator struct {
 }
 
 func newEstimator(configuredReserve int) estimator {
-	return estimator{configuredReserve: configuredReserve, reserve: int64(configuredReserve)}
+	return estimator{configuredReserve: configuredReserve}
 }
 
 // input estimates the input tokens of a request of inputBytes bytes.
@@ -114,7 +106,7 @@ func (e *estimator) outputReserve(maxTokens int) int64 {
 	if e.nWeighted >= reserveMinSamples {
 		return max(1, int64(math.Ceil(e.outMean)))
 	}
-	return e.reserve
+	return int64(e.configuredReserve)
 }
 
 // callVariance is the variance of what a call reserving (input estimate in,
@@ -206,26 +198,6 @@ func (e *estimator) observe(inputBytes int, inputTokens, outputTokens, reservedO
 	if askedMaxTokens {
 		return // the request chose its own reserve; it says nothing about the default
 	}
-	i := e.nOutputs % reserveSamples
-	e.outputSum += outputTokens - e.outputs[i]
-	e.outputs[i] = outputTokens
-	e.nOutputs++
-	if e.nOutputs%reserveMinSamples == 0 { // recalibrate every few samples: cheap on the settle path
-		e.reserve = e.calibratedReserve()
-	}
-}
-
-// calibratedReserve is a high quantile of recent real outputs with head room,
-// between reserveMinTokens and four times the configured reserve.
-func (e *estimator) calibratedReserve() int64 {
-	n := min(e.nOutputs, reserveSamples)
-	var buf [reserveSamples]int64
-	copy(buf[:n], e.outputs[:n])
-	s := buf[:n]
-	slices.Sort(s)
-	q := s[int(math.Ceil(reserveQuantile*float64(n)))-1]
-	r := int64(math.Ceil(float64(q) * reserveHeadroom))
-	return max(int64(reserveMinTokens), min(r, 4*int64(e.configuredReserve)))
 }
 
 // meanOutput is what a call in flight is expected to write: the latency-weighted

@@ -20,7 +20,7 @@ type BucketStatus struct {
 	TokenBudget    int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
 	RPMBudget      int     `json:"rpmBudget"`     // rpm × safety factor
 	CooldownMs     int64   `json:"cooldownMs"`    // cooldown left
-	OutputReserve  int64   `json:"outputReserve"` // calibrated output reserve
+	OutputReserve  int64   `json:"outputReserve"` // what a call without max_tokens reserves now
 	BytesPerToken  float64 `json:"bytesPerToken"` // learned input ratio; 0 before any sized settle
 	ReserveDrift   float64 `json:"reserveDrift"`  // mean (real − reserved output) ÷ reserved
 	Waits          int64   `json:"waits"`         // calls held back so far
@@ -63,7 +63,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
-		OutputReserve: b.est.reserve, BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
+		OutputReserve: b.est.outputReserve(0), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
 		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival",
 	}
 	if b.atCompletion {
