@@ -19,6 +19,7 @@ var sections = []documented{
 	poolSchema, routeSchema,
 	balanceSchema, httpBalanceSchema, wasmBalanceSchema,
 	quotaSchema,
+	proxySchema,
 }
 
 // reference returns the config reference (docs/config.md), generated from the

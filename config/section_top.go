@@ -37,6 +37,8 @@ var topSchema = &schema[Config]{
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.balances(n, path) }),
 		subField("quota", "what a QUOTA failure does", quotaSchema,
 			func(c *Config) *Quota { return &c.Quota }),
+		subField("proxy", "what a held client sees: SSE comments for a stream, a cap for the rest", proxySchema,
+			func(c *Config) *Proxy { return &c.Proxy }),
 	},
 }
 

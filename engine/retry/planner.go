@@ -167,7 +167,7 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, req Request) Action {
 		} else if kind, limit, ok := transportLimit(&c.policy, req.Failure); ok {
 			a = p.planTransport(now, c, &req, kind, limit)
 		} else {
-			a = p.planCurve(now, c, &req, "")
+			a = p.planCurve(now, c, &req, "", false)
 		}
 	}
 	a.Class = v.Class

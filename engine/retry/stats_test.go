@@ -12,6 +12,7 @@ import (
 func TestStatsPerTurnAndLifetime(t *testing.T) {
 	s := time.Second
 	pol := DefaultPolicy()
+	pol.HintRounds = FollowRounds // hinted retries count on the main budget here
 	pol.Rounds = 2
 	pl, err := NewPlanner(pol, PlannerOptions{Sink: &retrySink{}, Quota: &retryRouter{answer: func(f QuotaFailure) QuotaAnswer {
 		if f.Session == "s1" {
