@@ -232,40 +232,7 @@ func (l *Ledger) providerState(provider string) *providerState {
 // maxWait (then it fails open). It never returns an error but ctx's: any internal
 // failure admits at once with FailOpen set — the gate must never become the outage.
 func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
-	var w *Waiter
-	defer func() {
-		if r := recover(); r != nil {
-			if w != nil { // failing open: leave nothing queued or granted behind
-				w.b.mu.Lock()
-				w.b.abandonLocked(l.clock.Now(), w)
-				w.b.mu.Unlock()
-			}
-			t, err = Ticket{FailOpen: true, Reason: "internal"}, nil
-			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
-		}
-	}()
-	t, w = l.Submit(l.clock.Now(), req)
-	if w == nil {
-		return t, nil
-	}
-	for {
-		if t, ok := w.Ticket(); ok {
-			return t, nil
-		}
-		d := w.Next().Sub(l.clock.Now())
-		d += l.jitter(d)
-		timer := l.clock.NewTimer(max(d, 0))
-		select {
-		case <-w.ready:
-			timer.Stop()
-		case <-ctx.Done():
-			timer.Stop()
-			w.Cancel(l.clock.Now())
-			return Ticket{}, ctx.Err()
-		case <-timer.C():
-			w.Poll(l.clock.Now())
-		}
-	}
+	return l.AdmitObserved(ctx, req, nil)
 }
 
 // jitter is a random extra wait of up to Jitter×d, capped at one second, so
