@@ -95,7 +95,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		writeError(w, http.StatusBadRequest, "model", err.Error())
 		return
 	}
-	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start}
+	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start, clockStart: s.clock.Now()}
 	x.run()
 	total := time.Since(start)
 	s.metrics.Overhead(max(total-x.upstream-x.held, 0))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatectl/gatectl/config"
@@ -36,6 +37,13 @@ type exchange struct {
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
+
+	// The visible hold (proxy_hold.go): clockStart is when the exchange began on
+	// the server's clock; sseStarted says a held stream's headers went out (the
+	// answer continues in the stream); lastNotice is the last comment's time.
+	clockStart time.Time
+	sseStarted bool
+	lastNotice time.Time
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -54,7 +62,7 @@ func (x *exchange) run() {
 		route = x.res.asked // the session's route is one the client's key may not reach
 	}
 	pol := s.planner.Policy()
-	budget := pol.Rounds + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
+	budget := pol.Rounds + max(pol.HintRounds, 0) + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
 	var last *upstreamFailure
 	var lastVerdict engine.Verdict
 	for attempts := 0; ; attempts++ {
@@ -62,7 +70,7 @@ func (x *exchange) run() {
 			if last != nil {
 				x.giveUp(last, lastVerdict, err.Error(), true)
 			} else {
-				writeError(x.w, http.StatusBadRequest, "model", err.Error())
+				x.fail(http.StatusBadRequest, "model", err.Error())
 			}
 			return
 		}
@@ -91,7 +99,7 @@ func (x *exchange) run() {
 					return
 				}
 			}
-			if a.Delay > 0 && !x.sleep(ctx, a.Delay) {
+			if a.Delay > 0 && !x.sleep(ctx, a.Delay, fmt.Sprintf("retry %d/%d after %s on %s", a.Round, a.Rounds, v.Class, route)) {
 				return
 			}
 		case retry.ActionFailover:
@@ -109,10 +117,18 @@ func (x *exchange) run() {
 			dec, _ := a.Quota.(pool.Decision)
 			t0 := time.Now()
 			c0 := s.clock.Now()
-			err := s.quota.Wait(ctx, dec)
+			until := c0.Add(dec.Wait)
+			capped, err := x.hold(ctx, func() holdInfo {
+				return holdInfo{why: "quota spent on " + route.Provider + ": long-term wait", until: until}
+			}, func(ctx context.Context, started func()) error {
+				started()
+				return s.quota.Wait(ctx, dec)
+			})
 			x.held += time.Since(t0)
 			x.waited += s.clock.Now().Sub(c0)
 			switch {
+			case capped:
+				return
 			case ctx.Err() != nil:
 				return
 			case err != nil:
@@ -126,21 +142,37 @@ func (x *exchange) run() {
 	}
 }
 
-// sleep waits d on the server's clock; false when the client went away first.
-func (x *exchange) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d on the server's clock, visibly (why says what for); false when
+// the client went away first or the hold limit answered it.
+func (x *exchange) sleep(ctx context.Context, d time.Duration, why string) bool {
 	t0, c0 := time.Now(), x.s.clock.Now()
-	timer := x.s.clock.NewTimer(d)
 	defer func() {
 		x.held += time.Since(t0)
 		x.waited += x.s.clock.Now().Sub(c0)
 	}()
-	select {
-	case <-timer.C():
-		return true
-	case <-ctx.Done():
-		timer.Stop()
-		return false
+	until := c0.Add(d)
+	capped, err := x.hold(ctx, func() holdInfo { return holdInfo{why: why, until: until} }, func(ctx context.Context, started func()) error {
+		started()
+		timer := x.s.clock.NewTimer(d)
+		select {
+		case <-timer.C():
+			return nil
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+	})
+	return !capped && err == nil
+}
+
+// fail answers gatectl's own error: a JSON error, or once a held stream's
+// headers went out, the protocol's error event.
+func (x *exchange) fail(status int, field, msg string) {
+	if x.sseStarted {
+		x.failInStream(status, msg, nil)
+		return
 	}
+	writeError(x.w, status, field, msg)
 }
 
 // attempt admits and sends one try on route. done is true when the exchange is
@@ -151,15 +183,25 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	pc := x.cfg.Providers[route.Provider]
 	body, err := upstreamBody(pr, route)
 	if err != nil {
-		writeError(x.w, http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
+		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
 	t0 := time.Now()
-	t, err := s.ledger.Admit(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
-		Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens})
+	var t gate.Ticket
+	var queued atomic.Pointer[gate.Waiter]
+	maxWait := s.ledger.Config().MaxWait
+	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
+		var err error
+		t, err = s.ledger.AdmitObserved(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
+			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens}, func(w *gate.Waiter) {
+			queued.Store(w)
+			started()
+		})
+		return err
+	})
 	x.held += time.Since(t0)
-	if err != nil {
-		return nil, true // the client went away while waiting: nothing is held
+	if capped || err != nil {
+		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
@@ -169,7 +211,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
 		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
-		writeError(x.w, http.StatusBadGateway, "", err.Error())
+		x.fail(http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}
 	u0 := time.Now()
@@ -225,6 +267,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
 	s.quota.OnSuccess(pr.session)
+	if x.sseStarted { // a held stream answered by a whole body: pass it on as one event
+		_, _ = io.WriteString(x.w, "data: "+string(compactJSON(b))+"\n\n")
+		return nil, true
+	}
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
 	x.gateHeaders(h, route)

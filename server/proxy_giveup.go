@@ -75,6 +75,14 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	}
 	log("giving up", "route", route.String(), "status", status, "class", v.Class, "kind", fail.f.ErrorKind,
 		"should_retry", retry, "reason", reason)
+	if x.sseStarted { // a held stream: the failure is its error event
+		code := status
+		if code < 400 {
+			code = http.StatusBadGateway
+		}
+		x.failInStream(code, fmt.Sprintf("gatectl: upstream %s failed: %s (%s); %s", route, failureText(fail), v.Class, reason), fail.body)
+		return
+	}
 	switch {
 	case fail.body != nil && status >= 400:
 		x.w.WriteHeader(status)
@@ -101,4 +109,13 @@ func shouldRetry(c engine.Class) bool {
 		return true
 	}
 	return false
+}
+
+// failureText is a failure's text for a message: gatectl's description of a
+// transport failure, or the upstream's status.
+func failureText(fail *upstreamFailure) string {
+	if fail.body == nil {
+		return fail.f.Body
+	}
+	return "status " + strconv.Itoa(fail.f.Status)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
 )
@@ -27,6 +28,9 @@ type proxyRequest struct {
 	session     string
 	turn        string
 	priority    gate.Priority
+	// maxWait is what X-Gate-Max-Wait asks: how long a non-streamed request
+	// may be held (0: proxy.maxHold).
+	maxWait time.Duration
 }
 
 // turnSeq numbers requests that name no turn: each is a turn of its own.
@@ -78,6 +82,13 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	if pr.turn == "" {
 		pr.turn = "req-" + strconv.FormatUint(turnSeq.Add(1), 36)
 	}
+	if v := strings.TrimSpace(h.Get("X-Gate-Max-Wait")); v != "" {
+		d, err := parseWaitHeader(v)
+		if err != nil {
+			return nil, "X-Gate-Max-Wait", err
+		}
+		pr.maxWait = d
+	}
 	switch p := strings.ToLower(strings.TrimSpace(h.Get("X-Gate-Priority"))); p {
 	case "", "interactive":
 		pr.priority = gate.PriorityInteractive
@@ -87,4 +98,21 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 		return nil, "X-Gate-Priority", fmt.Errorf("X-Gate-Priority %q is invalid; choices are [interactive batch]", p)
 	}
 	return pr, "", nil
+}
+
+// parseWaitHeader reads X-Gate-Max-Wait: a Go duration ("90s", "10m") or a
+// number of seconds ("90"), positive.
+func parseWaitHeader(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(v, 64)
+		if ferr != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > math.MaxInt64/float64(time.Second) {
+			return 0, fmt.Errorf("X-Gate-Max-Wait %q is invalid: give a duration such as 90s or 10m, or a number of seconds", v)
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("X-Gate-Max-Wait %q must be positive", v)
+	}
+	return d, nil
 }
