@@ -89,6 +89,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
+	if pr.session == "" {
+		pr.session = defaultSession(r.Header, r.RemoteAddr)
+	}
 	snap := s.snap.Current()
 	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session)
 	if err != nil {

@@ -313,16 +313,44 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	if a.Kind != retry.ActionGiveUp {
 		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
-		// One line a retry, so that a client held through retries is never silent
-		// in the log. Only names and numbers: no body, header or key.
-		args := []any{"route", route.String(), "class", v.Class, "status", fail.f.Status, "kind", fail.f.ErrorKind,
-			"action", a.Kind, "budget", a.Budget, "round", a.Round, "rounds", a.Rounds, "delay", a.Delay}
-		if a.Route != nil {
-			args = append(args, "to", a.Route.String())
-		}
-		s.proxyLog.Info("upstream failed; retrying", args...)
+		x.logPlan(route, fail, v, a)
 	}
 	return v, a
+}
+
+// logPlan writes the one info line of a planned retry, quick retry, failover
+// or long-term wait, so that a client held through retries is never silent in
+// the log: "retrying: … in=28000ms round=1/5". Only names and numbers: no
+// body, header or key.
+func (x *exchange) logPlan(route engine.Route, fail *upstreamFailure, v engine.Verdict, a retry.Action) {
+	s := x.s
+	wait := a.Delay
+	if a.ViaGate { // the wait is the model's cooldown, which the next admission sits out
+		wait = max(wait, time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs)*time.Millisecond)
+	}
+	args := []any{"provider", route.Provider, "model", route.Model, "session", x.pr.session, "class", v.Class,
+		"status", fail.f.Status}
+	if fail.f.ErrorKind != "" {
+		args = append(args, "kind", fail.f.ErrorKind)
+	}
+	in := strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
+	switch a.Kind {
+	case retry.ActionRetry:
+		msg := "retrying"
+		if v.Class == engine.ClassQuota {
+			msg = "quick retry before failover"
+		}
+		s.proxyLog.Info(msg, append(args, "in", in, "round", strconv.Itoa(a.Round)+"/"+strconv.Itoa(a.Rounds),
+			"budget", a.Budget, "reason", a.Reason)...)
+	case retry.ActionFailover:
+		to := ""
+		if a.Route != nil {
+			to = a.Route.String()
+		}
+		s.proxyLog.Info("failing over", append(args, "to", to, "reason", a.Reason)...)
+	case retry.ActionWaitLongTerm:
+		s.proxyLog.Info("waiting long-term", append(args, "in", in, "attempt", a.Round, "reason", a.Reason)...)
+	}
 }
 
 // gateHeaders adds X-Gate-Waited-Ms (the time gatectl held the request on

@@ -73,8 +73,8 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	if status >= 500 || status < 400 {
 		log = s.proxyLog.Warn
 	}
-	log("giving up", "route", route.String(), "status", status, "class", v.Class, "kind", fail.f.ErrorKind,
-		"should_retry", retry, "reason", reason)
+	log("giving up", "provider", route.Provider, "model", route.Model, "session", x.pr.session, "status", status,
+		"class", v.Class, "kind", fail.f.ErrorKind, "should_retry", retry, "reason", reason)
 	if x.sseStarted { // a held stream: the failure is its error event
 		code := status
 		if code < 400 {

@@ -3,10 +3,13 @@ package server
 // Reading a client's request: proxyRequest and parseProxyRequest (body, max tokens, X-Gate-* headers).
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -115,4 +118,27 @@ func parseWaitHeader(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("X-Gate-Max-Wait %q must be positive", v)
 	}
 	return d, nil
+}
+
+// defaultSession names the session of a request without X-Gate-Session: one
+// per client key (a hash of its Authorization or x-api-key value, never the key
+// itself), else one per client address. Without it every such request would
+// share the session "", and with it one client's pool choice and budgets.
+func defaultSession(h http.Header, remoteAddr string) string {
+	key := strings.TrimSpace(h.Get("Authorization"))
+	if key == "" {
+		key = strings.TrimSpace(h.Get("X-Api-Key"))
+	}
+	if key != "" {
+		sum := sha256.Sum256([]byte(key))
+		return "key-" + hex.EncodeToString(sum[:8])
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	if len(host) > 64 { // a listener's address form, bounded all the same
+		host = host[:64]
+	}
+	return "addr-" + host
 }

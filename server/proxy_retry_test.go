@@ -236,7 +236,7 @@ func TestProxyUnreachableUpstreamFailsFast(t *testing.T) {
 		t.Errorf("the upstream was dialled %d times, want at most 2", n)
 	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, "[INFO]  gatectl.proxy: upstream failed; retrying"); n != dials.count()-1 {
+	if n := strings.Count(logs, "[INFO]  gatectl.proxy: retrying:"); n != dials.count()-1 {
 		t.Errorf("%d retry lines for %d dials:\n%s", n, dials.count(), logs)
 	}
 	if n := strings.Count(logs, "[WARN]  gatectl.proxy: giving up"); n != 1 ||

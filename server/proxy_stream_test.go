@@ -233,7 +233,8 @@ func TestProxyStreamFirstEventError(t *testing.T) {
 		resp, body := f.call("/v1/messages", chatReq("anth/first", "stream", true, "max_tokens", 10))
 		done <- result{resp.StatusCode, body}
 	}()
-	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	// Two timers: the retry's delay, and the notice a held stream gets (proxy.holdNotice).
+	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 2 })
 	f.clock.Advance(time.Minute)
 	r := <-done
 	if r.status != 200 || strings.Contains(r.body, "event: error") || !strings.Contains(r.body, "message_stop") || up.n() != 2 {
