@@ -10,7 +10,8 @@ package server
 //     session's route in it), provider/model, or a bare model exactly one
 //     configured route serves; anything else is a 400 listing what exists. An
 //     endpoint of one protocol never reaches a provider of the other.
-//  2. the ledger admits it (fair queue, X-Gate-Priority, X-Gate-Session),
+//  2. the ledger admits it (fair queue, X-Gate-Priority, X-Gate-Session, else
+//     the session of the client's key or address),
 //     estimated from the body's size and its max_tokens /
 //     max_completion_tokens / max_output_tokens; the client's context bounds the
 //     wait.
@@ -25,6 +26,9 @@ package server
 //     admission waits), failed over, waited out long-term, or given up. The
 //     client sees only the latency, until a give-up: then the upstream status and
 //     body, with Retry-After never shorter than the real wait and x-should-retry.
+//     Every wait is visible (proxy_hold.go): a held stream gets its headers and
+//     SSE comments, and then a give-up as the protocol's error event; a
+//     non-streamed request is held at most proxy.maxHold, then answered 429.
 //  6. a failure after the first byte cannot be retried: the stream ends with the
 //     protocol's error event, and what was used is settled.
 
