@@ -61,6 +61,7 @@ type Ticket struct {
 	Waited         time.Duration // how long admission held the call
 	Reason         string        // why it waited or failed open; "" when it did neither
 	FailOpen       bool          // admitted without the gate's protection
+	Shared         string        // the shared window's entry id; "" without a shared store
 }
 
 // ErrTicketClosed is returned when a ticket is settled or released twice, or was
@@ -84,6 +85,7 @@ type Ledger struct {
 
 	onEvent func(Event)
 	quotas  LearnedStore // nil: learned state in memory only
+	shared  SharedWindow // nil: this process's window is the whole truth
 
 	// Buckets are spread over shards, each with its own lock, so calls on different
 	// models on different cores do not contend on one lock word.
@@ -244,6 +246,9 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
 		}
 	}()
+	if err := l.storeAvailable(); err != nil {
+		return Ticket{}, err
+	}
 	t, w = l.Submit(l.clock.Now(), req)
 	if w == nil {
 		return t, nil
@@ -251,6 +256,10 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 	for {
 		if t, ok := w.Ticket(); ok {
 			return t, nil
+		}
+		if err := l.storeAvailable(); err != nil {
+			w.Cancel(l.clock.Now())
+			return Ticket{}, err
 		}
 		d := w.Next().Sub(l.clock.Now())
 		d += l.jitter(d)
