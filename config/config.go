@@ -36,6 +36,7 @@ type Config struct {
 
 	Gate  Gate
 	Retry Retry
+	Store Store
 
 	Classifiers []ClassifierRef // in order; the built-in rules always decide last
 	PluginsDir  string

@@ -13,7 +13,7 @@ type documented interface {
 // sections lists every section table, in the order the reference shows them.
 var sections = []documented{
 	topSchema, serverSchema, logSchema, providerSchema,
-	gateSchema, limitsSchema,
+	gateSchema, limitsSchema, storeSchema, redisSchema,
 	retrySchema, clampSchema, mislabeledSchema, transportSchema,
 	classifierSchema, pluginLimitsSchema,
 	poolSchema, routeSchema,

@@ -27,6 +27,8 @@ var topSchema = &schema[Config]{
 			func(c *Config) *Gate { return &c.Gate }),
 		subField("retry", "the retry planner", retrySchema,
 			func(c *Config) *Retry { return &c.Retry }),
+		subField("store", "where the gate's shared state lives (Redis, for several instances)", storeSchema,
+			func(c *Config) *Store { return &c.Store }),
 		customField("classifiers", "list", "the classifier chain, in order; the built-in rules always decide last",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.classifiers(n, path) }),
 		strField("pluginsDir", "every *.wasm dropped here joins the classifier chain", nil,

@@ -71,6 +71,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
+	if err := a.s.ledger.StoreAvailable(); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
 	a.sweepTickets(a.s.clock.Now())
 	tgt, err := a.target(r.Context(), apiAsk{Provider: req.Provider, Model: req.Model, ReasoningEffort: req.ReasoningEffort,
 		Pool: req.Pool, Route: req.Route, Session: req.Session})

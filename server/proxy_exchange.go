@@ -158,6 +158,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	t, err := s.ledger.Admit(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
 		Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens})
 	x.held += time.Since(t0)
+	if errors.Is(err, gate.ErrStoreUnavailable) {
+		x.w.Header().Set("Retry-After", "1")
+		writeError(x.w, http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
+		return nil, true
+	}
 	if err != nil {
 		return nil, true // the client went away while waiting: nothing is held
 	}

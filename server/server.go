@@ -27,6 +27,7 @@ import (
 	"github.com/gatectl/gatectl/internal/gatelog"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
+	"github.com/gatectl/gatectl/store/redisstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -62,6 +63,7 @@ type Server struct {
 	quota    *pool.Router
 	sessions *pool.Sessions
 	store    *state.Store
+	shared   *redisstore.Store // nil: the gate's state lives in this process only
 	bus      *Bus
 	metrics  *Metrics
 	// unclassified keeps the failures that fell through to a catch-all rule.
@@ -108,13 +110,25 @@ func New(o Options) (*Server, error) {
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
 	poolsLog, retryLog := o.Logger.Named("pools"), o.Logger.Named("retry")
-	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
+	gateOpts := []gate.Option{gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
 		s.publishGate(e)
-	}))
+	})}
+	if ro := snap.Config.Store.Redis; ro != nil {
+		if s.shared, err = redisstore.Open(*ro, o.Logger.Named("store")); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("server: store.redis: %w", err)
+		}
+		gateOpts = append(gateOpts, gate.WithSharedWindow(s.shared), gate.WithLearnedStore(s.shared))
+	}
+	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gateOpts...)
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
+	}
+	if s.shared != nil {
+		s.shared.Notify(s.ledger.SharedReleased, s.ledger.AdoptLearned)
 	}
 	s.sessions = pool.NewSessions(store)
 	s.quota = pool.NewRouter(pool.RouterOptions{
@@ -133,6 +147,7 @@ func New(o Options) (*Server, error) {
 		},
 	})
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
@@ -141,6 +156,7 @@ func New(o Options) (*Server, error) {
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
 	}, func() float64 { return float64(s.conns.Load()) }))
+	s.registerStoreMetrics()
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
 
@@ -229,7 +245,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Close releases the state file.
-func (s *Server) Close() error { return s.store.Close() }
+func (s *Server) Close() error {
+	s.closeShared()
+	return s.store.Close()
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
@@ -237,8 +256,17 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reloads, failures, lastErr := s.snap.Stats()
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
-		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr})
+	body := map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
+		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr}
+	status := http.StatusOK
+	if st := s.storeStatus(); st != nil {
+		body["store"] = st
+		if s.ledger.StoreAvailable() != nil { // failClosed and Redis down: this instance refuses calls
+			body["ready"], body["reason"] = false, "shared store unavailable"
+			status = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, body)
 }
 
 func (s *Server) publishGate(e gate.Event) {

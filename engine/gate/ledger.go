@@ -246,7 +246,7 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
 		}
 	}()
-	if err := l.storeAvailable(); err != nil {
+	if err := l.StoreAvailable(); err != nil {
 		return Ticket{}, err
 	}
 	t, w = l.Submit(l.clock.Now(), req)
@@ -257,7 +257,7 @@ func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
 		if t, ok := w.Ticket(); ok {
 			return t, nil
 		}
-		if err := l.storeAvailable(); err != nil {
+		if err := l.StoreAvailable(); err != nil {
 			w.Cancel(l.clock.Now())
 			return Ticket{}, err
 		}

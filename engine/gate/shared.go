@@ -153,8 +153,8 @@ func (b *bucket) sharedCooldownLocked(now, until time.Time) {
 	}
 }
 
-// storeAvailable is nil unless a shared store is down under failClosed.
-func (l *Ledger) storeAvailable() error {
+// StoreAvailable is nil unless a shared store is down under failClosed.
+func (l *Ledger) StoreAvailable() error {
 	if l.shared == nil {
 		return nil
 	}

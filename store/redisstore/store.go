@@ -115,6 +115,7 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	redis.SetLogger(quietLogger{log.Named("client")})
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Store{opts: opts, c: redis.NewClient(ro), log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
@@ -379,4 +380,13 @@ func (s *Store) View(provider, model string) (Shared, error) {
 		return nil
 	})
 	return v, err
+}
+
+// quietLogger sends the Redis client's own messages (reconnect attempts, which
+// repeat while Redis is down) to the debug level: the store logs the
+// transitions that matter once each.
+type quietLogger struct{ log hclog.Logger }
+
+func (q quietLogger) Printf(_ context.Context, format string, v ...any) {
+	q.log.Debug(fmt.Sprintf(format, v...))
 }
