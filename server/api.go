@@ -44,7 +44,10 @@ type apiRoute struct {
 }
 
 // registerAPI mounts the decision API under /gate/v1/.
-func (s *Server) registerAPI(mux *http.ServeMux) { newAPI(s).mount(mux) }
+func (s *Server) registerAPI(mux *http.ServeMux) {
+	s.api = newAPI(s)
+	s.api.mount(mux)
+}
 
 func newAPI(s *Server) *api {
 	return &api{s: s, tickets: newAPITickets(apiTicketTTL, apiMaxTickets)}

@@ -287,6 +287,9 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk := a.tickets.take(req.Ticket)
+	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), req.Release) {
+		return
+	}
 	if tk == nil {
 		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
 		return

@@ -64,6 +64,7 @@ type Server struct {
 	sessions *pool.Sessions
 	store    *state.Store
 	shared   *redisstore.Store // nil: the gate's state lives in this process only
+	api      *api
 	bus      *Bus
 	metrics  *Metrics
 	// unclassified keeps the failures that fell through to a catch-all rule.
@@ -127,9 +128,6 @@ func New(o Options) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
 	}
-	if s.shared != nil {
-		s.shared.Notify(s.ledger.SharedReleased, s.ledger.AdoptLearned)
-	}
 	s.sessions = pool.NewSessions(store)
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
@@ -179,6 +177,9 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	s.registerProxy(mux)
 	s.registerAPI(mux)
+	if s.shared != nil { // after the API: a notice may name one of its tickets
+		s.shared.Notify(s.ledger.SharedReleased, s.ledger.AdoptLearned, s.settledElsewhere)
+	}
 	s.handler = mux
 	s.ready.Store(true)
 	return s, nil

@@ -180,6 +180,11 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 	if steady > 0 {
 		r.utilization = float64(tokens) / float64(steady) / float64(st.Limit)
 	}
+	var storeErrors []string
+	for _, b := range bases {
+		storeErrors = append(storeErrors, metricLine(t, b, "gatectl_store_errors_total"))
+	}
+	t.Logf("store errors per instance: %v", storeErrors)
 	if h.after != nil {
 		h.after(bases)
 	}
@@ -206,7 +211,7 @@ func TestSharedGateProcesses(t *testing.T) {
 		t.Fatalf("one instance: %d calls failed, %d succeeded", one.clientKO, one.clientOK)
 	}
 	for _, n := range []int{2, 3} {
-		r := phase(t, bin, dir, rs, n, true, hooks{})
+		r := phase(t, bin, dir, rs, n, true, hooks{after: crossSettle(t)})
 		if r.clientKO != 0 {
 			t.Errorf("%d instances: %d calls lost", n, r.clientKO)
 		}
@@ -260,6 +265,97 @@ func TestSharedGateProcesses(t *testing.T) {
 	if r.clientKO != 0 {
 		t.Errorf("Redis killed mid-load with failOpen: %d calls failed", r.clientKO)
 	}
+}
+
+// crossSettle admits a call through the decision API on the first instance and
+// settles it on the last: the shared entry is settled once, the issuing
+// instance lets go of it, and a second settle anywhere is refused.
+func crossSettle(t *testing.T) func(bases []string) {
+	return func(bases []string) {
+		t.Helper()
+		a, b := bases[0], bases[len(bases)-1]
+		var adm struct {
+			Ticket   string `json:"ticket"`
+			Admitted bool   `json:"admitted"`
+		}
+		code := postJSONTo(t, a+"/gate/v1/admit", `{"provider":"local","model":"echo-1","session":"cross","inputTokens":100,"maxTokens":100,"maxWaitMs":20000}`, &adm)
+		if code != 200 || !adm.Admitted || !strings.HasPrefix(adm.Ticket, "gts_") {
+			t.Fatalf("admit on %s: %d %+v, want a shared ticket", a, code, adm)
+		}
+		var st struct {
+			Settled        bool  `json:"settled"`
+			ReservedTokens int64 `json:"reservedTokens"`
+		}
+		body := `{"ticket":"` + adm.Ticket + `","usage":{"inputTokens":90,"outputTokens":10}}`
+		if code := postJSONTo(t, b+"/gate/v1/settle", body, &st); code != 200 || !st.Settled || st.ReservedTokens != 200 {
+			t.Fatalf("settle on %s of a ticket %s issued: %d %+v", b, a, code, st)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for inFlight(t, a) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds the ticket %s settled", a, b)
+			}
+			time.Sleep(20 * time.Millisecond) // polling a real process
+		}
+		for _, base := range []string{a, b} {
+			if code := postJSONTo(t, base+"/gate/v1/settle", body, nil); code != 404 {
+				t.Fatalf("second settle on %s: %d, want 404", base, code)
+			}
+		}
+	}
+}
+
+func postJSONTo(t *testing.T, url, body string, out any) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		_ = json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// inFlight is what the instance at base holds in flight on local/echo-1.
+func inFlight(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/gate/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Models []struct {
+			Model    string `json:"model"`
+			InFlight int    `json:"inFlight"`
+		} `json:"models"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	for _, m := range st.Models {
+		if m.Model == "echo-1" {
+			return m.InFlight
+		}
+	}
+	return -1
+}
+
+// metricLine is the value of an unlabelled metric at base/metrics.
+func metricLine(t *testing.T, base, name string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	return "?"
 }
 
 // readyStore is the store state /readyz reports.

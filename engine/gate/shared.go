@@ -171,3 +171,19 @@ func (b *bucket) attachShared(t Ticket, id string) Ticket {
 }
 
 func (b *bucket) attachWaiterShared(w *Waiter, id string) { w.ticket = b.attachShared(w.ticket, id) }
+
+// SettledElsewhere closes t after another instance settled its shared entry
+// with tokens (a decision-API ticket settled where it was not issued): the local
+// window takes the real usage, and the shared entry is not touched again.
+func (l *Ledger) SettledElsewhere(now time.Time, t Ticket, tokens int64) error {
+	if t.b == nil {
+		return ErrTicketClosed
+	}
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if int(t.slot) < len(b.slots) && b.slots[t.slot].gen == t.gen {
+		b.slots[t.slot].shared = ""
+	}
+	return b.closeLocked(now, t, max(tokens, 0), nil)
+}

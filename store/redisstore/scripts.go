@@ -11,6 +11,8 @@ import "github.com/redis/go-redis/v9"
 //	…:w   sorted set: entry id → admission time (ms)
 //	…:t   hash: entry id → tokens (the reservation, then the real usage)
 //	…:s   the sum of …:t, kept so a check is O(1) and not a scan
+//	…:o   hash: the ids not settled yet → their nonce, so a settle counts once,
+//	      wherever it comes from, and only with the nonce the reservation got
 //	…:q   the id sequence
 //	…:cd  the cooldown's end (ms)
 //
@@ -20,7 +22,7 @@ import "github.com/redis/go-redis/v9"
 // expireLua drops the entries older than now-span from the window and returns
 // the new sum. It is the common prologue of reserveScript.
 const expireLua = `
-local function expire(w, t, s, cutoff, ttl)
+local function expire(w, t, s, o, cutoff, ttl)
   local sum = tonumber(redis.call('GET', s) or '0')
   while true do
     local old = redis.call('ZRANGEBYSCORE', w, '-inf', cutoff, 'LIMIT', 0, 500)
@@ -31,6 +33,7 @@ local function expire(w, t, s, cutoff, ttl)
     end
     redis.call('ZREM', w, unpack(old))
     redis.call('HDEL', t, unpack(old))
+    redis.call('HDEL', o, unpack(old))
   end
   if sum < 0 then sum = 0 end
   redis.call('SET', s, sum, 'PX', ttl)
@@ -38,14 +41,14 @@ local function expire(w, t, s, cutoff, ttl)
 end
 `
 
-// reserveScript: KEYS w t s q cd; ARGV now span tokens need budget rpm force ttl.
+// reserveScript: KEYS w t s q cd o; ARGV now span tokens need budget rpm force ttl nonce.
 // Returns {id, wait ms, reason, window tokens}: an id when the call was
 // recorded, else the time until it could fit and what holds it.
 var reserveScript = redis.NewScript(expireLua + `
 local now, span = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tokens, need, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rpm, force, ttl = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
-local sum = expire(KEYS[1], KEYS[2], KEYS[3], now - span, ttl)
+local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now - span, ttl)
 if not force then
   local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
   if cd > now then return {'', cd - now, 'cooldown', sum} end
@@ -79,6 +82,8 @@ end
 local id = redis.call('INCR', KEYS[4])
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('HSET', KEYS[2], id, tokens)
+redis.call('HSET', KEYS[6], id, ARGV[9])
+redis.call('PEXPIRE', KEYS[6], ttl)
 sum = sum + tokens
 redis.call('SET', KEYS[3], sum, 'PX', ttl)
 redis.call('PEXPIRE', KEYS[1], ttl)
@@ -87,12 +92,15 @@ redis.call('PEXPIRE', KEYS[4], ttl)
 return {tostring(id), 0, '', sum}
 `)
 
-// closeScript: KEYS w t s; ARGV id tokens channel. Replaces an entry's
-// reservation with the real usage (0 for a release: the request still counts,
-// its tokens do not) and announces the refund on the model's channel so
-// waiting instances try again. Returns the tokens refunded, or -1 when the
-// entry already left the window (nothing to adjust).
+// closeScript: KEYS w t s o; ARGV id tokens channel note nonce. Replaces an open
+// entry's reservation with the real usage (0 for a release: the request still
+// counts, its tokens do not) and announces the refund on the model's channel so
+// waiting instances try again; note, when not empty, is announced too (a
+// ticket settled on another instance than its own). Returns the tokens
+// refunded, or -1 when the entry is closed already or left the window.
 var closeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[5] then return -1 end
+redis.call('HDEL', KEYS[4], ARGV[1])
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return -1 end
 cur = tonumber(cur)
@@ -104,6 +112,7 @@ if sum < 0 then sum = 0 end
 redis.call('HSET', KEYS[2], ARGV[1], tokens)
 redis.call('SET', KEYS[3], sum, 'PX', ttl)
 if tokens < cur then redis.call('PUBLISH', ARGV[3], 'r') end
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return cur - tokens
 `)
 

@@ -86,6 +86,7 @@ type Store struct {
 
 	onRelease func(provider, model string)
 	onLearn   func(provider, model string, q gate.LearnedQuota)
+	onSettled func(ticket string, tokens int64)
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -223,16 +224,21 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 		force = "1"
 	}
 	var g gate.SharedGrant
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	nonce := hex.EncodeToString(rnd[:])
 	err := s.call(func(ctx context.Context) error {
-		v, err := reserveScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "cd"},
-			r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span)).Slice()
+		v, err := reserveScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o"},
+			r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce).Slice()
 		if err != nil {
 			return err
 		}
 		if len(v) != 4 {
 			return fmt.Errorf("redisstore: reserve answered %d values", len(v))
 		}
-		g.ID, _ = v[0].(string)
+		if g.ID, _ = v[0].(string); g.ID != "" {
+			g.ID += "-" + nonce // the entry, and the proof of holding it
+		}
 		wait, _ := v[1].(int64)
 		g.Wait = time.Duration(wait) * time.Millisecond
 		g.Reason, _ = v[2].(string)
@@ -244,10 +250,38 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 
 // Settle implements gate.SharedWindow.
 func (s *Store) Settle(provider, model, id string, tokens int64) error {
+	_, err := s.settle(provider, model, id, tokens, "")
+	return err
+}
+
+// ErrNotOpen is SettleFor's answer for an entry settled already or gone from the window.
+var ErrNotOpen = errors.New("redisstore: the entry is settled already or left the window")
+
+// SettleFor settles the entry of a ticket another instance issued, and tells
+// that instance (its Notify onSettled receives ticket and tokens) so it drops
+// its own record of the call without settling it twice. It returns the tokens
+// the entry had reserved.
+func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket string) (reserved int64, err error) {
+	refund, err := s.settle(provider, model, id, tokens, "s "+strconv.FormatInt(tokens, 10)+" "+ticket)
+	if err == nil && refund < 0 {
+		return 0, ErrNotOpen
+	}
+	return refund + tokens, err
+}
+
+func (s *Store) settle(provider, model, id string, tokens int64, note string) (int64, error) {
+	entry, nonce, ok := strings.Cut(id, "-")
+	if !ok {
+		return -1, nil
+	}
 	k := s.base(provider, model)
-	return s.call(func(ctx context.Context) error {
-		return closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s"}, id, tokens, s.channel(provider, model)).Err()
+	var refund int64
+	err := s.call(func(ctx context.Context) error {
+		var err error
+		refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, tokens, s.channel(provider, model), note, nonce).Int64()
+		return err
 	})
+	return refund, err
 }
 
 // Cooldown implements gate.SharedWindow.
@@ -305,10 +339,11 @@ func (s *Store) Save(provider, model string, q gate.LearnedQuota) {
 var _ gate.LearnedStore = (*Store)(nil)
 
 // Notify starts listening on every model's channel: onRelease when capacity
-// came back, onLearn when another instance learned a quota. The subscription
-// survives Redis restarts (the client resubscribes).
-func (s *Store) Notify(onRelease func(provider, model string), onLearn func(provider, model string, q gate.LearnedQuota)) {
-	s.onRelease, s.onLearn = onRelease, onLearn
+// came back, onLearn when another instance learned a quota, onSettled when an
+// instance settled a ticket (maybe one of this instance's: SettleFor). Any may
+// be nil. The subscription survives Redis restarts (the client resubscribes).
+func (s *Store) Notify(onRelease func(provider, model string), onLearn func(provider, model string, q gate.LearnedQuota), onSettled func(ticket string, tokens int64)) {
+	s.onRelease, s.onLearn, s.onSettled = onRelease, onLearn, onSettled
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := s.c.PSubscribe(ctx, s.opts.KeyPrefix+"{*}:ev")
 	s.wg.Add(1)
@@ -344,6 +379,11 @@ func (s *Store) dispatch(channel, payload string) {
 	switch {
 	case payload == "r" && s.onRelease != nil:
 		s.onRelease(provider, model)
+	case strings.HasPrefix(payload, "s ") && s.onSettled != nil:
+		n, ticket, _ := strings.Cut(payload[2:], " ")
+		if tokens, err := strconv.ParseInt(n, 10, 64); err == nil {
+			s.onSettled(ticket, tokens)
+		}
 	case strings.HasPrefix(payload, "l ") && s.onLearn != nil:
 		from, raw, _ := strings.Cut(payload[2:], " ")
 		var q gate.LearnedQuota

@@ -189,7 +189,7 @@ func TestLearnedSharedAndNotified(t *testing.T) {
 		if p == "p" && m == "m" {
 			got <- q
 		}
-	})
+	}, nil)
 	waitSubscribed(t, srv)
 	a.Save("p", "m", gate.LearnedQuota{Quota: 1234, Trigger: 1100})
 	select {
@@ -268,7 +268,7 @@ func TestLedgersShareOneWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Notify(l.SharedReleased, l.AdoptLearned)
+		s.Notify(l.SharedReleased, l.AdoptLearned, nil)
 		return l, s
 	}
 	a, _ := ledger()
@@ -316,7 +316,7 @@ func TestLedgersShareCooldownAndLearning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Notify(l.SharedReleased, l.AdoptLearned)
+		s.Notify(l.SharedReleased, l.AdoptLearned, nil)
 		ls = append(ls, l)
 	}
 	waitSubscribed(t, srv)
