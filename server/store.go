@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,8 +12,7 @@ func (s *Server) closeShared() {
 	}
 }
 
-// storeStatus is the shared store's health for /readyz and the status API; nil
-// without one.
+// storeStatus is the shared store's health for /readyz; nil without one.
 func (s *Server) storeStatus() map[string]any {
 	if s.shared == nil {
 		return nil
@@ -48,4 +48,24 @@ func (s *Server) registerStoreMetrics() {
 			return float64(s.shared.Errors())
 		}),
 	)
+}
+
+// sharedStatus is the shared view for the status API: the store's health and,
+// while Redis answers, every instance's window of each model this one knows.
+func (s *Server) sharedStatus(models []gate.BucketStatus) *APIStore {
+	if s.shared == nil {
+		return nil
+	}
+	o := s.shared.Options()
+	st := &APIStore{Kind: "redis", State: "ok", OnError: o.OnError, KeyPrefix: o.KeyPrefix, Errors: s.shared.Errors()}
+	if s.shared.Degraded() {
+		st.State = "degraded"
+		return st
+	}
+	for _, m := range models {
+		if v, err := s.shared.View(m.Provider, m.Model); err == nil {
+			st.Shared = append(st.Shared, v)
+		}
+	}
+	return st
 }

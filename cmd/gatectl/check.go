@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/snapshot"
+	"github.com/gatectl/gatectl/store/redisstore"
 	"github.com/urfave/cli/v2"
 )
 
@@ -39,11 +41,35 @@ func checkCommand() *cli.Command {
 			if s.Pools != nil {
 				pools = len(s.Pools.Names())
 			}
+			if ro := s.Config.Store.Redis; ro != nil {
+				if err := checkRedis(c, *ro); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(c.App.Writer, "%s: ok — %d providers, %d classifiers (built-in rules last), %d pools, %d balance sources\n",
 				name, len(s.Config.Providers), len(s.Chain.Links()), pools, len(s.Config.Balances))
 			return nil
 		},
 	}
+}
+
+// checkRedis verifies the shared store's connection: an instance that cannot
+// reach it would run degraded (or refuse calls) from its first request.
+func checkRedis(c *cli.Context, o redisstore.Options) error {
+	st, err := redisstore.Open(o, nil)
+	if err != nil {
+		fmt.Fprintln(c.App.ErrWriter, "store.redis:", err)
+		return cli.Exit("", exitFailure)
+	}
+	defer st.Close()
+	rtt, err := st.Check(c.Context)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "store.redis: %s: %v\n", st.Addr(), err)
+		return cli.Exit("", exitFailure)
+	}
+	fmt.Fprintf(c.App.Writer, "store.redis: ok — %s answers in %s, scripts loaded (keyPrefix %q, onError %s)\n",
+		st.Addr(), rtt.Round(time.Microsecond), st.Options().KeyPrefix, st.Options().OnError)
+	return nil
 }
 
 // errorLines flattens joined errors and config.Errors into one problem a line.

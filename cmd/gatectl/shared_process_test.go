@@ -32,6 +32,20 @@ type phaseResult struct {
 	served, refused    int64
 	utilization        float64 // tokens served per full window ÷ the hidden limit, over the steady windows
 	clientOK, clientKO int64
+	perBase            []int64 // calls served through each instance
+}
+
+// fairness is the largest share of the calls one instance got over its fair
+// share (1 / instances), as a ratio: 1 is perfectly even.
+func (r phaseResult) fairness() float64 {
+	if r.clientOK == 0 {
+		return 0
+	}
+	var most int64
+	for _, n := range r.perBase {
+		most = max(most, n)
+	}
+	return float64(most) / (float64(r.clientOK) / float64(len(r.perBase)))
 }
 
 func (r phaseResult) share429() float64 {
@@ -74,6 +88,7 @@ gate:
   window: %s
   maxWait: 30s
   learn: false
+  countGuard: 0.02
   defaults: {tpm: 20000, rpm: 1000}
 `, filepath.Join(dir, "state-"+name), upstream, sharedWindow)
 	if shared {
@@ -87,7 +102,10 @@ gate:
 
 // runLoad sends calls from clients goroutines, round-robin across bases, until
 // d has passed; during runs alongside (the Redis kill).
-func runLoad(t *testing.T, bases []string, clients int, d time.Duration, during func()) (ok, ko int64) {
+// Each client stays on one instance (c mod the instances), as behind a load
+// balancer with session affinity, so perBase shows how the instances shared
+// the quota.
+func runLoad(t *testing.T, bases []string, clients int, d time.Duration, during func()) (ok, ko int64, perBase []int64) {
 	t.Helper()
 	prompt := strings.Repeat("tokens for the shared gate ", 60) // ≈ 400 prompt tokens
 	body := `{"model":"local/echo-1","max_tokens":200,"messages":[{"role":"user","content":"` + prompt + `"}]}`
@@ -95,13 +113,14 @@ func runLoad(t *testing.T, bases []string, clients int, d time.Duration, during 
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	var okN, koN atomic.Int64
+	per := make([]atomic.Int64, len(bases))
 	var firstErr atomic.Value
 	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(stop) && i < 10000; i++ {
-				base := bases[(c+i)%len(bases)]
+				base := bases[c%len(bases)]
 				resp, err := hc.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 				if err != nil {
 					koN.Add(1)
@@ -116,6 +135,7 @@ func runLoad(t *testing.T, bases []string, clients int, d time.Duration, during 
 					continue
 				}
 				okN.Add(1)
+				per[c%len(bases)].Add(1)
 			}
 		}()
 	}
@@ -126,7 +146,10 @@ func runLoad(t *testing.T, bases []string, clients int, d time.Duration, during 
 	if e := firstErr.Load(); e != nil {
 		t.Logf("first failed call: %v", e)
 	}
-	return okN.Load(), koN.Load()
+	for i := range per {
+		perBase = append(perBase, per[i].Load())
+	}
+	return okN.Load(), koN.Load(), perBase
 }
 
 // phase runs the load through n fresh instances sharing one Redis (under their
@@ -165,9 +188,9 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 		hook = func() { h.during(bases) }
 	}
 	const windows = 3
-	ok, ko := runLoad(t, bases, 12, windows*sharedWindow, hook)
+	ok, ko, perBase := runLoad(t, bases, 12, windows*sharedWindow, hook)
 	st := fake.Stats()
-	r := phaseResult{instances: n, served: st.Served, refused: st.Refused, clientOK: ok, clientKO: ko}
+	r := phaseResult{instances: n, served: st.Served, refused: st.Refused, clientOK: ok, clientKO: ko, perBase: perBase}
 	// Utilization over the full windows after the first (the learner's first window).
 	var tokens int64
 	steady := 0
@@ -184,7 +207,11 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 	for _, b := range bases {
 		storeErrors = append(storeErrors, metricLine(t, b, "gatectl_store_errors_total"))
 	}
-	t.Logf("store errors per instance: %v", storeErrors)
+	var late []string
+	for _, off := range st.Refusals {
+		late = append(late, (off % sharedWindow).Round(time.Millisecond).String())
+	}
+	t.Logf("store errors per instance: %v; calls per instance %v (most/fair %.2f); 429s at window offsets %v", storeErrors, perBase, r.fairness(), late)
 	if h.after != nil {
 		h.after(bases)
 	}
@@ -221,6 +248,11 @@ func TestSharedGateProcesses(t *testing.T) {
 		if ratio := r.utilization / one.utilization; ratio < 0.9 || ratio > 1.1 {
 			t.Errorf("%d instances: utilization %.3f is %.2f× one instance's %.3f (want within 10%%)", n, r.utilization, ratio, one.utilization)
 		}
+		// Fairness across instances is approximate; an instance starved or
+		// hogging the quota is not.
+		if f := r.fairness(); f > 1.5 {
+			t.Errorf("%d instances with equal load: calls per instance %v, one got %.2f× its fair share", n, r.perBase, f)
+		}
 	}
 
 	// The control: the same two instances without the shared store overspend.
@@ -253,12 +285,32 @@ func TestSharedGateProcesses(t *testing.T) {
 					time.Sleep(50 * time.Millisecond) // polling real processes
 				}
 			}
-			ok, ko := runLoad(t, bases, 2, time.Second, nil)
+			ok, ko, _ := runLoad(t, bases, 2, time.Second, nil)
 			c := redis.NewClient(&redis.Options{Addr: rs.Addr})
 			defer c.Close()
 			keys, _ := c.Keys(context.Background(), "*{local/echo-1}:w").Result()
 			if ko != 0 || ok == 0 || len(keys) == 0 {
 				t.Fatalf("after the restart: %d ok, %d failed, window keys %v: the shared view did not resume", ok, ko, keys)
+			}
+			// gatectl status shows the shared view: both instances' calls.
+			out, err := exec.Command(bin, "status", "--addr", bases[0]).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "shared store: redis ok") || !strings.Contains(string(out), "MODEL (ALL INSTANCES)") {
+				t.Fatalf("gatectl status: %v\n%s", err, out)
+			}
+			var st struct {
+				Store struct {
+					Shared []struct {
+						Requests int64 `json:"requests"`
+					} `json:"shared"`
+				} `json:"store"`
+			}
+			resp, err := http.Get(bases[0] + "/gate/v1/status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || len(st.Store.Shared) != 1 || st.Store.Shared[0].Requests < ok {
+				t.Fatalf("/gate/v1/status store.shared %+v (%v): want the requests of both instances since the restart (≥ %d)", st.Store, err, ok)
 			}
 		},
 	})

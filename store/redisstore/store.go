@@ -430,3 +430,26 @@ type quietLogger struct{ log hclog.Logger }
 func (q quietLogger) Printf(_ context.Context, format string, v ...any) {
 	q.log.Debug(fmt.Sprintf(format, v...))
 }
+
+// Check verifies the connection for `gatectl check`: Redis answers within the
+// deadline and accepts the scripts (some managed services forbid Lua). It
+// returns the round trip of a PING.
+func (s *Store) Check(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	if err := s.Ping(ctx); err != nil {
+		return 0, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
+	}
+	rtt := time.Since(t0)
+	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript} {
+		c, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		err := sc.Load(c, s.c).Err()
+		cancel()
+		if err != nil {
+			return rtt, fmt.Errorf("loading the gate's Lua scripts: %w", err)
+		}
+	}
+	return rtt, nil
+}
+
+// Addr is the Redis address, without credentials: safe to print.
+func (s *Store) Addr() string { return s.c.Options().Addr }
