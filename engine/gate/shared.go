@@ -90,7 +90,11 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		}
 		return "", 0, "" // failOpen: the local gate decides alone
 	}
-	b.sharedOthers = max(0, g.WindowTokens-b.win.tokens)
+	others := g.WindowTokens - b.win.tokens
+	if g.ID != "" {
+		others -= sz.total // the window Redis reported holds this call already; the local one will
+	}
+	b.sharedOthers = max(0, others)
 	if g.Wait > 0 {
 		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldReason = now.Add(g.Wait), need, g.Reason
 		return "", g.Wait, g.Reason
