@@ -138,8 +138,12 @@ func New(o Options) (*Server, error) {
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
 	})
+	var budgets retry.BudgetStore = store
+	if s.shared != nil { // a session's calls on several instances spend one budget
+		budgets = s.shared.Budgets(store)
+	}
 	s.planner, err = retry.NewPlanner(snap.Retry, retry.PlannerOptions{
-		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
+		Sink: s.ledger, Store: budgets, Rand: o.Rand, Quota: s.quota,
 		StoreError: func(op string, _ retry.BudgetKey, err error) {
 			retryLog.Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
 		},
