@@ -189,4 +189,3 @@ func TestServeWarnsAboutUnsetKeyVariables(t *testing.T) {
 		t.Errorf("serve's log lacks the warning:\n%s", logs.String())
 	}
 }
-
