@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 const pluginsTestdata = "../../testdata/plugins"
@@ -96,16 +98,14 @@ func TestPluginNew(t *testing.T) {
 		t.Run(lang, func(t *testing.T) {
 			switch lang {
 			case "wat":
-				if _, err := exec.LookPath("wat2wasm"); err != nil {
-					t.Skip("wat2wasm is not installed (Debian: apt-get install -y wabt)")
-				}
+				testenv.Tool(t, "wat2wasm", "Debian: apt-get install -y wabt")
 			case "go":
 				if testing.Short() {
 					t.Skip("builds a Go wasm module")
 				}
 			case "as":
 				if _, err := os.Stat("../../examples/plugins/as/node_modules/assemblyscript"); err != nil {
-					t.Skip("AssemblyScript is not installed (npm ci --prefix examples/plugins/as)")
+					testenv.Unavailable(t, "AssemblyScript is not installed (npm ci --prefix examples/plugins/as)")
 				}
 			}
 			dir := t.TempDir()
