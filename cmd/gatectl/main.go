@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/urfave/cli/v2"
@@ -49,6 +50,10 @@ var categories = map[string]string{
 	"version": catVersion,
 }
 
+// commandOrder is the order of the commands in the help, most used first.
+var commandOrder = []string{"demo", "serve", "check", "classify", "backoff", "sim", "plugin",
+	"status", "routes", "failures", "reset", "settings", "stats", "report", "version"}
+
 func init() {
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer) }
 }
@@ -82,6 +87,14 @@ func newApp() *cli.App {
 			cmd.Category = categoryOf(cmd)
 		}
 	}
+	// Within a category, the order of commandOrder (the help keeps the slice's order).
+	rank := func(c *cli.Command) int {
+		if i := slices.Index(commandOrder, c.Name); i >= 0 {
+			return i
+		}
+		return len(commandOrder)
+	}
+	sort.SliceStable(app.Commands, func(i, j int) bool { return rank(app.Commands[i]) < rank(app.Commands[j]) })
 	return app
 }
 
