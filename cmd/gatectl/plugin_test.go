@@ -88,7 +88,7 @@ func TestClassifyWithPlugin(t *testing.T) {
 	}
 	vs := verdicts(t, out)
 	if len(vs) != 2 || vs[0].By != "wasm/octafuse-wat.wasm" || string(*vs[0].RetryAfterMs) != "1500" || !strings.HasPrefix(vs[1].By, "builtin/") {
-		t.Errorf("verdicts = %+v", vs)
+		t.Errorf("verdicts = %+v\nstderr (a plugin past its deadline says so): %s", vs, errOut)
 	}
 }
 
