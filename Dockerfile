@@ -16,8 +16,10 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-# CGO_ENABLED=0: a static binary that needs no libc in the final image.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gatectl ./cmd/gatectl \
+# CGO_ENABLED=0: a static binary that needs no libc in the final image. The
+# context has no .git (.dockerignore), so the version, with its commit, comes from
+# VERSION (git describe --always names the commit).
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=${VERSION}" -o /out/gatectl ./cmd/gatectl \
  && mkdir -p /out/state
 
 # Final stage: distroless/static has CA certificates and tzdata, no shell, and a

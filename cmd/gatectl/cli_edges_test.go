@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,28 @@ func TestServeWarnsAboutUnsetKeyVariables(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `[WARN]  gatectl: provider "alpha": apiKeyEnv GATECTL_TEST_ALPHA_KEY is not set`) {
 		t.Errorf("serve's log lacks the warning:\n%s", logs.String())
+	}
+}
+
+// A build from a git checkout prints its module version and commit; one without
+// VCS information says so.
+func TestVersionFromBuildInfo(t *testing.T) {
+	bi := &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261201173934-b80656329484"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "b80656329484135e3a0a54722e855f52017292ab"},
+		{Key: "vcs.time", Value: "2026-12-01T17:39:34Z"}, {Key: "vcs.modified", Value: "true"}}}
+	v := buildVersionOf(bi, true)
+	if got := v.short(); got != "v0.0.0-20261201173934-b80656329484 (b80656329484, modified)" {
+		t.Errorf("short = %q", got)
+	}
+	var b strings.Builder
+	v.print(&b)
+	if !strings.Contains(b.String(), "gatectl v0.0.0-20261201173934-b80656329484 ") ||
+		!strings.Contains(b.String(), "commit: b80656329484135e3a0a54722e855f52017292ab (with uncommitted changes) 2026-12-01T17:39:34Z") {
+		t.Errorf("print:\n%s", b.String())
+	}
+	b.Reset()
+	buildVersionOf(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true).print(&b)
+	if !strings.Contains(b.String(), "gatectl dev ") || !strings.Contains(b.String(), "commit: unknown") {
+		t.Errorf("without VCS information:\n%s", b.String())
 	}
 }

@@ -33,10 +33,11 @@ type buildVersion struct {
 	Modified bool
 }
 
-func readBuildVersion() buildVersion {
+func readBuildVersion() buildVersion { return buildVersionOf(debug.ReadBuildInfo()) }
+
+func buildVersionOf(bi *debug.BuildInfo, ok bool) buildVersion {
 	v := buildVersion{Version: version}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	if !ok || bi == nil {
 		return v
 	}
 	if v.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -55,9 +56,10 @@ func readBuildVersion() buildVersion {
 	return v
 }
 
-// versionString is the short form `--version` and the help header show.
-func versionString() string {
-	v := readBuildVersion()
+// versionString is the short form the help header shows.
+func versionString() string { return readBuildVersion().short() }
+
+func (v buildVersion) short() string {
 	s := v.Version
 	if v.Commit != "" {
 		c := v.Commit
@@ -73,8 +75,9 @@ func versionString() string {
 	return s
 }
 
-func printVersion(w io.Writer) {
-	v := readBuildVersion()
+func printVersion(w io.Writer) { readBuildVersion().print(w) }
+
+func (v buildVersion) print(w io.Writer) {
 	fmt.Fprintf(w, "gatectl %s %s/%s %s\n", v.Version, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	switch {
 	case v.Commit == "":
