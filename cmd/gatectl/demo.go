@@ -79,6 +79,10 @@ func demoCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if _, err := runDemo(ctx, setup, c.App.Writer, c.App.ErrWriter); err != nil {
+				if ctx.Err() != nil && c.Context.Err() == nil { // Ctrl-C: stopped, not failed
+					fmt.Fprintln(c.App.ErrWriter, "\ndemo: interrupted")
+					return cli.Exit("", exitFailure)
+				}
 				return cli.Exit("demo: "+err.Error(), exitFailure)
 			}
 			return nil
