@@ -2,7 +2,8 @@ package server
 
 // The proxy: OpenAI-compatible POST /v1/chat/completions, /v1/completions,
 // /v1/embeddings, /v1/responses, GET /v1/models, and Anthropic-compatible
-// POST /v1/messages.
+// POST /v1/messages and POST /v1/messages/count_tokens (passed on once, outside
+// the gate: it generates nothing). Errors answer in the face's shape (faces.go).
 //
 // Each request, in order:
 //
@@ -34,6 +35,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/gatectl/gatectl/snapshot"
 )
 
 // Limits of the proxy.
@@ -53,6 +56,10 @@ type endpoint struct {
 	injectUsage bool
 	// embeddings write no output: reserve none.
 	noOutput bool
+	// notGenerated: the call generates nothing (Anthropic's count_tokens), so
+	// the gate neither admits nor settles it and it is not retried; only its
+	// route and key are gatectl's business (proxy_count.go).
+	notGenerated bool
 }
 
 var endpoints = []endpoint{
@@ -61,6 +68,7 @@ var endpoints = []endpoint{
 	{path: "/v1/embeddings", kind: kindOpenAI, noOutput: true},
 	{path: "/v1/responses", kind: kindOpenAI},
 	{path: "/v1/messages", kind: kindAnthropic},
+	{path: "/v1/messages/count_tokens", kind: kindAnthropic, notGenerated: true},
 }
 
 // registerProxy mounts the OpenAI- and Anthropic-compatible endpoints.
@@ -74,33 +82,50 @@ func (s *Server) registerProxy(mux *http.ServeMux) {
 
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	start := time.Now()
+	snap := s.snap.Current()
+	if !snap.Config.Log.Access {
+		s.serveProxy(w, r, ep, snap, start)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w}
+	pr, x := s.serveProxy(rec, r, ep, snap, start)
+	s.logAccess(r, ep, rec.status, pr, x, time.Since(start))
+}
+
+// serveProxy answers one proxied request. It returns the request as read and
+// its exchange, each nil when the request was refused before it.
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint, snap *snapshot.Snapshot, start time.Time) (*proxyRequest, *exchange) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
-			return
+			writeFaceError(w, ep.kind, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
+			return nil, nil
 		}
-		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
-		return
+		writeFaceError(w, ep.kind, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+		return nil, nil
 	}
 	pr, field, err := parseProxyRequest(ep, body, r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, field, err.Error())
-		return
+		writeFaceError(w, ep.kind, http.StatusBadRequest, field, err.Error())
+		return nil, nil
 	}
-	snap := s.snap.Current()
 	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "model", err.Error())
-		return
+		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())
+		return pr, nil
 	}
 	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start}
-	x.run()
+	if ep.notGenerated {
+		x.passOnce()
+	} else {
+		x.run()
+	}
 	total := time.Since(start)
 	s.metrics.Overhead(max(total-x.upstream-x.held, 0))
 	if s.logger.IsTrace() {
 		s.proxyLog.Trace("request complete", "path", ep.path, "model", pr.model, "route", res.route.String(),
 			"session", pr.session, "waited", x.waited, "duration", total)
 	}
+	return pr, x
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 
@@ -40,9 +39,16 @@ type routeError struct{ msg string }
 
 func (e *routeError) Error() string { return e.msg }
 
-// resolveModel turns the request's model into a route (see the package doc of
-// proxy.go for the rules): a pool name (a draw through pool.Router), provider/model,
-// or a bare model that exactly one configured route serves.
+// resolveModel turns the request's model into a route, trying in order (the
+// first that applies decides):
+//
+//  1. a pool name: a draw through pool.Router (or the session's route in it);
+//  2. provider/model with a configured provider;
+//  3. an exact alias of models: (to a pool or a route);
+//  4. a bare model exactly one configured route serves;
+//  5. the most specific models: pattern that matches (gpt-* -> openai/*).
+//
+// Anything else is a routeError listing what exists.
 func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
 	cfg := snap.Config
 	if model == "" {
@@ -57,17 +63,36 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 			asked = engine.Route{Provider: model[:i], Model: model[i+1:]}
 		}
 	}
+	// alias follows a models: entry: to its pool, or to its route.
+	alias := func(a config.ModelAlias) (resolved, bool, error) {
+		if a.Pool != "" {
+			p := snap.Pools.Pool(a.Pool)
+			if p == nil { // validated at load; a pool can only vanish with a new snapshot
+				return resolved{}, true, &routeError{fmt.Sprintf("model %q is an alias of pool %q, which is not configured", model, a.Pool)}
+			}
+			res, err := s.resolvePool(ctx, snap, kind, p, session)
+			return res, true, err
+		}
+		r := a.RouteFor(model)
+		asked = engine.Route{Provider: r.Provider, Model: r.Model}
+		return resolved{}, false, nil
+	}
 	if asked.Provider == "" {
-		routes := configuredRoutes(snap)
+		if a, ok := cfg.Models.LookupExact(model); ok {
+			if res, done, err := alias(a); done {
+				return res, err
+			}
+		}
+	}
+	if asked.Provider == "" {
 		var found []engine.Route
-		for _, r := range routes {
+		for _, r := range configuredRoutes(snap) {
 			if r.Model == model {
 				found = append(found, r)
 			}
 		}
 		switch len(found) {
 		case 0:
-			return resolved{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
 		case 1:
 			asked = found[0]
 		default:
@@ -76,6 +101,15 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 				names[i] = r.String()
 			}
 			return resolved{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
+		}
+	}
+	if asked.Provider == "" {
+		a, ok := cfg.Models.LookupPattern(model)
+		if !ok {
+			return resolved{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
+		}
+		if res, done, err := alias(a); done {
+			return res, err
 		}
 	}
 	if err := kindMatches(cfg, kind, asked.Provider); err != nil {
@@ -186,51 +220,26 @@ func (s *Server) modelChoices(snap *snapshot.Snapshot) string {
 		}
 		b.WriteString(r.String())
 	}
+	b.WriteString("), a name of models: (")
+	aliases := snap.Config.Models.All()
+	if len(aliases) == 0 {
+		b.WriteString("none")
+	}
+	for i, a := range aliases {
+		if i == maxListedAliases {
+			fmt.Fprintf(&b, ", … %d more: GET /v1/models lists them", len(aliases)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.Name)
+	}
 	b.WriteString(") or provider/model with a provider of ")
 	b.WriteString(strings.Join(snap.Config.ProviderNames(), ", "))
 	return b.String()
 }
 
-// modelEntry is one item of GET /v1/models (OpenAI's list shape).
-type modelEntry struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-	// Routes lists a pool's routes; Kind is the route's or pool's protocol.
-	Routes []string `json:"routes,omitempty"`
-	Kind   string   `json:"kind,omitempty"`
-}
-
-// handleModels lists what the config serves: each pool, each configured route as
-// provider/model and as its bare model when only one route serves it. Models a
-// pass-through provider serves beyond those are not known to gatectl and are
-// not listed (ask the provider); any of them works as provider/model.
-func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	snap := s.snap.Current()
-	created := snap.BuiltAt.Unix()
-	data := []modelEntry{}
-	for _, p := range snap.Pools.All() {
-		e := modelEntry{ID: p.Name(), Object: "model", Created: created, OwnedBy: "gatectl-pool"}
-		for _, rt := range p.Routes() {
-			e.Routes = append(e.Routes, rt.String())
-			if e.Kind == "" {
-				e.Kind = snap.Config.Providers[rt.Provider].Kind
-			}
-		}
-		data = append(data, e)
-	}
-	routes := configuredRoutes(snap)
-	count := map[string]int{}
-	for _, rt := range routes {
-		count[rt.Model]++
-	}
-	for _, rt := range routes {
-		kind := snap.Config.Providers[rt.Provider].Kind
-		data = append(data, modelEntry{ID: rt.Provider + "/" + rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
-		if count[rt.Model] == 1 && snap.Pools.Pool(rt.Model) == nil {
-			data = append(data, modelEntry{ID: rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-}
+// maxListedAliases bounds the aliases a 400 lists: a long models: section would
+// otherwise bury the message.
+const maxListedAliases = 20

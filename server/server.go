@@ -57,13 +57,16 @@ type Server struct {
 	logger   hclog.Logger
 	proxyLog hclog.Logger // logger.Named("proxy"), built once in New
 	apiLog   hclog.Logger // logger.Named("api"), built once in New
-	ledger   *gate.Ledger
-	planner  *retry.Planner
-	quota    *pool.Router
-	sessions *pool.Sessions
-	store    *state.Store
-	bus      *Bus
-	metrics  *Metrics
+	// accessLog: logger.Named("access"), one line per proxied call when
+	// log.access is on (access.go)
+	accessLog hclog.Logger
+	ledger    *gate.Ledger
+	planner   *retry.Planner
+	quota     *pool.Router
+	sessions  *pool.Sessions
+	store     *state.Store
+	bus       *Bus
+	metrics   *Metrics
 	// unclassified keeps the failures that fell through to a catch-all rule.
 	unclassified *unclassifiedLog
 	client       *http.Client
@@ -94,7 +97,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		accessLog: o.Logger.Named("access"), bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
