@@ -1,0 +1,52 @@
+package server
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestAccessLog(t *testing.T) {
+	t.Setenv("GATECTL_TEST_OPENAI_KEY", "sk-test-openai")
+	t.Setenv("GATECTL_TEST_ANTHROPIC_KEY", "sk-test-anthropic")
+	oa := newFakeUpstream(t, chatOK(120, 7, 20))
+	an := newFakeUpstream(t, jsonAnswer(400, `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`))
+
+	f := newPxFixture(t, aliasConfig(oa.URL, an.URL, "log: {access: true}"), true)
+	f.call("/v1/chat/completions", chatReq("gpt-4o", "secret_field", "do-not-log-me"),
+		"X-Gate-Session", "sess-7", "Authorization", "Bearer sk-client-secret")
+	f.call("/v1/messages", chatReq("claude-3-5-haiku-latest", "max_tokens", 5))
+	f.call("/v1/chat/completions", chatReq("no-such-model"))
+	f.call("/v1/chat/completions", "not an object")
+
+	var lines []string
+	for _, l := range strings.Split(f.logs.String(), "\n") {
+		if strings.Contains(l, "gatectl.access: proxied") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 4 {
+		t.Fatalf("%d access lines, want one per call:\n%s", len(lines), f.logs.String())
+	}
+	for i, want := range []string{
+		`\[INFO\]  gatectl.access: proxied: method=POST path=/v1/chat/completions face=openai model=gpt-4o route=openai/gpt-4o status=200 attempts=1 gate_wait_ms=\d+ upstream_ms=\d+ total_ms=\d+ tokens_in=120 tokens_out=7 session=sess-7$`,
+		`path=/v1/messages face=anthropic model=claude-3-5-haiku-latest route=anthropic/claude-3-5-haiku-latest status=400 attempts=1 .* tokens_in=0 tokens_out=0$`,
+		`path=/v1/chat/completions face=openai model=no-such-model route="" status=400 attempts=0 `,
+		`path=/v1/chat/completions face=openai route="" status=400 attempts=0 `,
+	} {
+		if !regexp.MustCompile(want).MatchString(lines[i]) {
+			t.Errorf("line %d:\n%s\nwant it to match %s", i, lines[i], want)
+		}
+	}
+	for _, secret := range []string{"sk-client-secret", "sk-test-openai", "sk-test-anthropic", "do-not-log-me", "hello"} {
+		if strings.Contains(strings.Join(lines, "\n"), secret) {
+			t.Errorf("an access line holds %q", secret)
+		}
+	}
+
+	off := newPxFixture(t, aliasConfig(oa.URL, an.URL, ""), true)
+	off.call("/v1/chat/completions", chatReq("gpt-4o"))
+	if strings.Contains(off.logs.String(), "gatectl.access") {
+		t.Errorf("access lines without log.access:\n%s", off.logs.String())
+	}
+}
