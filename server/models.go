@@ -149,16 +149,7 @@ func (s *Server) anthropicModels(w http.ResponseWriter, r *http.Request, snap *s
 		if e.Kind != string(kindAnthropic) {
 			continue
 		}
-		name := e.ID
-		switch {
-		case e.Pattern:
-			name = e.ID + " (any name it matches)"
-		case e.AliasOf != "":
-			name = e.ID + " (alias of " + e.AliasOf + ")"
-		case e.Routes != nil:
-			name = e.ID + " (gatectl pool)"
-		}
-		all = append(all, anthropicModel{Type: "model", ID: e.ID, DisplayName: name, CreatedAt: created})
+		all = append(all, anthropicModel{Type: "model", ID: e.ID, DisplayName: displayName(e), CreatedAt: created})
 	}
 	from, to := 0, len(all)
 	if id := q.Get("after_id"); id != "" {
@@ -195,4 +186,65 @@ func (s *Server) anthropicModels(w http.ResponseWriter, r *http.Request, snap *s
 		out["data"] = []anthropicModel{}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handleModel answers GET /v1/models/{model}: the listed entry of that id, or
+// for a name a pattern or route admits (gpt-4o), an entry saying where it goes;
+// 404 in the face's shape otherwise. With anthropic-version, Anthropic's shape,
+// and only for names /v1/messages takes.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	snap := s.snap.Current()
+	id := r.PathValue("model")
+	face := requestFace(r)
+	var entry *modelEntry
+	for _, e := range listModels(snap) {
+		if e.ID == id {
+			entry = &e
+			break
+		}
+	}
+	if entry == nil {
+		t, err := s.lookupModel(snap, id)
+		if err != nil {
+			writeFaceError(w, face, http.StatusNotFound, "model", err.Error())
+			return
+		}
+		e := modelEntry{ID: id, Object: "model", Created: snap.BuiltAt.Unix()}
+		if t.alias != nil {
+			e.AliasOf = t.alias.Target
+		}
+		if t.pool != nil {
+			e.OwnedBy = "gatectl-pool"
+			for _, rt := range t.pool.Routes() {
+				e.Routes = append(e.Routes, rt.String())
+			}
+			e.Kind = snap.Config.Providers[t.pool.Routes()[0].Provider].Kind
+		} else {
+			e.OwnedBy, e.Kind = t.route.Provider, snap.Config.Providers[t.route.Provider].Kind
+		}
+		entry = &e
+	}
+	if face != kindAnthropic {
+		writeJSON(w, http.StatusOK, entry)
+		return
+	}
+	if entry.Kind != string(kindAnthropic) {
+		writeAnthropicError(w, http.StatusNotFound, "model", "model "+strconv.Quote(id)+" reaches an "+entry.Kind+"-kind provider: /v1/messages cannot take it")
+		return
+	}
+	writeJSON(w, http.StatusOK, anthropicModel{Type: "model", ID: entry.ID, DisplayName: displayName(*entry),
+		CreatedAt: snap.BuiltAt.UTC().Format(time.RFC3339)})
+}
+
+// displayName is an entry's display_name in Anthropic's shape.
+func displayName(e modelEntry) string {
+	switch {
+	case e.Pattern:
+		return e.ID + " (any name it matches)"
+	case e.AliasOf != "":
+		return e.ID + " (alias of " + e.AliasOf + ")"
+	case e.Routes != nil:
+		return e.ID + " (gatectl pool)"
+	}
+	return e.ID
 }

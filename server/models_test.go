@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -173,4 +174,63 @@ func TestProxyModelsList(t *testing.T) {
 			t.Errorf("bad limit: %d %s", resp.StatusCode, b)
 		}
 	})
+}
+
+func TestProxyModelRetrieveAndNoEndpoint(t *testing.T) {
+	f := newPxFixture(t, aliasConfig("http://127.0.0.1:1", "http://127.0.0.1:1", ""), true)
+	do := func(method, path string, headers ...string) (int, http.Header, string) {
+		req, _ := http.NewRequest(method, f.url+path, nil)
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, resp.Header, b.String()
+	}
+	av := []string{"anthropic-version", "2023-06-01"}
+
+	status, _, body := do("GET", "/v1/models/gpt-4o")
+	var e modelEntry
+	if err := json.Unmarshal([]byte(body), &e); err != nil || status != 200 || e.ID != "gpt-4o" || e.OwnedBy != "openai" || e.AliasOf != "openai/*" || e.Kind != "openai" {
+		t.Errorf("gpt-4o: %d %s", status, body)
+	}
+	status, _, body = do("GET", "/v1/models/other/small-model")
+	if status != 200 || !strings.Contains(body, `"id":"other/small-model"`) {
+		t.Errorf("provider/model: %d %s", status, body)
+	}
+	status, _, body = do("GET", "/v1/models/claude-sonnet-4-5", av...)
+	var am anthropicModel
+	if err := json.Unmarshal([]byte(body), &am); err != nil || status != 200 || am.Type != "model" || am.ID != "claude-sonnet-4-5" || am.DisplayName != "claude-sonnet-4-5 (alias of anthropic/*)" {
+		t.Errorf("claude (anthropic): %d %s", status, body)
+	}
+	for _, c := range []struct {
+		name, method, path string
+		headers            []string
+		status             int
+		anthropic          bool
+		has                string
+	}{
+		{"OpenAINameToAnthropic", "GET", "/v1/models/gpt-4o", av, 404, true, "openai-kind provider: /v1/messages cannot take it"},
+		{"Unknown", "GET", "/v1/models/llama-3", nil, 404, false, `unknown model \"llama-3\"`},
+		{"UnknownAnthropic", "GET", "/v1/models/llama-3", av, 404, true, `unknown model \"llama-3\"`},
+		{"GetMessages", "GET", "/v1/messages", nil, 405, true, "method GET is not allowed on /v1/messages (allowed: POST)"},
+		{"Batches", "POST", "/v1/messages/batches", nil, 404, true, "gatectl does not proxy POST /v1/messages/batches"},
+		{"Files", "GET", "/v1/files", nil, 404, false, "POST /v1/messages/count_tokens"},
+		{"PostModels", "POST", "/v1/models", nil, 405, false, "allowed: GET"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, h, body := do(c.method, c.path, c.headers...)
+			if status != c.status || !strings.Contains(body, c.has) || strings.Contains(body, `"type":"error"`) != c.anthropic {
+				t.Errorf("%d %s", status, body)
+			}
+			if status == 405 && h.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+		})
+	}
 }

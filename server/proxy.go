@@ -7,9 +7,10 @@ package server
 //
 // Each request, in order:
 //
-//  1. its model chooses the route (route.go): a pool name (a draw, or the
-//     session's route in it), provider/model, or a bare model exactly one
-//     configured route serves; anything else is a 400 listing what exists. An
+//  1. its model chooses the route (route.go, lookupModel): a pool name (a draw,
+//     or the session's route in it), provider/model, an exact models: alias, a
+//     bare model exactly one configured route serves, or a models: pattern
+//     (gpt-* -> openai/*); anything else is a 400 listing what exists. An
 //     endpoint of one protocol never reaches a provider of the other.
 //  2. the ledger admits it (fair queue, X-Gate-Priority, X-Gate-Session),
 //     estimated from the body's size and its max_tokens /
@@ -34,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gatectl/gatectl/snapshot"
@@ -78,6 +80,41 @@ func (s *Server) registerProxy(mux *http.ServeMux) {
 		mux.HandleFunc("POST "+ep.path, func(w http.ResponseWriter, r *http.Request) { s.proxy(w, r, ep) })
 	}
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
+	mux.HandleFunc("/v1/", s.proxyNoEndpoint)
+}
+
+// proxyNoEndpoint answers a path or method under /v1/ that gatectl does not
+// proxy with a 404 (or 405 with Allow) in the face's shape: Anthropic's for
+// /v1/messages… or a request carrying anthropic-version, so an SDK raises its
+// own NotFoundError rather than choke on plain text.
+func (s *Server) proxyNoEndpoint(w http.ResponseWriter, r *http.Request) {
+	kind := requestFace(r)
+	paths := make([]string, 0, len(endpoints)+2)
+	for _, ep := range endpoints {
+		if ep.path == r.URL.Path {
+			w.Header().Set("Allow", http.MethodPost)
+			writeFaceError(w, kind, http.StatusMethodNotAllowed, "", fmt.Sprintf("method %s is not allowed on %s (allowed: POST)", r.Method, r.URL.Path))
+			return
+		}
+		paths = append(paths, "POST "+ep.path)
+	}
+	if r.URL.Path == "/v1/models" || strings.HasPrefix(r.URL.Path, "/v1/models/") {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeFaceError(w, kind, http.StatusMethodNotAllowed, "", fmt.Sprintf("method %s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path))
+		return
+	}
+	paths = append(paths, "GET /v1/models", "GET /v1/models/{model}")
+	writeFaceError(w, kind, http.StatusNotFound, "", fmt.Sprintf("gatectl does not proxy %s %s (it proxies: %s)", r.Method, r.URL.Path, strings.Join(paths, ", ")))
+}
+
+// requestFace is the face a request outside the proxied endpoints speaks:
+// Anthropic's under /v1/messages or with an anthropic-version header.
+func requestFace(r *http.Request) apiKind {
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("Anthropic-Version") != "" {
+		return kindAnthropic
+	}
+	return kindOpenAI
 }
 
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {

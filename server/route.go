@@ -39,79 +39,88 @@ type routeError struct{ msg string }
 
 func (e *routeError) Error() string { return e.msg }
 
-// resolveModel turns the request's model into a route, trying in order (the
-// first that applies decides):
+// modelTarget is what a model name names: a pool, or a route (with the alias
+// that led there, if any).
+type modelTarget struct {
+	pool  *pool.Pool
+	route engine.Route
+	alias *config.ModelAlias
+}
+
+// lookupModel says what model names, trying in order (the first that applies
+// decides):
 //
-//  1. a pool name: a draw through pool.Router (or the session's route in it);
+//  1. a pool name;
 //  2. provider/model with a configured provider;
 //  3. an exact alias of models: (to a pool or a route);
 //  4. a bare model exactly one configured route serves;
 //  5. the most specific models: pattern that matches (gpt-* -> openai/*).
 //
-// Anything else is a routeError listing what exists.
-func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
+// Anything else is a routeError listing what exists. It draws nothing and
+// reads no session: resolveModel does that with what it returns.
+func (s *Server) lookupModel(snap *snapshot.Snapshot, model string) (modelTarget, error) {
 	cfg := snap.Config
 	if model == "" {
-		return resolved{}, &routeError{"the request has no model; " + s.modelChoices(snap)}
+		return modelTarget{}, &routeError{"the request has no model; " + s.modelChoices(snap)}
 	}
 	if p := snap.Pools.Pool(model); p != nil {
-		return s.resolvePool(ctx, snap, kind, p, session)
+		return modelTarget{pool: p}, nil
 	}
-	var asked engine.Route
 	if i := strings.IndexByte(model, '/'); i > 0 {
 		if _, ok := cfg.Providers[model[:i]]; ok && i < len(model)-1 {
-			asked = engine.Route{Provider: model[:i], Model: model[i+1:]}
+			return modelTarget{route: engine.Route{Provider: model[:i], Model: model[i+1:]}}, nil
 		}
 	}
-	// alias follows a models: entry: to its pool, or to its route.
-	alias := func(a config.ModelAlias) (resolved, bool, error) {
+	viaAlias := func(a config.ModelAlias) (modelTarget, error) {
 		if a.Pool != "" {
 			p := snap.Pools.Pool(a.Pool)
-			if p == nil { // validated at load; a pool can only vanish with a new snapshot
-				return resolved{}, true, &routeError{fmt.Sprintf("model %q is an alias of pool %q, which is not configured", model, a.Pool)}
+			if p == nil { // validated at load, against the same config
+				return modelTarget{}, &routeError{fmt.Sprintf("model %q is an alias of pool %q, which is not configured", model, a.Pool)}
 			}
-			res, err := s.resolvePool(ctx, snap, kind, p, session)
-			return res, true, err
+			return modelTarget{pool: p, alias: &a}, nil
 		}
 		r := a.RouteFor(model)
-		asked = engine.Route{Provider: r.Provider, Model: r.Model}
-		return resolved{}, false, nil
+		return modelTarget{route: engine.Route{Provider: r.Provider, Model: r.Model}, alias: &a}, nil
 	}
-	if asked.Provider == "" {
-		if a, ok := cfg.Models.LookupExact(model); ok {
-			if res, done, err := alias(a); done {
-				return res, err
-			}
-		}
+	if a, ok := cfg.Models.LookupExact(model); ok {
+		return viaAlias(a)
 	}
-	if asked.Provider == "" {
-		var found []engine.Route
-		for _, r := range configuredRoutes(snap) {
-			if r.Model == model {
-				found = append(found, r)
-			}
-		}
-		switch len(found) {
-		case 0:
-		case 1:
-			asked = found[0]
-		default:
-			names := make([]string, len(found))
-			for i, r := range found {
-				names[i] = r.String()
-			}
-			return resolved{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
+	var found []engine.Route
+	for _, r := range configuredRoutes(snap) {
+		if r.Model == model {
+			found = append(found, r)
 		}
 	}
-	if asked.Provider == "" {
-		a, ok := cfg.Models.LookupPattern(model)
-		if !ok {
-			return resolved{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
+	switch len(found) {
+	case 0:
+	case 1:
+		return modelTarget{route: found[0]}, nil
+	default:
+		names := make([]string, len(found))
+		for i, r := range found {
+			names[i] = r.String()
 		}
-		if res, done, err := alias(a); done {
-			return res, err
-		}
+		return modelTarget{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
 	}
+	if a, ok := cfg.Models.LookupPattern(model); ok {
+		return viaAlias(a)
+	}
+	return modelTarget{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
+}
+
+// resolveModel turns the request's model into where it goes first (see
+// lookupModel for the order): a pool is drawn from (or keeps the session's
+// route), a route may be replaced by the session's chosen one.
+func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
+	cfg := snap.Config
+	t, err := s.lookupModel(snap, model)
+	if err != nil {
+		return resolved{}, err
+	}
+	if t.pool != nil {
+		return s.resolvePool(ctx, snap, kind, t.pool, session)
+	}
+	asked := t.route
 	if err := kindMatches(cfg, kind, asked.Provider); err != nil {
 		return resolved{}, err
 	}

@@ -201,11 +201,14 @@ test("Anthropic SDK: gatectl's own 400 is a BadRequestError with gatectl's messa
   );
 });
 
-test('Anthropic SDK: models.list shows the names /v1/messages takes', { skip }, async () => {
+test('Anthropic SDK: models.list and models.retrieve show the names /v1/messages takes', { skip }, async () => {
   const ids = [];
   for await (const m of anthropic().models.list()) ids.push(m.id);
   assert.ok(ids.includes('claude-*'), ids.join(', '));
   assert.ok(!ids.includes('gpt-*'), 'an OpenAI-kind name is not offered to the Anthropic SDK');
+  const m = await anthropic().models.retrieve('claude-sonnet-4-5');
+  assert.equal(m.id, 'claude-sonnet-4-5');
+  await assert.rejects(anthropic().models.retrieve('gpt-4o'), (err) => err instanceof Anthropic.NotFoundError && err.type === 'not_found_error');
 });
 
 test('OpenAI SDK: gpt-4o, as written', { skip }, async () => {
@@ -216,6 +219,8 @@ test('OpenAI SDK: gpt-4o, as written', { skip }, async () => {
   const ids = [];
   for await (const m of openai().models.list()) ids.push(m.id);
   assert.ok(ids.includes('gpt-*') && ids.includes('claude-*') && ids.includes('openai/*'), ids.join(', '));
+  const m = await openai().models.retrieve('gpt-4o');
+  assert.equal(m.owned_by, 'openai');
 });
 
 test('OpenAI SDK: a 429 is a RateLimitError, a 400 a BadRequestError', { skip }, async () => {
