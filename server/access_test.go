@@ -1,9 +1,17 @@
 package server
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/hashicorp/go-hclog"
 )
 
 func TestAccessLog(t *testing.T) {
@@ -48,5 +56,21 @@ func TestAccessLog(t *testing.T) {
 	off.call("/v1/chat/completions", chatReq("gpt-4o"))
 	if strings.Contains(off.logs.String(), "gatectl.access") {
 		t.Errorf("access lines without log.access:\n%s", off.logs.String())
+	}
+}
+
+// BenchmarkAccessLine: the cost of one access line (hclog text format, written
+// to io.Discard): what log.access adds to a proxied call besides the writer's
+// own I/O.
+func BenchmarkAccessLine(b *testing.B) {
+	s := &Server{accessLog: hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Info, Output: io.Discard}).Named("access")}
+	ep := &endpoints[0]
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	pr := &proxyRequest{ep: ep, model: "gpt-4o", session: "sess-7"}
+	x := &exchange{pr: pr, route: engine.Route{Provider: "openai", Model: "gpt-4o"}, attempts: 1,
+		waited: 3 * time.Millisecond, upstream: 80 * time.Millisecond, usage: gate.Usage{InputTokens: 120, OutputTokens: 7}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		s.logAccess(r, ep, http.StatusOK, pr, x, 85*time.Millisecond)
 	}
 }
