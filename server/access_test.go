@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,28 @@ func BenchmarkAccessLine(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		s.logAccess(r, ep, http.StatusOK, pr, x, 85*time.Millisecond)
+	}
+}
+
+// TestAccessLogRetries: the line of a call that gatectl retried counts the
+// attempts and the gate's wait.
+func TestAccessLogRetries(t *testing.T) {
+	up := newFakeUpstream(t,
+		jsonAnswer(429, `{"error":{"message":"Rate limit reached for requests","type":"requests"}}`, "Retry-After", "5"),
+		chatOK(10, 2, 0))
+	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3")+"log: {access: true}\n", true)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/rl"))
+	waitFor(t, "the admission wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	f.clock.Advance(6 * time.Second) // past the cooldown and its jitter
+	if r := <-res; r.resp.StatusCode != 200 {
+		t.Fatalf("%d %s", r.resp.StatusCode, r.body)
+	}
+	line := regexp.MustCompile(`gatectl\.access: proxied: .*`).FindString(f.logs.String())
+	m := regexp.MustCompile(`route=pa/rl status=200 attempts=2 gate_wait_ms=(\d+) .* tokens_in=10 tokens_out=2$`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("access line %q", line)
+	}
+	if ms, _ := strconv.Atoi(m[1]); ms < 5000 {
+		t.Errorf("gate_wait_ms %d, want the cooldown (≥ 5000)", ms)
 	}
 }

@@ -170,7 +170,6 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
 	x.route = route
-	x.attempts++
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
@@ -180,6 +179,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.fail(http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}
+	x.attempts++
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {

@@ -57,16 +57,16 @@ type Server struct {
 	logger   hclog.Logger
 	proxyLog hclog.Logger // logger.Named("proxy"), built once in New
 	apiLog   hclog.Logger // logger.Named("api"), built once in New
-	// accessLog: logger.Named("access"), one line per proxied call when
+	ledger   *gate.Ledger
+	planner  *retry.Planner
+	quota    *pool.Router
+	sessions *pool.Sessions
+	store    *state.Store
+	bus      *Bus
+	metrics  *Metrics
+	// accessLog is logger.Named("access"): one line per proxied call when
 	// log.access is on (access.go)
 	accessLog hclog.Logger
-	ledger    *gate.Ledger
-	planner   *retry.Planner
-	quota     *pool.Router
-	sessions  *pool.Sessions
-	store     *state.Store
-	bus       *Bus
-	metrics   *Metrics
 	// unclassified keeps the failures that fell through to a catch-all rule.
 	unclassified *unclassifiedLog
 	client       *http.Client
