@@ -36,6 +36,12 @@ type exchange struct {
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
+
+	// For the access log (access.go): the last route tried, the attempts sent
+	// upstream, and what the successful one was settled with.
+	route    engine.Route
+	attempts int
+	usage    gate.Usage
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -62,7 +68,7 @@ func (x *exchange) run() {
 			if last != nil {
 				x.giveUp(last, lastVerdict, err.Error(), true)
 			} else {
-				writeError(x.w, http.StatusBadRequest, "model", err.Error())
+				x.fail(http.StatusBadRequest, "model", err.Error())
 			}
 			return
 		}
@@ -151,7 +157,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	pc := x.cfg.Providers[route.Provider]
 	body, err := upstreamBody(pr, route)
 	if err != nil {
-		writeError(x.w, http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
+		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
 	t0 := time.Now()
@@ -168,15 +174,17 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
+	x.route = route
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
 		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
-		writeError(x.w, http.StatusBadGateway, "", err.Error())
+		x.fail(http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}
+	x.attempts++
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -229,6 +237,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	x.usage = u
 	s.quota.OnSuccess(pr.session)
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
