@@ -134,7 +134,7 @@ func New(o Options) (*Server, error) {
 	s.sessions = pool.NewSessions(store)
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
-		Clock: o.Clock, Rand: o.Rand,
+		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(),
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
@@ -185,7 +185,8 @@ func New(o Options) (*Server, error) {
 	s.registerProxy(mux)
 	s.registerAPI(mux)
 	if s.shared != nil { // after the API: a notice may name one of its tickets
-		s.shared.Notify(s.ledger.SharedReleased, s.ledger.AdoptLearned, s.settledElsewhere)
+		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark})
 	}
 	s.handler = mux
 	s.ready.Store(true)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -68,4 +70,13 @@ func (s *Server) sharedStatus(models []gate.BucketStatus) *APIStore {
 		}
 	}
 	return st
+}
+
+// shareMark is the pool router's OnMark: with a shared store, every instance
+// routes around a provider any of them found exhausted.
+func (s *Server) shareMark() func(provider string, at time.Time) {
+	if s.shared == nil {
+		return nil
+	}
+	return s.shared.ShareMark
 }

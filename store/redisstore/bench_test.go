@@ -27,7 +27,7 @@ func benchLedger(b *testing.B) *gate.Ledger {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.Notify(l.SharedReleased, l.AdoptLearned, nil)
+	s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
 	return l
 }
 

@@ -84,9 +84,16 @@ type Store struct {
 	wg       sync.WaitGroup
 	closed   sync.Once
 
-	onRelease func(provider, model string)
-	onLearn   func(provider, model string, q gate.LearnedQuota)
-	onSettled func(ticket string, tokens int64)
+	on Handlers
+}
+
+// Handlers receive the notifications of the other instances (Notify). Any may
+// be nil.
+type Handlers struct {
+	Released func(provider, model string)                      // capacity came back in the model's window
+	Learned  func(provider, model string, q gate.LearnedQuota) // another instance learned the model's quota
+	Settled  func(ticket string, tokens int64)                 // an instance settled a ticket (maybe one of ours: SettleFor)
+	Marked   func(provider string, at time.Time)               // another instance marked a provider exhausted
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -338,12 +345,17 @@ func (s *Store) Save(provider, model string, q gate.LearnedQuota) {
 
 var _ gate.LearnedStore = (*Store)(nil)
 
-// Notify starts listening on every model's channel: onRelease when capacity
-// came back, onLearn when another instance learned a quota, onSettled when an
-// instance settled a ticket (maybe one of this instance's: SettleFor). Any may
-// be nil. The subscription survives Redis restarts (the client resubscribes).
-func (s *Store) Notify(onRelease func(provider, model string), onLearn func(provider, model string, q gate.LearnedQuota), onSettled func(ticket string, tokens int64)) {
-	s.onRelease, s.onLearn, s.onSettled = onRelease, onLearn, onSettled
+// Notify starts listening on every model's channel (and the marks' channel)
+// and hands what arrives to h; the exhaustion marks set so far are handed to
+// h.Marked first. The subscription survives Redis restarts (the client
+// resubscribes).
+func (s *Store) Notify(h Handlers) {
+	s.on = h
+	if h.Marked != nil {
+		for p, at := range s.marks() {
+			h.Marked(p, at)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := s.c.PSubscribe(ctx, s.opts.KeyPrefix+"{*}:ev")
 	s.wg.Add(1)
@@ -372,23 +384,27 @@ func (s *Store) dispatch(channel, payload string) {
 	if i < 0 || j < i {
 		return
 	}
+	if channel[i+1:j] == "marks" {
+		s.dispatchMark(payload)
+		return
+	}
 	provider, model, ok := strings.Cut(channel[i+1:j], "/")
 	if !ok {
 		return
 	}
 	switch {
-	case payload == "r" && s.onRelease != nil:
-		s.onRelease(provider, model)
-	case strings.HasPrefix(payload, "s ") && s.onSettled != nil:
+	case payload == "r" && s.on.Released != nil:
+		s.on.Released(provider, model)
+	case strings.HasPrefix(payload, "s ") && s.on.Settled != nil:
 		n, ticket, _ := strings.Cut(payload[2:], " ")
 		if tokens, err := strconv.ParseInt(n, 10, 64); err == nil {
-			s.onSettled(ticket, tokens)
+			s.on.Settled(ticket, tokens)
 		}
-	case strings.HasPrefix(payload, "l ") && s.onLearn != nil:
+	case strings.HasPrefix(payload, "l ") && s.on.Learned != nil:
 		from, raw, _ := strings.Cut(payload[2:], " ")
 		var q gate.LearnedQuota
 		if from != s.instance && json.Unmarshal([]byte(raw), &q) == nil {
-			s.onLearn(provider, model, q)
+			s.on.Learned(provider, model, q)
 		}
 	}
 }

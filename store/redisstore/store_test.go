@@ -185,11 +185,11 @@ func TestLearnedSharedAndNotified(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
 	got := make(chan gate.LearnedQuota, 4)
-	b.Notify(nil, func(p, m string, q gate.LearnedQuota) {
+	b.Notify(Handlers{Learned: func(p, m string, q gate.LearnedQuota) {
 		if p == "p" && m == "m" {
 			got <- q
 		}
-	}, nil)
+	}})
 	waitSubscribed(t, srv)
 	a.Save("p", "m", gate.LearnedQuota{Quota: 1234, Trigger: 1100})
 	select {
@@ -268,7 +268,7 @@ func TestLedgersShareOneWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Notify(l.SharedReleased, l.AdoptLearned, nil)
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
 		return l, s
 	}
 	a, _ := ledger()
@@ -316,7 +316,7 @@ func TestLedgersShareCooldownAndLearning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Notify(l.SharedReleased, l.AdoptLearned, nil)
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
 		ls = append(ls, l)
 	}
 	waitSubscribed(t, srv)
