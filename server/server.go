@@ -131,7 +131,11 @@ func New(o Options) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
 	}
-	s.sessions = pool.NewSessions(store)
+	var sessionStore pool.SessionStore = store
+	if s.shared != nil { // a session's settings hold on every instance
+		sessionStore = s.shared.Sessions(store)
+	}
+	s.sessions = pool.NewSessions(sessionStore)
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
 		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(),
@@ -186,7 +190,7 @@ func New(o Options) (*Server, error) {
 	s.registerAPI(mux)
 	if s.shared != nil { // after the API: a notice may name one of its tickets
 		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
-			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark})
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, SessionChanged: s.sessions.Forget})
 	}
 	s.handler = mux
 	s.ready.Store(true)

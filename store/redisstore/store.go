@@ -94,6 +94,8 @@ type Handlers struct {
 	Learned  func(provider, model string, q gate.LearnedQuota) // another instance learned the model's quota
 	Settled  func(ticket string, tokens int64)                 // an instance settled a ticket (maybe one of ours: SettleFor)
 	Marked   func(provider string, at time.Time)               // another instance marked a provider exhausted
+	// SessionChanged: another instance changed the session's settings.
+	SessionChanged func(session string)
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -384,8 +386,16 @@ func (s *Store) dispatch(channel, payload string) {
 	if i < 0 || j < i {
 		return
 	}
-	if channel[i+1:j] == "marks" {
+	switch channel[i+1 : j] {
+	case "marks":
 		s.dispatchMark(payload)
+		return
+	case "sessions":
+		if rest, ok := strings.CutPrefix(payload, "x "); ok && s.on.SessionChanged != nil {
+			if from, id, ok := strings.Cut(rest, " "); ok && from != s.instance {
+				s.on.SessionChanged(id)
+			}
+		}
 		return
 	}
 	provider, model, ok := strings.Cut(channel[i+1:j], "/")
