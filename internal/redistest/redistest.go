@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,11 +17,12 @@ import (
 
 // Server is a redis-server process the test owns.
 type Server struct {
-	Addr string // 127.0.0.1:port
-	Port int
-	path string
-	cmd  *exec.Cmd
-	t    testing.TB
+	Addr  string // 127.0.0.1:port
+	Port  int
+	path  string
+	extra []string // more redis-server arguments (cluster mode)
+	cmd   *exec.Cmd
+	t     testing.TB
 }
 
 // URL is the server's redis:// URL.
@@ -52,8 +54,9 @@ func (s *Server) Kill() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
-	s.cmd = exec.Command(s.path, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
+	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no"}, s.extra...)
+	s.cmd = exec.Command(s.path, args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("redis-server: %v", err)
 	}
@@ -97,4 +100,44 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// StartCluster runs a Redis Cluster of n masters (no replicas) on loopback and
+// waits until it serves every slot. It returns the nodes; the first one's URL
+// seeds a cluster client.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	path := testenv.Tool(t, "redis-server", "apt-get install -y redis-server")
+	cli := testenv.Tool(t, "redis-cli", "apt-get install -y redis-tools")
+	dir := t.TempDir()
+	var nodes []*Server
+	args := []string{"--cluster", "create"}
+	for range n {
+		s := &Server{path: path, t: t, Port: freePort(t)}
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+		s.extra = []string{"--cluster-enabled", "yes", "--dir", dir,
+			"--cluster-config-file", "nodes-" + strconv.Itoa(s.Port) + ".conf"}
+		s.Restart()
+		t.Cleanup(s.Kill)
+		nodes = append(nodes, s)
+		args = append(args, s.Addr)
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range nodes {
+		for {
+			out, _ := exec.Command(cli, "-p", strconv.Itoa(s.Port), "cluster", "info").Output()
+			if strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok within 20s:\n%s", s.Addr, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
 }

@@ -48,6 +48,7 @@ type Options struct {
 	KeyPrefix string        // prepended to every key and channel
 	Timeout   time.Duration // deadline of every call
 	OnError   string        // failOpen | failClosed
+	Cluster   bool          // connect as a Redis Cluster client
 }
 
 // Defaults of store.redis.
@@ -74,7 +75,8 @@ var ErrDegraded = errors.New("redisstore: Redis unavailable (degraded)")
 // Store is the shared state on one Redis. Safe for concurrent use.
 type Store struct {
 	opts     Options
-	c        *redis.Client
+	c        redis.UniversalClient
+	addr     string // host:port of the node (seed nodes, for a cluster), without credentials
 	log      hclog.Logger
 	instance string // tells this process's own notifications from others'
 
@@ -114,25 +116,47 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	if opts.OnError != FailOpen && opts.OnError != FailClosed {
 		return nil, fmt.Errorf("redisstore: onError must be one of %s (got %q)", strings.Join(Policies, ", "), opts.OnError)
 	}
-	ro, err := redis.ParseURL(opts.URL)
+	c, addr, err := newClient(opts)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+		return nil, err
 	}
-	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
-	ro.ContextTimeoutEnabled = true
-	ro.MaxRetries = -1 // a retry doubles a slow answer; the policy decides instead
-	ro.PoolSize = max(ro.PoolSize, 32)
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	redis.SetLogger(quietLogger{log.Named("client")})
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{opts: opts, c: redis.NewClient(ro), log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
+	s := &Store{opts: opts, c: c, addr: addr, log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
 	if err := s.Ping(context.Background()); err != nil {
 		s.fail(err)
 	}
 	return s, nil
+}
+
+// newClient connects to one node, or to a Redis Cluster (opts.Cluster: the URL
+// names a seed node, more with ?addr=host:port). Every call has the deadline
+// and no retry: a retry doubles a slow answer, and the policy decides instead.
+func newClient(opts Options) (redis.UniversalClient, string, error) {
+	if opts.Cluster {
+		co, err := redis.ParseClusterURL(opts.URL)
+		if err != nil {
+			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+		}
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+		co.ContextTimeoutEnabled = true
+		co.MaxRetries, co.MaxRedirects = -1, 3
+		co.PoolSize = max(co.PoolSize, 32)
+		return redis.NewClusterClient(co), strings.Join(co.Addrs, ","), nil
+	}
+	ro, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+	}
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	ro.ContextTimeoutEnabled = true
+	ro.MaxRetries = -1
+	ro.PoolSize = max(ro.PoolSize, 32)
+	return redis.NewClient(ro), ro.Addr, nil
 }
 
 // redactURL keeps a password in the URL out of an error message.
@@ -478,4 +502,4 @@ func (s *Store) Check(ctx context.Context) (time.Duration, error) {
 }
 
 // Addr is the Redis address, without credentials: safe to print.
-func (s *Store) Addr() string { return s.c.Options().Addr }
+func (s *Store) Addr() string { return s.addr }
