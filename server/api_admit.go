@@ -97,6 +97,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		if res.err != nil { // the client went away: nothing is held
 			return
 		}
+		if res.storeErr != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "", res.storeErr.Error())
+			return
+		}
 		if !res.admitted {
 			resp := apiAdmitResponse{WaitedMs: res.waited.Milliseconds(), WaitMs: apiMs(res.left), Reason: res.reason, apiTarget: tgt}
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((res.left+time.Second-1)/time.Second), 10))
@@ -172,6 +177,7 @@ type apiWaitResult struct {
 	left     time.Duration // not admitted: the wait still ahead, as the gate estimates it
 	reason   string        // not admitted: why it is held back
 	err      error         // the request's context ended
+	storeErr error         // the shared store went down under failClosed: answer 503
 }
 
 // apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
@@ -193,6 +199,10 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	for {
 		if t, ok := w.Ticket(); ok {
 			return apiWaitResult{admitted: true, ticket: t}
+		}
+		if err := a.s.ledger.StoreAvailable(); err != nil {
+			w.Cancel(clock.Now())
+			return apiWaitResult{storeErr: err}
 		}
 		now := clock.Now()
 		if maxWait >= 0 && !now.Before(deadline) {

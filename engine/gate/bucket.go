@@ -449,6 +449,9 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			b.grantWaiterLocked(now, w, "")
 			b.attachWaiterShared(w, id)
 			continue
+		case !now.Before(deadline) && b.l.StoreAvailable() != nil:
+			w.next = now.Add(storeRetry) // failClosed: the caller answers 503, never a fail-open grant
+			continue
 		case !now.Before(deadline):
 			id, _, _ = b.sharedReserveLocked(now, w.size, true)
 			b.grantWaiterLocked(now, w, "max-wait")
