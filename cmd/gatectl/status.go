@@ -61,8 +61,8 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 		fmt.Fprintf(w, "last reload failed (the previous configuration runs): %s\n", st.LastReloadError)
 	}
 	if len(st.Models) == 0 {
-		_, err := fmt.Fprintln(w, "no model has been called yet")
-		return err
+		fmt.Fprintln(w, "no model has been called yet")
+		return writeSharedText(w, st.Store)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tWINDOW\tREQUESTS\tRESERVED\tIN-FLIGHT\tWAITING\tQUOTA\tTRIGGER\tCOOLDOWN\t429s")
