@@ -350,3 +350,40 @@ func TestLedgersShareCooldownAndLearning(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// With Redis down, a failOpen ledger decides with its own window (it still
+// holds its budget), and a failClosed one refuses: Admit answers
+// gate.ErrStoreUnavailable, never a fail-open ticket.
+func TestLedgerWithRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func(policy string) *gate.Ledger {
+		s := open(t, srv, policy)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	fo, fc := ledger(FailOpen), ledger(FailClosed)
+	srv.Kill()
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 3000, MaxTokens: 3000}
+	tk, w := fo.Submit(clock.Now(), req)
+	if w != nil || tk.FailOpen || tk.Shared != "" {
+		t.Fatalf("failOpen with Redis down: waiter=%v ticket %+v, want a local admission", w != nil, tk)
+	}
+	if _, w := fo.Submit(clock.Now(), req); w == nil {
+		t.Fatal("failOpen with Redis down admitted past its own window's budget")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := fc.Admit(ctx, req); !errors.Is(err, gate.ErrStoreUnavailable) {
+		t.Fatalf("failClosed with Redis down: Admit %v, want ErrStoreUnavailable", err)
+	}
+	if _, err := fc.Admit(ctx, req); !errors.Is(err, gate.ErrStoreUnavailable) {
+		t.Fatalf("failClosed, degraded: Admit %v, want ErrStoreUnavailable at once", err)
+	}
+}
