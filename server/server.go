@@ -96,7 +96,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
