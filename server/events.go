@@ -19,22 +19,32 @@ type Event struct {
 
 // Bus fans events out to subscribers without ever waiting for one: Publish is
 // called on the gate's and the API's hot paths, and a subscriber that reads
-// slowly (or not at all) must cost them nothing but a bounded append.
+// slowly (or not at all) must cost them nothing.
 //
 // There are two kinds of subscribers. Channel subscribers (Subscribe) get Event
 // values, for in-process listeners; an event that finds the channel full is
-// dropped. Stream subscribers (SubscribeStream) are the HTTP event streams: the
-// event is encoded once, for all of them, and appended to each stream's bounded
-// queue, which the stream's goroutine drains in batches; an event that finds the
-// queue full is counted as dropped and the stream says so. Streams are capped
-// (api.maxSubscribers). A Bus is safe for concurrent use.
+// dropped. Stream subscribers (SubscribeStream) are the HTTP event streams, and
+// cost Publish nothing per stream: the event is encoded once into a ring of the
+// last eventsLog records that every stream reads at its own cursor, and one
+// channel close wakes the streams waiting for the next record. A stream that
+// falls more than the ring behind loses the oldest records and is told how
+// many. Streams are capped (api.maxSubscribers). A Bus is safe for concurrent use.
 type Bus struct {
 	maxStreams int // 0: no cap
 
-	mu      sync.RWMutex
+	mu      sync.Mutex
 	subs    map[chan Event]struct{}
-	streams map[*eventStream]struct{}
+	streams int
+	ring    [][]byte      // the last len(ring) records; record seq is at ring[seq%len(ring)]
+	types   []string      // the event type of each ring slot
+	next    uint64        // seq of the next record
+	wake    chan struct{} // closed by the next Publish (or CloseAll); nil when nobody waits
+	closed  bool          // CloseAll ran: every stream ends
 }
+
+// eventsLog is how many records the ring keeps: how far a stream may fall
+// behind before it loses events.
+const eventsLog = 4096
 
 // ErrTooManySubscribers is SubscribeStream's answer past the cap.
 var ErrTooManySubscribers = errors.New("too many event subscribers")
@@ -44,7 +54,8 @@ func NewBus() *Bus { return NewBusCap(0) }
 
 // NewBusCap returns an empty bus that holds at most maxStreams event streams.
 func NewBusCap(maxStreams int) *Bus {
-	return &Bus{maxStreams: maxStreams, subs: make(map[chan Event]struct{}), streams: make(map[*eventStream]struct{})}
+	return &Bus{maxStreams: maxStreams, subs: make(map[chan Event]struct{}),
+		ring: make([][]byte, eventsLog), types: make([]string, eventsLog)}
 }
 
 // Subscribe returns a channel of events and a function that ends the subscription.
@@ -63,41 +74,46 @@ func (b *Bus) Subscribe(buffer int) (<-chan Event, func()) {
 	}
 }
 
-// SubscribeStream opens an event stream holding at most queue encoded events;
-// want selects the event types (nil: all). Past the cap it returns
+// SubscribeStream opens an event stream that starts at the next event; want
+// selects the event types (nil: all). Past the cap it returns
 // ErrTooManySubscribers. Close the stream when done.
-func (b *Bus) SubscribeStream(queue int, want map[string]bool) (*eventStream, error) {
-	st := &eventStream{bus: b, max: queue, want: want, notify: make(chan struct{}, 1)}
+func (b *Bus) SubscribeStream(want map[string]bool) (*eventStream, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.maxStreams > 0 && len(b.streams) >= b.maxStreams {
+	if b.maxStreams > 0 && b.streams >= b.maxStreams {
 		return nil, fmt.Errorf("%w (at most %d, api.maxSubscribers)", ErrTooManySubscribers, b.maxStreams)
 	}
-	b.streams[st] = struct{}{}
-	return st, nil
+	b.streams++
+	return &eventStream{bus: b, want: want, cursor: b.next}, nil
 }
 
-// Publish hands e to every subscriber that has room and returns at once.
+// Publish hands e to every subscriber and returns at once.
 func (b *Bus) Publish(e Event) {
-	var rec []byte // encoded once, shared by every stream (read-only)
-	b.mu.RLock()
-	defer b.mu.RUnlock()
+	b.mu.Lock()
 	for ch := range b.subs {
 		select {
 		case ch <- e:
 		default:
 		}
 	}
-	if len(b.streams) == 0 {
+	streams := b.streams
+	b.mu.Unlock()
+	if streams == 0 { // nobody to encode for (a stream opened meanwhile starts after this event)
 		return
 	}
-	data, err := json.Marshal(e)
+	data, err := json.Marshal(e) // outside the lock: the costly part
 	if err != nil {
 		data, _ = json.Marshal(Event{Type: e.Type, At: e.At, Data: map[string]string{"error": "event not encodable: " + err.Error()}})
 	}
-	rec = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Type, data)
-	for st := range b.streams {
-		st.push(e.Type, rec)
+	rec := fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Type, data)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := b.next % uint64(len(b.ring))
+	b.ring[i], b.types[i] = rec, e.Type
+	b.next++
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
 	}
 }
 
@@ -110,89 +126,84 @@ func (b *Bus) CloseAll() {
 		delete(b.subs, ch)
 		close(ch)
 	}
-	for st := range b.streams {
-		delete(b.streams, st)
-		st.end()
+	b.closed = true
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
 	}
 }
 
 // Subscribers is the number of open subscriptions of both kinds.
 func (b *Bus) Subscribers() int {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return len(b.subs) + len(b.streams)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs) + b.streams
 }
 
 // Streams is the number of open event streams.
 func (b *Bus) Streams() int {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return len(b.streams)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streams
 }
 
-// eventStream is one HTTP event stream's queue: encoded records appended by
-// Publish, taken in batches by the stream's goroutine.
+// closedChan is ready at once.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// eventStream is one HTTP event stream's place in the bus's ring. It is used by
+// the one goroutine serving the stream.
 type eventStream struct {
-	bus  *Bus
-	max  int
-	want map[string]bool // nil: every type
-
-	notify chan struct{} // holds one token while records wait (or the stream ended)
-
-	mu      sync.Mutex
-	queue   [][]byte
-	dropped int  // records that found the queue full since the last take
-	ended   bool // closed by the bus (shutdown) or the stream itself
+	bus    *Bus
+	want   map[string]bool // nil: every type
+	cursor uint64          // seq of the next record this stream reads
+	done   bool
 }
 
-// push appends rec unless the stream filters its type out or is full. It never blocks.
-func (st *eventStream) push(typ string, rec []byte) {
-	if st.want != nil && !st.want[typ] {
+// Ready is closed when records past the stream's cursor exist or the bus closed.
+func (st *eventStream) Ready() <-chan struct{} {
+	b := st.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.next > st.cursor {
+		return closedChan
+	}
+	if b.wake == nil {
+		b.wake = make(chan struct{})
+	}
+	return b.wake
+}
+
+// take returns the records past the cursor that the stream wants, how many were
+// lost because the stream fell more than the ring behind, and whether the bus
+// has closed. The records are shared: read them, never change them.
+func (st *eventStream) take() (recs [][]byte, dropped int, ended bool) {
+	b := st.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, 0, true
+	}
+	size := uint64(len(b.ring))
+	if b.next-st.cursor > size {
+		dropped = int(b.next - size - st.cursor)
+		st.cursor = b.next - size
+	}
+	for ; st.cursor < b.next; st.cursor++ {
+		i := st.cursor % size
+		if st.want == nil || st.want[b.types[i]] {
+			recs = append(recs, b.ring[i])
+		}
+	}
+	return recs, dropped, false
+}
+
+// Close leaves the bus.
+func (st *eventStream) Close() {
+	if st.done {
 		return
 	}
-	st.mu.Lock()
-	switch {
-	case st.ended:
-	case len(st.queue) >= st.max:
-		st.dropped++
-	default:
-		st.queue = append(st.queue, rec)
-	}
-	st.mu.Unlock()
-	select {
-	case st.notify <- struct{}{}:
-	default:
-	}
-}
-
-// take returns the records waiting, how many were dropped since the last take,
-// and whether the stream has ended.
-func (st *eventStream) take() (recs [][]byte, dropped int, ended bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	recs, dropped = st.queue, st.dropped
-	st.queue, st.dropped = nil, 0
-	return recs, dropped, st.ended
-}
-
-// Ready is signalled when records wait or the stream has ended.
-func (st *eventStream) Ready() <-chan struct{} { return st.notify }
-
-func (st *eventStream) end() {
-	st.mu.Lock()
-	st.ended = true
-	st.queue = nil
-	st.mu.Unlock()
-	select {
-	case st.notify <- struct{}{}:
-	default:
-	}
-}
-
-// Close ends the stream and leaves the bus.
-func (st *eventStream) Close() {
+	st.done = true
 	st.bus.mu.Lock()
-	delete(st.bus.streams, st)
+	st.bus.streams--
 	st.bus.mu.Unlock()
-	st.end()
 }

@@ -21,37 +21,49 @@ func TestEventsSubscriberCap(t *testing.T) {
 	e.openEvents(t, "") // room again
 }
 
-// A stream's queue is bounded: what does not fit is counted, never waited for,
-// and the stream says how much it lost.
-func TestEventsStreamQueueBounded(t *testing.T) {
+// Streams read one bounded ring at their own pace: Publish never waits for them,
+// and a stream that falls more than the ring behind is told how much it lost.
+func TestEventsStreamRingBounded(t *testing.T) {
 	b := NewBusCap(0)
-	st, err := b.SubscribeStream(3, map[string]bool{"wait": true})
+	st, err := b.SubscribeStream(map[string]bool{"wait": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := b.SubscribeStream(100, nil)
+	other, _ := b.SubscribeStream(nil)
+	select {
+	case <-st.Ready():
+		t.Fatal("ready before any event")
+	default:
+	}
 	for i := range 5 {
 		b.Publish(Event{Type: "wait", At: time.Unix(int64(i), 0), Data: map[string]int{"i": i}})
 		b.Publish(Event{Type: "learn"})
 	}
+	<-st.Ready()
 	recs, dropped, ended := st.take()
-	if len(recs) != 3 || dropped != 2 || ended {
+	if len(recs) != 5 || dropped != 0 || ended {
 		t.Fatalf("took %d records, %d dropped, ended %v", len(recs), dropped, ended)
 	}
 	if !strings.HasPrefix(string(recs[0]), "event: wait\ndata: {\"type\":\"wait\"") || !strings.HasSuffix(string(recs[0]), "\n\n") {
 		t.Fatalf("record %q", recs[0])
 	}
-	if recs, dropped, _ := other.take(); len(recs) != 10 || dropped != 0 {
-		t.Fatalf("the other stream took %d, dropped %d", len(recs), dropped)
+	// other falls behind: the ring keeps the last eventsLog records.
+	for range eventsLog {
+		b.Publish(Event{Type: "learn"})
+	}
+	if recs, dropped, _ := other.take(); len(recs) != eventsLog || dropped != 10 {
+		t.Fatalf("the slow stream took %d, dropped %d", len(recs), dropped)
 	}
 	if recs, dropped, _ := st.take(); len(recs) != 0 || dropped != 0 {
-		t.Fatalf("second take: %d %d", len(recs), dropped)
+		t.Fatalf("filtered stream: %d %d", len(recs), dropped)
 	}
 	st.Close()
+	st.Close() // twice is once
 	if n := b.Streams(); n != 1 {
 		t.Fatalf("streams after close: %d", n)
 	}
 	b.CloseAll()
+	<-other.Ready()
 	if _, _, ended := other.take(); !ended {
 		t.Fatal("CloseAll left a stream open")
 	}

@@ -13,9 +13,6 @@ const (
 	// eventsHeartbeat is how often an idle stream gets a comment line, so proxies
 	// and clients see the connection alive (and a shutdown ends the stream).
 	eventsHeartbeat = 15 * time.Second
-	// eventsBuffer is each subscriber's backlog; past it events are dropped for
-	// that subscriber (the stream says how many), never waited for.
-	eventsBuffer = 256
 	// A stream gathers events for a moment after the first one and writes them
 	// together: with many subscribers, a write (a syscall) per event per
 	// subscriber costs the publishing API more than the events are worth, while
@@ -63,7 +60,7 @@ func (a *api) handleEvents(w http.ResponseWriter, r *http.Request) {
 			want[t] = true
 		}
 	}
-	st, err := a.s.bus.SubscribeStream(eventsBuffer, want)
+	st, err := a.s.bus.SubscribeStream(want)
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "", err.Error()+": retry later")
@@ -106,7 +103,7 @@ func (a *api) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			var out []byte
 			if dropped > 0 {
-				out = fmt.Appendf(out, ": dropped %d events: this stream fell %d behind\n\n", dropped, eventsBuffer)
+				out = fmt.Appendf(out, ": dropped %d events: this stream fell more than %d behind\n\n", dropped, eventsLog)
 			}
 			for _, rec := range recs {
 				out = append(out, rec...)
