@@ -72,6 +72,7 @@ type Server struct {
 	started      time.Time
 	ready        atomic.Bool
 	handler      http.Handler
+	api          *api
 	auth         apiAuth      // the decision API's and the console's token; read once in New
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
 }
@@ -211,6 +212,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
 	hs.RegisterOnShutdown(s.bus.CloseAll) // event streams never finish on their own
+	go s.runJanitor(base)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("serving", "addr", ln.Addr().String(), "maxConnections", lim.MaxConnections,
