@@ -96,7 +96,8 @@ func (m *Manager) OnError(f func(error)) {
 	m.mu.Unlock()
 }
 
-// Stats reports how many reloads succeeded and failed, and the last error.
+// Stats reports how many reloads succeeded and failed, and the error of the last
+// reload when it failed ("" once a later one succeeded).
 func (m *Manager) Stats() (reloads, failures uint64, lastErr string) {
 	if p := m.lastErr.Load(); p != nil {
 		lastErr = *p
@@ -147,6 +148,7 @@ func (m *Manager) Reload(ctx context.Context) error {
 	}
 	m.cur.Store(s)
 	m.pending.Store(nil)
+	m.lastErr.Store(nil) // the error was the latest word; now the running config is the file's
 	m.reloads.Add(1)
 	m.logger.Info("reloaded", "config", m.path, "version", s.Version, "files", len(s.Files))
 	for _, w := range s.Warnings {
