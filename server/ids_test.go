@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
