@@ -155,7 +155,7 @@ func New(o Options) (*Server, error) {
 
 	transport := o.Transport
 	if transport == nil {
-		transport = newTransport()
+		transport = newTransport(snap.Config.Server.MaxConnections)
 	}
 	// No client timeout: streams run long; contexts bound them.
 	s.client = &http.Client{Transport: transport, CheckRedirect: sameOriginRedirect}
@@ -329,10 +329,16 @@ func sameOriginRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-func newTransport() *http.Transport {
+// newTransport is the upstream transport. It keeps up to maxIdle idle connections
+// per upstream host, maxIdle being server.maxConnections: every call in flight
+// holds a client connection, so no more upstream connections than that are ever
+// busy at once, and one a call just finished with is kept for the next instead
+// of being closed and opened again (at 256 per host, a flood of 500 sessions
+// opened thousands).
+func newTransport(maxIdle int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 512
-	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 0 // bounded per host; the hosts are the configured providers
+	t.MaxIdleConnsPerHost = maxIdle
 	t.IdleConnTimeout = 90 * time.Second
 	t.ForceAttemptHTTP2 = true
 	// A non-streaming answer arrives only once the model has finished writing, and
