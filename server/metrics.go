@@ -33,6 +33,8 @@ type Metrics struct {
 	overhead prometheus.Histogram
 	// gatectl_config_reloads_total{result}: reloads that succeeded or failed.
 	reloads *prometheus.CounterVec
+	// classifierErrors counts the chain links' run-time errors, by classifier.
+	classifierErrors *prometheus.CounterVec
 }
 
 // PluginStats reports the counters of every loaded plugin; /metrics reads it at
@@ -79,7 +81,11 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 		Name: "gatectl_config_reloads_total",
 		Help: "Configuration reloads by result: ok, failed.",
 	}, []string{"result"})
-	m.Registry.MustRegister(m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
+	m.classifierErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_classifier_errors_total",
+		Help: "Run-time errors of classifiers in the chain (a trapped plugin, a rule whose expression failed); the next classifier decided. classifier: the link's name.",
+	}, []string{"classifier"})
+	m.Registry.MustRegister(m.classifierErrors, m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{plugins: plugins})
 	return m
@@ -99,6 +105,9 @@ func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
 		m.waits.WithLabelValues(provider, model).Observe(t.Waited.Seconds())
 	}
 }
+
+// ClassifierError counts one run-time error of the named classifier.
+func (m *Metrics) ClassifierError(link string) { m.classifierErrors.WithLabelValues(link).Inc() }
 
 // ForgetModels deletes the series of models the ledger evicted, so that the
 // series, like the buckets, stay bounded.

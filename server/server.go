@@ -146,6 +146,7 @@ func New(o Options) (*Server, error) {
 	}, func() float64 { return float64(s.conns.Load()) }))
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
+	o.Manager.OnClassifierError(newClassifierErrors(o.Clock, o.Logger.Named("classify"), s.metrics).observe)
 
 	o.Manager.OnSwap(s.applySnapshot)
 	o.Manager.OnError(func(err error) {

@@ -41,6 +41,8 @@ type Manager struct {
 	pending atomic.Pointer[[]string]
 	// verdict is what OnVerdict registered; every snapshot's chain calls it.
 	verdict atomic.Pointer[func(*engine.Failure, engine.Verdict)]
+	// classifierErr is what OnClassifierError registered.
+	classifierErr atomic.Pointer[func(link string, err error)]
 }
 
 // NewManager loads path and builds the first snapshot; it fails when that does.
@@ -53,6 +55,11 @@ func NewManager(ctx context.Context, path string, opts Options) (*Manager, error
 		opts.OnVerdict = m.observe
 	} else {
 		opts.OnVerdict = func(f *engine.Failure, v engine.Verdict) { prev(f, v); m.observe(f, v) }
+	}
+	if prev := opts.OnClassifierError; prev == nil {
+		opts.OnClassifierError = m.classifierError
+	} else {
+		opts.OnClassifierError = func(link string, err error) { prev(link, err); m.classifierError(link, err) }
 	}
 	m.opts = opts
 	s, err := Load(ctx, path, opts)
@@ -75,6 +82,21 @@ func (m *Manager) OnVerdict(f func(*engine.Failure, engine.Verdict)) {
 func (m *Manager) observe(f *engine.Failure, v engine.Verdict) {
 	if h := m.verdict.Load(); h != nil && *h != nil {
 		(*h)(f, v)
+	}
+}
+
+// OnClassifierError registers f to see every run-time error of a classifier in
+// the chain of every snapshot (a trapped plugin, a rule whose expression
+// failed), from the goroutine that classified. The chain skips such a link and
+// asks the next; the server counts and logs the errors with it. A later
+// registration replaces an earlier one.
+func (m *Manager) OnClassifierError(f func(link string, err error)) {
+	m.classifierErr.Store(&f)
+}
+
+func (m *Manager) classifierError(link string, err error) {
+	if h := m.classifierErr.Load(); h != nil && *h != nil {
+		(*h)(link, err)
 	}
 }
 

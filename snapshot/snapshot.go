@@ -74,6 +74,10 @@ type Options struct {
 	// engine.Chain.WithVerdictHook); a Manager sets it to call what was
 	// registered with Manager.OnVerdict.
 	OnVerdict func(f *engine.Failure, v engine.Verdict)
+	// OnClassifierError, when set, sees every run-time error of a link of the
+	// snapshot's chain (see engine.Chain.WithErrorHook); a Manager sets it to call
+	// what was registered with Manager.OnClassifierError.
+	OnClassifierError func(link string, err error)
 }
 
 // ChainHook adds classifiers for one config entry or directory scan. It returns
@@ -292,6 +296,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	s.Chain = engine.NewChain(links...)
 	if opts.OnVerdict != nil {
 		s.Chain = s.Chain.WithVerdictHook(opts.OnVerdict)
+	}
+	if opts.OnClassifierError != nil {
+		s.Chain = s.Chain.WithErrorHook(opts.OnClassifierError)
 	}
 	return nil
 }
