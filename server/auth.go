@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -82,16 +83,38 @@ func writeUnauthorized(w http.ResponseWriter) {
 	writeJSON(w, http.StatusUnauthorized, e)
 }
 
+// CheckListen refuses to listen on addr (host:port) beyond loopback without an
+// API token, before anything is bound; Serve checks its listener again.
+func (s *Server) CheckListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("server: listen address %q: %w", addr, err)
+	}
+	var a net.Addr = &net.TCPAddr{IP: net.ParseIP(host)}
+	if host == "localhost" {
+		a = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	}
+	if err := checkExposure(a, s.auth, s.snap.Current().Config.API.TokenEnv); err != nil {
+		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", net.JoinHostPort(host, port), errNoToken(s.snap.Current().Config.API.TokenEnv))
+	}
+	return nil
+}
+
+// errNoToken says how to configure the missing token.
+func errNoToken(tokenEnv string) error {
+	if tokenEnv == "" {
+		return errors.New("set api.tokenEnv to the name of an environment variable holding one, or listen on 127.0.0.1")
+	}
+	return fmt.Errorf("%s (api.tokenEnv) is unset or empty", tokenEnv)
+}
+
 // checkExposure refuses to serve an unguarded decision API beyond loopback:
 // anyone who can reach it could reset models and settle other callers' tickets.
 func checkExposure(addr net.Addr, auth apiAuth, tokenEnv string) error {
 	if auth.set || isLoopback(addr) {
 		return nil
 	}
-	if tokenEnv == "" {
-		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: set api.tokenEnv to the name of an environment variable holding one, or listen on 127.0.0.1", addr)
-	}
-	return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token, but %s (api.tokenEnv) is unset or empty", addr, tokenEnv)
+	return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", addr, errNoToken(tokenEnv))
 }
 
 // isLoopback reports whether addr is reachable only from this machine. An

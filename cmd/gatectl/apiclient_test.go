@@ -42,3 +42,16 @@ func TestAPIClientSendsToken(t *testing.T) {
 		t.Fatalf("status with the config's api.tokenEnv: %v\n%s", err, out)
 	}
 }
+
+// serve refuses an address beyond loopback without an API token, before it binds.
+func TestServeRefusesPublicListenWithoutToken(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gatectl.yaml")
+	if err := os.WriteFile(cfg, []byte(tokenServerConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATECTL_CLI_TEST_TOKEN", "")
+	_, err := runCLI(t, "serve", "--config", cfg, "--state-dir", t.TempDir(), "--listen", "0.0.0.0:0")
+	if err == nil || !strings.Contains(err.Error(), "GATECTL_CLI_TEST_TOKEN (api.tokenEnv) is unset or empty") || !strings.Contains(err.Error(), "0.0.0.0:0") {
+		t.Fatalf("serve on 0.0.0.0 without a token: %v", err)
+	}
+}

@@ -54,6 +54,9 @@ func serveCommand() *cli.Command {
 			if addr == "" {
 				addr = m.Current().Config.Listen
 			}
+			if err := srv.CheckListen(addr); err != nil {
+				return cli.Exit("serve: "+err.Error(), exitFailure)
+			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: listen %s: %v", addr, err), exitFailure)
