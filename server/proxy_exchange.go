@@ -198,6 +198,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		}
 		return x.httpFailure(route, resp, b), false
 	}
+	x.redactor().header(resp.Header) // headers echoed on a success too
 	if isEventStream(resp.Header) {
 		fail, done = x.stream(ctx, route, resp, t, u0)
 		return fail, done
@@ -235,7 +236,12 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 }
 
 // httpFailure is a failed HTTP answer (status ≥ 400, or a 200 carrying an error).
+// gatectl's own secrets are redacted from its body and headers here, before the
+// classifiers, the logs or the client see them.
 func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []byte) *upstreamFailure {
+	rd := x.redactor()
+	rd.header(resp.Header)
+	body = rd.bytes(body)
 	fb := body
 	if len(fb) > failureBodyMax {
 		fb = fb[:failureBodyMax]
@@ -243,6 +249,9 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: resp.StatusCode,
 		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
 }
+
+// redactor is the redactor of the exchange's snapshot secrets.
+func (x *exchange) redactor() *redactor { return x.s.redact.get(x.cfg) }
 
 // decide classifies a failure and plans what to do about it.
 func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {

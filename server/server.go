@@ -72,6 +72,8 @@ type Server struct {
 	ready        atomic.Bool
 	handler      http.Handler
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
+	// redact holds the redactor of the current snapshot's secrets (redact.go).
+	redact redactorCache
 }
 
 // New builds the server from the manager's current snapshot. Close it when done:
