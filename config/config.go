@@ -24,6 +24,7 @@ type Config struct {
 
 	Listen   string
 	Server   Server
+	Upstream Upstream
 	StateDir string
 	Log      Log
 

@@ -22,7 +22,8 @@ var wellKnown = []string{"anthropic", "deepseek", "gemini", "groq", "mistral", "
 func wantDefaults() *Config {
 	c := &Config{
 		Listen:   "127.0.0.1:7878",
-		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxBufferedBytes: 256 << 20},
+		Upstream: Upstream{FirstByteTimeout: time.Minute, ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{
@@ -37,7 +38,7 @@ func wantDefaults() *Config {
 			HintlessBackoff:   false,
 			HintlessBaseDelay: 5 * time.Second,
 			Mislabeled:        Mislabeled{Enabled: true, Rounds: 3, InitialDelay: 15 * time.Second, Evidence: 10 * time.Minute},
-			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: retry.FollowRounds},
+			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: 1},
 		},
 		Quota: Quota{DefaultEnabled: true, LongTermDelay: time.Hour, ExhaustedCooldown: time.Hour, FailOpen: true},
 	}
@@ -345,7 +346,7 @@ quota:
 		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
 		r.HintlessBaseDelay != 3*time.Second ||
 		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) ||
-		r.Transport != (retry.TransportRounds{DNS: retry.FollowRounds, Refused: 0, Reset: 2, Timeout: retry.FollowRounds}) {
+		r.Transport != (retry.TransportRounds{DNS: retry.FollowRounds, Refused: 0, Reset: 2, Timeout: 1}) {
 		t.Errorf("retry = %+v", r)
 	}
 	if len(c.Classifiers) != 2 || c.Classifiers[0].Rules != "rules/a.yaml" || c.Classifiers[0].Wasm != "" ||

@@ -46,7 +46,9 @@ func base() *Config {
 	return &Config{
 		Listen: DefaultListen,
 		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
-			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout, MaxBufferedBytes: DefaultMaxBufferedBytes},
+		Upstream: Upstream{FirstByteTimeout: DefaultFirstByteTimeout, ResponseTimeout: DefaultResponseTimeout,
+			StreamIdleTimeout: DefaultStreamIdleTimeout},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),
