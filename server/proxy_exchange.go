@@ -164,7 +164,17 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
 	s.metrics.Admitted(route.Provider, route.Model, t)
-	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
+	actx, dl := withAttemptDeadline(ctx)
+	defer dl.stop()
+	up := x.cfg.Upstream
+	var idle time.Duration
+	if pr.stream {
+		dl.arm("upstream.firstByteTimeout", up.FirstByteTimeout, "no first byte from the upstream")
+		idle = up.StreamIdleTimeout
+	} else {
+		dl.arm("upstream.responseTimeout", up.ResponseTimeout, "no whole answer from the upstream")
+	}
+	req, err := newUpstreamRequest(actx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
@@ -174,6 +184,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
+	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
@@ -185,6 +196,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 			Model: route.Model, ErrorKind: transportKind(err)}}, false
 	}
 	defer resp.Body.Close()
+	resp.Body = &idleBody{ReadCloser: resp.Body, dl: dl, idle: idle}
 	s.metrics.Upstream(route.Provider, resp.StatusCode)
 	if lim := rateLimitHeaders(resp.Header); lim.any() {
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)

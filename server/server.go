@@ -328,9 +328,7 @@ func newTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 256
 	t.IdleConnTimeout = 90 * time.Second
 	t.ForceAttemptHTTP2 = true
-	// A non-streaming answer arrives only once the model has finished writing, and
-	// reasoning models can think for many minutes: the bound is generous, but an
-	// upstream that never answers must not hold a reservation forever.
-	t.ResponseHeaderTimeout = 15 * time.Minute
+	// No ResponseHeaderTimeout: each attempt carries its own deadlines
+	// (upstream.firstByteTimeout, responseTimeout, streamIdleTimeout; deadline.go).
 	return t
 }
