@@ -29,9 +29,9 @@ package server
 //     protocol's error event, and what was used is settled.
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -72,18 +72,48 @@ func (s *Server) registerProxy(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 }
 
+// readRequestBody reads the request's body within the body budget, holding room
+// for it twice (as read, and the copy sent upstream each attempt) until release.
+// It answers the client itself when it cannot: 413 over maxRequestBody, 503 with
+// Retry-After when the budget has no room within bufferWait.
+func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	full := func() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", fmt.Sprintf(
+			"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", s.bodies.max))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), bufferWait)
+	defer cancel()
+	res, err := s.bodies.readBudgeted(ctx, http.MaxBytesReader(w, r.Body, maxRequestBody), r.ContentLength, maxRequestBody, true, false, "the request body")
+	var tooBig *http.MaxBytesError
+	var tooLarge *errTooLarge
+	switch {
+	case errors.As(err, &tooBig) || errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
+		return nil, nil, false
+	case errors.Is(err, errBudgetFull):
+		full()
+		return nil, nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+		return nil, nil, false
+	}
+	upstreamCopy, err := s.bodies.acquire(ctx, int64(len(res.b)), true)
+	if err != nil {
+		s.bodies.release(res.charged)
+		full()
+		return nil, nil, false
+	}
+	return res.b, func() { s.bodies.release(res.charged + upstreamCopy) }, true
+}
+
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	start := time.Now()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+	body, release, ok := s.readRequestBody(w, r)
+	if !ok {
 		return
 	}
+	defer release()
 	pr, field, err := parseProxyRequest(ep, body, r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, field, err.Error())

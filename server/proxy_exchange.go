@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -202,23 +201,36 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)
 	}
 	if resp.StatusCode >= 400 {
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		// Budgeted like any body; the wait for room is the attempt's own deadline.
+		res, rerr := s.bodies.readBudgeted(actx, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
+		defer s.bodies.release(res.charged)
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
 		if rerr != nil && ctx.Err() != nil {
 			return nil, true
 		}
-		return x.httpFailure(route, resp, b), false
+		return x.httpFailure(route, resp, res.b), false
 	}
 	x.redactor().header(resp.Header) // headers echoed on a success too
 	if isEventStream(resp.Header) {
 		fail, done = x.stream(ctx, route, resp, t, u0)
 		return fail, done
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	res, err := s.bodies.readBudgeted(actx, resp.Body, resp.ContentLength, maxResponseBody, false, false, "the upstream's answer")
+	defer s.bodies.release(res.charged)
+	b := res.b
 	x.upstream += time.Since(u0)
-	if err == nil && len(b) > maxResponseBody {
-		err = fmt.Errorf("the response body is over %d bytes", maxResponseBody)
+	if tooLarge := (*errTooLarge)(nil); errors.As(err, &tooLarge) {
+		// Another download would be as large: the failure is permanent, whatever a
+		// classifier would make of a broken transfer. What was used is settled.
+		_ = s.ledger.Settle(s.clock.Now(), t, gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)})
+		x.giveUp(&upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: tooLarge.Error() +
+			": it is not retried", Provider: route.Provider, Model: route.Model}},
+			engine.Verdict{Class: engine.ClassUnknown, By: "gatectl/response-too-large"}, tooLarge.Error(), true)
+		return nil, true
+	}
+	if errors.Is(err, errBudgetFull) {
+		err = dl.explain(actx.Err()) // the deadline passed while waiting for room
 	}
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)

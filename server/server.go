@@ -72,6 +72,8 @@ type Server struct {
 	ready        atomic.Bool
 	handler      http.Handler
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
+	// bodies caps the body bytes held at once (server.maxBufferedBytes).
+	bodies *bodyBudget
 	// redact holds the redactor of the current snapshot's secrets (redact.go).
 	redact redactorCache
 }
@@ -139,6 +141,11 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.bodies = newBodyBudget(int64(snap.Config.Server.MaxBufferedBytes))
+	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gatectl_buffered_bytes",
+		Help: "Bytes of request and response bodies held in memory now; at most server.maxBufferedBytes.",
+	}, func() float64 { return float64(s.bodies.inUse()) }))
 	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
