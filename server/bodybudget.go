@@ -110,6 +110,13 @@ func (b *bodyBudget) acquire(ctx context.Context, n int64, request bool) (int64,
 	}
 }
 
+// acquireWithin is acquire waiting at most wait.
+func (b *bodyBudget) acquireWithin(ctx context.Context, wait time.Duration, n int64, request bool) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return b.acquire(ctx, n, request)
+}
+
 // release gives back n bytes taken by acquire.
 func (b *bodyBudget) release(n int64) {
 	if n <= 0 {
@@ -151,9 +158,10 @@ type budgetedBody struct {
 // readBudgeted reads r whole into memory, taking budget bytes as the buffer grows
 // (all at once when declared, the announced length, is known). Past limit it
 // fails with *errTooLarge, before reading anything when declared is already over;
-// with truncate it keeps the first limit bytes instead. acquireCtx bounds each
-// wait for room (errBudgetFull past it). The caller releases res.charged.
-func (b *bodyBudget) readBudgeted(acquireCtx context.Context, r io.Reader, declared, limit int64, request, truncate bool, what string) (res budgetedBody, err error) {
+// with truncate it keeps the first limit bytes instead. Each wait for room lasts
+// at most wait, or until ctx ends (errBudgetFull either way). The caller
+// releases res.charged.
+func (b *bodyBudget) readBudgeted(ctx context.Context, wait time.Duration, r io.Reader, declared, limit int64, request, truncate bool, what string) (res budgetedBody, err error) {
 	if declared > limit && !truncate {
 		return res, &errTooLarge{what: what, limit: limit, size: declared}
 	}
@@ -168,7 +176,7 @@ func (b *bodyBudget) readBudgeted(acquireCtx context.Context, r io.Reader, decla
 			res = budgetedBody{}
 		}
 	}()
-	if res.charged, err = b.acquire(acquireCtx, size, request); err != nil {
+	if res.charged, err = b.acquireWithin(ctx, wait, size, request); err != nil {
 		return res, err
 	}
 	buf := make([]byte, 0, size)
@@ -180,7 +188,7 @@ func (b *bodyBudget) readBudgeted(acquireCtx context.Context, r io.Reader, decla
 			// Only the growth is taken: the old buffer is garbage once copied, and
 			// taking both at once could never fit a body near the ceiling.
 			grown := min(2*int64(cap(buf)), limit+1)
-			got, err := b.acquire(acquireCtx, grown-int64(cap(buf)), request)
+			got, err := b.acquireWithin(ctx, wait, grown-int64(cap(buf)), request)
 			if err != nil {
 				return res, err
 			}

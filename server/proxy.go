@@ -29,9 +29,9 @@ package server
 //     protocol's error event, and what was used is settled.
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -78,13 +78,15 @@ func (s *Server) registerProxy(mux *http.ServeMux) {
 // Retry-After when the budget has no room within bufferWait.
 func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	full := func() {
+		// The rest of the body is read and dropped (bodyTimeout bounds it): a
+		// client still sending when the answer comes would see a reset, not the 503.
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "", fmt.Sprintf(
 			"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", s.bodies.max))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), bufferWait)
-	defer cancel()
-	res, err := s.bodies.readBudgeted(ctx, http.MaxBytesReader(w, r.Body, maxRequestBody), r.ContentLength, maxRequestBody, true, false, "the request body")
+	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+	res, err := s.bodies.readBudgeted(r.Context(), bufferWait, r.Body, r.ContentLength, maxRequestBody, true, false, "the request body")
 	var tooBig *http.MaxBytesError
 	var tooLarge *errTooLarge
 	switch {
@@ -98,7 +100,7 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request) (body [
 		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
 		return nil, nil, false
 	}
-	upstreamCopy, err := s.bodies.acquire(ctx, int64(len(res.b)), true)
+	upstreamCopy, err := s.bodies.acquireWithin(r.Context(), bufferWait, int64(len(res.b)), true)
 	if err != nil {
 		s.bodies.release(res.charged)
 		full()

@@ -201,12 +201,15 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)
 	}
 	if resp.StatusCode >= 400 {
-		// Budgeted like any body; the wait for room is the attempt's own deadline.
-		res, rerr := s.bodies.readBudgeted(actx, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
+		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
 		defer s.bodies.release(res.charged)
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
 		if rerr != nil && ctx.Err() != nil {
+			return nil, true
+		}
+		if errors.Is(rerr, errBudgetFull) {
+			x.budgetFull()
 			return nil, true
 		}
 		return x.httpFailure(route, resp, res.b), false
@@ -216,7 +219,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		fail, done = x.stream(ctx, route, resp, t, u0)
 		return fail, done
 	}
-	res, err := s.bodies.readBudgeted(actx, resp.Body, resp.ContentLength, maxResponseBody, false, false, "the upstream's answer")
+	res, err := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxResponseBody, false, false, "the upstream's answer")
 	defer s.bodies.release(res.charged)
 	b := res.b
 	x.upstream += time.Since(u0)
@@ -229,8 +232,12 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 			engine.Verdict{Class: engine.ClassUnknown, By: "gatectl/response-too-large"}, tooLarge.Error(), true)
 		return nil, true
 	}
-	if errors.Is(err, errBudgetFull) {
-		err = dl.explain(actx.Err()) // the deadline passed while waiting for room
+	if errors.Is(err, errBudgetFull) && ctx.Err() == nil {
+		// gatectl's own memory was full (even if the attempt's deadline passed
+		// while it waited for room): not the upstream's failure, and not retried.
+		_ = s.ledger.Release(s.clock.Now(), t)
+		x.budgetFull()
+		return nil, true
 	}
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
@@ -272,6 +279,15 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 	}
 	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: resp.StatusCode,
 		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
+}
+
+// budgetFull answers 503 with Retry-After: the body budget had no room for the
+// upstream's answer within bufferWait. Retrying at once would download it again
+// into the same full budget, so the client is asked to come back shortly.
+func (x *exchange) budgetFull() {
+	x.w.Header().Set("Retry-After", "1")
+	writeError(x.w, http.StatusServiceUnavailable, "", fmt.Sprintf(
+		"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", x.s.bodies.max))
 }
 
 // redactor is the redactor of the exchange's snapshot secrets.

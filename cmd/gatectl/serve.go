@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -45,6 +46,7 @@ func serveCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
 			}
 			defer m.Close() // after the server is done with it, before the hook's host goes
+			softMemoryLimit(m.Current().Config.Server.MaxBufferedBytes)
 			srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: c.String("state-dir"), ShutdownGrace: c.Duration("grace"), Plugins: hook})
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
@@ -90,4 +92,16 @@ func loggerFor(path string, w io.Writer) (hclog.Logger, error) {
 
 func configFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"GATECTL_CONFIG"}, Usage: "config `FILE` (default: the embedded default)"}
+}
+
+// softMemoryLimit sets the Go runtime's soft memory limit to the body budget
+// (server.maxBufferedBytes) plus 256 MiB for everything else, unless GOMEMLIMIT
+// says otherwise. The budget bounds the bodies held at once; without a limit
+// the collector lets the heap grow to twice what is live before it runs, so the
+// buffers of bodies already answered would double the process's footprint.
+func softMemoryLimit(maxBuffered int) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(int64(maxBuffered) + 256<<20)
 }
