@@ -131,3 +131,72 @@ func TestProxyOversizedAnswerIsPermanent(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyBudgetAnswerWithoutRoom: an upstream answer that finds no room within
+// the wait is gatectl's own 503 with Retry-After, not an upstream failure, and
+// it is not retried. The room is held by an earlier answer whose client does not
+// read it.
+func TestBodyBudgetAnswerWithoutRoom(t *testing.T) {
+	const answer = 60 << 20 // two of these do not fit in 96 MiB
+	big := bytes.Repeat([]byte(" "), answer)
+	copy(big, `{"id":"c1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		_, _ = w.Write(big)
+	})
+	f := newPxFixture(t, fmt.Sprintf("providers:\n  p: {kind: openai, baseURL: %s/v1}\nserver: {maxBufferedBytes: %d}\n", up.URL, 96<<20), false)
+	// The first client reads only the headers: its answer stays in the budget
+	// while gatectl writes it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := f.post(ctx, "/v1/chat/completions", chatReq("p/m"))
+	defer first.Body.Close()
+	if first.StatusCode != 200 {
+		t.Fatalf("first call: status %d", first.StatusCode)
+	}
+	r, body := f.call("/v1/chat/completions", chatReq("p/m"))
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" || !strings.Contains(body, "server.maxBufferedBytes") {
+		t.Fatalf("second call: status %d retry-after %q: %.300s", r.StatusCode, r.Header.Get("Retry-After"), body)
+	}
+	if up.n() != 2 {
+		t.Fatalf("the upstream was asked %d times, want 2 (no retry of the answer without room)", up.n())
+	}
+	cancel()
+	first.Body.Close()
+	waitFor(t, "the budget to empty", func() bool { return f.srv.bodies.inUse() == 0 })
+}
+
+// TestBodyBudgetSemaphore: the ceilings, the grant order and a cancelled wait.
+func TestBodyBudgetSemaphore(t *testing.T) {
+	b := newBodyBudget(100)
+	ctx := context.Background()
+	if n, err := b.acquire(ctx, 70, true); n != 70 || err != nil { // requests: at most 75
+		t.Fatalf("acquire 70: %d %v", n, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.acquire(done, 10, true); err != errBudgetFull { // 80 > 75
+		t.Fatalf("a request past its share: %v", err)
+	}
+	if n, err := b.acquire(ctx, 30, false); n != 30 || err != nil { // answers: up to 100
+		t.Fatalf("an answer within the whole budget: %d %v", n, err)
+	}
+	got := make(chan int64, 2)
+	go func() { n, _ := b.acquire(ctx, 50, false); got <- n }()
+	go func() { n, _ := b.acquire(ctx, 1000, false); got <- n }() // clamped to the whole budget: runs alone
+	waitFor(t, "two waiters", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 2 })
+	b.release(70)
+	if n := <-got; n != 50 {
+		t.Fatalf("the waiter that fits got %d", n)
+	}
+	b.release(30)
+	b.release(50)
+	if n := <-got; n != 100 {
+		t.Fatalf("the clamped waiter got %d", n)
+	}
+	b.release(100)
+	if b.inUse() != 0 || len(b.waiters) != 0 {
+		t.Fatalf("in use %d, waiters %d", b.inUse(), len(b.waiters))
+	}
+}
