@@ -78,6 +78,8 @@ func TestDefaults(t *testing.T) {
 			want.Path, want.Dir, want.Providers, want.DefaultProviders = c.Path, c.Dir, c.Providers, true
 			// Empty and absent lists decode alike for comparison.
 			want.Classifiers, want.Pools, want.PoolOrder, want.Balances = c.Classifiers, c.Pools, c.PoolOrder, c.Balances
+			// With the well-known providers come the embedded default's aliases.
+			want.Models = Default().Models
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("defaults differ:\n got %+v\nwant %+v", c, want)
 			}
@@ -314,7 +316,7 @@ quota:
   failOpen: false
   nativeRetryFirstProviders: [deepseek]
 `)
-	if c.Listen != "0.0.0.0:9000" || c.StateDir != "/var/lib/gatectl" || c.Log != (Log{"debug", "json"}) {
+	if c.Listen != "0.0.0.0:9000" || c.StateDir != "/var/lib/gatectl" || c.Log != (Log{Level: "debug", Format: "json"}) {
 		t.Errorf("top level: %+v", c)
 	}
 	if got := c.Providers["deepseek"]; !reflect.DeepEqual(got, Provider{Kind: "openai", BaseURL: "https://api.deepseek.com/v1", APIKeyEnv: "DEEPSEEK_API_KEY"}) {

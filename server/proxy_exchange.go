@@ -35,6 +35,12 @@ type exchange struct {
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
+
+	// For the access log (access.go): the last route tried, the attempts sent
+	// upstream, and what the successful one was settled with.
+	route    engine.Route
+	attempts int
+	usage    gate.Usage
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -61,7 +67,7 @@ func (x *exchange) run() {
 			if last != nil {
 				x.giveUp(last, lastVerdict, err.Error(), true)
 			} else {
-				writeError(x.w, http.StatusBadRequest, "model", err.Error())
+				x.fail(http.StatusBadRequest, "model", err.Error())
 			}
 			return
 		}
@@ -150,7 +156,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	pc := x.cfg.Providers[route.Provider]
 	body, err := upstreamBody(pr, route)
 	if err != nil {
-		writeError(x.w, http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
+		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
 	t0 := time.Now()
@@ -162,6 +168,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
+	x.route = route
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	actx, dl := withAttemptDeadline(ctx)
 	defer dl.stop()
@@ -178,9 +185,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
 		x.w.Header().Set("X-Should-Retry", "false") // gatectl's own configuration: retrying cannot help
-		writeError(x.w, http.StatusBadGateway, "", err.Error())
+		x.fail(http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}
+	x.attempts++
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
 	err = dl.explain(err)
@@ -256,6 +264,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	x.usage = u
 	s.quota.OnSuccess(pr.session)
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
@@ -286,7 +295,7 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 // into the same full budget, so the client is asked to come back shortly.
 func (x *exchange) budgetFull() {
 	x.w.Header().Set("Retry-After", "1")
-	writeError(x.w, http.StatusServiceUnavailable, "", fmt.Sprintf(
+	x.fail(http.StatusServiceUnavailable, "", fmt.Sprintf(
 		"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", x.s.bodies.max))
 }
 

@@ -89,7 +89,8 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 	}
 	x.upstream += time.Since(u0)
-	_ = s.ledger.Settle(s.clock.Now(), t, su.settleUsage(t))
+	x.usage = su.settleUsage(t)
+	_ = s.ledger.Settle(s.clock.Now(), t, x.usage)
 	if clean {
 		s.quota.OnSuccess(pr.session)
 	}

@@ -60,6 +60,20 @@ providers:
 			leaks(t, "the log", f.logs.String())
 		})
 	}
+	t.Run("count_tokens (passed on once)", func(t *testing.T) {
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Debug-Key", r.Header.Get("X-Api-Key"))
+			w.WriteHeader(401)
+			fmt.Fprintf(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key %s"}}`, r.Header.Get("X-Api-Key"))
+		})
+		f := newPxFixture(t, fmt.Sprintf("providers:\n  a: {kind: anthropic, baseURL: %s, apiKeyEnv: GATECTL_TEST_KEY_CONF}\n", up.URL), true)
+		r, body := f.call("/v1/messages/count_tokens", map[string]any{"model": "a/m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+		if r.StatusCode != 401 || !strings.Contains(body, redactedText) || r.Header.Get("X-Debug-Key") != redactedText {
+			t.Fatalf("status %d header %q body %s", r.StatusCode, r.Header.Get("X-Debug-Key"), body)
+		}
+		leaks(t, "the body", body)
+	})
 	t.Run("stream error event", func(t *testing.T) {
 		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")

@@ -64,6 +64,9 @@ type Server struct {
 	store    *state.Store
 	bus      *Bus
 	metrics  *Metrics
+	// accessLog is logger.Named("access"): one line per proxied call when
+	// log.access is on (access.go)
+	accessLog hclog.Logger
 	// unclassified keeps the failures that fell through to a catch-all rule.
 	unclassified *unclassifiedLog
 	client       *http.Client
@@ -98,7 +101,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		accessLog: o.Logger.Named("access"), bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
