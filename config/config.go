@@ -24,6 +24,7 @@ type Config struct {
 
 	Listen   string
 	Server   Server
+	Upstream Upstream
 	API      API
 	StateDir string
 	Log      Log
@@ -47,6 +48,11 @@ type Config struct {
 	Balances []Balance
 	Quota    Quota
 
+	// Models are the names clients may send besides pools and provider/model
+	// (models:); a file without the section inherits the embedded default's
+	// aliases whose providers it configures.
+	Models ModelAliases
+
 	// Warnings are problems that do not refuse the config: a balance source
 	// naming an unknown provider only loses its readings, and no request depends
 	// on it, so refusing the whole file would cost more than it saves. `gatectl check`
@@ -58,6 +64,7 @@ type Config struct {
 type Log struct {
 	Level  string // trace | debug | info | warn | error
 	Format string // text | json
+	Access bool   // one info line per proxied call (never keys or bodies)
 }
 
 // Provider is one upstream. APIKeyEnv names the environment variable holding the

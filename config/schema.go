@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -117,7 +118,14 @@ func (r rng) ok(x float64) bool {
 	return true
 }
 
-func num(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+// num writes a bound or a value: whole numbers in full (a byte count reads
+// 100663296, not 1.00663296e+08), others in the shortest form.
+func num(x float64) string {
+	if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
+}
 
 // rule is the bound as a message: "must be greater than 0".
 func (r rng) rule(integer bool) string {

@@ -17,6 +17,8 @@ var topSchema = &schema[Config]{
 			func(c *Config) *string { return &c.Listen }),
 		subField("server", "client connections: the cap and the timeouts", serverSchema,
 			func(c *Config) *Server { return &c.Server }),
+		subField("upstream", "deadlines of one attempt on an upstream", upstreamSchema,
+			func(c *Config) *Upstream { return &c.Upstream }),
 		subField("api", "the decision API and the console: token and event-stream cap", apiSchema,
 			func(c *Config) *API { return &c.API }),
 		strField("stateDir", "directory of the state file and the wasm compilation cache", nil,
@@ -35,6 +37,8 @@ var topSchema = &schema[Config]{
 			func(c *Config) *string { return &c.PluginsDir }),
 		customField("pools", "mapping", "name -> pool of interchangeable routes",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.pools(n, path) }),
+		customField("models", "mapping", "model names clients send -> a pool, provider/model, or provider/* (the name as sent); a key holding * is a pattern. Absent: the embedded default's aliases whose providers the file configures",
+			func(v *validator, n *yaml.Node, path string, c *Config) { v.aliases(n, path) }),
 		customField("balances", "list", "balance sources, at most one per provider",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.balances(n, path) }),
 		subField("quota", "what a QUOTA failure does", quotaSchema,
@@ -49,6 +53,8 @@ var logSchema = &schema[Log]{
 	fields: []setting[Log]{
 		choiceField("level", "lowest level logged", LogLevels, func(l *Log) *string { return &l.Level }),
 		choiceField("format", "line format", LogFormats, func(l *Log) *string { return &l.Format }),
+		boolField("access", "one info line per proxied call: method, path, face, model as sent, route, status, attempts, gate wait, upstream and total time, tokens, session; never keys or bodies",
+			func(l *Log) *bool { return &l.Access }),
 	},
 }
 

@@ -304,7 +304,7 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
 		"/metrics": {"get"}, "/healthz": {"get"}, "/readyz": {"get"},
 		"/v1/chat/completions": {"post"}, "/v1/completions": {"post"}, "/v1/embeddings": {"post"}, "/v1/responses": {"post"},
-		"/v1/models": {"get"}, "/v1/messages": {"post"},
+		"/v1/models": {"get"}, "/v1/messages": {"post"}, "/v1/messages/count_tokens": {"post"},
 	}
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi version %q", doc.OpenAPI)

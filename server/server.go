@@ -65,6 +65,9 @@ type Server struct {
 	store    *state.Store
 	bus      *Bus
 	metrics  *Metrics
+	// accessLog is logger.Named("access"): one line per proxied call when
+	// log.access is on (access.go)
+	accessLog hclog.Logger
 	// unclassified keeps the failures that fell through to a catch-all rule.
 	unclassified *unclassifiedLog
 	client       *http.Client
@@ -75,6 +78,10 @@ type Server struct {
 	api          *api
 	auth         apiAuth      // the decision API's and the console's token; read once in New
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
+	// bodies caps the body bytes held at once (server.maxBufferedBytes).
+	bodies *bodyBudget
+	// redact holds the redactor of the current snapshot's secrets (redact.go).
+	redact redactorCache
 }
 
 // New builds the server from the manager's current snapshot. Close it when done:
@@ -97,7 +104,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		accessLog: o.Logger.Named("access"), bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
@@ -140,6 +147,11 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.bodies = newBodyBudget(int64(snap.Config.Server.MaxBufferedBytes))
+	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gatectl_buffered_bytes",
+		Help: "Bytes of request and response bodies held in memory now; at most server.maxBufferedBytes.",
+	}, func() float64 { return float64(s.bodies.inUse()) }))
 	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
@@ -342,9 +354,7 @@ func newTransport(maxIdle int) *http.Transport {
 	t.MaxIdleConnsPerHost = maxIdle
 	t.IdleConnTimeout = 90 * time.Second
 	t.ForceAttemptHTTP2 = true
-	// A non-streaming answer arrives only once the model has finished writing, and
-	// reasoning models can think for many minutes: the bound is generous, but an
-	// upstream that never answers must not hold a reservation forever.
-	t.ResponseHeaderTimeout = 15 * time.Minute
+	// No ResponseHeaderTimeout: each attempt carries its own deadlines
+	// (upstream.firstByteTimeout, responseTimeout, streamIdleTimeout; deadline.go).
 	return t
 }

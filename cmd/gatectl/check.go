@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/gatectl/gatectl/config"
@@ -35,12 +36,16 @@ func checkCommand() *cli.Command {
 			for _, w := range s.Warnings {
 				fmt.Fprintln(c.App.ErrWriter, "warning:", w)
 			}
+			for _, w := range unsetKeyWarnings(s.Config, os.LookupEnv) {
+				fmt.Fprintln(c.App.ErrWriter, "warning:", w)
+			}
 			pools := 0
 			if s.Pools != nil {
 				pools = len(s.Pools.Names())
 			}
-			fmt.Fprintf(c.App.Writer, "%s: ok — %d providers, %d classifiers (built-in rules last), %d pools, %d balance sources\n",
-				name, len(s.Config.Providers), len(s.Chain.Links()), pools, len(s.Config.Balances))
+			fmt.Fprintf(c.App.Writer, "%s: ok — %s, %s (built-in rules last), %s, %s\n", name,
+				plural(len(s.Config.Providers), "provider", "providers"), plural(len(s.Chain.Links()), "classifier", "classifiers"),
+				plural(pools, "pool", "pools"), plural(len(s.Config.Balances), "balance source", "balance sources"))
 			return nil
 		},
 	}

@@ -54,7 +54,7 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 	head := fmt.Sprintf("config version %d, window %s, max wait %s", st.ConfigVersion,
 		time.Duration(st.WindowMs)*time.Millisecond, time.Duration(st.MaxWaitMs)*time.Millisecond)
 	if st.OpenTickets > 0 {
-		head += fmt.Sprintf(", %d open ticket(s)", st.OpenTickets)
+		head += ", " + plural(st.OpenTickets, "open ticket", "open tickets")
 	}
 	fmt.Fprintln(w, head)
 	if st.LastReloadError != "" {

@@ -95,11 +95,13 @@ export class FakeUpstream {
   }
 }
 
-// startGatectl runs gatectl serve on a free loopback port in front of upstreamURL.
-export async function startGatectl(bin, upstreamURL) {
+// startGatectl runs gatectl serve on a free loopback port in front of
+// upstreamURL, on yaml when given (else a config with one openai-kind provider
+// "fake"). GATECTL_E2E_KEY holds the upstream key.
+export async function startGatectl(bin, upstreamURL, yaml) {
   const dir = mkdtempSync(join(tmpdir(), 'gatectl-e2e-'));
   const cfg = join(dir, 'gatectl.yaml');
-  writeFileSync(cfg, `
+  writeFileSync(cfg, yaml ?? `
 log: {level: error}
 providers:
   fake: {kind: openai, baseURL: ${upstreamURL}/v1, apiKeyEnv: GATECTL_E2E_KEY}
