@@ -90,12 +90,15 @@ func (s *Server) CheckListen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("server: listen address %q: %w", addr, err)
 	}
-	var a net.Addr = &net.TCPAddr{IP: net.ParseIP(host)}
+	ip := net.ParseIP(host)
 	if host == "localhost" {
-		a = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+		ip = net.IPv4(127, 0, 0, 1)
 	}
+	a := &net.TCPAddr{IP: ip}
 	if err := checkExposure(a, s.auth, s.snap.Current().Config.API.TokenEnv); err != nil {
-		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", net.JoinHostPort(host, port), errNoToken(s.snap.Current().Config.API.TokenEnv))
+		// name the address as it was written (a host name has no IP to show)
+		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w",
+			net.JoinHostPort(host, port), errNoToken(s.snap.Current().Config.API.TokenEnv))
 	}
 	return nil
 }
