@@ -37,9 +37,11 @@ var eventTypes = []string{
 }
 
 // handleEvents streams the server's events as server-sent events: one
-// "event: TYPE" / "data: JSON" record per event, flushed at once, a ": heartbeat"
-// comment every 15 s of silence. ?types=wait,rate-limited selects types. The
-// stream ends when the client disconnects or the server shuts down.
+// "event: TYPE" / "data: JSON" record per event, written in batches a moment
+// after they happen (eventsBatchDelay), a ": heartbeat" comment every 15 s of
+// silence. ?types=wait,rate-limited selects types. The stream ends when the
+// client disconnects, stops reading for eventsWriteTimeout, or the server shuts
+// down. Past api.maxSubscribers streams, a new one is answered 503.
 func (a *api) handleEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
