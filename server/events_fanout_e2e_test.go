@@ -33,8 +33,10 @@ func (e *apiEnv) timeFailures(t *testing.T, n int) time.Duration {
 
 // Subscribers that never read cost the API next to nothing: the publisher hands
 // each event to a bounded buffer without waiting, and the streams of clients that
-// fall behind are cut. Timing decides this test, so its bound is generous (3× and
-// an absolute floor); the figures are logged for docs/benchmarks.md.
+// fall behind are cut. Timing decides this test, so its bound is generous (10× and
+// a 2 s floor, where a publisher that waits on its subscribers measured 50×: 21 s
+// for what took 419 ms; the fix measures 1.1–1.4× on a quiet machine, up to 7× on
+// a loaded 2-core one); the figures are logged for docs/benchmarks.md.
 func TestEventsFanOutDoesNotSlowTheAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 2,000 connections")
@@ -71,7 +73,7 @@ func TestEventsFanOutDoesNotSlowTheAPI(t *testing.T) {
 	}
 	loaded := e.timeFailures(t, calls)
 	t.Logf("%d failures: %v with no subscribers, %v with %d that never read (%.1f×)", calls, base, loaded, subscribers, float64(loaded)/float64(base))
-	if limit := 3*base + 300*time.Millisecond; loaded > limit {
+	if limit := 10*base + 2*time.Second; loaded > limit {
 		t.Fatalf("%d subscribers slowed %d failures from %v to %v (bound %v)", subscribers, calls, base, loaded, limit)
 	}
 }
