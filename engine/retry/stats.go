@@ -75,6 +75,21 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	}{plain(s), s.Waited.Milliseconds()})
 }
 
+// UnmarshalJSON reads the JSON form back, waitedMs included.
+func (s *Stats) UnmarshalJSON(b []byte) error {
+	type plain Stats
+	var v struct {
+		plain
+		WaitedMs int64 `json:"waitedMs"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Stats(v.plain)
+	s.Waited = time.Duration(v.WaitedMs) * time.Millisecond
+	return nil
+}
+
 // String renders the counters on one line:
 //
 //	retries 3 | waited 1m24s | gave up 1 | no-hint capacity failures 2 | mislabeled 400 retries 1 | nuaa×4 | last: nuaa 15s (1/3) — mislabeled 400
