@@ -10,7 +10,8 @@ import (
 
 // Summary is the effective settings as log key/values, for the one info line the
 // server writes at start and after each reload or settings change: the gate
-// with its window and margins, the retry curve, the quota handling.
+// with its window and margins, the retry curve, the quota handling. Durations
+// are strings ("1m0s"), so a JSON log shows them as the text log does.
 func Summary(c *config.Config) []any {
 	g, r, q := c.Gate, c.Retry, c.Quota
 	safety := "derived"
@@ -26,13 +27,13 @@ func Summary(c *config.Config) []any {
 		retryOn[i] = string(cl)
 	}
 	return []any{
-		"gate", "active", "window", g.Window, "safety", safety, "pace", pace, "max_wait", g.MaxWait,
+		"gate", "active", "window", g.Window.String(), "safety", safety, "pace", pace, "max_wait", g.MaxWait.String(),
 		"learn", g.Learn, "default_tpm", g.Defaults.TPM, "default_rpm", g.Defaults.RPM, "models", len(g.Models),
 		"retry_rounds", r.Rounds, "retry_curve", curve(r.InitialDelay, r.Multiplier, r.MaxDelay, r.Jitter),
 		"retry_on", strings.Join(retryOn, ","), "respect_retry_after", r.RespectRetryAfter,
 		"mislabeled_rounds", mislabeled(c),
-		"quota_enabled", q.DefaultEnabled, "quota_long_term_delay", q.LongTermDelay,
-		"quota_exhausted_cooldown", q.ExhaustedCooldown, "quota_fail_open", q.FailOpen,
+		"quota_enabled", q.DefaultEnabled, "quota_long_term_delay", q.LongTermDelay.String(),
+		"quota_exhausted_cooldown", q.ExhaustedCooldown.String(), "quota_fail_open", q.FailOpen,
 	}
 }
 

@@ -34,11 +34,15 @@ func settingsCommand() *cli.Command {
 				ArgsUsage: "[SECTION]",
 				Flags:     []cli.Flag{addrFlag("server `URL`"), format},
 				Action: func(c *cli.Context) error {
+					args, err := settingsArgs(c)
+					if err != nil {
+						return err
+					}
 					if err := settingsFormat(c); err != nil {
 						return err
 					}
 					secs := config.RuntimeSections
-					switch c.Args().Len() {
+					switch len(args) {
 					case 0:
 						if c.String("format") == "json" {
 							var all map[string]any
@@ -48,13 +52,13 @@ func settingsCommand() *cli.Command {
 							return writeJSONOut(c.App.Writer, all)
 						}
 					case 1:
-						sec, err := settingsSectionArg(c.Args().First())
+						sec, err := settingsSectionArg(args[0])
 						if err != nil {
 							return err
 						}
 						secs = []string{sec}
 					default:
-						return cli.Exit(fmt.Sprintf("settings get: at most one SECTION (got %q)", c.Args().Slice()), exitUsage)
+						return cli.Exit(fmt.Sprintf("settings get: at most one SECTION (got %q)", args), exitUsage)
 					}
 					for i, sec := range secs {
 						var v server.APISettingsSection
@@ -85,17 +89,21 @@ func settingsCommand() *cli.Command {
 				Flags: []cli.Flag{addrFlag("server `URL`"), format,
 					&cli.StringFlag{Name: "json", Usage: "the partial section as one JSON `OBJECT`"}},
 				Action: func(c *cli.Context) error {
-					if err := settingsFormat(c); err != nil {
-						return err
-					}
-					if c.Args().Len() == 0 {
-						return cli.Exit("settings set: give SECTION and KEY=VALUE pairs, e.g. gatectl settings set retry rounds=3", exitUsage)
-					}
-					sec, err := settingsSectionArg(c.Args().First())
+					args, err := settingsArgs(c)
 					if err != nil {
 						return err
 					}
-					body, err := settingsSetBody(c.Args().Tail(), c.String("json"))
+					if err := settingsFormat(c); err != nil {
+						return err
+					}
+					if len(args) == 0 {
+						return cli.Exit("settings set: give SECTION and KEY=VALUE pairs, e.g. gatectl settings set retry rounds=3", exitUsage)
+					}
+					sec, err := settingsSectionArg(args[0])
+					if err != nil {
+						return err
+					}
+					body, err := settingsSetBody(args[1:], c.String("json"))
 					if err != nil {
 						return cli.Exit("settings set: "+err.Error(), exitUsage)
 					}
@@ -115,13 +123,17 @@ func settingsCommand() *cli.Command {
 				ArgsUsage: "SECTION",
 				Flags:     []cli.Flag{addrFlag("server `URL`"), format},
 				Action: func(c *cli.Context) error {
+					args, err := settingsArgs(c)
+					if err != nil {
+						return err
+					}
 					if err := settingsFormat(c); err != nil {
 						return err
 					}
-					if c.Args().Len() != 1 {
+					if len(args) != 1 {
 						return cli.Exit("settings reset: give one SECTION: "+strings.Join(config.RuntimeSections, ", "), exitUsage)
 					}
-					sec, err := settingsSectionArg(c.Args().First())
+					sec, err := settingsSectionArg(args[0])
 					if err != nil {
 						return err
 					}
@@ -137,6 +149,38 @@ func settingsCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// settingsArgs returns the positional arguments, applying the flags written
+// among or after them (urfave/cli stops at the first argument: `settings set
+// retry rounds=3 --addr URL` is how people write it). Every flag of these
+// commands takes a value.
+func settingsArgs(c *cli.Context) ([]string, error) {
+	var pos []string
+	args := c.Args().Slice()
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			name, ok = strings.CutPrefix(a, "-")
+		}
+		if !ok || name == "" || strings.Contains(a, "=") && !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+			continue
+		}
+		name, val, hasVal := strings.Cut(name, "=")
+		if !hasVal {
+			if i+1 >= len(args) {
+				return nil, cli.Exit(fmt.Sprintf("%s: flag --%s needs a value", c.Command.FullName(), name), exitUsage)
+			}
+			i++
+			val = args[i]
+		}
+		if err := c.Set(name, val); err != nil {
+			return nil, cli.Exit(fmt.Sprintf("%s: --%s: %v", c.Command.FullName(), name, err), exitUsage)
+		}
+	}
+	return pos, nil
 }
 
 func settingsFormat(c *cli.Context) error {

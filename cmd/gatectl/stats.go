@@ -66,7 +66,7 @@ func writeStatsText(w io.Writer, st server.APIStats) error {
 		row("lifetime", "-", st.Lifetime)
 	}
 	for _, t := range st.Turns {
-		row("session "+t.Session, t.Turn, t.Stats)
+		row(sessionLabel(t.Session), t.Turn, t.Stats)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -90,7 +90,7 @@ func writeStatsText(w io.Writer, st server.APIStats) error {
 	}
 	if e := s.Last; e != nil {
 		a := e.Action
-		line := fmt.Sprintf("last: %s %s/%s session %s: %s", e.At.Format(time.RFC3339), e.Provider, e.Model, e.Session, a.Kind)
+		line := fmt.Sprintf("last: %s %s/%s %s: %s", e.At.Format(time.RFC3339), e.Provider, e.Model, sessionLabel(e.Session), a.Kind)
 		if a.Delay > 0 {
 			line += " in " + a.Delay.String()
 		}
@@ -100,4 +100,12 @@ func writeStatsText(w io.Writer, st server.APIStats) error {
 		fmt.Fprintf(w, "%s — %s\n", line, a.Reason)
 	}
 	return nil
+}
+
+// sessionLabel names a session for the table; calls without one share "".
+func sessionLabel(s string) string {
+	if s == "" {
+		return "(no session)"
+	}
+	return "session " + s
 }
