@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -71,9 +72,16 @@ type Book struct {
 	now    func() time.Time
 	logger hclog.Logger
 
-	writeMu sync.Mutex // serialises Set and Reset (each runs apply without mu)
+	// writeMu serialises Set and Reset, which run apply (a snapshot rebuild,
+	// under the snapshot manager's lock) while holding it. Reconcile runs under
+	// that manager lock (from a swap callback), so it must not take writeMu: it
+	// takes mu alone. A Set racing a Reconcile may write back an override the
+	// file took over; Apply never applies it, and the next Reconcile drops it.
+	writeMu sync.Mutex
 	mu      sync.Mutex // guards over
-	over    map[string][]Override
+	// over holds each section's overrides, sorted by key. The map and its slices
+	// are replaced, never changed in place.
+	over map[string][]Override
 }
 
 // Open reads the overrides the store holds. A record it cannot read is logged
@@ -139,8 +147,6 @@ func (b *Book) Apply(file *config.Config) (*config.Config, error) {
 // each at info and returns them. The server calls it once a snapshot of file is
 // in force, and at start.
 func (b *Book) Reconcile(file *config.Config) []Dropped {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
 	b.mu.Lock()
 	_, keep, dropped := plan(file, b.over)
 	b.over = keep
@@ -241,14 +247,18 @@ func (b *Book) commit(section string, old, next []Override, apply func() error) 
 	return err
 }
 
+// put replaces section's overrides. The map is copied, never changed in place:
+// Apply reads the one it loaded without holding mu.
 func (b *Book) put(section string, ovs []Override) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	next := maps.Clone(b.over)
 	if len(ovs) == 0 {
-		delete(b.over, section)
+		delete(next, section)
 	} else {
-		b.over[section] = ovs
+		next[section] = ovs
 	}
+	b.over = next
 }
 
 func (b *Book) save(section string, ovs []Override) error {
