@@ -176,3 +176,16 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("last hour: %+v", r.Models)
 	}
 }
+
+// BenchmarkObserve is the report's cost on the gate's event path (one call per
+// wait, admission after a wait, 429 or learner step; none for a call that did
+// not wait).
+func BenchmarkObserve(b *testing.B) {
+	bk := New(t0)
+	e := Event{Kind: KindAdmitted, Model: "deepseek/deepseek-chat", Reason: "tpm", Wait: 2 * time.Second, TokenBudget: 90000}
+	b.ReportAllocs()
+	for i := range b.N {
+		e.At = t0.Add(time.Duration(i) * time.Millisecond)
+		bk.Observe(e)
+	}
+}
