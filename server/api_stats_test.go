@@ -43,6 +43,9 @@ func TestStatsAfterProxiedRetries(t *testing.T) {
 	}
 	st := get("/gate/v1/stats")
 	lt := st.Lifetime
+	if lt.ByClass["SERVER"] != 1 || lt.ByClass["OVERLOADED"] != 1 {
+		t.Fatalf("by class: %v", lt.ByClass)
+	}
 	if lt.Retries != 2 || lt.Waited != 6*time.Second || lt.ByProvider["pa"] != 2 || lt.HintlessCapacity != 2 || lt.GaveUp != 0 ||
 		lt.Last == nil || lt.Last.Action.Kind != retry.ActionRetry || lt.Last.Action.Delay != 4*time.Second {
 		t.Fatalf("lifetime: %+v", lt)
@@ -72,6 +75,8 @@ func TestStatsAfterProxiedRetries(t *testing.T) {
 		`gatectl_retry_waited_seconds_total 6`,
 		`gatectl_retry_hintless_waits_total 2`,
 		`gatectl_retry_give_ups_total 0`,
+		`gatectl_retry_retries_by_class_total{class="SERVER"} 1`,
+		`gatectl_retry_retries_by_class_total{class="OVERLOADED"} 1`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %q", want)

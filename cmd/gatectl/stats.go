@@ -88,6 +88,13 @@ func writeStatsText(w io.Writer, st server.APIStats) error {
 		}
 		fmt.Fprintf(w, "retries by provider: %s\n", strings.Join(parts, ", "))
 	}
+	if len(s.ByClass) > 0 {
+		var parts []string
+		for _, c := range slices.Sorted(maps.Keys(s.ByClass)) {
+			parts = append(parts, fmt.Sprintf("%s %d", c, s.ByClass[c]))
+		}
+		fmt.Fprintf(w, "retries by class: %s\n", strings.Join(parts, ", "))
+	}
 	if e := s.Last; e != nil {
 		a := e.Action
 		line := fmt.Sprintf("last: %s %s/%s %s: %s", e.At.Format(time.RFC3339), e.Provider, e.Model, sessionLabel(e.Session), a.Kind)

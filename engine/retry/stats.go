@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Stats counts what the retry planner decided. Retries and MislabeledRetries are
@@ -37,6 +39,8 @@ type Stats struct {
 	LongTermWaits int64 `json:"longTermWaits"`
 	// ByProvider counts retries (both budgets) per provider; nil when there are none.
 	ByProvider map[string]int64 `json:"byProvider,omitempty"`
+	// ByClass counts retries (both budgets) per failure class; nil when there are none.
+	ByClass map[engine.Class]int64 `json:"byClass,omitempty"`
 	// Last is the last decision; nil when there is none.
 	Last *Event `json:"last,omitempty"`
 }
@@ -125,6 +129,9 @@ func (s *Stats) clone() Stats {
 	if s.ByProvider != nil {
 		c.ByProvider = maps.Clone(s.ByProvider)
 	}
+	if s.ByClass != nil {
+		c.ByClass = maps.Clone(s.ByClass)
+	}
 	if s.Last != nil {
 		l := *s.Last
 		c.Last = &l
@@ -150,6 +157,10 @@ func (s *Stats) add(ev *Event, hintless bool) {
 			s.ByProvider = make(map[string]int64)
 		}
 		s.ByProvider[ev.Provider]++
+		if s.ByClass == nil {
+			s.ByClass = make(map[engine.Class]int64)
+		}
+		s.ByClass[a.Class]++
 	case ActionFailover:
 		s.Failovers++
 	case ActionWaitLongTerm:
