@@ -67,6 +67,11 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
+		{"settings", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsAll}},
+		{"settings/{section}", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsGet, http.MethodPut: a.handleSettingsPut}},
+		{"settings/{section}/reset", map[string]http.HandlerFunc{http.MethodPost: a.handleSettingsReset}},
+		{"stats", map[string]http.HandlerFunc{http.MethodGet: a.handleStats}},
+		{"report", map[string]http.HandlerFunc{http.MethodGet: a.handleReport}},
 	}
 	var paths []string
 	for _, rt := range routes {

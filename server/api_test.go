@@ -302,6 +302,8 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
 		"/gate/v1/status": {"get"}, "/gate/v1/routes": {"get"}, "/gate/v1/pools/{pool}/pick": {"get"},
 		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
+		"/gate/v1/settings": {"get"}, "/gate/v1/settings/{section}": {"get", "put"}, "/gate/v1/settings/{section}/reset": {"post"},
+		"/gate/v1/stats": {"get"}, "/gate/v1/report": {"get"},
 		"/metrics": {"get"}, "/healthz": {"get"}, "/readyz": {"get"},
 		"/v1/chat/completions": {"post"}, "/v1/completions": {"post"}, "/v1/embeddings": {"post"}, "/v1/responses": {"post"},
 		"/v1/models": {"get"}, "/v1/messages": {"post"}, "/v1/messages/count_tokens": {"post"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,14 +54,29 @@ func apiPost(ctx context.Context, addr, path string, out any) error {
 	return apiCall(ctx, http.MethodPost, addr, path, out)
 }
 
+// apiPut sends body (JSON) to path with PUT and decodes the answer into out,
+// as apiGet does.
+func apiPut(ctx context.Context, addr, path string, body []byte, out any) error {
+	return apiSend(ctx, http.MethodPut, addr, path, body, out)
+}
+
 func apiCall(ctx context.Context, method, addr, path string, out any) error {
+	return apiSend(ctx, method, addr, path, nil, out)
+}
+
+// apiSend is one call; body, when not nil, is sent as JSON.
+func apiSend(ctx context.Context, method, addr, path string, body []byte, out any) error {
 	base, err := apiBase(addr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, apiClientTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return err
 	}
@@ -68,12 +84,15 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach gatectl at %s (is `gatectl serve` running? --addr says where): %w", base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("reading the answer of %s: %w", base+path, err)
 	}
@@ -89,12 +108,12 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		if json.Unmarshal(answer, &e) == nil && e.Error.Message != "" {
 			return &apiStatusError{Status: resp.StatusCode, Message: e.Error.Message}
 		}
 		return &apiStatusError{Status: resp.StatusCode, Message: fmt.Sprintf("%s answered %s", base+path, resp.Status)}
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("%s: not the answer of a gatectl server: %w", base+path, err)
 	}
 	return nil
