@@ -64,6 +64,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
+		{"waits", map[string]http.HandlerFunc{http.MethodGet: a.handleWaits}},
 	}
 	var paths []string
 	for _, rt := range routes {

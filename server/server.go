@@ -163,6 +163,7 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	s.registerProxy(mux)
 	s.registerAPI(mux)
+	s.registerUI(mux)
 	s.handler = mux
 	s.ready.Store(true)
 	return s, nil
