@@ -24,6 +24,7 @@ type Config struct {
 
 	Listen   string
 	Server   Server
+	API      API
 	StateDir string
 	Log      Log
 

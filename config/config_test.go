@@ -23,6 +23,7 @@ func wantDefaults() *Config {
 	c := &Config{
 		Listen:   "127.0.0.1:7878",
 		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		API:      API{MaxSubscribers: 256},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{

@@ -47,6 +47,7 @@ func base() *Config {
 		Listen: DefaultListen,
 		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
 			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
+		API:      API{MaxSubscribers: DefaultMaxSubscribers},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),

@@ -17,6 +17,8 @@ var topSchema = &schema[Config]{
 			func(c *Config) *string { return &c.Listen }),
 		subField("server", "client connections: the cap and the timeouts", serverSchema,
 			func(c *Config) *Server { return &c.Server }),
+		subField("api", "the decision API and the console: token and event-stream cap", apiSchema,
+			func(c *Config) *API { return &c.API }),
 		strField("stateDir", "directory of the state file and the wasm compilation cache", nil,
 			func(c *Config) *string { return &c.StateDir }),
 		subField("log", "the root logger", logSchema,

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,7 @@ type Server struct {
 	started      time.Time
 	ready        atomic.Bool
 	handler      http.Handler
+	auth         apiAuth      // the decision API's and the console's token; read once in New
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
 }
 
@@ -164,7 +166,8 @@ func New(o Options) (*Server, error) {
 	s.registerProxy(mux)
 	s.registerAPI(mux)
 	s.registerUI(mux)
-	s.handler = mux
+	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
+	s.handler = s.auth.wrap(mux)
 	s.ready.Store(true)
 	return s, nil
 }
@@ -199,7 +202,11 @@ func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	lim := s.snap.Current().Config.Server // read once: a reload does not change them (see conns.go)
+	cfg := s.snap.Current().Config
+	if err := checkExposure(ln.Addr(), s.auth, cfg.API.TokenEnv); err != nil {
+		return err
+	}
+	lim := cfg.Server // read once: a reload does not change them (see conns.go)
 	hs := newHTTPServer(s.handler, lim)
 	hs.BaseContext = func(net.Listener) context.Context { return base }
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})

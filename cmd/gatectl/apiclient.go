@@ -8,10 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gatectl/gatectl/config"
 )
 
 // defaultAddr is where `gatectl serve` listens without a config.
@@ -61,6 +64,10 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 	if err != nil {
 		return err
 	}
+	token, tokenFrom := apiToken()
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach gatectl at %s (is `gatectl serve` running? --addr says where): %w", base, err)
@@ -69,6 +76,12 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("reading the answer of %s: %w", base+path, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		if token == "" {
+			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"}
+		}
+		return &apiStatusError{Status: resp.StatusCode, Message: base + " refused the API token from " + tokenFrom}
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
@@ -85,6 +98,25 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 		return fmt.Errorf("%s: not the answer of a gatectl server: %w", base+path, err)
 	}
 	return nil
+}
+
+// apiToken is the token the commands send to a server, and where it came from
+// (for the error when the server refuses it; the token itself is never printed):
+// GATECTL_TOKEN, else the variable named by api.tokenEnv of the config in
+// GATECTL_CONFIG. "" when there is none: a server without a token needs none.
+func apiToken() (token, from string) {
+	if t := os.Getenv("GATECTL_TOKEN"); t != "" {
+		return t, "GATECTL_TOKEN"
+	}
+	path := os.Getenv("GATECTL_CONFIG")
+	if path == "" {
+		return "", ""
+	}
+	cfg, err := config.Load(path)
+	if err != nil || cfg.API.TokenEnv == "" {
+		return "", ""
+	}
+	return os.Getenv(cfg.API.TokenEnv), cfg.API.TokenEnv + " (api.tokenEnv of " + path + ")"
 }
 
 // apiStatusError is a non-200 answer from the server.
