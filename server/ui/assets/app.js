@@ -168,7 +168,7 @@ function tick() {
 // until turns a server countdown (ms from the answer) into a ticking element.
 function until(ms, at, opts = {}) {
   const end = at + ms;
-  return `<span class="countdown" data-until="${end}" data-done="${esc(opts.done || "now")}" data-prefix="${esc(opts.prefix || "")}">${dur(ms)}</span>`;
+  return `<span class="countdown" data-until="${end}" data-done="${esc(opts.done || "now")}" data-prefix="${esc(opts.prefix || "")}">${ms > 0 ? esc(opts.prefix || "") + dur(ms) : esc(opts.done || "now")}</span>`;
 }
 
 // bar draws usage against a budget as SVG (no inline styles: the page's
@@ -336,7 +336,9 @@ const sessionsView = {
       list.innerHTML = empty("No session seen yet. Sessions appear when their calls wait, fail over or are looked up here.");
       return;
     }
-    const rows = await Promise.all(ids.map((id) => this.load(id)));
+    // Ask for the first session alone: a server without the stats API answers
+    // 404 once, and the others are not asked.
+    const rows = [await this.load(ids[0]), ...(await Promise.all(ids.slice(1).map((id) => this.load(id))))];
     if (current !== "sessions") return;
     list.innerHTML = rows.join("");
     for (const f of list.querySelectorAll("form.session")) f.addEventListener("submit", (ev) => this.save(ev));
