@@ -558,9 +558,9 @@ const failuresView = {
     if (!fs.length) out += empty("None: every failure so far matched a specific rule.");
     else {
       out += `<div class="table-wrap"><table class="unclassified"><thead><tr><th>time</th><th>provider</th><th>status</th><th class="hide-sm">class · by</th><th>excerpt (redacted)</th></tr></thead><tbody>`;
-      for (const f of fs.slice().reverse().slice(0, 50)) {
+      for (const f of fs.slice(0, 50)) { // newest first, as the server lists them
         out += `<tr><td>${clock(f.time)}</td><td>${esc(f.provider)}${f.model ? `/${esc(f.model)}` : ""}</td><td>${f.status || esc(f.errorKind || "–")}</td>
-          <td class="hide-sm">${esc(f.class)} · <span class="muted">${esc(f.by)}</span></td><td><code class="excerpt">${esc(f.excerpt)}</code>${f.truncated ? " …" : ""}</td></tr>`;
+          <td class="hide-sm">${esc(f.class)} · <span class="muted">${esc(f.by)}</span></td><td>${f.excerpt ? `<code class="excerpt">${esc(f.excerpt)}</code>${f.truncated ? " …" : ""}` : `<span class="muted">(empty body)</span>`}</td></tr>`;
       }
       out += `</tbody></table></div>`;
     }
