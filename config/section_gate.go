@@ -37,7 +37,14 @@ var gateSchema = &schema[Gate]{
 			func(g *Gate) *bool { return &g.Learn }),
 		subField("defaults", "every model's limits unless overridden", limitsSchema,
 			func(g *Gate) *ModelLimits { return &g.Defaults }),
-		customField("models", "mapping", `"provider/model" -> limits over defaults`, (*validator).models),
+		customField("models", "mapping", `"provider/model" -> limits over defaults`, (*validator).models).
+			encodedBy(func(g *Gate) (any, bool) {
+				out := make(map[string]any, len(g.Models))
+				for k, l := range g.Models {
+					out[k] = limitsSchema.encode(&l)
+				}
+				return out, false
+			}),
 		intField("maxInFlightPerSession", "admitted, unsettled calls one session may hold on one model",
 			nonNegative.withNote("0 means no cap"),
 			func(g *Gate) *int { return &g.MaxInFlightPerSession }),

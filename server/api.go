@@ -65,6 +65,11 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
 		{"waits", map[string]http.HandlerFunc{http.MethodGet: a.handleWaits}},
+		{"settings", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsAll}},
+		{"settings/{section}", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsGet, http.MethodPut: a.handleSettingsPut}},
+		{"settings/{section}/reset", map[string]http.HandlerFunc{http.MethodPost: a.handleSettingsReset}},
+		{"stats", map[string]http.HandlerFunc{http.MethodGet: a.handleStats}},
+		{"report", map[string]http.HandlerFunc{http.MethodGet: a.handleReport}},
 	}
 	var paths []string
 	for _, rt := range routes {

@@ -23,7 +23,7 @@ const (
 var eventTypes = []string{
 	"wait", "admitted", "fail-open", "over-budget", "rate-limited", "learn", "leak", // the gate
 	"failover", "entered", "left", // the pools
-	"reload",                           // the config
+	"reload", "settings", // the config, the runtime settings
 	"ticket-expired", "ticket-evicted", // the decision API's tickets
 	"retry", "giveup", // the proxy's failures: planned, and handed back (or a stream cut after its start)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -157,6 +158,46 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTrigger, prometheus.GaugeValue, st.Trigger, l...)
 		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(st.CooldownMs)/1000, l...)
 		ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.CounterValue, float64(st.RateLimited), l...)
+	}
+}
+
+// RetryStats registers the retry planner's counters (GET /gate/v1/stats's
+// lifetime ones), read at scrape time. Sessions are never a label: the only
+// label is the provider, of the retries.
+func (m *Metrics) RetryStats(read func() retry.Stats) {
+	m.Registry.MustRegister(retryStatsCollector{read: read})
+}
+
+var (
+	descRetries         = prometheus.NewDesc("gatectl_retry_retries_total", "Retries the planner planned, both budgets, by provider.", []string{"provider"}, nil)
+	descRetryMislabeled = prometheus.NewDesc("gatectl_retry_mislabeled_replays_total", "Retries of mislabeled 400s (their own budget; also in gatectl_retry_retries_total).", nil, nil)
+	descRetryWaited     = prometheus.NewDesc("gatectl_retry_waited_seconds_total", "Sum of the planned waits of retries (a rate limit's wait is the gate's: see gatectl_gate_wait_seconds).", nil, nil)
+	descRetryGaveUp     = prometheus.NewDesc("gatectl_retry_give_ups_total", "Failures given up because their retry budget was spent.", nil, nil)
+	descRetryNot        = prometheus.NewDesc("gatectl_retry_not_retried_total", "Failures given up because their class is not retried.", nil, nil)
+	descRetryHintless   = prometheus.NewDesc("gatectl_retry_hintless_waits_total", "Capacity failures (RATE_LIMIT, OVERLOADED, SERVER) that came without a wait hint.", nil, nil)
+	descRetryFailovers  = prometheus.NewDesc("gatectl_retry_failovers_total", "QUOTA failures moved to another route.", nil, nil)
+	descRetryLongTerm   = prometheus.NewDesc("gatectl_retry_long_term_waits_total", "QUOTA failures waited out long-term.", nil, nil)
+)
+
+type retryStatsCollector struct{ read func() retry.Stats }
+
+func (retryStatsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRetries, descRetryMislabeled, descRetryWaited, descRetryGaveUp, descRetryNot, descRetryHintless, descRetryFailovers, descRetryLongTerm} {
+		ch <- d
+	}
+}
+
+func (c retryStatsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.read()
+	for p, n := range st.ByProvider {
+		ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(n), p)
+	}
+	for d, v := range map[*prometheus.Desc]float64{
+		descRetryMislabeled: float64(st.MislabeledRetries), descRetryWaited: st.Waited.Seconds(),
+		descRetryGaveUp: float64(st.GaveUp), descRetryNot: float64(st.NotRetried), descRetryHintless: float64(st.HintlessCapacity),
+		descRetryFailovers: float64(st.Failovers), descRetryLongTerm: float64(st.LongTermWaits),
+	} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/gatelog"
+	"github.com/gatectl/gatectl/report"
+	"github.com/gatectl/gatectl/settings"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
 	"github.com/hashicorp/go-hclog"
@@ -63,6 +65,8 @@ type Server struct {
 	quota    *pool.Router
 	sessions *pool.Sessions
 	store    *state.Store
+	settings *settings.Book // runtime settings over the config file's
+	report   *report.Book   // what the gate did since start, for GET /gate/v1/report
 	bus      *Bus
 	metrics  *Metrics
 	// unclassified keeps the failures that fell through to a catch-all rule.
@@ -107,11 +111,18 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: state: %w", err)
 	}
 	s.store = store
+	if err := s.openSettings(o.Manager); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("server: settings: %w", err)
+	}
+	snap = o.Manager.Current()
+	s.report = report.New(o.Clock.Now())
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
 	poolsLog, retryLog := o.Logger.Named("pools"), o.Logger.Named("retry")
 	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
+		s.report.Observe(report.FromGate(e))
 		s.publishGate(e)
 	}))
 	if err != nil {
@@ -139,6 +150,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.metrics.RetryStats(func() retry.Stats { return s.planner.Stats().Lifetime })
 	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
@@ -182,9 +194,27 @@ func (s *Server) Quota() *pool.Router          { return s.quota }
 func (s *Server) Bus() *Bus                    { return s.bus }
 func (s *Server) Snapshot() *snapshot.Snapshot { return s.snap.Current() }
 
-// applySnapshot reconfigures the long-lived objects after a reload. Everything
-// learned survives: the ledger keeps its windows and quotas, the pools their marks.
-func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
+// openSettings reads the runtime settings from the state file, drops those the
+// file changed while the server was stopped, and rebuilds the manager's snapshot
+// with the rest over the file.
+func (s *Server) openSettings(m *snapshot.Manager) error {
+	book, err := settings.Open(s.store, s.clock.Now, s.logger)
+	if err != nil {
+		return err
+	}
+	s.settings = book
+	m.SetOverlay(book.Apply)
+	book.Reconcile(m.Current().File)
+	if book.Empty() {
+		return nil
+	}
+	return m.Rebuild(context.Background())
+}
+
+// applySnapshot reconfigures the long-lived objects after a reload or a change
+// of the runtime settings. Everything learned survives: the ledger keeps its
+// windows and quotas, the pools their marks.
+func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 	if err := s.ledger.Reconfigure(s.clock.Now(), next.Gate); err != nil {
 		s.logger.Error("reload: the gate refused the new settings; keeping the old ones", "error", err)
 	}
@@ -192,8 +222,18 @@ func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
 		s.logger.Error("reload: the retry planner refused the new policy; keeping the old one", "error", err)
 	}
 	s.quota.Reload(next.Pools, next.Quota)
-	s.metrics.Reload(true)
-	s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+	if old.File != next.File { // the file changed (not only the runtime settings)
+		s.metrics.Reload(true)
+		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+		dropped := map[string]bool{}
+		for _, d := range s.settings.Reconcile(next.File) {
+			dropped[d.Section] = true
+		}
+		for sec := range dropped {
+			s.publishSettings(sec, s.settings.Overrides(sec))
+		}
+	}
+	s.logger.Info("effective settings", settings.Summary(next.Config)...)
 }
 
 // Serve answers on ln until ctx ends, then shuts down gracefully: it stops
@@ -216,6 +256,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("serving", "addr", ln.Addr().String(), "maxConnections", lim.MaxConnections,
 		"headerTimeout", lim.HeaderTimeout, "bodyTimeout", lim.BodyTimeout, "idleTimeout", lim.IdleTimeout)
+	s.logger.Info("effective settings", settings.Summary(s.snap.Current().Config)...)
 	select {
 	case err := <-errc:
 		return err

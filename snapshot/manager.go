@@ -41,6 +41,72 @@ type Manager struct {
 	pending atomic.Pointer[[]string]
 	// verdict is what OnVerdict registered; every snapshot's chain calls it.
 	verdict atomic.Pointer[func(*engine.Failure, engine.Verdict)]
+	// overlay turns the file's config into the one in force (SetOverlay); guarded by mu.
+	overlay func(file *config.Config) (*config.Config, error)
+}
+
+// SetOverlay registers f to turn each config loaded from the file into the one
+// the snapshot is built from: the server's runtime settings over the file's. It
+// applies from the next Reload or Rebuild. f must not change its argument; an
+// error from it fails that reload (the old snapshot stays).
+func (m *Manager) SetOverlay(f func(file *config.Config) (*config.Config, error)) {
+	m.mu.Lock()
+	m.overlay = f
+	m.mu.Unlock()
+}
+
+// Rebuild builds a new snapshot from the file's config as the current snapshot
+// has it (the file is not read again) through the overlay, and swaps it in as
+// Reload does: the OnSwap callbacks run, the old snapshot is closed; on failure
+// the old one stays and the error is returned (not counted as a failed reload).
+// The runtime settings API calls it after a change.
+func (m *Manager) Rebuild(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	old := m.cur.Load()
+	s, err := m.build(ctx, old, old.File)
+	if err != nil {
+		return err
+	}
+	m.swap(old, s)
+	m.logger.Info("runtime settings applied", "version", s.Version)
+	return nil
+}
+
+// build makes the snapshot of file through the overlay, beside old. m.mu is held.
+func (m *Manager) build(ctx context.Context, old *Snapshot, file *config.Config) (*Snapshot, error) {
+	opts := m.opts
+	opts.Prev = old
+	cfg := file
+	if m.overlay != nil {
+		var err error
+		if cfg, err = m.overlay(file); err != nil {
+			return nil, err
+		}
+	}
+	s, err := Build(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.File = file
+	return s, nil
+}
+
+// swap makes s current, runs the OnSwap callbacks and releases old. m.mu is held.
+func (m *Manager) swap(old, s *Snapshot) {
+	m.cur.Store(s)
+	for _, f := range m.onSwap {
+		f(old, s)
+	}
+	// A request that loaded old just before the swap may still be using it: a
+	// wasm handle closed under it answers while its module lives on in s, and
+	// fails over to the next link otherwise; balance readings come from Current.
+	if err := old.closeExcept(s); err != nil {
+		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
+	}
 }
 
 // NewManager loads path and builds the first snapshot; it fails when that does.
@@ -121,15 +187,13 @@ func (m *Manager) Reload(ctx context.Context) error {
 		return ErrClosed
 	}
 	old := m.cur.Load()
-	opts := m.opts
-	opts.Prev = old
 	cfg, err := config.Load(m.path)
 	if err == nil {
-		err = checkReload(old.Config, cfg)
+		err = checkReload(old.File, cfg)
 	}
 	var s *Snapshot
 	if err == nil {
-		s, err = Build(ctx, cfg, opts)
+		s, err = m.build(ctx, old, cfg)
 	}
 	if err != nil {
 		m.failures.Add(1)
@@ -145,22 +209,13 @@ func (m *Manager) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	m.cur.Store(s)
 	m.pending.Store(nil)
 	m.reloads.Add(1)
 	m.logger.Info("reloaded", "config", m.path, "version", s.Version, "files", len(s.Files))
 	for _, w := range s.Warnings {
 		m.logger.Warn("config warning", "warning", w)
 	}
-	for _, f := range m.onSwap {
-		f(old, s)
-	}
-	// A request that loaded old just before the swap may still be using it: a
-	// wasm handle closed under it answers while its module lives on in s, and
-	// fails over to the next link otherwise; balance readings come from Current.
-	if err := old.closeExcept(s); err != nil {
-		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
-	}
+	m.swap(old, s)
 	return nil
 }
 
