@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/gatectl/gatectl/internal/fakeprovider"
 	"github.com/gatectl/gatectl/internal/testenv"
 	"github.com/gatectl/gatectl/snapshot"
@@ -236,6 +237,12 @@ func (l *pageLog) take() []string {
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	chrome := testenv.Tool(t, "chromium", "apt-get install -y chromium")
+	// A fresh profile, removed once the browser is gone (not by t.TempDir,
+	// which would race Chromium's helpers still writing to it).
+	profile, err := os.MkdirTemp("", "gatectl-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chrome),
 		chromedp.Headless,
@@ -243,7 +250,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
@@ -254,8 +261,16 @@ func newBrowser(t *testing.T) *browser {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
 		cancelCtx()
 		cancelAlloc()
+		for i := 0; i < 20; i++ { // bounded: helpers may still be exiting
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("could not remove the browser profile %s", profile)
 	})
 	b := &browser{ctx: ctx, logs: &pageLog{}}
 	chromedp.ListenTarget(ctx, func(ev any) {
@@ -334,6 +349,21 @@ func (b *browser) eval(t *testing.T, js string, out any) {
 	b.run(t, "evaluating "+js, 10*time.Second, chromedp.Evaluate(js, out, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
 		return p.WithAwaitPromise(true)
 	}))
+}
+
+// clearInput empties an input the way a person would (select all, delete),
+// so the page sees an input event.
+func clearInput(sel string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var ok bool
+		if err := chromedp.Evaluate(fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.focus(); el.select(); return true })()`, sel), &ok).Do(ctx); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no input %s", sel)
+		}
+		return chromedp.KeyEvent(kb.Delete).Do(ctx)
+	})
 }
 
 var views = []string{"models", "waits", "pools", "sessions", "retry", "failures"}
@@ -430,7 +460,7 @@ func TestConsole(t *testing.T) {
 		}
 		// Validation as you type: a bad value is named and blocks saving.
 		b.run(t, "typing a bad delay", 5*time.Second,
-			chromedp.SetValue(field, "", chromedp.ByQuery),
+			clearInput(field),
 			chromedp.SendKeys(field, "7 parsecs", chromedp.ByQuery),
 			chromedp.WaitVisible(`#retry-save:disabled`, chromedp.ByQuery),
 		)
@@ -438,7 +468,7 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("error under the field %q, want it to name retry.initialDelay", msg)
 		}
 		b.run(t, "typing 7s and saving", 10*time.Second,
-			chromedp.SetValue(field, "", chromedp.ByQuery),
+			clearInput(field),
 			chromedp.SendKeys(field, "7s", chromedp.ByQuery),
 			chromedp.WaitVisible(`#retry-save:enabled`, chromedp.ByQuery),
 			chromedp.Click(`#retry-save`, chromedp.ByQuery),
@@ -572,7 +602,7 @@ func TestConsoleToken(t *testing.T) {
 
 	b.run(t, "a wrong token", 10*time.Second,
 		chromedp.SendKeys(`#token`, "not-the-token", chromedp.ByQuery),
-		chromedp.Submit(`#login`, chromedp.ByQuery),
+		chromedp.Click(`#login button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#login-error`, chromedp.ByQuery),
 	)
 	if s := b.text(t, `#login-error`); !strings.Contains(s, "refused") {
@@ -580,9 +610,9 @@ func TestConsoleToken(t *testing.T) {
 	}
 	b.logs.take()
 	b.run(t, "the right token opens the console", 15*time.Second,
-		chromedp.SetValue(`#token`, "", chromedp.ByQuery),
+		clearInput(`#token`),
 		chromedp.SendKeys(`#token`, token, chromedp.ByQuery),
-		chromedp.Submit(`#login`, chromedp.ByQuery),
+		chromedp.Click(`#login button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#nav`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#conn.up`, chromedp.ByQuery), // the event stream carries the cookie
 	)
