@@ -542,7 +542,7 @@ func TestConsole(t *testing.T) {
 				)
 				time.Sleep(400 * time.Millisecond) // let async views (sessions, retry, failures) finish drawing
 				var overflow bool
-				b.eval(t, `document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow)
+				b.eval(t, fmt.Sprintf(`document.documentElement.scrollWidth > %d`, vp.w), &overflow)
 				if overflow {
 					t.Errorf("%s at %s scrolls sideways: the page is wider than the viewport", v, vp.name)
 				}

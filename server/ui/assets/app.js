@@ -475,7 +475,10 @@ const retryView = {
     w.textContent = warnings.join(" ");
     if (!ok) return;
     const pts = curve(values);
-    document.getElementById("curve-chart").innerHTML = curveChart(pts);
+    const box = document.getElementById("curve-chart");
+    // Drawn at the box's own width, so its text keeps its size on a phone.
+    box.innerHTML = curveChart(pts, { width: Math.max(Math.min(box.clientWidth || 720, 980), 300), height: box.clientWidth < 500 ? 200 : 260 }) +
+      `<p class="curve-legend"><i class="wait"></i>wait <i class="long"></i>longest with jitter <i class="cum"></i>cumulative longest</p>`;
     const last = pts[pts.length - 1];
     document.getElementById("curve-sum").textContent = last
       ? `${pts.length} rounds: ${dur(last.cum)} of waits without jitter, ${dur(last.cumLongest)} at the longest before gatectl gives up`

@@ -9,7 +9,7 @@ import { esc, num, dur } from "/ui/util.js";
 export function lineChart(series, { width = 360, height = 120, title = "" } = {}) {
   const pad = { l: 44, r: 8, t: 8, b: 18 };
   const pts = series.flatMap((s) => s.points);
-  if (pts.length < 2) {
+  if (pts.length < 2 || Math.max(...pts.map((p) => p.t)) - Math.min(...pts.map((p) => p.t)) < 2000) {
     return `<div class="chart-empty">history builds up as the console watches</div>`;
   }
   const t0 = Math.min(...pts.map((p) => p.t));
@@ -40,7 +40,7 @@ export function curveChart(points, { width = 720, height = 240 } = {}) {
   if (points.length === 0) {
     return `<div class="chart-empty">rounds: 0 — gatectl never retries on the curve</div>`;
   }
-  const pad = { l: 52, r: 56, t: 12, b: 26 };
+  const pad = { l: 52, r: 56, t: 20, b: 26 };
   const iw = width - pad.l - pad.r;
   const ih = height - pad.t - pad.b;
   const bmax = Math.max(...points.map((p) => p.longest), 1);
@@ -61,6 +61,9 @@ export function curveChart(points, { width = 720, height = 240 } = {}) {
     out += `<g class="round" data-round="${p.round}"><title>round ${p.round}: ${dur(p.delay)} (longest ${dur(p.longest)}), ${dur(p.cumLongest)} at most by then</title>`;
     out += `<rect class="bar-long" x="${x0}" y="${yb(p.longest)}" width="${w}" height="${Math.max(pad.t + ih - yb(p.longest), 0)}"/>`;
     out += `<rect class="bar" x="${x0}" y="${yb(p.delay)}" width="${w}" height="${Math.max(pad.t + ih - yb(p.delay), 0)}"/></g>`;
+    if (points.length <= 12) {
+      out += `<text class="axis val" x="${x0 + w / 2}" y="${yb(p.longest) - 4}" text-anchor="middle">${dur(p.delay)}</text>`;
+    }
     if (i % labelEvery === 0) {
       out += `<text class="axis" x="${x0 + w / 2}" y="${height - 8}" text-anchor="middle">${p.round}</text>`;
     }
