@@ -59,6 +59,7 @@ func serveCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("serve: listen %s: %v", addr, err), exitFailure)
 			}
 			fmt.Fprintf(c.App.Writer, "gatectl listening on http://%s\n", ln.Addr())
+			fmt.Fprintf(c.App.Writer, "console: http://%s/ui\n", ln.Addr())
 			go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
