@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/fakeprovider"
 	"github.com/gatectl/gatectl/internal/testenv"
 	"github.com/gatectl/gatectl/snapshot"
@@ -484,6 +486,32 @@ func TestConsole(t *testing.T) {
 		)
 		if d := fail("curve-reset"); d != 2000 {
 			t.Fatalf("round 1 waits %v ms after the reset, want 2000 again", d)
+		}
+	})
+
+	// The editor draws the curve the planner uses: the page's curve() against
+	// retry.Policy.Curve for a few shapes (growing, capped, jittered, flat).
+	t.Run("CurveMatchesEngine", func(t *testing.T) {
+		b.run(t, "opening the console", 10*time.Second, chromedp.Navigate(e.url+"/ui#retry"), chromedp.WaitVisible(`#nav`, chromedp.ByQuery))
+		for _, p := range []retry.Policy{
+			{Rounds: 8, InitialDelay: 2 * time.Second, Multiplier: 2, MaxDelay: time.Minute, Jitter: 0.2},
+			{Rounds: 5, InitialDelay: 1500 * time.Millisecond, Multiplier: 3.5, MaxDelay: 20 * time.Second, Jitter: 0},
+			{Rounds: 30, InitialDelay: 250 * time.Millisecond, Multiplier: 1.7, MaxDelay: 90 * time.Second, Jitter: 1},
+			{Rounds: 3, InitialDelay: 5 * time.Second, Multiplier: 1, MaxDelay: 5 * time.Second, Jitter: 0.5},
+		} {
+			var got []struct{ Delay, Longest, CumLongest float64 }
+			b.eval(t, fmt.Sprintf(`import("/ui/curve.js").then(m => m.curve({rounds: %d, initialDelay: %d, multiplier: %v, maxDelay: %d, jitter: %v}).map(p => ({Delay: p.delay, Longest: p.longest, CumLongest: p.cumLongest})))`,
+				p.Rounds, p.InitialDelay.Milliseconds(), p.Multiplier, p.MaxDelay.Milliseconds(), p.Jitter), &got)
+			want := p.Curve()
+			if len(got) != len(want) {
+				t.Fatalf("%+v: the page draws %d rounds, the planner has %d", p, len(got), len(want))
+			}
+			for i, w := range want {
+				ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+				if math.Abs(got[i].Delay-ms(w.Delay)) > 1 || math.Abs(got[i].Longest-ms(w.Longest)) > 1 || math.Abs(got[i].CumLongest-ms(w.CumulativeLongest)) > float64(i+1) {
+					t.Fatalf("%+v round %d: page %+v, planner delay %s longest %s cumulative %s", p, i+1, got[i], w.Delay, w.Longest, w.CumulativeLongest)
+				}
+			}
 		}
 	})
 

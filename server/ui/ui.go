@@ -101,11 +101,13 @@ func loadLogin() loginPage {
 		"; style-src " + strings.Join(styles, " ") + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"}
 }
 
-// WantsPage reports whether r is a browser asking for the console page (not an
-// API client): it decides between the login page and a JSON 401.
+// WantsPage reports whether r is a browser asking for the console page: a GET
+// of /ui that accepts HTML. It decides between the login page and the JSON 401
+// every other client (and every asset) gets.
 func WantsPage(r *http.Request) bool {
 	p := r.URL.Path
-	return (p == Prefix || p == Prefix+"/" || p == Prefix+"/index.html") && r.Method == http.MethodGet
+	return (p == Prefix || p == Prefix+"/" || p == Prefix+"/index.html") && r.Method == http.MethodGet &&
+		strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
 func serveIndex(w http.ResponseWriter, r *http.Request, sub fs.FS) {
