@@ -560,14 +560,21 @@ func TestConsole(t *testing.T) {
 			{"desktop", 1280, 800, nil},
 			{"phone", 390, 844, []chromedp.EmulateViewportOption{chromedp.EmulateScale(2), chromedp.EmulateMobile}},
 		} {
-			b.run(t, "viewport "+vp.name, 5*time.Second, chromedp.EmulateViewport(vp.w, vp.h, vp.opts...))
-			for _, v := range views {
+			b.run(t, "viewport "+vp.name, 15*time.Second, chromedp.EmulateViewport(vp.w, vp.h, vp.opts...),
+				chromedp.Navigate(e.url+"/ui#waits"), chromedp.WaitVisible(`#conn.up`, chromedp.ByQuery))
+			// Views are switched by their links (no reload), Models last: by then
+			// the page has watched long enough to draw some history.
+			for _, v := range append(views[1:], views[0]) {
 				b.run(t, "opening "+v, 10*time.Second,
-					chromedp.Navigate(e.url+"/ui#"+v),
+					chromedp.Click(`#nav a[data-view="`+v+`"]`, chromedp.ByQuery),
 					chromedp.WaitVisible(`#conn.up`, chromedp.ByQuery),
 					chromedp.WaitVisible(`#nav a.active[data-view="`+v+`"]`, chromedp.ByQuery),
 					chromedp.WaitNotPresent(`#view .empty:only-child`, chromedp.ByQuery),
 				)
+				if v == "models" {
+					b.run(t, "waiting for a chart", 10*time.Second,
+						chromedp.WaitVisible(`article.model[data-model="fake/small"] svg.chart`, chromedp.ByQuery))
+				}
 				time.Sleep(400 * time.Millisecond) // let async views (sessions, retry, failures) finish drawing
 				var overflow bool
 				b.eval(t, fmt.Sprintf(`document.documentElement.scrollWidth > %d`, vp.w), &overflow)

@@ -69,13 +69,15 @@ async function refreshRoutes() {
 
 const refreshers = { models: [refreshStatus, refreshWaits], waits: [refreshWaits], pools: [refreshRoutes] };
 
-// refresh runs the view's refreshers (the waits count always) and re-renders it.
+// refresh runs the view's refreshers and re-renders it. The status and the
+// waits are read whatever the view: the waits count in the nav, and the
+// models' history, keep up while another view is open.
 let refreshing = false;
 async function refresh() {
   if (refreshing) return;
   refreshing = true;
   try {
-    const fs = new Set([refreshWaits, ...(refreshers[current] || [])]);
+    const fs = new Set([refreshStatus, refreshWaits, ...(refreshers[current] || [])]);
     await Promise.all([...fs].map((f) => f().catch((e) => noteError(e))));
     if (liveViews.has(current)) render();
   } finally {
