@@ -506,6 +506,7 @@ const retryView = {
 
   async send(call, okText) {
     const out = document.getElementById("retry-result");
+    this.saving = true;
     try {
       await call();
       await this.render();
@@ -518,11 +519,16 @@ const retryView = {
       out.className = "result error";
       out.textContent = e.message;
       if (e.field) document.getElementById("err-" + e.field)?.replaceChildren(e.message);
+    } finally {
+      this.saving = false;
     }
   },
 
-  // external: another client changed the settings; show it unless being edited.
-  external() {
+  // external: a settings event. Another client's change is shown unless the
+  // editor is being typed in; this page's own save (its event arrives while it
+  // saves, or after with the overrides already shown) is not drawn twice.
+  external(d) {
+    if (this.saving || JSON.stringify(d.overrides || {}) === JSON.stringify(this.loaded?.overrides || {})) return;
     if (!document.activeElement || !document.getElementById("retry-form")?.contains(document.activeElement)) this.render();
   },
 };
