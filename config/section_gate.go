@@ -48,6 +48,9 @@ var gateSchema = &schema[Gate]{
 		intField("maxInFlightPerSession", "admitted, unsettled calls one session may hold on one model",
 			nonNegative.withNote("0 means no cap"),
 			func(g *Gate) *int { return &g.MaxInFlightPerSession }),
+		intField("maxModels", "provider/model buckets the gate keeps; past it, a model not listed under gate.models shares its provider's \"(other)\" bucket, so invented model names cannot grow the gate without bound. Idle empty buckets are dropped",
+			nonNegative.withNote("0 means no bound"),
+			func(g *Gate) *int { return &g.MaxModels }),
 	},
 	check: func(v *validator, s section, g *Gate) {
 		if g.Window <= 0 || g.MaxWait <= 0 || g.MaxWait >= g.Window {

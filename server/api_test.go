@@ -146,7 +146,7 @@ func TestAPIFailure(t *testing.T) {
 		if field, _ := apiErrorOf(t, body); status != 404 || field != "ticket" {
 			t.Fatalf("unknown ticket: %d %s", status, body)
 		}
-		for _, c := range []struct{ body, field string }{{`{"model":"m"}`, "provider"}, {`{"provider":"a","status":500}`, "status"}} {
+		for _, c := range []struct{ body, field string }{{`{"model":"m"}`, "provider"}, {`{"provider":"alpha","status":500}`, "status"}} {
 			status, body, _ := e.do(http.MethodPost, "/gate/v1/success", c.body)
 			if field, _ := apiErrorOf(t, body); status != 400 || field != c.field {
 				t.Fatalf("success %s: %d %s", c.body, status, body)

@@ -88,6 +88,9 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 
 // Admitted counts one admission and, when it waited, its wait.
 func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
+	if p, mdl := t.Model(); p != "" { // past gate.maxModels the call counts under provider/(other)
+		provider, model = p, mdl
+	}
 	reason := t.Reason
 	if reason == "" {
 		reason = "none"
@@ -95,6 +98,16 @@ func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
 	m.admissions.WithLabelValues(provider, model, reason).Inc()
 	if t.Waited > 0 {
 		m.waits.WithLabelValues(provider, model).Observe(t.Waited.Seconds())
+	}
+}
+
+// ForgetModels deletes the series of models the ledger evicted, so that the
+// series, like the buckets, stay bounded.
+func (m *Metrics) ForgetModels(keys []gate.ModelKey) {
+	for _, k := range keys {
+		l := prometheus.Labels{"provider": k.Provider, "model": k.Model}
+		m.admissions.DeletePartialMatch(l)
+		m.waits.DeletePartialMatch(l)
 	}
 }
 

@@ -76,6 +76,7 @@ type Server struct {
 	started      time.Time
 	ready        atomic.Bool
 	handler      http.Handler
+	api          *api
 	auth         apiAuth      // the decision API's and the console's token; read once in New
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
 }
@@ -100,7 +101,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
@@ -252,6 +253,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
 	hs.RegisterOnShutdown(s.bus.CloseAll) // event streams never finish on their own
+	go s.runJanitor(base)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("serving", "addr", ln.Addr().String(), "maxConnections", lim.MaxConnections,
