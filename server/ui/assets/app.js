@@ -123,7 +123,7 @@ function connect() {
     }
   };
   for (const type of ["wait", "admitted", "fail-open", "over-budget", "rate-limited", "learn", "leak",
-    "failover", "entered", "left", "reload", "retry", "giveup", "settings"]) {
+    "failover", "entered", "left", "reload", "retry", "giveup", "settings", "ticket-expired", "ticket-evicted"]) {
     es.addEventListener(type, (ev) => onEvent(type, ev));
   }
 }
