@@ -337,12 +337,16 @@ func (b *browser) screenshot(t *testing.T, dir, name string) {
 	}
 }
 
-// text returns the text of the first node matching sel.
+// text returns the text of the first node matching sel, read in one step in
+// the page (the views re-render; a node found in one call may be gone in the next).
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
-	var s string
-	b.run(t, "reading "+sel, 5*time.Second, chromedp.Text(sel, &s, chromedp.ByQuery))
-	return s
+	var s *string
+	b.eval(t, fmt.Sprintf(`document.querySelector(%q)?.textContent ?? null`, sel), &s)
+	if s == nil {
+		t.Fatalf("no node %s", sel)
+	}
+	return strings.TrimSpace(*s)
 }
 
 // eval runs a JS expression in the page and decodes its value into out.
