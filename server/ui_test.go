@@ -64,6 +64,11 @@ pools:
     routes:
       - {provider: alpha, model: m1}
       - {provider: beta, model: m1}
+balances:
+  - provider: alpha
+    script: [sh, -c, 'echo ''{"remaining": 12.5}''']
+  - provider: beta
+    script: [sh, -c, 'echo ''{"remaining": 4.2}''']
 api:
   tokenEnv: %[2]s
 `

@@ -276,17 +276,17 @@ const views = {
       const total = p.routes.reduce((s, x) => s + (x.usable && x.score > 0 ? x.score : 0), 0);
       const usable = p.routes.filter((x) => x.usable).length;
       out += `<article class="card pool" data-pool="${esc(p.name)}"><header><h2>${esc(p.name)}</h2><span class="muted">${esc(r.scoring?.[p.name] || "default")} scoring${p.midSessionSwitch ? "" : " · no mid-session switch"}</span></header>
-        <div class="table-wrap"><table><thead><tr><th>route</th><th class="num">reading</th><th class="num hide-sm">age</th><th class="num">score</th><th>mark</th><th class="num">share</th></tr></thead><tbody>`;
+        <div class="table-wrap"><table class="routes"><thead><tr><th>route</th><th class="num">reading</th><th class="num">age</th><th class="num">score</th><th>mark</th><th class="num">share</th></tr></thead><tbody>`;
       for (const x of p.routes) {
         const rem = x.reading?.remaining;
         let sh = 0;
         if (x.usable) sh = total > 0 ? (x.score > 0 ? x.score / total : 0) : 1 / Math.max(usable, 1);
         out += `<tr class="${x.usable ? "" : "unusable"}" data-route="${esc(x.provider)}/${esc(x.model)}"><td>${esc(x.provider)}/${esc(x.model)}${x.why ? `<div class="why">${esc(x.why)}</div>` : ""}</td>
-          <td class="num">${rem === undefined || rem === null ? `<span class="muted">none</span>` : num(rem)}${r.sourceErrors?.[x.provider] ? ` <span class="badge hot" title="${esc(r.sourceErrors[x.provider])}">error</span>` : ""}</td>
-          <td class="num hide-sm">${x.readingAgeMs !== undefined ? dur(x.readingAgeMs) : "–"}</td>
-          <td class="num">${x.score === null || x.score === undefined ? "–" : x.score.toFixed(2)}</td>
-          <td>${x.marked ? `<span class="badge hot">marked</span>${x.markUntil ? ` <span class="muted">until ${clock(x.markUntil)}</span>` : ""}` : `<span class="muted">–</span>`}</td>
-          <td class="num">${share(sh)}${(sh * 100).toFixed(0)}%</td></tr>`;
+          <td class="num" data-label="reading">${rem === undefined || rem === null ? `<span class="muted">none</span>` : Math.abs(rem) < 1000 ? esc(String(+rem.toFixed(2))) : num(rem)}${r.sourceErrors?.[x.provider] ? ` <span class="badge hot" title="${esc(r.sourceErrors[x.provider])}">error</span>` : ""}</td>
+          <td class="num" data-label="age">${x.readingAgeMs !== undefined ? dur(x.readingAgeMs) : "–"}</td>
+          <td class="num" data-label="score">${x.score === null || x.score === undefined ? "–" : x.score.toFixed(2)}</td>
+          <td data-label="mark">${x.marked ? `<span class="badge hot">marked</span>${x.markUntil ? ` <span class="muted">until ${clock(x.markUntil)}</span>` : ""}` : `<span class="muted">–</span>`}</td>
+          <td class="num" data-label="share">${share(sh)}${(sh * 100).toFixed(0)}%</td></tr>`;
       }
       out += `</tbody></table></div></article>`;
     }
