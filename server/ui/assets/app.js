@@ -9,6 +9,7 @@ import { setToken } from "/ui/token.js";
 
 const historyPoints = 360; // per model: 12 minutes at one status poll every 2 s
 const maxSessions = 200;
+const maxModels = 200; // charts kept; the gate itself bounds its models (gate.maxModels)
 
 const state = {
   status: null,
@@ -47,7 +48,10 @@ async function refreshStatus() {
   const t = Date.now();
   for (const m of st.models || []) {
     const k = key(m.provider, m.model);
-    if (!state.history.has(k)) state.history.set(k, new Ring(historyPoints));
+    if (!state.history.has(k)) {
+      if (state.history.size >= maxModels) state.history.delete(state.history.keys().next().value);
+      state.history.set(k, new Ring(historyPoints));
+    }
     state.history.get(k).push({ t, quota: m.quota, trigger: m.trigger, budget: m.tokenBudget, window: m.windowTokens });
   }
 }
