@@ -558,6 +558,19 @@ func TestConsole(t *testing.T) {
 		if s["switch"] != "off" || s["enabled"] != false {
 			t.Fatalf("after the edit in the page the session is %v, want switch off", s)
 		}
+		// A session looked up by id shows its turn's retries against the budget:
+		// curve-before had one retry planned, of retry.rounds 4.
+		card := `article.session[data-session="curve-before"]`
+		b.run(t, "looking up a session", 10*time.Second,
+			chromedp.SendKeys(`#session-id`, "curve-before", chromedp.ByQuery),
+			chromedp.Click(`#session-find button`, chromedp.ByQuery),
+			chromedp.WaitVisible(card+` dl.turn`, chromedp.ByQuery),
+		)
+		var facts map[string]string
+		b.eval(t, `Object.fromEntries([...document.querySelectorAll('article.session[data-session="curve-before"] dl.turn div')].map(d => [d.querySelector("dt").textContent, d.querySelector("dd").textContent.trim()]))`, &facts)
+		if facts["turn"] != "t1" || facts["retries"] != "1 of 4" || facts["budget left"] != "3" {
+			t.Fatalf("curve-before's turn in the page: %v, want turn t1, 1 of 4 retries, 3 left", facts)
+		}
 	})
 
 	t.Run("Screenshots", func(t *testing.T) {

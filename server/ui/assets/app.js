@@ -337,6 +337,15 @@ const sessionsView = {
       this.render();
     });
     const ids = [...state.sessions.keys()].reverse().slice(0, 50);
+    // The retry budget is retry.rounds per (session, turn, provider).
+    this.rounds = undefined;
+    if (!state.unavailable.has("settings")) {
+      try {
+        this.rounds = (await get("/gate/v1/settings/retry")).effective?.rounds;
+      } catch (e) {
+        if (e.status === 404) state.unavailable.add("settings");
+      }
+    }
     const list = document.getElementById("session-list");
     if (!ids.length) {
       list.innerHTML = empty("No session seen yet. Sessions appear when their calls wait, fail over or are looked up here.");
@@ -362,7 +371,7 @@ const sessionsView = {
     if (!state.unavailable.has("stats")) {
       try {
         const st = await get(`/gate/v1/stats?session=${enc}`);
-        stats = statsSummary(st);
+        stats = turnSummary(st.turn, this.rounds);
       } catch (e) {
         if (e.status === 404) state.unavailable.add("stats");
       }
@@ -403,18 +412,22 @@ const sessionsView = {
   },
 };
 
-// statsSummary shows what a stats answer holds: its numbers, flattened, so the
-// console does not depend on a field list.
-function statsSummary(st) {
-  const rows = [];
-  const walk = (o, p) => {
-    if (rows.length >= 12 || o === null || o === undefined) return;
-    if (typeof o === "number") rows.push([p, o]);
-    else if (typeof o === "object" && !Array.isArray(o)) for (const [k, v] of Object.entries(o)) walk(v, p ? p + "." + k : k);
-  };
-  walk(st, "");
-  if (!rows.length) return "";
-  return `<details class="stats"><summary>retry statistics</summary><dl class="facts">${rows.map(([k, v]) => `<div><dt>${esc(k)}</dt><dd>${num(v)}</dd></div>`).join("")}</dl></details>`;
+// turnSummary shows a session's current turn from the retry statistics: what
+// its retries cost, and what is left of the budget (retry.rounds for each
+// provider the turn runs on; left is for the provider that used the most when
+// the turn used one).
+function turnSummary(turn, rounds) {
+  if (!turn) return `<p class="meta">no retry decision for this session yet${rounds !== undefined ? ` · budget ${rounds} retries a turn and provider` : ""}</p>`;
+  const s = turn.stats || {};
+  const left = rounds !== undefined ? Math.max(rounds - (s.retries || 0), 0) : undefined;
+  return `<dl class="facts turn">
+    <div><dt>turn</dt><dd>${esc(turn.turn || "–")}</dd></div>
+    <div><dt>retries</dt><dd>${num(s.retries || 0)}${rounds !== undefined ? ` <span class="muted">of ${rounds}</span>` : ""}</dd></div>
+    <div><dt>budget left</dt><dd>${left === undefined ? "–" : left}</dd></div>
+    <div><dt>waited</dt><dd>${dur(s.waitedMs || 0)}</dd></div>
+    <div><dt>gave up</dt><dd>${num(s.gaveUp || 0)}</dd></div>
+    <div><dt>failovers</dt><dd>${num(s.failovers || 0)}</dd></div>
+  </dl>`;
 }
 
 // --- retry settings -----------------------------------------------------------
