@@ -67,6 +67,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
+		{"waits", map[string]http.HandlerFunc{http.MethodGet: a.handleWaits}},
 		{"settings", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsAll}},
 		{"settings/{section}", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsGet, http.MethodPut: a.handleSettingsPut}},
 		{"settings/{section}/reset", map[string]http.HandlerFunc{http.MethodPost: a.handleSettingsReset}},

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/gatectl/gatectl/server/ui"
 )
 
 // The decision API and the console can change what the gate does (reset a
@@ -48,6 +50,10 @@ func (a apiAuth) wrap(h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if guarded(r.URL.Path) && !a.allows(r) {
+			if ui.WantsPage(r) {
+				ui.Login(w, r) // a person opening the console: the page that asks for the token
+				return
+			}
 			writeUnauthorized(w)
 			return
 		}

@@ -191,6 +191,7 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	s.registerProxy(mux)
 	s.registerAPI(mux)
+	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
 	s.handler = s.auth.wrap(mux)
 	s.ready.Store(true)

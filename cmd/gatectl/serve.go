@@ -104,6 +104,7 @@ func runServe(ctx context.Context, p serveParams) error {
 	}
 	if p.Out != nil {
 		fmt.Fprintf(p.Out, "gatectl listening on http://%s\n", ln.Addr())
+		fmt.Fprintf(p.Out, "console: http://%s/ui\n", ln.Addr())
 	}
 	if p.Reload {
 		go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
