@@ -63,6 +63,8 @@ func secretEnvNames(cfg *config.Config, extra ...string) []string {
 			addHeaders(b.Wasm.Headers)
 		}
 	}
+	add(cfg.API.TokenEnv)
+	add("GATECTL_TOKEN") // the CLI's and the container's way to pass the token
 	for _, n := range extra {
 		add(n)
 	}

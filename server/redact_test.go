@@ -1,8 +1,11 @@
 package server
 
 import (
+	"slices"
+
 	"encoding/json"
 	"fmt"
+	"github.com/gatectl/gatectl/config"
 	"net/http"
 	"strings"
 	"testing"
@@ -102,5 +105,20 @@ func TestRedactorUnit(t *testing.T) {
 	var zero *redactor
 	if string(zero.bytes([]byte("sk-longer"))) != "sk-longer" {
 		t.Fatal("a nil redactor changed the input")
+	}
+}
+
+// The API token is a secret gatectl holds like a provider key: an upstream (or a
+// plugin) that somehow quotes it is redacted too.
+func TestSecretEnvNamesIncludeTheAPIToken(t *testing.T) {
+	cfg, err := config.Parse([]byte("api: {tokenEnv: MY_GATE_TOKEN}\nproviders:\n  conf: {kind: openai, baseURL: http://127.0.0.1:1/v1, apiKeyEnv: K}\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := secretEnvNames(cfg)
+	for _, want := range []string{"K", "MY_GATE_TOKEN", "GATECTL_TOKEN"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("secretEnvNames = %v, missing %s", names, want)
+		}
 	}
 }
