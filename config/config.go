@@ -24,6 +24,8 @@ type Config struct {
 
 	Listen   string
 	Server   Server
+	Upstream Upstream
+	API      API
 	StateDir string
 	Log      Log
 

@@ -46,7 +46,10 @@ func base() *Config {
 	return &Config{
 		Listen: DefaultListen,
 		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
-			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout, MaxBufferedBytes: DefaultMaxBufferedBytes},
+		Upstream: Upstream{FirstByteTimeout: DefaultFirstByteTimeout, ResponseTimeout: DefaultResponseTimeout,
+			StreamIdleTimeout: DefaultStreamIdleTimeout},
+		API:      API{MaxSubscribers: DefaultMaxSubscribers},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),

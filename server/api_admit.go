@@ -84,6 +84,10 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	er.Provider, er.Model = tgt.Route.Provider, tgt.Route.Model
+	if err := a.checkReservation(er); err != nil {
+		apiFail(w, http.StatusBadRequest, err)
+		return
+	}
 
 	start := a.s.clock.Now()
 	t, waiter := a.s.ledger.Submit(start, er)
@@ -167,6 +171,31 @@ func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, ma
 		}
 	}
 	return er, wait, maxWait, nil
+}
+
+// checkReservation refuses a call whose declared tokens exceed the model's whole
+// configured budget (tpm): such a reservation could never fit in a window, and
+// admitting it (as the proxy admits a real call that large, at once, rather than
+// fail it) would hold every other caller of the model until it is settled or its
+// ticket expires. The proxy may do that for a request it is about to send; a
+// harness that only declares numbers gets told instead. The configured budget,
+// not the learned one, is the bound: a learner that lowers a model's quota must
+// not start refusing calls the operator said fit.
+func (a *api) checkReservation(er gate.Request) error {
+	budget := int64(a.s.ledger.Config().Limits(er.Provider + "/" + er.Model).TPM)
+	in, out := int64(er.InputTokens), int64(er.MaxTokens)
+	switch {
+	case in+out <= budget:
+		return nil
+	case out == 0:
+		return apiFieldError{"inputTokens", fmt.Sprintf("inputTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller",
+			in, er.Provider, er.Model, budget)}
+	case in == 0:
+		return apiFieldError{"maxTokens", fmt.Sprintf("maxTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller; ask for at most %d",
+			out, er.Provider, er.Model, budget, budget)}
+	}
+	return apiFieldError{"maxTokens", fmt.Sprintf("inputTokens %d + maxTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller; ask for at most %d",
+		in, out, er.Provider, er.Model, budget, max(budget-in, 0))}
 }
 
 // apiWaitResult is how a wait in the queue ended.

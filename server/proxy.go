@@ -117,6 +117,43 @@ func requestFace(r *http.Request) apiKind {
 	return kindOpenAI
 }
 
+// readRequestBody reads the request's body within the body budget, holding room
+// for it twice (as read, and the copy sent upstream each attempt) until release.
+// It answers the client itself when it cannot: 413 over maxRequestBody, 503 with
+// Retry-After when the budget has no room within bufferWait.
+func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, kind apiKind) (body []byte, release func(), ok bool) {
+	full := func() {
+		// The rest of the body is read and dropped (bodyTimeout bounds it): a
+		// client still sending when the answer comes would see a reset, not the 503.
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Retry-After", "1")
+		writeFaceError(w, kind, http.StatusServiceUnavailable, "", fmt.Sprintf(
+			"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", s.bodies.max))
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+	res, err := s.bodies.readBudgeted(r.Context(), bufferWait, r.Body, r.ContentLength, maxRequestBody, true, false, "the request body")
+	var tooBig *http.MaxBytesError
+	var tooLarge *errTooLarge
+	switch {
+	case errors.As(err, &tooBig) || errors.As(err, &tooLarge):
+		writeFaceError(w, kind, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
+		return nil, nil, false
+	case errors.Is(err, errBudgetFull):
+		full()
+		return nil, nil, false
+	case err != nil:
+		writeFaceError(w, kind, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+		return nil, nil, false
+	}
+	upstreamCopy, err := s.bodies.acquireWithin(r.Context(), bufferWait, int64(len(res.b)), true)
+	if err != nil {
+		s.bodies.release(res.charged)
+		full()
+		return nil, nil, false
+	}
+	return res.b, func() { s.bodies.release(res.charged + upstreamCopy) }, true
+}
+
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	start := time.Now()
 	snap := s.snap.Current()
@@ -132,16 +169,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 // serveProxy answers one proxied request. It returns the request as read and
 // its exchange, each nil when the request was refused before it.
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint, snap *snapshot.Snapshot, start time.Time) (*proxyRequest, *exchange) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeFaceError(w, ep.kind, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
-			return nil, nil
-		}
-		writeFaceError(w, ep.kind, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+	body, release, ok := s.readRequestBody(w, r, ep.kind)
+	if !ok {
 		return nil, nil
 	}
+	defer release()
 	pr, field, err := parseProxyRequest(ep, body, r.Header)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, field, err.Error())

@@ -34,7 +34,10 @@ func (x *exchange) passOnce() {
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return
 	}
-	req, err := newUpstreamRequest(ctx, x.r, x.pr.ep, route.Provider, x.cfg.Providers[route.Provider], x.res.keyProvider, body, false)
+	actx, dl := withAttemptDeadline(ctx)
+	defer dl.stop()
+	dl.arm("upstream.responseTimeout", x.cfg.Upstream.ResponseTimeout, "no whole answer from the upstream")
+	req, err := newUpstreamRequest(actx, x.r, x.pr.ep, route.Provider, x.cfg.Providers[route.Provider], x.res.keyProvider, body, false)
 	if err != nil {
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
 		x.w.Header().Set("X-Should-Retry", "false")
@@ -43,6 +46,7 @@ func (x *exchange) passOnce() {
 	}
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
+	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
 		if ctx.Err() == nil {
@@ -51,6 +55,7 @@ func (x *exchange) passOnce() {
 		return
 	}
 	defer resp.Body.Close()
+	resp.Body = &idleBody{ReadCloser: resp.Body, dl: dl}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody+1))
 	x.upstream += time.Since(u0)
 	if err == nil && len(b) > maxErrorBody {
@@ -62,10 +67,15 @@ func (x *exchange) passOnce() {
 		}
 		return
 	}
+	rd := x.redactor() // an echo of gatectl's key goes back as [redacted]
+	rd.header(resp.Header)
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
 	x.gateHeaders(h, route)
 	code := resp.StatusCode
+	if code >= 400 {
+		b = rd.bytes(b)
+	}
 	var counted struct {
 		InputTokens int64 `json:"input_tokens"`
 	}

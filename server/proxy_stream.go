@@ -74,6 +74,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 			break
 		}
 		isErr, usageOnly := su.observe(&ev)
+		if isErr { // an error event may quote gatectl's key back
+			ev.raw = x.redactor().bytes(ev.raw)
+			ev.data = x.redactor().bytes(ev.data)
+		}
 		if werr := write(&ev, usageOnly); werr != nil {
 			clean = false
 			break

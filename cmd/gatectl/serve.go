@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
 	"time"
@@ -79,6 +80,7 @@ func runServe(ctx context.Context, p serveParams) error {
 		return err
 	}
 	defer m.Close() // after the server is done with it, before the hook's host goes
+	softMemoryLimit(m.Current().Config.Server.MaxBufferedBytes)
 	for _, w := range unsetKeyWarnings(m.Current().Config, os.LookupEnv) {
 		logger.Warn(w)
 	}
@@ -93,12 +95,16 @@ func runServe(ctx context.Context, p serveParams) error {
 		if addr == "" {
 			addr = m.Current().Config.Listen
 		}
+		if err := srv.CheckListen(addr); err != nil { // before anything is bound
+			return err
+		}
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
 	}
 	if p.Out != nil {
 		fmt.Fprintf(p.Out, "gatectl listening on http://%s\n", ln.Addr())
+		fmt.Fprintf(p.Out, "console: http://%s/ui\n", ln.Addr())
 	}
 	if p.Reload {
 		go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
@@ -160,4 +166,16 @@ func loggerFor(path string, w io.Writer) (hclog.Logger, error) {
 
 func configFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"GATECTL_CONFIG"}, Usage: "config `FILE` (default: the embedded default)"}
+}
+
+// softMemoryLimit sets the Go runtime's soft memory limit to the body budget
+// (server.maxBufferedBytes) plus 256 MiB for everything else, unless GOMEMLIMIT
+// says otherwise. The budget bounds the bodies held at once; without a limit
+// the collector lets the heap grow to twice what is live before it runs, so the
+// buffers of bodies already answered would double the process's footprint.
+func softMemoryLimit(maxBuffered int) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(int64(maxBuffered) + 256<<20)
 }

@@ -71,6 +71,9 @@ type bucket struct {
 	sharedHoldUntil  time.Time
 	sharedHoldNeed   int64
 	sharedHoldReason string
+
+	lastUsed time.Time // last admission, settlement or 429: the idle eviction's clock
+	evicted  bool      // dropped from the ledger's map (Evict): a caller holding it must look the model up again
 }
 
 // ticketSlot remembers an open ticket. gen changes when the slot is reused, so a
@@ -135,6 +138,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		done:     newSlidingWindow(l.conf().Window),
 		learn:    newLearner(lim.TPM, l.conf().Learn, now),
 		est:      newEstimator(l.conf().OutputReserveTokens),
+		lastUsed: now,
 	}
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
@@ -346,6 +350,7 @@ func (b *bucket) reservation(req Request) sizing {
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	b.expireLocked(now)
+	b.lastUsed = now
 	sz := b.reservation(req)
 	res := sz.total
 	if len(b.waiters) == 0 {
@@ -590,6 +595,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		return ErrTicketClosed
 	}
 	b.expireLocked(now)
+	b.lastUsed = now
 	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
 	if tokens > 0 {
 		b.done.addSettled(now, tokens)
@@ -626,6 +632,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.sharedCooldownLocked(now, now.Add(retryAfter))
 	b.rateLimited++
 	b.last429 = now
+	b.lastUsed = now
 	cfg := b.l.conf()
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)

@@ -461,19 +461,36 @@ func (q *Router) addRoute(session string, st *sessionRoute, now time.Time) {
 // sweepEvery is how many insertions into routes and entries trigger a sweep.
 const sweepEvery = 4096
 
-// noteAdd counts an insertion and, every sweepEvery of them, drops what has been
-// idle for a day (or two long-term delays, when longer): session routes with no
-// entry, and entries with no wait armed (a cancelled turn whose session never came
-// back). A dropped session simply starts afresh. q.mu must be held.
+// noteAdd counts an insertion and, every sweepEvery of them, sweeps (see Sweep).
+// q.mu must be held.
 func (q *Router) noteAdd(now time.Time) {
 	if q.adds++; q.adds < sweepEvery {
 		return
 	}
+	q.sweepLocked(now)
+}
+
+// Sweep drops what has been idle for a day (or two long-term delays, when
+// longer): session routes with no entry, and entries with no wait armed (a
+// cancelled turn whose session never came back). A dropped session simply
+// starts afresh. The server's janitor calls it on its clock; insertions call it
+// too, so a burst of new sessions cannot outgrow one sweep interval.
+func (q *Router) Sweep(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sweepLocked(now)
+}
+
+// Tracked is how many sessions the router holds a route or an entry for.
+func (q *Router) Tracked() (routes, entries int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.routes), len(q.entries)
+}
+
+func (q *Router) sweepLocked(now time.Time) {
 	q.adds = 0
-	idle := 24 * time.Hour
-	if d := 2 * q.cfg.Load().settings.LongTermDelay; d > idle {
-		idle = d
-	}
+	idle := q.idleAfter()
 	for id, e := range q.entries {
 		if !e.pending && now.Sub(e.lastArmed) > idle {
 			delete(q.entries, id)
@@ -486,6 +503,20 @@ func (q *Router) noteAdd(now time.Time) {
 		}
 	}
 }
+
+// idleAfter is how long a session may be idle before its state is dropped: a
+// day, or two long-term delays when longer.
+func (q *Router) idleAfter() time.Duration {
+	idle := 24 * time.Hour
+	if d := 2 * q.cfg.Load().settings.LongTermDelay; d > idle {
+		idle = d
+	}
+	return idle
+}
+
+// SessionIdle is how long a session may be idle before the router (and the
+// server's janitor, for what else it keeps per session) forgets it.
+func (q *Router) SessionIdle() time.Duration { return q.idleAfter() }
 
 // SetSwitch sets the session's switch (on, off, default). When the effective
 // switch is now off, an open entry ends at once: a pending wait returns
