@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // exampleConfig parses examples/balance/<file> as the `balances:` list of a config
@@ -137,9 +137,7 @@ func TestHTTPExamples(t *testing.T) {
 // directory, with only PATH, HOME, its env and the key), reads the fake endpoint.
 func TestScriptExample(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
+	testenv.Tool(t, "python3", "Debian: apt-get install -y python3")
 	c := exampleConfig(t, "script_example.yaml")
 	b := c.Balances[0]
 	if len(b.Script) == 0 || b.APIKeyEnv != "DEEPSEEK_API_KEY" {

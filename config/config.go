@@ -24,6 +24,8 @@ type Config struct {
 
 	Listen   string
 	Server   Server
+	Upstream Upstream
+	API      API
 	Proxy    Proxy
 	StateDir string
 	Log      Log
@@ -37,6 +39,7 @@ type Config struct {
 
 	Gate  Gate
 	Retry Retry
+	Store Store
 
 	Classifiers []ClassifierRef // in order; the built-in rules always decide last
 	PluginsDir  string
@@ -46,6 +49,11 @@ type Config struct {
 
 	Balances []Balance
 	Quota    Quota
+
+	// Models are the names clients may send besides pools and provider/model
+	// (models:); a file without the section inherits the embedded default's
+	// aliases whose providers it configures.
+	Models ModelAliases
 
 	// Warnings are problems that do not refuse the config: a balance source
 	// naming an unknown provider only loses its readings, and no request depends
@@ -58,6 +66,7 @@ type Config struct {
 type Log struct {
 	Level  string // trace | debug | info | warn | error
 	Format string // text | json
+	Access bool   // one info line per proxied call (never keys or bodies)
 }
 
 // Provider is one upstream. APIKeyEnv names the environment variable holding the

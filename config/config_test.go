@@ -22,14 +22,16 @@ var wellKnown = []string{"anthropic", "deepseek", "gemini", "groq", "mistral", "
 func wantDefaults() *Config {
 	c := &Config{
 		Listen:   "127.0.0.1:7878",
-		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second},
+		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxBufferedBytes: 256 << 20},
+		Upstream: Upstream{FirstByteTimeout: time.Minute, ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute},
+		API:      API{MaxSubscribers: 256},
 		Proxy:    Proxy{HoldNotice: 2 * time.Second, HoldNoticeEvery: 5 * time.Second, MaxHold: 5 * time.Minute},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{
 			Window: 60 * time.Second, MaxWait: 120 * time.Second, FallbackCooldown: 60 * time.Second,
 			OutputReserveTokens: 8192, Learn: true,
-			Defaults: ModelLimits{TPM: 1000000, RPM: 60}, Jitter: 0.1, CountGuard: 0.005, MarginSigmas: 5, Pace: 2, PaceBurst: 0.1,
+			Defaults: ModelLimits{TPM: 1000000, RPM: 60}, Jitter: 0.1, CountGuard: 0.005, MarginSigmas: 5, Pace: 2, PaceBurst: 0.1, MaxModels: 1000,
 		},
 		Retry: Retry{
 			Rounds: 8, InitialDelay: 2 * time.Second, Multiplier: 2, MaxDelay: 60 * time.Second, Jitter: 0.2,
@@ -38,7 +40,7 @@ func wantDefaults() *Config {
 			HintlessBackoff:   false,
 			HintlessBaseDelay: 5 * time.Second,
 			Mislabeled:        Mislabeled{Enabled: true, Rounds: 3, InitialDelay: 15 * time.Second, Evidence: 10 * time.Minute},
-			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: retry.FollowRounds},
+			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: 1},
 			HintRounds:        5,
 			AcrossSteps:       true,
 		},
@@ -80,6 +82,8 @@ func TestDefaults(t *testing.T) {
 			want.Path, want.Dir, want.Providers, want.DefaultProviders = c.Path, c.Dir, c.Providers, true
 			// Empty and absent lists decode alike for comparison.
 			want.Classifiers, want.Pools, want.PoolOrder, want.Balances = c.Classifiers, c.Pools, c.PoolOrder, c.Balances
+			// With the well-known providers come the embedded default's aliases.
+			want.Models = Default().Models
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("defaults differ:\n got %+v\nwant %+v", c, want)
 			}
@@ -316,7 +320,7 @@ quota:
   failOpen: false
   nativeRetryFirstProviders: [deepseek]
 `)
-	if c.Listen != "0.0.0.0:9000" || c.StateDir != "/var/lib/gatectl" || c.Log != (Log{"debug", "json"}) {
+	if c.Listen != "0.0.0.0:9000" || c.StateDir != "/var/lib/gatectl" || c.Log != (Log{Level: "debug", Format: "json"}) {
 		t.Errorf("top level: %+v", c)
 	}
 	if got := c.Providers["deepseek"]; !reflect.DeepEqual(got, Provider{Kind: "openai", BaseURL: "https://api.deepseek.com/v1", APIKeyEnv: "DEEPSEEK_API_KEY"}) {
@@ -348,7 +352,7 @@ quota:
 		r.HintClamp.Min != 500*time.Millisecond || r.HintClamp.Max != 10*time.Minute || !r.HintlessBackoff ||
 		r.HintlessBaseDelay != 3*time.Second ||
 		r.Mislabeled != (Mislabeled{Enabled: false, Rounds: 200, InitialDelay: time.Second, Evidence: time.Hour}) ||
-		r.Transport != (retry.TransportRounds{DNS: retry.FollowRounds, Refused: 0, Reset: 2, Timeout: retry.FollowRounds}) {
+		r.Transport != (retry.TransportRounds{DNS: retry.FollowRounds, Refused: 0, Reset: 2, Timeout: 1}) {
 		t.Errorf("retry = %+v", r)
 	}
 	if len(c.Classifiers) != 2 || c.Classifiers[0].Rules != "rules/a.yaml" || c.Classifiers[0].Wasm != "" ||

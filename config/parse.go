@@ -46,7 +46,10 @@ func base() *Config {
 	return &Config{
 		Listen: DefaultListen,
 		Server: Server{MaxConnections: DefaultMaxConnections, HeaderTimeout: DefaultHeaderTimeout,
-			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout, MaxBufferedBytes: DefaultMaxBufferedBytes},
+		Upstream: Upstream{FirstByteTimeout: DefaultFirstByteTimeout, ResponseTimeout: DefaultResponseTimeout,
+			StreamIdleTimeout: DefaultStreamIdleTimeout},
+		API:      API{MaxSubscribers: DefaultMaxSubscribers},
 		Proxy:    Proxy{HoldNotice: DefaultHoldNotice, HoldNoticeEvery: DefaultHoldNoticeEvery, MaxHold: DefaultMaxHold},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
@@ -58,20 +61,30 @@ func base() *Config {
 
 // defaultProviders are the embedded default's providers, parsed once.
 var defaultProviders = sync.OnceValue(func() map[string]Provider {
-	c, err := parseWith(defaultYAML, "", nil)
+	c, err := parseWith(defaultYAML, "", nil, nil)
 	if err != nil {
 		panic("config: embedded default.yaml is invalid: " + err.Error())
 	}
 	return c.Providers
 })
 
+// defaultAliases are the embedded default's models: entries, parsed once.
+var defaultAliases = sync.OnceValue(func() []ModelAlias {
+	c, err := parseWith(defaultYAML, "", nil, nil)
+	if err != nil {
+		panic("config: embedded default.yaml is invalid: " + err.Error())
+	}
+	return c.Models.All()
+})
+
 func parse(data []byte, filename string) (*Config, error) {
-	return parseWith(data, filename, defaultProviders)
+	return parseWith(data, filename, defaultProviders, defaultAliases)
 }
 
 // parseWith decodes and validates data. fallback supplies the providers when the
-// file has no providers section (nil: none).
-func parseWith(data []byte, filename string, fallback func() map[string]Provider) (*Config, error) {
+// file has no providers section (nil: none); fallbackAliases the models: entries
+// when it has no models section (those whose provider it configures).
+func parseWith(data []byte, filename string, fallback func() map[string]Provider, fallbackAliases func() []ModelAlias) (*Config, error) {
 	display := filename
 	if display == "" {
 		display = "(embedded default)"
@@ -115,6 +128,7 @@ func parseWith(data []byte, filename string, fallback func() map[string]Provider
 		}
 	}
 	v.crossCheck()
+	v.checkAliases(fallbackAliases)
 
 	sortErrs(d.errs)
 	sortErrs(d.warn)
@@ -180,6 +194,9 @@ type validator struct {
 	balanceRefs []provRef // balances[*].provider: warned (a lookup key only: no request depends on it)
 	nativeRefs  []provRef // quota.nativeRetryFirstProviders[*]: warned
 	modelRefs   []provRef // gate.models keys: refused when undefined
+
+	aliasesSet bool
+	aliasRefs  []aliasRef // models: entries, resolved by checkAliases
 }
 
 // root decodes the whole document into c, through topSchema.

@@ -12,8 +12,8 @@ type documented interface {
 
 // sections lists every section table, in the order the reference shows them.
 var sections = []documented{
-	topSchema, serverSchema, logSchema, providerSchema,
-	gateSchema, limitsSchema,
+	topSchema, serverSchema, upstreamSchema, apiSchema, logSchema, providerSchema,
+	gateSchema, limitsSchema, storeSchema, redisSchema,
 	retrySchema, clampSchema, mislabeledSchema, transportSchema,
 	classifierSchema, pluginLimitsSchema,
 	poolSchema, routeSchema,

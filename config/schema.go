@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -40,9 +41,28 @@ type setting[T any] struct {
 	// decode checks the value n at path and stores it into t; on any problem it
 	// reports it and leaves t as it was.
 	decode func(v *validator, n *yaml.Node, path string, t *T)
+	// encode returns the field of t as a JSON-ready value in the file's own form
+	// (a duration as "2s", a nested section as an object), for the runtime
+	// settings API; omit reports a value the file could not have written (a zero
+	// meaning "not set"), left out of the encoding. nil encode: never shown.
+	encode func(t *T) (v any, omit bool)
 	// required: an absent key is an error, "is required" + reqHint.
 	required bool
 	reqHint  string
+}
+
+// encode returns t as an object of the section's keys (see setting.encode).
+func (sc *schema[T]) encode(t *T) map[string]any {
+	out := make(map[string]any, len(sc.fields))
+	for _, f := range sc.fields {
+		if f.encode == nil {
+			continue
+		}
+		if v, omit := f.encode(t); !omit {
+			out[f.key] = v
+		}
+	}
+	return out
 }
 
 // keys returns the section's valid keys, in table order.
@@ -117,7 +137,14 @@ func (r rng) ok(x float64) bool {
 	return true
 }
 
-func num(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+// num writes a bound or a value: whole numbers in full (a byte count reads
+// 100663296, not 1.00663296e+08), others in the shortest form.
+func num(x float64) string {
+	if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
+}
 
 // rule is the bound as a message: "must be greater than 0".
 func (r rng) rule(integer bool) string {
@@ -180,7 +207,8 @@ func (r rng) check(v *validator, n *yaml.Node, path string, x float64, got strin
 
 func durField[T any](key, doc string, r rng, ptr func(*T) *time.Duration) setting[T] {
 	return setting[T]{key: key, kind: "duration", bounds: r.short(false), doc: doc,
-		show: func(t *T) string { return dur(*ptr(t)) },
+		show:   func(t *T) string { return dur(*ptr(t)) },
+		encode: func(t *T) (any, bool) { d := *ptr(t); return dur(d), !r.ok(float64(d)) },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if d, ok := v.duration(n, path); ok && r.check(v, n, path, float64(d), dur(d), false) {
 				*ptr(t) = d
@@ -190,7 +218,8 @@ func durField[T any](key, doc string, r rng, ptr func(*T) *time.Duration) settin
 
 func intField[T any](key, doc string, r rng, ptr func(*T) *int) setting[T] {
 	return setting[T]{key: key, kind: "integer", bounds: r.short(true), doc: doc,
-		show: func(t *T) string { return strconv.Itoa(*ptr(t)) },
+		show:   func(t *T) string { return strconv.Itoa(*ptr(t)) },
+		encode: func(t *T) (any, bool) { i := *ptr(t); return i, !r.ok(float64(i)) },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if i, ok := v.integer(n, path); ok && r.check(v, n, path, float64(i), strconv.Itoa(i), true) {
 				*ptr(t) = i
@@ -200,7 +229,8 @@ func intField[T any](key, doc string, r rng, ptr func(*T) *int) setting[T] {
 
 func numField[T any](key, doc string, r rng, ptr func(*T) *float64) setting[T] {
 	return setting[T]{key: key, kind: "number", bounds: r.short(false), doc: doc,
-		show: func(t *T) string { return num(*ptr(t)) },
+		show:   func(t *T) string { return num(*ptr(t)) },
+		encode: func(t *T) (any, bool) { f := *ptr(t); return f, !r.ok(f) },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if f, ok := v.number(n, path); ok && r.check(v, n, path, f, num(f), false) {
 				*ptr(t) = f
@@ -210,7 +240,8 @@ func numField[T any](key, doc string, r rng, ptr func(*T) *float64) setting[T] {
 
 func boolField[T any](key, doc string, ptr func(*T) *bool) setting[T] {
 	return setting[T]{key: key, kind: "boolean", doc: doc,
-		show: func(t *T) string { return strconv.FormatBool(*ptr(t)) },
+		show:   func(t *T) string { return strconv.FormatBool(*ptr(t)) },
+		encode: func(t *T) (any, bool) { return *ptr(t), false },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if b, ok := v.boolean(n, path); ok {
 				*ptr(t) = b
@@ -222,7 +253,8 @@ func boolField[T any](key, doc string, ptr func(*T) *bool) setting[T] {
 // wrong with it ("" for nothing).
 func strField[T any](key, doc string, check func(string) string, ptr func(*T) *string) setting[T] {
 	return setting[T]{key: key, kind: "string", bounds: "not empty", doc: doc,
-		show: func(t *T) string { return *ptr(t) },
+		show:   func(t *T) string { return *ptr(t) },
+		encode: func(t *T) (any, bool) { return *ptr(t), *ptr(t) == "" },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			s, ok := v.nonEmpty(n, path)
 			if !ok {
@@ -242,6 +274,7 @@ func choiceField[T any](key, doc string, choices []string, ptr func(*T) *string)
 	return setting[T]{key: key, kind: "string", bounds: "one of: " + strings.Join(choices, ", "), doc: doc,
 		reqHint: " (one of: " + strings.Join(choices, ", ") + ")",
 		show:    func(t *T) string { return *ptr(t) },
+		encode:  func(t *T) (any, bool) { return *ptr(t), *ptr(t) == "" },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if s, ok := v.oneOf(n, path, choices); ok {
 				*ptr(t) = s
@@ -253,6 +286,7 @@ func choiceField[T any](key, doc string, choices []string, ptr func(*T) *string)
 // left out keeps its value.
 func subField[T, S any](key, doc string, sc *schema[S], ptr func(*T) *S) setting[T] {
 	return setting[T]{key: key, kind: "mapping", bounds: "see `" + sc.path + "`", doc: doc,
+		encode: func(t *T) (any, bool) { return sc.encode(ptr(t)), false },
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			sc.decode(v, n, path, ptr(t))
 		}}
@@ -262,6 +296,12 @@ func subField[T, S any](key, doc string, sc *schema[S], ptr func(*T) *S) setting
 // one of several forms); decode does all of it.
 func customField[T any](key, kind, doc string, decode func(v *validator, n *yaml.Node, path string, t *T)) setting[T] {
 	return setting[T]{key: key, kind: kind, doc: doc, decode: decode}
+}
+
+// encodedBy gives a custom field its encoding (see setting.encode).
+func (f setting[T]) encodedBy(encode func(t *T) (any, bool)) setting[T] {
+	f.encode = encode
+	return f
 }
 
 // optSubField is a nested section held by pointer: nil when the key is absent or

@@ -37,10 +37,20 @@ var gateSchema = &schema[Gate]{
 			func(g *Gate) *bool { return &g.Learn }),
 		subField("defaults", "every model's limits unless overridden", limitsSchema,
 			func(g *Gate) *ModelLimits { return &g.Defaults }),
-		customField("models", "mapping", `"provider/model" -> limits over defaults`, (*validator).models),
+		customField("models", "mapping", `"provider/model" -> limits over defaults`, (*validator).models).
+			encodedBy(func(g *Gate) (any, bool) {
+				out := make(map[string]any, len(g.Models))
+				for k, l := range g.Models {
+					out[k] = limitsSchema.encode(&l)
+				}
+				return out, false
+			}),
 		intField("maxInFlightPerSession", "admitted, unsettled calls one session may hold on one model",
 			nonNegative.withNote("0 means no cap"),
 			func(g *Gate) *int { return &g.MaxInFlightPerSession }),
+		intField("maxModels", "provider/model buckets the gate keeps; past it, a model not listed under gate.models shares its provider's \"(other)\" bucket, so invented model names cannot grow the gate without bound. Idle empty buckets are dropped",
+			nonNegative.withNote("0 means no bound"),
+			func(g *Gate) *int { return &g.MaxModels }),
 	},
 	check: func(v *validator, s section, g *Gate) {
 		if g.Window <= 0 || g.MaxWait <= 0 || g.MaxWait >= g.Window {

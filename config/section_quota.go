@@ -23,12 +23,18 @@ var quotaSchema = &schema[Quota]{
 		boolField("failOpen", "a route with no balance reading is usable",
 			func(q *Quota) *bool { return &q.FailOpen }),
 		customField("nativeRetryFirstProviders", "list", "providers whose own bounded retry runs before a QUOTA failure marks them",
-			(*validator).nativeRetryFirst),
+			(*validator).nativeRetryFirst).
+			encodedBy(func(q *Quota) (any, bool) {
+				return append([]string{}, q.NativeRetryFirstProviders...), false
+			}),
 	},
 }
 
 func (v *validator) nativeRetryFirst(n *yaml.Node, p string, q *Quota) {
 	seen := map[string]bool{}
+	// The list replaces what the target held (a runtime setting decodes over the
+	// file's list, not after it).
+	q.NativeRetryFirstProviders = nil
 	for i, it := range v.list(n, p) {
 		name, ok := v.nonEmpty(it, index(p, i))
 		if !ok {

@@ -29,7 +29,14 @@ var retrySchema = &schema[Retry]{
 			func(r *Retry) *float64 { return &r.Jitter }),
 		boolField("respectRetryAfter", "a provider's wait hint under maxDelay wins over the curve",
 			func(r *Retry) *bool { return &r.RespectRetryAfter }),
-		customField("retryOn", "list", "classes retried on the curve (MISLABELED: see retry.mislabeled)", (*validator).retryOn),
+		customField("retryOn", "list", "classes retried on the curve (MISLABELED: see retry.mislabeled)", (*validator).retryOn).
+			encodedBy(func(r *Retry) (any, bool) {
+				out := make([]string, len(r.RetryOn))
+				for i, c := range r.RetryOn {
+					out[i] = string(c)
+				}
+				return out, false
+			}),
 		subField("hintClamp", "range a provider's wait hint is trusted in", clampSchema,
 			func(r *Retry) *retry.Clamp { return &r.HintClamp }),
 		boolField("hintlessBackoff", "OVERLOADED and SERVER failures without a hint double from hintlessBaseDelay instead of the curve",
@@ -130,6 +137,12 @@ func roundsOrNullField[T any](key, doc string, ptr func(*T) *int) setting[T] {
 				return strconv.Itoa(n)
 			}
 			return "null (retry.rounds)"
+		},
+		encode: func(t *T) (any, bool) {
+			if n := *ptr(t); n != retry.FollowRounds {
+				return n, false
+			}
+			return nil, false
 		},
 		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if isNull(n) {

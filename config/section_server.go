@@ -14,6 +14,10 @@ type Server struct {
 	HeaderTimeout  time.Duration // from a request's first byte to the end of its headers
 	BodyTimeout    time.Duration // from the end of a request's headers to the end of its body
 	IdleTimeout    time.Duration // a keep-alive connection's wait for its next request
+	// MaxBufferedBytes caps the bytes of request and response bodies held in
+	// memory at once, across every request in flight. Past it a request waits
+	// briefly for room, then gets 503 with Retry-After (server/bodybudget.go).
+	MaxBufferedBytes int
 }
 
 // Defaults of server:.
@@ -22,6 +26,11 @@ const (
 	DefaultHeaderTimeout  = 10 * time.Second
 	DefaultBodyTimeout    = 60 * time.Second
 	DefaultIdleTimeout    = 120 * time.Second
+	// DefaultMaxBufferedBytes: 256 MiB, room for several bodies at the 32 MiB
+	// request limit on a small machine. The least allowed is 96 MiB: a request
+	// holds its body twice (as read, and the copy sent upstream), and requests
+	// share three quarters of the budget, so one at the limit must fit in that.
+	DefaultMaxBufferedBytes = 256 << 20
 )
 
 // serverSchema is server:.
@@ -38,5 +47,7 @@ var serverSchema = &schema[Server]{
 			func(s *Server) *time.Duration { return &s.BodyTimeout }),
 		durField("idleTimeout", "how long a keep-alive connection may wait for its next request", positive,
 			func(s *Server) *time.Duration { return &s.IdleTimeout }),
+		intField("maxBufferedBytes", "bytes of request and response bodies held in memory at once, across all requests; past it a request waits briefly for room, then gets 503 with Retry-After", atLeast(96<<20),
+			func(s *Server) *int { return &s.MaxBufferedBytes }),
 	},
 }

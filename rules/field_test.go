@@ -16,7 +16,7 @@ import (
 
 // fieldPath holds real provider errors, published in documentation and public
 // issue threads, that the built-in rules were not written against: each record
-// names its source. Unlike the shared corpus, it lives in the repository.
+// names its source. Like testdata/corpus, it lives in the repository.
 var fieldPath = filepath.Join("testdata", "field-errors.jsonl")
 
 type fieldRecord struct {

@@ -44,7 +44,10 @@ type apiRoute struct {
 }
 
 // registerAPI mounts the decision API under /gate/v1/.
-func (s *Server) registerAPI(mux *http.ServeMux) { newAPI(s).mount(mux) }
+func (s *Server) registerAPI(mux *http.ServeMux) {
+	s.api = newAPI(s)
+	s.api.mount(mux)
+}
 
 func newAPI(s *Server) *api {
 	return &api{s: s, tickets: newAPITickets(apiTicketTTL, apiMaxTickets)}
@@ -64,6 +67,12 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
+		{"waits", map[string]http.HandlerFunc{http.MethodGet: a.handleWaits}},
+		{"settings", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsAll}},
+		{"settings/{section}", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsGet, http.MethodPut: a.handleSettingsPut}},
+		{"settings/{section}/reset", map[string]http.HandlerFunc{http.MethodPost: a.handleSettingsReset}},
+		{"stats", map[string]http.HandlerFunc{http.MethodGet: a.handleStats}},
+		{"report", map[string]http.HandlerFunc{http.MethodGet: a.handleReport}},
 	}
 	var paths []string
 	for _, rt := range routes {
@@ -233,6 +242,21 @@ func apiCheckName(field, v string) error {
 		return apiFieldError{field, field + " must not contain control characters"}
 	}
 	return nil
+}
+
+// checkProvider refuses a provider the config does not name: each name would
+// otherwise start a bucket, retry budgets and metric series of its own.
+func (a *api) checkProvider(field, provider string) error {
+	providers := a.s.snap.Current().Config.Providers
+	if _, ok := providers[provider]; ok {
+		return nil
+	}
+	names := make([]string, 0, len(providers))
+	for p := range providers {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	return apiFieldError{field, fmt.Sprintf("provider %q is not configured (providers: %s)", provider, apiNames(names))}
 }
 
 // apiFieldError is a request error about one field: a 400 naming it.

@@ -71,6 +71,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
+	if err := a.s.ledger.StoreAvailable(); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
 	a.sweepTickets(a.s.clock.Now())
 	tgt, err := a.target(r.Context(), apiAsk{Provider: req.Provider, Model: req.Model, ReasoningEffort: req.ReasoningEffort,
 		Pool: req.Pool, Route: req.Route, Session: req.Session})
@@ -79,6 +84,10 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	er.Provider, er.Model = tgt.Route.Provider, tgt.Route.Model
+	if err := a.checkReservation(er); err != nil {
+		apiFail(w, http.StatusBadRequest, err)
+		return
+	}
 
 	start := a.s.clock.Now()
 	t, waiter := a.s.ledger.Submit(start, er)
@@ -90,6 +99,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			res = a.wait(r.Context(), waiter, start, maxWait)
 		}
 		if res.err != nil { // the client went away: nothing is held
+			return
+		}
+		if res.storeErr != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "", res.storeErr.Error())
 			return
 		}
 		if !res.admitted {
@@ -159,6 +173,31 @@ func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, ma
 	return er, wait, maxWait, nil
 }
 
+// checkReservation refuses a call whose declared tokens exceed the model's whole
+// configured budget (tpm): such a reservation could never fit in a window, and
+// admitting it (as the proxy admits a real call that large, at once, rather than
+// fail it) would hold every other caller of the model until it is settled or its
+// ticket expires. The proxy may do that for a request it is about to send; a
+// harness that only declares numbers gets told instead. The configured budget,
+// not the learned one, is the bound: a learner that lowers a model's quota must
+// not start refusing calls the operator said fit.
+func (a *api) checkReservation(er gate.Request) error {
+	budget := int64(a.s.ledger.Config().Limits(er.Provider + "/" + er.Model).TPM)
+	in, out := int64(er.InputTokens), int64(er.MaxTokens)
+	switch {
+	case in+out <= budget:
+		return nil
+	case out == 0:
+		return apiFieldError{"inputTokens", fmt.Sprintf("inputTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller",
+			in, er.Provider, er.Model, budget)}
+	case in == 0:
+		return apiFieldError{"maxTokens", fmt.Sprintf("maxTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller; ask for at most %d",
+			out, er.Provider, er.Model, budget, budget)}
+	}
+	return apiFieldError{"maxTokens", fmt.Sprintf("inputTokens %d + maxTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller; ask for at most %d",
+		in, out, er.Provider, er.Model, budget, max(budget-in, 0))}
+}
+
 // apiWaitResult is how a wait in the queue ended.
 type apiWaitResult struct {
 	admitted bool
@@ -167,6 +206,7 @@ type apiWaitResult struct {
 	left     time.Duration // not admitted: the wait still ahead, as the gate estimates it
 	reason   string        // not admitted: why it is held back
 	err      error         // the request's context ended
+	storeErr error         // the shared store went down under failClosed: answer 503
 }
 
 // apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
@@ -188,6 +228,10 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	for {
 		if t, ok := w.Ticket(); ok {
 			return apiWaitResult{admitted: true, ticket: t}
+		}
+		if err := a.s.ledger.StoreAvailable(); err != nil {
+			w.Cancel(clock.Now())
+			return apiWaitResult{storeErr: err}
 		}
 		now := clock.Now()
 		if maxWait >= 0 && !now.Before(deadline) {
@@ -282,6 +326,9 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk := a.tickets.take(req.Ticket)
+	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), req.Release) {
+		return
+	}
 	if tk == nil {
 		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
 		return

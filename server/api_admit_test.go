@@ -162,7 +162,7 @@ func TestAPIAdmitTargets(t *testing.T) {
 		drawn                   bool
 	}{
 		{"ProviderModel", `{"provider":"alpha","model":"big"}`, "alpha/big", "", false},
-		{"RouteString", `{"route":"openrouter/deepseek/deepseek-chat@high"}`, "openrouter/deepseek/deepseek-chat@high", "", false},
+		{"RouteString", `{"route":"beta/deepseek/deepseek-chat@high"}`, "beta/deepseek/deepseek-chat@high", "", false},
 		{"ModelProviderSlash", `{"model":"beta/m9"}`, "beta/m9", "", false},
 		{"PoolRouteGoverned", `{"provider":"alpha","model":"m1"}`, "alpha/m1", "medium", false},
 		{"PoolNoSession", `{"pool":"medium"}`, "", "medium", true},

@@ -79,6 +79,9 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 	case req.Provider == "":
 		writeError(w, http.StatusBadRequest, "provider", "provider is required")
 		return
+	case a.checkProvider("provider", req.Provider) != nil:
+		apiFail(w, http.StatusBadRequest, a.checkProvider("provider", req.Provider))
+		return
 	case req.Status != 0 && (req.Status < 100 || req.Status > 599):
 		writeError(w, http.StatusBadRequest, "status", fmt.Sprintf("status must be an HTTP status, or 0 for a transport error (got %d)", req.Status))
 		return
@@ -192,6 +195,10 @@ func (a *api) handleSuccess(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Provider == "" {
 		writeError(w, http.StatusBadRequest, "provider", "provider is required")
+		return
+	}
+	if err := a.checkProvider("provider", req.Provider); err != nil {
+		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
 	if req.Status == 0 {

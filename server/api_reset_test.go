@@ -52,18 +52,18 @@ func TestAPIModelReset(t *testing.T) {
 		}
 	})
 	t.Run("ModelWithSlashes", func(t *testing.T) {
-		e.post("/gate/v1/admit", `{"provider":"openrouter","model":"deepseek/deepseek-chat","inputTokens":5000,"maxTokens":1000}`, http.StatusOK)
+		e.post("/gate/v1/admit", `{"provider":"beta","model":"deepseek/deepseek-chat","inputTokens":5000,"maxTokens":1000}`, http.StatusOK)
 		// 6000 of a 1,000,000 start is suspect on its own; three 429s spread over
 		// two seconds are believed.
 		for i := 0; i < 3; i++ {
-			e.post("/gate/v1/failure", `{"provider":"openrouter","model":"deepseek/deepseek-chat","status":429}`, http.StatusOK)
+			e.post("/gate/v1/failure", `{"provider":"beta","model":"deepseek/deepseek-chat","status":429}`, http.StatusOK)
 			e.clock.Advance(time.Second)
 		}
-		if b := e.bucket("openrouter", "deepseek/deepseek-chat"); b.Trigger == 0 {
+		if b := e.bucket("beta", "deepseek/deepseek-chat"); b.Trigger == 0 {
 			t.Fatalf("no trigger: %+v", b)
 		}
 		for _, path := range []string{"deepseek/deepseek-chat", "deepseek%2Fdeepseek-chat"} {
-			r := e.post("/gate/v1/models/openrouter/"+path+"/reset", "", http.StatusOK)
+			r := e.post("/gate/v1/models/beta/"+path+"/reset", "", http.StatusOK)
 			if st := r["status"].(map[string]any); r["model"] != "deepseek/deepseek-chat" || apiNum(t, st, "trigger") != 0 || apiNum(t, st, "quota") != 1000000 {
 				t.Fatalf("%s: %v", path, r)
 			}
@@ -81,7 +81,7 @@ func TestAPIModelReset(t *testing.T) {
 			field, msg         string
 		}{
 			{"UnknownModel", http.MethodPost, "/gate/v1/models/alpha/never/reset", 404, "model",
-				"the gate has no ledger for alpha/never: it was not called since the server started (models: alpha/small, openrouter/deepseek/deepseek-chat)"},
+				"the gate has no ledger for alpha/never: it was not called since the server started (models: alpha/small, beta/deepseek/deepseek-chat)"},
 			{"UnknownProvider", http.MethodPost, "/gate/v1/models/zeta/small/reset", 404, "model", "no ledger for zeta/small"},
 			{"EmptyModel", http.MethodPost, "/gate/v1/models/alpha/reset", 400, "model", "the model is empty"},
 			{"NoSuffix", http.MethodPost, "/gate/v1/models/alpha/small", 404, "", "did you mean /gate/v1/models/alpha/small/reset?"},

@@ -72,10 +72,16 @@ func (a *api) target(ctx context.Context, ask apiAsk) (apiTarget, error) {
 		if err != nil {
 			return apiTarget{}, err
 		}
+		if err := a.checkProvider("route", r.Provider); err != nil {
+			return apiTarget{}, err
+		}
 		return a.routeTarget(ctx, r, ask.Session), nil
 	case ask.Provider != "":
 		if ask.Model == "" {
 			return apiTarget{}, apiFieldError{"model", "model is required with provider"}
+		}
+		if err := a.checkProvider("provider", ask.Provider); err != nil {
+			return apiTarget{}, err
 		}
 		return a.routeTarget(ctx, engine.Route{Provider: ask.Provider, Model: ask.Model, ReasoningEffort: ask.ReasoningEffort}, ask.Session), nil
 	case ask.Model != "":

@@ -147,7 +147,7 @@ func TestAPIFailure(t *testing.T) {
 		if field, _ := apiErrorOf(t, body); status != 404 || field != "ticket" {
 			t.Fatalf("unknown ticket: %d %s", status, body)
 		}
-		for _, c := range []struct{ body, field string }{{`{"model":"m"}`, "provider"}, {`{"provider":"a","status":500}`, "status"}} {
+		for _, c := range []struct{ body, field string }{{`{"model":"m"}`, "provider"}, {`{"provider":"alpha","status":500}`, "status"}} {
 			status, body, _ := e.do(http.MethodPost, "/gate/v1/success", c.body)
 			if field, _ := apiErrorOf(t, body); status != 400 || field != c.field {
 				t.Fatalf("success %s: %d %s", c.body, status, body)
@@ -303,9 +303,11 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
 		"/gate/v1/status": {"get"}, "/gate/v1/routes": {"get"}, "/gate/v1/pools/{pool}/pick": {"get"},
 		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
+		"/gate/v1/settings": {"get"}, "/gate/v1/settings/{section}": {"get", "put"}, "/gate/v1/settings/{section}/reset": {"post"},
+		"/gate/v1/stats": {"get"}, "/gate/v1/report": {"get"},
 		"/metrics": {"get"}, "/healthz": {"get"}, "/readyz": {"get"},
 		"/v1/chat/completions": {"post"}, "/v1/completions": {"post"}, "/v1/embeddings": {"post"}, "/v1/responses": {"post"},
-		"/v1/models": {"get"}, "/v1/messages": {"post"},
+		"/v1/models": {"get"}, "/v1/messages": {"post"}, "/v1/messages/count_tokens": {"post"},
 	}
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi version %q", doc.OpenAPI)

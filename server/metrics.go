@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -33,6 +34,8 @@ type Metrics struct {
 	overhead prometheus.Histogram
 	// gatectl_config_reloads_total{result}: reloads that succeeded or failed.
 	reloads *prometheus.CounterVec
+	// classifierErrors counts the chain links' run-time errors, by classifier.
+	classifierErrors *prometheus.CounterVec
 }
 
 // PluginStats reports the counters of every loaded plugin; /metrics reads it at
@@ -79,7 +82,11 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 		Name: "gatectl_config_reloads_total",
 		Help: "Configuration reloads by result: ok, failed.",
 	}, []string{"result"})
-	m.Registry.MustRegister(m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
+	m.classifierErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gatectl_classifier_errors_total",
+		Help: "Run-time errors of classifiers in the chain (a trapped plugin, a rule whose expression failed); the next classifier decided. classifier: the link's name.",
+	}, []string{"classifier"})
+	m.Registry.MustRegister(m.classifierErrors, m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{plugins: plugins})
 	return m
@@ -87,6 +94,9 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 
 // Admitted counts one admission and, when it waited, its wait.
 func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
+	if p, mdl := t.Model(); p != "" { // past gate.maxModels the call counts under provider/(other)
+		provider, model = p, mdl
+	}
 	reason := t.Reason
 	if reason == "" {
 		reason = "none"
@@ -94,6 +104,19 @@ func (m *Metrics) Admitted(provider, model string, t gate.Ticket) {
 	m.admissions.WithLabelValues(provider, model, reason).Inc()
 	if t.Waited > 0 {
 		m.waits.WithLabelValues(provider, model).Observe(t.Waited.Seconds())
+	}
+}
+
+// ClassifierError counts one run-time error of the named classifier.
+func (m *Metrics) ClassifierError(link string) { m.classifierErrors.WithLabelValues(link).Inc() }
+
+// ForgetModels deletes the series of models the ledger evicted, so that the
+// series, like the buckets, stay bounded.
+func (m *Metrics) ForgetModels(keys []gate.ModelKey) {
+	for _, k := range keys {
+		l := prometheus.Labels{"provider": k.Provider, "model": k.Model}
+		m.admissions.DeletePartialMatch(l)
+		m.waits.DeletePartialMatch(l)
 	}
 }
 
@@ -157,6 +180,50 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTrigger, prometheus.GaugeValue, st.Trigger, l...)
 		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, float64(st.CooldownMs)/1000, l...)
 		ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.CounterValue, float64(st.RateLimited), l...)
+	}
+}
+
+// RetryStats registers the retry planner's counters (GET /gate/v1/stats's
+// lifetime ones), read at scrape time. Sessions are never a label: retries are
+// counted by provider and, apart, by class.
+func (m *Metrics) RetryStats(read func() retry.Stats) {
+	m.Registry.MustRegister(retryStatsCollector{read: read})
+}
+
+var (
+	descRetries         = prometheus.NewDesc("gatectl_retry_retries_total", "Retries the planner planned, both budgets, by provider.", []string{"provider"}, nil)
+	descRetriesByClass  = prometheus.NewDesc("gatectl_retry_retries_by_class_total", "Retries the planner planned, both budgets, by failure class (RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT, QUOTA, MISLABELED, …).", []string{"class"}, nil)
+	descRetryMislabeled = prometheus.NewDesc("gatectl_retry_mislabeled_replays_total", "Retries of mislabeled 400s (their own budget; also in gatectl_retry_retries_total).", nil, nil)
+	descRetryWaited     = prometheus.NewDesc("gatectl_retry_waited_seconds_total", "Sum of the planned waits of retries (a rate limit's wait is the gate's: see gatectl_gate_wait_seconds).", nil, nil)
+	descRetryGaveUp     = prometheus.NewDesc("gatectl_retry_give_ups_total", "Failures given up because their retry budget was spent.", nil, nil)
+	descRetryNot        = prometheus.NewDesc("gatectl_retry_not_retried_total", "Failures given up because their class is not retried.", nil, nil)
+	descRetryHintless   = prometheus.NewDesc("gatectl_retry_hintless_waits_total", "Capacity failures (RATE_LIMIT, OVERLOADED, SERVER) that came without a wait hint.", nil, nil)
+	descRetryFailovers  = prometheus.NewDesc("gatectl_retry_failovers_total", "QUOTA failures moved to another route.", nil, nil)
+	descRetryLongTerm   = prometheus.NewDesc("gatectl_retry_long_term_waits_total", "QUOTA failures waited out long-term.", nil, nil)
+)
+
+type retryStatsCollector struct{ read func() retry.Stats }
+
+func (retryStatsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRetries, descRetriesByClass, descRetryMislabeled, descRetryWaited, descRetryGaveUp, descRetryNot, descRetryHintless, descRetryFailovers, descRetryLongTerm} {
+		ch <- d
+	}
+}
+
+func (c retryStatsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.read()
+	for p, n := range st.ByProvider {
+		ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(n), p)
+	}
+	for c, n := range st.ByClass {
+		ch <- prometheus.MustNewConstMetric(descRetriesByClass, prometheus.CounterValue, float64(n), string(c))
+	}
+	for d, v := range map[*prometheus.Desc]float64{
+		descRetryMislabeled: float64(st.MislabeledRetries), descRetryWaited: st.Waited.Seconds(),
+		descRetryGaveUp: float64(st.GaveUp), descRetryNot: float64(st.NotRetried), descRetryHintless: float64(st.HintlessCapacity),
+		descRetryFailovers: float64(st.Failovers), descRetryLongTerm: float64(st.LongTermWaits),
+	} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gatectl/gatectl/config"
 	"io"
 	"net"
 	"net/http"
@@ -126,7 +127,7 @@ gate:
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	probe := &overheadProbe{base: newTransport()}
+	probe := &overheadProbe{base: newTransport(config.DefaultMaxConnections)}
 	srv := benchServer(b, path, dir, probe)
 	hs := httptest.NewServer(probe.wrap(srv.Handler()))
 	b.Cleanup(func() { hs.Close(); srv.Close() })
@@ -194,7 +195,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 }
 
 func benchClient() *http.Client {
-	t := newTransport()
+	t := newTransport(config.DefaultMaxConnections)
 	t.MaxIdleConnsPerHost = 512
 	return &http.Client{Transport: t, Timeout: 30 * time.Second}
 }

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // The end-to-end tests drive real SDKs through a gatectl binary to a fake
@@ -50,11 +53,9 @@ func TestProxyE2ENodeSDK(t *testing.T) {
 		t.Skip("e2e: skipped with -short")
 	}
 	dir := filepath.Join("..", "testdata", "e2e", "node")
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("e2e: node is not installed")
-	}
+	testenv.Tool(t, "node", "Debian: apt-get install -y nodejs npm")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		t.Skip("e2e: the OpenAI Node SDK is not installed: run (cd testdata/e2e/node && npm ci --no-audit --no-fund)")
+		testenv.Unavailable(t, "e2e: the OpenAI Node SDK is not installed: run (cd testdata/e2e/node && npm ci --no-audit --no-fund)")
 	}
 	cmd := exec.Command("node", "--test")
 	cmd.Dir = dir
@@ -75,7 +76,7 @@ func TestProxyE2EGoSDK(t *testing.T) {
 	check.Dir = dir
 	check.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
 	if out, err := check.CombinedOutput(); err != nil {
-		t.Skipf("e2e: openai-go is not downloaded: run (cd testdata/e2e/go && go mod download) [%s]", out)
+		testenv.Unavailable(t, fmt.Sprintf("e2e: openai-go is not downloaded: run (cd testdata/e2e/go && go mod download) [%s]", out))
 	}
 	cmd := exec.Command("go", "test", "-count=1", "./...")
 	cmd.Dir = dir

@@ -38,6 +38,12 @@ type exchange struct {
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
 
+	// For the access log (access.go): the last route tried, the attempts sent
+	// upstream, and what the successful one was settled with.
+	route    engine.Route
+	attempts int
+	usage    gate.Usage
+
 	// The visible hold (proxy_hold.go): clockStart is when the exchange began on
 	// the server's clock; sseStarted says a held stream's headers went out (the
 	// answer continues in the stream); lastNotice is the last comment's time.
@@ -165,16 +171,6 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration, why string) bool 
 	return !capped && err == nil
 }
 
-// fail answers gatectl's own error: a JSON error, or once a held stream's
-// headers went out, the protocol's error event.
-func (x *exchange) fail(status int, field, msg string) {
-	if x.sseStarted {
-		x.failInStream(status, msg, nil)
-		return
-	}
-	writeError(x.w, status, field, msg)
-}
-
 // attempt admits and sends one try on route. done is true when the exchange is
 // over (a success, a stream that started, a client that went away, or an error
 // of gatectl's own already answered); otherwise fail is the failure to plan for.
@@ -200,13 +196,29 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return err
 	})
 	x.held += time.Since(t0)
+	if errors.Is(err, gate.ErrStoreUnavailable) {
+		x.w.Header().Set("Retry-After", "1")
+		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
+		return nil, true
+	}
 	if capped || err != nil {
 		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
+	x.route = route
 	s.metrics.Admitted(route.Provider, route.Model, t)
-	req, err := newUpstreamRequest(ctx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
+	actx, dl := withAttemptDeadline(ctx)
+	defer dl.stop()
+	up := x.cfg.Upstream
+	var idle time.Duration
+	if pr.stream {
+		dl.arm("upstream.firstByteTimeout", up.FirstByteTimeout, "no first byte from the upstream")
+		idle = up.StreamIdleTimeout
+	} else {
+		dl.arm("upstream.responseTimeout", up.ResponseTimeout, "no whole answer from the upstream")
+	}
+	req, err := newUpstreamRequest(actx, x.r, pr.ep, route.Provider, pc, x.res.keyProvider, body, pr.stream)
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
 		s.proxyLog.Error("cannot send upstream", "route", route.String(), "error", err)
@@ -214,8 +226,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.fail(http.StatusBadGateway, "", err.Error())
 		return nil, true
 	}
+	x.attempts++
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
+	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
@@ -227,27 +241,49 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 			Model: route.Model, ErrorKind: transportKind(err)}}, false
 	}
 	defer resp.Body.Close()
+	resp.Body = &idleBody{ReadCloser: resp.Body, dl: dl, idle: idle}
 	s.metrics.Upstream(route.Provider, resp.StatusCode)
 	if lim := rateLimitHeaders(resp.Header); lim.any() {
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)
 	}
 	if resp.StatusCode >= 400 {
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
+		defer s.bodies.release(res.charged)
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
 		if rerr != nil && ctx.Err() != nil {
 			return nil, true
 		}
-		return x.httpFailure(route, resp, b), false
+		if errors.Is(rerr, errBudgetFull) {
+			x.budgetFull()
+			return nil, true
+		}
+		return x.httpFailure(route, resp, res.b), false
 	}
+	x.redactor().header(resp.Header) // headers echoed on a success too
 	if isEventStream(resp.Header) {
 		fail, done = x.stream(ctx, route, resp, t, u0)
 		return fail, done
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	res, err := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxResponseBody, false, false, "the upstream's answer")
+	defer s.bodies.release(res.charged)
+	b := res.b
 	x.upstream += time.Since(u0)
-	if err == nil && len(b) > maxResponseBody {
-		err = fmt.Errorf("the response body is over %d bytes", maxResponseBody)
+	if tooLarge := (*errTooLarge)(nil); errors.As(err, &tooLarge) {
+		// Another download would be as large: the failure is permanent, whatever a
+		// classifier would make of a broken transfer. What was used is settled.
+		_ = s.ledger.Settle(s.clock.Now(), t, gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)})
+		x.giveUp(&upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: tooLarge.Error() +
+			": it is not retried", Provider: route.Provider, Model: route.Model}},
+			engine.Verdict{Class: engine.ClassUnknown, By: "gatectl/response-too-large"}, tooLarge.Error(), true)
+		return nil, true
+	}
+	if errors.Is(err, errBudgetFull) && ctx.Err() == nil {
+		// gatectl's own memory was full (even if the attempt's deadline passed
+		// while it waited for room): not the upstream's failure, and not retried.
+		_ = s.ledger.Release(s.clock.Now(), t)
+		x.budgetFull()
+		return nil, true
 	}
 	if err != nil {
 		_ = s.ledger.Release(s.clock.Now(), t)
@@ -266,6 +302,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	x.usage = u
 	s.quota.OnSuccess(pr.session)
 	if x.sseStarted { // a held stream answered by a whole body: pass it on as one event
 		_, _ = io.WriteString(x.w, "data: "+string(compactJSON(b))+"\n\n")
@@ -281,7 +318,12 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 }
 
 // httpFailure is a failed HTTP answer (status ≥ 400, or a 200 carrying an error).
+// gatectl's own secrets are redacted from its body and headers here, before the
+// classifiers, the logs or the client see them.
 func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []byte) *upstreamFailure {
+	rd := x.redactor()
+	rd.header(resp.Header)
+	body = rd.bytes(body)
 	fb := body
 	if len(fb) > failureBodyMax {
 		fb = fb[:failureBodyMax]
@@ -289,6 +331,18 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: resp.StatusCode,
 		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
 }
+
+// budgetFull answers 503 with Retry-After: the body budget had no room for the
+// upstream's answer within bufferWait. Retrying at once would download it again
+// into the same full budget, so the client is asked to come back shortly.
+func (x *exchange) budgetFull() {
+	x.w.Header().Set("Retry-After", "1")
+	x.fail(http.StatusServiceUnavailable, "", fmt.Sprintf(
+		"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", x.s.bodies.max))
+}
+
+// redactor is the redactor of the exchange's snapshot secrets.
+func (x *exchange) redactor() *redactor { return x.s.redact.get(x.cfg) }
 
 // decide classifies a failure and plans what to do about it.
 func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {

@@ -84,19 +84,21 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		return
 	}
 	switch {
-	case fail.body != nil && status >= 400:
-		x.w.WriteHeader(status)
-		_, _ = x.w.Write(fail.body)
-	case fail.body != nil: // a 200 that carried an error: pass it on as a 502
-		h.Set("Content-Type", "application/json")
-		x.w.WriteHeader(http.StatusBadGateway)
-		_, _ = x.w.Write(fail.body)
+	case fail.body != nil:
+		// The upstream's body, in the face's shape; a 200 that carried an error
+		// becomes an error status.
+		code, body, rewritten := faceBody(x.pr.ep.kind, status, fail.body, route.String())
+		if rewritten || status < 400 {
+			h.Set("Content-Type", "application/json")
+		}
+		x.w.WriteHeader(code)
+		_, _ = x.w.Write(body)
 	default:
 		code := http.StatusBadGateway
 		if v.Class == engine.ClassTimeout {
 			code = http.StatusGatewayTimeout
 		}
-		writeError(x.w, code, "", fmt.Sprintf("gatectl: upstream %s failed: %s (%s)", route, fail.f.Body, v.Class))
+		x.fail(code, "", fmt.Sprintf("gatectl: upstream %s failed: %s (%s)", route, fail.f.Body, v.Class))
 	}
 }
 

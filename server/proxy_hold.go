@@ -132,7 +132,7 @@ func (x *exchange) tooLong(in holdInfo) {
 	s.bus.Publish(Event{Type: "giveup", At: now, Data: map[string]any{"provider": x.res.route.Provider, "model": x.res.route.Model,
 		"session": x.pr.session, "turn": x.pr.turn, "status": http.StatusTooManyRequests, "reason": "hold limit: " + in.why,
 		"retryAfterMs": rest.Milliseconds(), "shouldRetry": true}})
-	writeError(x.w, http.StatusTooManyRequests, "", msg)
+	writeFaceError(x.w, x.pr.ep.kind, http.StatusTooManyRequests, "", msg)
 }
 
 // startNotices sends the notices of a streamed request while it is held: the

@@ -77,9 +77,13 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	}
 	pr.session = strings.TrimSpace(h.Get("X-Gate-Session"))
 	pr.turn = strings.TrimSpace(h.Get("X-Gate-Turn"))
-	for _, hv := range []struct{ name, v string }{{"X-Gate-Session", pr.session}, {"X-Gate-Turn", pr.turn}} {
-		if len(hv.v) > 256 { // names key budgets, sessions and the state file: bounded, as in the API
-			return nil, hv.name, fmt.Errorf("%s is too long (%d bytes; at most 256)", hv.name, len(hv.v))
+	// Names key budgets, sessions and the state file: the proxy takes exactly the
+	// ids the decision API takes (apiCheckName), so every session can be inspected
+	// there, and a model name never carries a control byte into a bucket, a
+	// header or a metric label.
+	for _, hv := range []struct{ name, v string }{{"X-Gate-Session", pr.session}, {"X-Gate-Turn", pr.turn}, {"model", pr.model}} {
+		if err := apiCheckName(hv.name, hv.v); err != nil {
+			return nil, hv.name, err
 		}
 	}
 	if pr.turn == "" {

@@ -76,6 +76,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 			break
 		}
 		isErr, usageOnly := su.observe(&ev)
+		if isErr { // an error event may quote gatectl's key back
+			ev.raw = x.redactor().bytes(ev.raw)
+			ev.data = x.redactor().bytes(ev.data)
+		}
 		if werr := write(&ev, usageOnly); werr != nil {
 			clean = false
 			break
@@ -87,7 +91,8 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 	}
 	x.upstream += time.Since(u0)
-	_ = s.ledger.Settle(s.clock.Now(), t, su.settleUsage(t))
+	x.usage = su.settleUsage(t)
+	_ = s.ledger.Settle(s.clock.Now(), t, x.usage)
 	if clean {
 		s.quota.OnSuccess(pr.session)
 	}

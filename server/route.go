@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 
@@ -40,44 +39,88 @@ type routeError struct{ msg string }
 
 func (e *routeError) Error() string { return e.msg }
 
-// resolveModel turns the request's model into a route (see the package doc of
-// proxy.go for the rules): a pool name (a draw through pool.Router), provider/model,
-// or a bare model that exactly one configured route serves.
-func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
+// modelTarget is what a model name names: a pool, or a route (with the alias
+// that led there, if any).
+type modelTarget struct {
+	pool  *pool.Pool
+	route engine.Route
+	alias *config.ModelAlias
+}
+
+// lookupModel says what model names, trying in order (the first that applies
+// decides):
+//
+//  1. a pool name;
+//  2. provider/model with a configured provider;
+//  3. an exact alias of models: (to a pool or a route);
+//  4. a bare model exactly one configured route serves;
+//  5. the most specific models: pattern that matches (gpt-* -> openai/*).
+//
+// Anything else is a routeError listing what exists. It draws nothing and
+// reads no session: resolveModel does that with what it returns.
+func (s *Server) lookupModel(snap *snapshot.Snapshot, model string) (modelTarget, error) {
 	cfg := snap.Config
 	if model == "" {
-		return resolved{}, &routeError{"the request has no model; " + s.modelChoices(snap)}
+		return modelTarget{}, &routeError{"the request has no model; " + s.modelChoices(snap)}
 	}
 	if p := snap.Pools.Pool(model); p != nil {
-		return s.resolvePool(ctx, snap, kind, p, session)
+		return modelTarget{pool: p}, nil
 	}
-	var asked engine.Route
 	if i := strings.IndexByte(model, '/'); i > 0 {
 		if _, ok := cfg.Providers[model[:i]]; ok && i < len(model)-1 {
-			asked = engine.Route{Provider: model[:i], Model: model[i+1:]}
+			return modelTarget{route: engine.Route{Provider: model[:i], Model: model[i+1:]}}, nil
 		}
 	}
-	if asked.Provider == "" {
-		routes := configuredRoutes(snap)
-		var found []engine.Route
-		for _, r := range routes {
-			if r.Model == model {
-				found = append(found, r)
+	viaAlias := func(a config.ModelAlias) (modelTarget, error) {
+		if a.Pool != "" {
+			p := snap.Pools.Pool(a.Pool)
+			if p == nil { // validated at load, against the same config
+				return modelTarget{}, &routeError{fmt.Sprintf("model %q is an alias of pool %q, which is not configured", model, a.Pool)}
 			}
+			return modelTarget{pool: p, alias: &a}, nil
 		}
-		switch len(found) {
-		case 0:
-			return resolved{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
-		case 1:
-			asked = found[0]
-		default:
-			names := make([]string, len(found))
-			for i, r := range found {
-				names[i] = r.String()
-			}
-			return resolved{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
+		r := a.RouteFor(model)
+		return modelTarget{route: engine.Route{Provider: r.Provider, Model: r.Model}, alias: &a}, nil
+	}
+	if a, ok := cfg.Models.LookupExact(model); ok {
+		return viaAlias(a)
+	}
+	var found []engine.Route
+	for _, r := range configuredRoutes(snap) {
+		if r.Model == model {
+			found = append(found, r)
 		}
 	}
+	switch len(found) {
+	case 0:
+	case 1:
+		return modelTarget{route: found[0]}, nil
+	default:
+		names := make([]string, len(found))
+		for i, r := range found {
+			names[i] = r.String()
+		}
+		return modelTarget{}, &routeError{fmt.Sprintf("model %q is served by several routes (%s): name one as provider/model", model, strings.Join(names, ", "))}
+	}
+	if a, ok := cfg.Models.LookupPattern(model); ok {
+		return viaAlias(a)
+	}
+	return modelTarget{}, &routeError{fmt.Sprintf("unknown model %q; %s", model, s.modelChoices(snap))}
+}
+
+// resolveModel turns the request's model into where it goes first (see
+// lookupModel for the order): a pool is drawn from (or keeps the session's
+// route), a route may be replaced by the session's chosen one.
+func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string) (resolved, error) {
+	cfg := snap.Config
+	t, err := s.lookupModel(snap, model)
+	if err != nil {
+		return resolved{}, err
+	}
+	if t.pool != nil {
+		return s.resolvePool(ctx, snap, kind, t.pool, session)
+	}
+	asked := t.route
 	if err := kindMatches(cfg, kind, asked.Provider); err != nil {
 		return resolved{}, err
 	}
@@ -187,51 +230,26 @@ func (s *Server) modelChoices(snap *snapshot.Snapshot) string {
 		}
 		b.WriteString(r.String())
 	}
+	b.WriteString("), a name of models: (")
+	aliases := snap.Config.Models.All()
+	if len(aliases) == 0 {
+		b.WriteString("none")
+	}
+	for i, a := range aliases {
+		if i == maxListedAliases {
+			fmt.Fprintf(&b, ", … %d more: GET /v1/models lists them", len(aliases)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.Name)
+	}
 	b.WriteString(") or provider/model with a provider of ")
 	b.WriteString(strings.Join(snap.Config.ProviderNames(), ", "))
 	return b.String()
 }
 
-// modelEntry is one item of GET /v1/models (OpenAI's list shape).
-type modelEntry struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-	// Routes lists a pool's routes; Kind is the route's or pool's protocol.
-	Routes []string `json:"routes,omitempty"`
-	Kind   string   `json:"kind,omitempty"`
-}
-
-// handleModels lists what the config serves: each pool, each configured route as
-// provider/model and as its bare model when only one route serves it. Models a
-// pass-through provider serves beyond those are not known to gatectl and are
-// not listed (ask the provider); any of them works as provider/model.
-func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	snap := s.snap.Current()
-	created := snap.BuiltAt.Unix()
-	data := []modelEntry{}
-	for _, p := range snap.Pools.All() {
-		e := modelEntry{ID: p.Name(), Object: "model", Created: created, OwnedBy: "gatectl-pool"}
-		for _, rt := range p.Routes() {
-			e.Routes = append(e.Routes, rt.String())
-			if e.Kind == "" {
-				e.Kind = snap.Config.Providers[rt.Provider].Kind
-			}
-		}
-		data = append(data, e)
-	}
-	routes := configuredRoutes(snap)
-	count := map[string]int{}
-	for _, rt := range routes {
-		count[rt.Model]++
-	}
-	for _, rt := range routes {
-		kind := snap.Config.Providers[rt.Provider].Kind
-		data = append(data, modelEntry{ID: rt.Provider + "/" + rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
-		if count[rt.Model] == 1 && snap.Pools.Pool(rt.Model) == nil {
-			data = append(data, modelEntry{ID: rt.Model, Object: "model", Created: created, OwnedBy: rt.Provider, Kind: kind})
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-}
+// maxListedAliases bounds the aliases a 400 lists: a long models: section would
+// otherwise bury the message.
+const maxListedAliases = 20

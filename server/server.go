@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,11 @@ import (
 	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/gatelog"
+	"github.com/gatectl/gatectl/report"
+	"github.com/gatectl/gatectl/settings"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
+	"github.com/gatectl/gatectl/store/redisstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -62,8 +66,14 @@ type Server struct {
 	quota    *pool.Router
 	sessions *pool.Sessions
 	store    *state.Store
+	shared   *redisstore.Store // nil: the gate's state lives in this process only
+	settings *settings.Book    // runtime settings over the config file's
+	report   *report.Book      // what the gate did since start, for GET /gate/v1/report
 	bus      *Bus
 	metrics  *Metrics
+	// accessLog is logger.Named("access"): one line per proxied call when
+	// log.access is on (access.go)
+	accessLog hclog.Logger
 	// unclassified keeps the failures that fell through to a catch-all rule.
 	unclassified *unclassifiedLog
 	client       *http.Client
@@ -71,7 +81,13 @@ type Server struct {
 	started      time.Time
 	ready        atomic.Bool
 	handler      http.Handler
+	api          *api
+	auth         apiAuth      // the decision API's and the console's token; read once in New
 	conns        atomic.Int64 // client connections open now (Serve's limitListener)
+	// bodies caps the body bytes held at once (server.maxBufferedBytes).
+	bodies *bodyBudget
+	// redact holds the redactor of the current snapshot's secrets (redact.go).
+	redact redactorCache
 }
 
 // New builds the server from the manager's current snapshot. Close it when done:
@@ -94,7 +110,7 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		bus: NewBus(), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		accessLog: o.Logger.Named("access"), bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
 
 	dir := o.StateDir
 	if dir == "" {
@@ -105,44 +121,77 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: state: %w", err)
 	}
 	s.store = store
+	if err := s.openSettings(o.Manager); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("server: settings: %w", err)
+	}
+	snap = o.Manager.Current()
+	s.report = report.New(o.Clock.Now())
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
 	poolsLog, retryLog := o.Logger.Named("pools"), o.Logger.Named("retry")
-	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
+	gateOpts := []gate.Option{gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
+		s.report.Observe(report.FromGate(e))
 		s.publishGate(e)
-	}))
+	})}
+	if ro := snap.Config.Store.Redis; ro != nil {
+		if s.shared, err = redisstore.Open(*ro, o.Logger.Named("store")); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("server: store.redis: %w", err)
+		}
+		gateOpts = append(gateOpts, gate.WithSharedWindow(s.shared), gate.WithLearnedStore(s.shared))
+	}
+	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gateOpts...)
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
 	}
-	s.sessions = pool.NewSessions(store)
+	var sessionStore pool.SessionStore = store
+	if s.shared != nil { // a session's settings hold on every instance
+		sessionStore = s.shared.Sessions(store)
+	}
+	s.sessions = pool.NewSessions(sessionStore)
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
-		Clock: o.Clock, Rand: o.Rand,
+		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(),
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
 	})
+	var budgets retry.BudgetStore = store
+	if s.shared != nil { // a session's calls on several instances spend one budget
+		budgets = s.shared.Budgets(store)
+	}
 	s.planner, err = retry.NewPlanner(snap.Retry, retry.PlannerOptions{
-		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
+		Sink: s.ledger, Store: budgets, Rand: o.Rand, Quota: s.quota,
 		StoreError: func(op string, _ retry.BudgetKey, err error) {
 			retryLog.Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
 		},
 	})
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
 	s.metrics = NewMetrics(s.ledger, o.Clock, s.readingStatus, o.Plugins)
+	s.bodies = newBodyBudget(int64(snap.Config.Server.MaxBufferedBytes))
+	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gatectl_buffered_bytes",
+		Help: "Bytes of request and response bodies held in memory now; at most server.maxBufferedBytes.",
+	}, func() float64 { return float64(s.bodies.inUse()) }))
+	s.metrics.RetryStats(func() retry.Stats { return s.planner.Stats().Lifetime })
 	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
 	}, func() float64 { return float64(s.conns.Load()) }))
+	s.registerStoreMetrics()
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
+	o.Manager.OnClassifierError(newClassifierErrors(o.Clock, o.Logger.Named("classify"), s.metrics).observe)
 
 	o.Manager.OnSwap(s.applySnapshot)
 	o.Manager.OnError(func(err error) {
@@ -152,7 +201,7 @@ func New(o Options) (*Server, error) {
 
 	transport := o.Transport
 	if transport == nil {
-		transport = newTransport()
+		transport = newTransport(snap.Config.Server.MaxConnections)
 	}
 	// No client timeout: streams run long; contexts bound them.
 	s.client = &http.Client{Transport: transport, CheckRedirect: sameOriginRedirect}
@@ -163,7 +212,13 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	s.registerProxy(mux)
 	s.registerAPI(mux)
-	s.handler = mux
+	if s.shared != nil { // after the API: a notice may name one of its tickets
+		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, SessionChanged: s.sessions.Forget})
+	}
+	s.registerUI(mux)
+	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
+	s.handler = s.auth.wrap(mux)
 	s.ready.Store(true)
 	return s, nil
 }
@@ -178,9 +233,27 @@ func (s *Server) Quota() *pool.Router          { return s.quota }
 func (s *Server) Bus() *Bus                    { return s.bus }
 func (s *Server) Snapshot() *snapshot.Snapshot { return s.snap.Current() }
 
-// applySnapshot reconfigures the long-lived objects after a reload. Everything
-// learned survives: the ledger keeps its windows and quotas, the pools their marks.
-func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
+// openSettings reads the runtime settings from the state file, drops those the
+// file changed while the server was stopped, and rebuilds the manager's snapshot
+// with the rest over the file.
+func (s *Server) openSettings(m *snapshot.Manager) error {
+	book, err := settings.Open(s.store, s.clock.Now, s.logger)
+	if err != nil {
+		return err
+	}
+	s.settings = book
+	m.SetOverlay(book.Apply)
+	book.Reconcile(m.Current().File)
+	if book.Empty() {
+		return nil
+	}
+	return m.Rebuild(context.Background())
+}
+
+// applySnapshot reconfigures the long-lived objects after a reload or a change
+// of the runtime settings. Everything learned survives: the ledger keeps its
+// windows and quotas, the pools their marks.
+func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 	if err := s.ledger.Reconfigure(s.clock.Now(), next.Gate); err != nil {
 		s.logger.Error("reload: the gate refused the new settings; keeping the old ones", "error", err)
 	}
@@ -188,8 +261,18 @@ func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
 		s.logger.Error("reload: the retry planner refused the new policy; keeping the old one", "error", err)
 	}
 	s.quota.Reload(next.Pools, next.Quota)
-	s.metrics.Reload(true)
-	s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+	if old.File != next.File { // the file changed (not only the runtime settings)
+		s.metrics.Reload(true)
+		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+		dropped := map[string]bool{}
+		for _, d := range s.settings.Reconcile(next.File) {
+			dropped[d.Section] = true
+		}
+		for sec := range dropped {
+			s.publishSettings(sec, s.settings.Overrides(sec))
+		}
+	}
+	s.logger.Info("effective settings", settings.Summary(next.Config)...)
 }
 
 // Serve answers on ln until ctx ends, then shuts down gracefully: it stops
@@ -198,16 +281,22 @@ func (s *Server) applySnapshot(_, next *snapshot.Snapshot) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	lim := s.snap.Current().Config.Server // read once: a reload does not change them (see conns.go)
+	cfg := s.snap.Current().Config
+	if err := checkExposure(ln.Addr(), s.auth, cfg.API.TokenEnv); err != nil {
+		return err
+	}
+	lim := cfg.Server // read once: a reload does not change them (see conns.go)
 	hs := newHTTPServer(s.handler, lim)
 	hs.BaseContext = func(net.Listener) context.Context { return base }
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
 	hs.RegisterOnShutdown(s.bus.CloseAll) // event streams never finish on their own
+	go s.runJanitor(base)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.logger.Info("serving", "addr", ln.Addr().String(), "maxConnections", lim.MaxConnections,
 		"headerTimeout", lim.HeaderTimeout, "bodyTimeout", lim.BodyTimeout, "idleTimeout", lim.IdleTimeout)
+	s.logger.Info("effective settings", settings.Summary(s.snap.Current().Config)...)
 	select {
 	case err := <-errc:
 		return err
@@ -229,7 +318,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Close releases the state file.
-func (s *Server) Close() error { return s.store.Close() }
+func (s *Server) Close() error {
+	s.closeShared()
+	return s.store.Close()
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
@@ -237,8 +329,17 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reloads, failures, lastErr := s.snap.Stats()
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
-		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr})
+	body := map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
+		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr}
+	status := http.StatusOK
+	if st := s.storeStatus(); st != nil {
+		body["store"] = st
+		if s.ledger.StoreAvailable() != nil { // failClosed and Redis down: this instance refuses calls
+			body["ready"], body["reason"] = false, "shared store unavailable"
+			status = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, body)
 }
 
 func (s *Server) publishGate(e gate.Event) {
@@ -320,15 +421,19 @@ func sameOriginRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-func newTransport() *http.Transport {
+// newTransport is the upstream transport. It keeps up to maxIdle idle connections
+// per upstream host, maxIdle being server.maxConnections: every call in flight
+// holds a client connection, so no more upstream connections than that are ever
+// busy at once, and one a call just finished with is kept for the next instead
+// of being closed and opened again (at 256 per host, a flood of 500 sessions
+// opened thousands).
+func newTransport(maxIdle int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 512
-	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 0 // bounded per host; the hosts are the configured providers
+	t.MaxIdleConnsPerHost = maxIdle
 	t.IdleConnTimeout = 90 * time.Second
 	t.ForceAttemptHTTP2 = true
-	// A non-streaming answer arrives only once the model has finished writing, and
-	// reasoning models can think for many minutes: the bound is generous, but an
-	// upstream that never answers must not hold a reservation forever.
-	t.ResponseHeaderTimeout = 15 * time.Minute
+	// No ResponseHeaderTimeout: each attempt carries its own deadlines
+	// (upstream.firstByteTimeout, responseTimeout, streamIdleTimeout; deadline.go).
 	return t
 }

@@ -41,6 +41,74 @@ type Manager struct {
 	pending atomic.Pointer[[]string]
 	// verdict is what OnVerdict registered; every snapshot's chain calls it.
 	verdict atomic.Pointer[func(*engine.Failure, engine.Verdict)]
+	// classifierErr is what OnClassifierError registered.
+	classifierErr atomic.Pointer[func(link string, err error)]
+	// overlay turns the file's config into the one in force (SetOverlay); guarded by mu.
+	overlay func(file *config.Config) (*config.Config, error)
+}
+
+// SetOverlay registers f to turn each config loaded from the file into the one
+// the snapshot is built from: the server's runtime settings over the file's. It
+// applies from the next Reload or Rebuild. f must not change its argument; an
+// error from it fails that reload (the old snapshot stays).
+func (m *Manager) SetOverlay(f func(file *config.Config) (*config.Config, error)) {
+	m.mu.Lock()
+	m.overlay = f
+	m.mu.Unlock()
+}
+
+// Rebuild builds a new snapshot from the file's config as the current snapshot
+// has it (the file is not read again) through the overlay, and swaps it in as
+// Reload does: the OnSwap callbacks run, the old snapshot is closed; on failure
+// the old one stays and the error is returned (not counted as a failed reload).
+// The runtime settings API calls it after a change.
+func (m *Manager) Rebuild(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	old := m.cur.Load()
+	s, err := m.build(ctx, old, old.File)
+	if err != nil {
+		return err
+	}
+	m.swap(old, s)
+	m.logger.Info("runtime settings applied", "version", s.Version)
+	return nil
+}
+
+// build makes the snapshot of file through the overlay, beside old. m.mu is held.
+func (m *Manager) build(ctx context.Context, old *Snapshot, file *config.Config) (*Snapshot, error) {
+	opts := m.opts
+	opts.Prev = old
+	cfg := file
+	if m.overlay != nil {
+		var err error
+		if cfg, err = m.overlay(file); err != nil {
+			return nil, err
+		}
+	}
+	s, err := Build(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.File = file
+	return s, nil
+}
+
+// swap makes s current, runs the OnSwap callbacks and releases old. m.mu is held.
+func (m *Manager) swap(old, s *Snapshot) {
+	m.cur.Store(s)
+	for _, f := range m.onSwap {
+		f(old, s)
+	}
+	// A request that loaded old just before the swap may still be using it: a
+	// wasm handle closed under it answers while its module lives on in s, and
+	// fails over to the next link otherwise; balance readings come from Current.
+	if err := old.closeExcept(s); err != nil {
+		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
+	}
 }
 
 // NewManager loads path and builds the first snapshot; it fails when that does.
@@ -53,6 +121,11 @@ func NewManager(ctx context.Context, path string, opts Options) (*Manager, error
 		opts.OnVerdict = m.observe
 	} else {
 		opts.OnVerdict = func(f *engine.Failure, v engine.Verdict) { prev(f, v); m.observe(f, v) }
+	}
+	if prev := opts.OnClassifierError; prev == nil {
+		opts.OnClassifierError = m.classifierError
+	} else {
+		opts.OnClassifierError = func(link string, err error) { prev(link, err); m.classifierError(link, err) }
 	}
 	m.opts = opts
 	s, err := Load(ctx, path, opts)
@@ -78,6 +151,21 @@ func (m *Manager) observe(f *engine.Failure, v engine.Verdict) {
 	}
 }
 
+// OnClassifierError registers f to see every run-time error of a classifier in
+// the chain of every snapshot (a trapped plugin, a rule whose expression
+// failed), from the goroutine that classified. The chain skips such a link and
+// asks the next; the server counts and logs the errors with it. A later
+// registration replaces an earlier one.
+func (m *Manager) OnClassifierError(f func(link string, err error)) {
+	m.classifierErr.Store(&f)
+}
+
+func (m *Manager) classifierError(link string, err error) {
+	if h := m.classifierErr.Load(); h != nil && *h != nil {
+		(*h)(link, err)
+	}
+}
+
 // Current returns the snapshot in force.
 func (m *Manager) Current() *Snapshot { return m.cur.Load() }
 
@@ -96,7 +184,8 @@ func (m *Manager) OnError(f func(error)) {
 	m.mu.Unlock()
 }
 
-// Stats reports how many reloads succeeded and failed, and the last error.
+// Stats reports how many reloads succeeded and failed, and the error of the last
+// reload when it failed ("" once a later one succeeded).
 func (m *Manager) Stats() (reloads, failures uint64, lastErr string) {
 	if p := m.lastErr.Load(); p != nil {
 		lastErr = *p
@@ -121,15 +210,13 @@ func (m *Manager) Reload(ctx context.Context) error {
 		return ErrClosed
 	}
 	old := m.cur.Load()
-	opts := m.opts
-	opts.Prev = old
 	cfg, err := config.Load(m.path)
 	if err == nil {
-		err = checkReload(old.Config, cfg)
+		err = checkReload(old.File, cfg)
 	}
 	var s *Snapshot
 	if err == nil {
-		s, err = Build(ctx, cfg, opts)
+		s, err = m.build(ctx, old, cfg)
 	}
 	if err != nil {
 		m.failures.Add(1)
@@ -145,22 +232,14 @@ func (m *Manager) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	m.cur.Store(s)
 	m.pending.Store(nil)
+	m.lastErr.Store(nil) // the error was the latest word; now the running config is the file's
 	m.reloads.Add(1)
 	m.logger.Info("reloaded", "config", m.path, "version", s.Version, "files", len(s.Files))
 	for _, w := range s.Warnings {
 		m.logger.Warn("config warning", "warning", w)
 	}
-	for _, f := range m.onSwap {
-		f(old, s)
-	}
-	// A request that loaded old just before the swap may still be using it: a
-	// wasm handle closed under it answers while its module lives on in s, and
-	// fails over to the next link otherwise; balance readings come from Current.
-	if err := old.closeExcept(s); err != nil {
-		m.logger.Warn("releasing the replaced configuration failed", "version", old.Version, "error", err)
-	}
+	m.swap(old, s)
 	return nil
 }
 

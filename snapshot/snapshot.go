@@ -43,7 +43,12 @@ import (
 // below the snapshot: each build takes its own handles on the modules it keeps,
 // so closing the old snapshot never stops what the new one uses.
 type Snapshot struct {
-	Config   *config.Config
+	// Config is the configuration in force: the file's, with the runtime
+	// settings of the manager's overlay over it (see Manager.SetOverlay).
+	Config *config.Config
+	// File is the configuration as the file gives it, before the overlay; the
+	// same pointer as Config when there is none.
+	File     *config.Config
 	Gate     gate.Config
 	Retry    retry.Policy
 	Chain    *engine.Chain
@@ -74,6 +79,10 @@ type Options struct {
 	// engine.Chain.WithVerdictHook); a Manager sets it to call what was
 	// registered with Manager.OnVerdict.
 	OnVerdict func(f *engine.Failure, v engine.Verdict)
+	// OnClassifierError, when set, sees every run-time error of a link of the
+	// snapshot's chain (see engine.Chain.WithErrorHook); a Manager sets it to call
+	// what was registered with Manager.OnClassifierError.
+	OnClassifierError func(link string, err error)
 }
 
 // ChainHook adds classifiers for one config entry or directory scan. It returns
@@ -122,7 +131,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Snapshot, er
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	s := &Snapshot{Config: cfg, BuiltAt: opts.Clock.Now()}
+	s := &Snapshot{Config: cfg, File: cfg, BuiltAt: opts.Clock.Now()}
 	if opts.Prev != nil {
 		s.Version = opts.Prev.Version + 1
 	}
@@ -292,6 +301,9 @@ func (s *Snapshot) buildChain(ctx context.Context, cfg *config.Config, opts Opti
 	s.Chain = engine.NewChain(links...)
 	if opts.OnVerdict != nil {
 		s.Chain = s.Chain.WithVerdictHook(opts.OnVerdict)
+	}
+	if opts.OnClassifierError != nil {
+		s.Chain = s.Chain.WithErrorHook(opts.OnClassifierError)
 	}
 	return nil
 }

@@ -41,6 +41,10 @@ var (
 	bucketMeta     = []byte("meta")
 	bucketSessions = []byte("sessions") // session id -> JSON pool.SessionRecord
 	bucketBudgets  = []byte("budgets")  // budgetKey(retry.BudgetKey) -> JSON engine.retry.Budget
+	// bucketSettings holds the runtime settings: config section name -> the JSON
+	// the settings package writes. Added without a schema bump: a file without
+	// the bucket gets it on open, and an older gatectl ignores it.
+	bucketSettings = []byte("settings")
 	keySchema      = []byte("schema")
 )
 
@@ -136,7 +140,7 @@ func OpenFile(path string) (st *Store, err error) {
 		} else if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketSessions, bucketBudgets} {
+		for _, b := range [][]byte{bucketSessions, bucketBudgets, bucketSettings} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -309,6 +313,42 @@ func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
 		return 0, fmt.Errorf("state: %s: prune budgets: %w", s.path, err)
 	}
 	return n, nil
+}
+
+// LoadSettings returns every saved runtime settings record, by section.
+func (s *Store) LoadSettings() (out map[string][]byte, err error) {
+	defer s.guard(&err)
+	out = map[string][]byte{}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSettings).ForEach(func(k, v []byte) error {
+			out[string(k)] = append([]byte(nil), v...)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: %s: load settings: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// SaveSettings stores section's runtime settings record in one fsynced
+// transaction; nil deletes it.
+func (s *Store) SaveSettings(section string, v []byte) (err error) {
+	defer s.guard(&err)
+	if section == "" {
+		return errors.New("state: empty settings section")
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSettings)
+		if v == nil {
+			return b.Delete([]byte(section))
+		}
+		return b.Put([]byte(section), v)
+	})
+	if err != nil {
+		return fmt.Errorf("state: %s: save settings %q: %w", s.path, section, err)
+	}
+	return nil
 }
 
 var (

@@ -362,3 +362,44 @@ func TestBudgets(t *testing.T) {
 		t.Error("fresh budget pruned")
 	}
 }
+
+// Runtime settings survive a reopen; nil deletes; a file written before the
+// settings bucket existed opens and gets it.
+func TestSettingsRecords(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSettings("retry", []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSettings("gate", []byte(`{"b":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSettings("gate", nil); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.LoadSettings()
+	if err != nil || len(got) != 1 || string(got["retry"]) != `{"a":1}` {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	// an older file: drop the bucket, reopen
+	if err := st.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketSettings) }); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got, err := st.LoadSettings(); err != nil || len(got) != 0 {
+		t.Fatalf("older file: %q, %v", got, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // The modules the tests load, and how each is built. Built modules are found, in
@@ -191,13 +194,13 @@ func buildModule(t testing.TB, spec moduleSpec, out string) error {
 	switch spec.tool {
 	case toolWAT:
 		if _, err := exec.LookPath("wat2wasm"); err != nil {
-			t.Skipf("wat2wasm is not installed (Debian: apt-get install -y wabt) and testdata/plugins has no build of %s", spec.sources[0])
+			testenv.Unavailable(t, fmt.Sprintf("wat2wasm is not installed (Debian: apt-get install -y wabt) and testdata/plugins has no build of %s", spec.sources[0]))
 		}
 		cmd = exec.Command("wat2wasm", filepath.Join(repoRoot, spec.sources[0]), "-o", out)
 	case toolAS:
 		asc, _ := filepath.Abs(filepath.Join(examplesDir, "as", "node_modules", ".bin", "asc"))
 		if _, err := os.Stat(asc); err != nil {
-			t.Skipf("the AssemblyScript compiler is not installed (run: npm ci --prefix examples/plugins/as) and testdata/plugins has no build of the current sources")
+			testenv.Unavailable(t, "the AssemblyScript compiler is not installed (run: npm ci --prefix examples/plugins/as) and testdata/plugins has no build of the current sources")
 		}
 		abs, err := filepath.Abs(out)
 		if err != nil {

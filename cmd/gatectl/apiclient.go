@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,10 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gatectl/gatectl/config"
 )
 
 // defaultAddr is where `gatectl serve` listens without a config.
@@ -50,25 +54,53 @@ func apiPost(ctx context.Context, addr, path string, out any) error {
 	return apiCall(ctx, http.MethodPost, addr, path, out)
 }
 
+// apiPut sends body (JSON) to path with PUT and decodes the answer into out,
+// as apiGet does.
+func apiPut(ctx context.Context, addr, path string, body []byte, out any) error {
+	return apiSend(ctx, http.MethodPut, addr, path, body, out)
+}
+
 func apiCall(ctx context.Context, method, addr, path string, out any) error {
+	return apiSend(ctx, method, addr, path, nil, out)
+}
+
+// apiSend is one call; body, when not nil, is sent as JSON.
+func apiSend(ctx context.Context, method, addr, path string, body []byte, out any) error {
 	base, err := apiBase(addr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, apiClientTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return err
+	}
+	token, tokenFrom := apiToken()
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach gatectl at %s (is `gatectl serve` running? --addr says where): %w", base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("reading the answer of %s: %w", base+path, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		if token == "" {
+			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"}
+		}
+		return &apiStatusError{Status: resp.StatusCode, Message: base + " refused the API token from " + tokenFrom}
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
@@ -76,15 +108,34 @@ func apiCall(ctx context.Context, method, addr, path string, out any) error {
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		if json.Unmarshal(answer, &e) == nil && e.Error.Message != "" {
 			return &apiStatusError{Status: resp.StatusCode, Message: e.Error.Message}
 		}
 		return &apiStatusError{Status: resp.StatusCode, Message: fmt.Sprintf("%s answered %s", base+path, resp.Status)}
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("%s: not the answer of a gatectl server: %w", base+path, err)
 	}
 	return nil
+}
+
+// apiToken is the token the commands send to a server, and where it came from
+// (for the error when the server refuses it; the token itself is never printed):
+// GATECTL_TOKEN, else the variable named by api.tokenEnv of the config in
+// GATECTL_CONFIG. "" when there is none: a server without a token needs none.
+func apiToken() (token, from string) {
+	if t := os.Getenv("GATECTL_TOKEN"); t != "" {
+		return t, "GATECTL_TOKEN"
+	}
+	path := os.Getenv("GATECTL_CONFIG")
+	if path == "" {
+		return "", ""
+	}
+	cfg, err := config.Load(path)
+	if err != nil || cfg.API.TokenEnv == "" {
+		return "", ""
+	}
+	return os.Getenv(cfg.API.TokenEnv), cfg.API.TokenEnv + " (api.tokenEnv of " + path + ")"
 }
 
 // apiStatusError is a non-200 answer from the server.

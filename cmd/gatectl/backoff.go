@@ -27,7 +27,7 @@ func backoffCommand() *cli.Command {
 			"retry.maxDelay, and the longest a turn can wait in all. A provider's Retry-After\n" +
 			"replaces a round's wait when it is under the cap.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "config `FILE` (default: the embedded default)"},
+			configFlag(),
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -55,8 +55,8 @@ func backoffCommand() *cli.Command {
 // round scaled to the cap, and the cumulative longest wait.
 func writeBackoffText(w io.Writer, p retry.Policy) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "retry backoff: %d rounds · first %s · ×%s · cap %s · jitter ±%s%%\n",
-		p.Rounds, backoffDur(p.InitialDelay), backoffNum(p.Multiplier), backoffDur(p.MaxDelay), backoffNum(p.Jitter*100))
+	fmt.Fprintf(&b, "retry backoff: %s · first %s · ×%s · cap %s · jitter ±%s%%\n",
+		plural(p.Rounds, "round", "rounds"), backoffDur(p.InitialDelay), backoffNum(p.Multiplier), backoffDur(p.MaxDelay), backoffNum(p.Jitter*100))
 	curve := p.Curve()
 	if len(curve) == 0 {
 		b.WriteString("\nretry.rounds is 0: gatectl never retries on the curve.\n")
@@ -88,8 +88,8 @@ func writeBackoffText(w io.Writer, p retry.Policy) error {
 		b.WriteString("QUOTA fails over or waits long-term where pools and quota retry apply\n")
 	}
 	if m := p.Mislabeled; m.Enabled {
-		fmt.Fprintf(&b, "mislabeled 400s: own budget of %d rounds from %s, doubling, within %s of a capacity failure\n",
-			m.Rounds, backoffDur(m.InitialDelay), backoffDur(m.Evidence))
+		fmt.Fprintf(&b, "mislabeled 400s: own budget of %s from %s, doubling, within %s of a capacity failure\n",
+			plural(m.Rounds, "round", "rounds"), backoffDur(m.InitialDelay), backoffDur(m.Evidence))
 	}
 	if p.Rounds > 0 && (p.Retries(engine.ClassTransport) || p.Retries(engine.ClassTimeout)) {
 		var kinds []string

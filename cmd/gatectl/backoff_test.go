@@ -59,7 +59,7 @@ retried: RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT
 not retried: QUOTA, AUTH, INVALID_REQUEST, CONTEXT, UNKNOWN
 QUOTA fails over or waits long-term where pools and quota retry apply
 mislabeled 400s: own budget of 3 rounds from 15s, doubling, within 10m of a capacity failure
-no HTTP answer, retries by kind (retry.transport): dns 0, refused 1, reset the curve, timeout the curve
+no HTTP answer, retries by kind (retry.transport): dns 0, refused 1, reset the curve, timeout 1
 `
 	if got != want {
 		t.Errorf("gatectl backoff =\n%s\nwant\n%s", got, want)

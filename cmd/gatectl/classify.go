@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -92,7 +93,7 @@ func runClassify(c *cli.Context) error {
 		return err
 	}
 	if bad > 0 {
-		return cli.Exit(fmt.Sprintf("classify: %d of %d inputs could not be read", bad, total), exitFailure)
+		return cli.Exit(fmt.Sprintf("classify: %d of %s could not be read", bad, plural(total, "input", "inputs")), exitFailure)
 	}
 	return nil
 }
@@ -190,7 +191,7 @@ func classifyLines(ctx context.Context, in io.Reader, cl *classifier, report fun
 		}
 		if strings.TrimSpace(text) != "" {
 			total++
-			f, err := failurejson.DecodeRecord([]byte(text))
+			f, err := decodeFailureRecord([]byte(text))
 			if err != nil {
 				what := "not a failure object"
 				if !json.Valid([]byte(text)) {
@@ -239,7 +240,7 @@ func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report fu
 			report(line, fmt.Errorf("not JSON: %w", err))
 			return total, nil
 		}
-		f, err := failurejson.DecodeRecord(raw)
+		f, err := decodeFailureRecord(raw)
 		if err != nil {
 			report(line, fmt.Errorf("not a failure object: %w", err))
 			continue
@@ -248,4 +249,36 @@ func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report fu
 			return total, err
 		}
 	}
+}
+
+// decodeFailureRecord reads a captured record as failurejson.DecodeRecord does
+// (keys that are not a failure's are skipped), but refuses a record that says
+// nothing of a failure: {"code":429} would otherwise classify as an empty
+// failure and look like an answer.
+func decodeFailureRecord(data []byte) (*engine.Failure, error) {
+	f, err := failurejson.DecodeRecord(data)
+	if err != nil {
+		return nil, err
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(data, &keys) == nil {
+		for _, k := range []string{"status", "errorKind", "body"} {
+			if _, ok := keys[k]; ok {
+				return f, nil
+			}
+		}
+		got := make([]string, 0, len(keys))
+		for k := range keys {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		what := "no keys"
+		if len(got) > 0 {
+			what = "only " + strings.Join(got, ", ")
+		}
+		return nil, fmt.Errorf("no status, errorKind or body (got %s): a failure is an HTTP answer "+
+			`({"status":429,"headers":{…},"body":"…"}) or a transport error ({"errorKind":"timeout"}); `+
+			"the keys read are %s", what, strings.Join(failurejson.FailureKeys, ", "))
+	}
+	return f, nil
 }

@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"os/exec"
 	"testing"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // examples/pools runs as-is: real balance scripts (python3 subprocesses) read
 // balances.json, the pool scores them and draws in proportion.
 func TestExamplePoolsRunAsIs(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed: the example's balance scripts need it")
-	}
+	testenv.Tool(t, "python3", "the example's balance scripts need it; Debian: apt-get install -y python3")
 	var out, errOut bytes.Buffer
 	app := newApp()
 	app.Writer, app.ErrWriter = &out, &errOut

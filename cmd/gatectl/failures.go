@@ -61,8 +61,8 @@ func writeUnclassifiedText(w io.Writer, l server.APIUnclassified) error {
 		_, err := fmt.Fprintf(w, "no unclassified failures (of %d seen since the server started)\n", l.Total)
 		return err
 	}
-	fmt.Fprintf(w, "%d unclassified failures kept (newest first; %d since the server started, the last %d are kept)\n",
-		len(l.Failures), l.Total, l.Capacity)
+	fmt.Fprintf(w, "%s kept (newest first; %d since the server started, the last %d are kept)\n",
+		plural(len(l.Failures), "unclassified failure", "unclassified failures"), l.Total, l.Capacity)
 	for _, f := range l.Failures {
 		what := fmt.Sprintf("status %d", f.Status)
 		if f.ErrorKind != "" {

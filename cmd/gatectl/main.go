@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sort"
 
 	"github.com/urfave/cli/v2"
 )
@@ -29,12 +31,41 @@ func main() {
 	}
 }
 
+// The help lists commands by category, in the order a newcomer needs them;
+// urfave/cli sorts categories by name, hence the numbers.
+const (
+	catRun     = "1. Try it and run it"
+	catConfig  = "2. Write and test a config"
+	catServer  = "3. Ask a running server"
+	catVersion = "4. About"
+)
+
+// categories places every command; one added without an entry here lands in
+// catServer when it talks to a server (it has --addr), else in catConfig.
+var categories = map[string]string{
+	"demo": catRun, "serve": catRun,
+	"check": catConfig, "classify": catConfig, "backoff": catConfig, "sim": catConfig, "plugin": catConfig,
+	"status": catServer, "routes": catServer, "failures": catServer, "reset": catServer,
+	"settings": catServer, "stats": catServer, "report": catServer,
+	"version": catVersion,
+}
+
+// commandOrder is the order of the commands in the help, most used first.
+var commandOrder = []string{"demo", "serve", "check", "classify", "backoff", "sim", "plugin",
+	"status", "routes", "failures", "reset", "settings", "stats", "report", "version"}
+
+func init() {
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer) }
+}
+
 // newApp builds the CLI. Tests call it with their own Writer and ErrWriter.
 func newApp() *cli.App {
-	return &cli.App{
-		Name:  "gatectl",
-		Usage: "rate-limit, retry and quota gate for LLM traffic",
+	app := &cli.App{
+		Name:    "gatectl",
+		Usage:   "rate-limit, retry and quota gate for LLM traffic",
+		Version: versionString(),
 		Commands: []*cli.Command{
+			demoCommand(),
 			versionCommand(),
 			simCommand(),
 			backoffCommand(),
@@ -42,11 +73,133 @@ func newApp() *cli.App {
 			statusCommand(),
 			resetCommand(),
 			failuresCommand(),
+			settingsCommand(),
+			statsCommand(),
+			reportCommand(),
 			classifyCommand(),
 			serveCommand(),
 			checkCommand(),
 			pluginCommand(),
 		},
+		// Without a command: the help. With an unknown one: what it may have meant.
+		Action:         unknownCommand,
 		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
 	}
+	for _, cmd := range app.Commands {
+		if cmd.Category == "" {
+			cmd.Category = categoryOf(cmd)
+		}
+	}
+	// Within a category, the order of commandOrder (the help keeps the slice's order).
+	rank := func(c *cli.Command) int {
+		if i := slices.Index(commandOrder, c.Name); i >= 0 {
+			return i
+		}
+		return len(commandOrder)
+	}
+	sort.SliceStable(app.Commands, func(i, j int) bool { return rank(app.Commands[i]) < rank(app.Commands[j]) })
+	return app
+}
+
+func categoryOf(cmd *cli.Command) string {
+	if cat, ok := categories[cmd.Name]; ok {
+		return cat
+	}
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == "addr" {
+				return catServer
+			}
+		}
+	}
+	return catConfig
+}
+
+// unknownCommand is the app's own action: reached with no command (help) or a
+// word that is not one (an error with the nearest command names).
+func unknownCommand(c *cli.Context) error {
+	if !c.Args().Present() {
+		return cli.ShowAppHelp(c)
+	}
+	word := c.Args().First()
+	msg := fmt.Sprintf("%q is not a gatectl command", word)
+	if s := suggestCommands(c.App.Commands, word); len(s) > 0 {
+		msg += "; did you mean " + quoteOr(s) + "?"
+	}
+	return cli.Exit(msg+" (gatectl --help lists them)", exitUsage)
+}
+
+// suggestCommands returns the visible command names within a small edit
+// distance of word (or that it is a prefix of), nearest first.
+func suggestCommands(cmds []*cli.Command, word string) []string {
+	type cand struct {
+		name string
+		d    int
+	}
+	var cs []cand
+	for _, cmd := range cmds {
+		if cmd.Hidden {
+			continue
+		}
+		for _, name := range cmd.Names() {
+			d := editDistance(word, name)
+			if len(word) >= 2 && len(word) < len(name) && name[:len(word)] == word {
+				d = min(d, 1)
+			}
+			if d <= max(1, len(name)/3) {
+				cs = append(cs, cand{name, d})
+			}
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes; names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// quoteOr writes ["a" "b" "c"] as `"a", "b" or "c"`.
+func quoteOr(s []string) string {
+	out := ""
+	for i, w := range s {
+		switch {
+		case i == 0:
+		case i == len(s)-1:
+			out += " or "
+		default:
+			out += ", "
+		}
+		out += fmt.Sprintf("%q", w)
+	}
+	return out
+}
+
+// plural is "1 provider", "2 providers".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

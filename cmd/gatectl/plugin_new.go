@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -19,7 +20,7 @@ func pluginNewCommand() *cli.Command {
 		ArgsUsage: "NAME",
 		Description: "Writes DIR/NAME (default ./NAME): a gate/v1 classifier in the chosen language,\n" +
 			"its golden cases (NAME.cases.yaml) and build.sh, which builds NAME.wasm. Then:\n" +
-			"  cd NAME && ./build.sh && gatectl plugin check NAME.wasm\n" +
+			"  (cd NAME && ./build.sh) && gatectl plugin check NAME/NAME.wasm\n" +
 			"Toolchains: wat needs wat2wasm (Debian package wabt); go needs Go 1.24 or\n" +
 			"later; as needs Node.js and npm (build.sh runs npm install).",
 		Flags: []cli.Flag{
@@ -39,7 +40,11 @@ func pluginNewCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s\nnext: cd %s && ./build.sh && gatectl plugin check %s.wasm\n", dir, dir, name)
+			run, note := gatectlInvocation(selfPath(), exec.LookPath, dirExists("cmd/gatectl"))
+			fmt.Fprintf(c.App.Writer, "wrote %s\nnext: (cd %s && ./build.sh) && %s plugin check %s\n", dir, dir, run, filepath.Join(dir, name+".wasm"))
+			if note != "" {
+				fmt.Fprintln(c.App.Writer, note)
+			}
 			return nil
 		},
 	}
@@ -324,4 +329,51 @@ export function gate_classify(len: i32): i32 {
 }
 `,
 	},
+}
+
+// gatectlInvocation is how the user can run this gatectl again from the current
+// directory: "gatectl" when that is on the PATH and is this binary, the go run
+// form under `go run` in the repository, else the binary's own path. note, when
+// set, says how to install it. self is the running binary ("" when unknown);
+// inRepo says ./cmd/gatectl exists here.
+func gatectlInvocation(self string, lookPath func(string) (string, error), inRepo bool) (run, note string) {
+	const install = "(gatectl is not on your PATH: `go install ./cmd/gatectl` in the repository puts it in $(go env GOPATH)/bin)"
+	if p, err := lookPath("gatectl"); err == nil && sameFile(p, self) {
+		return "gatectl", ""
+	}
+	if self == "" || strings.Contains(self, string(filepath.Separator)+"go-build") { // go run, go test: a binary that is gone when it ends
+		if inRepo {
+			return "go run ./cmd/gatectl", ""
+		}
+		return "gatectl", install
+	}
+	if strings.ContainsAny(self, " '\"$") {
+		return fmt.Sprintf("%q", self), ""
+	}
+	return self, ""
+}
+
+func selfPath() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 const pluginsTestdata = "../../testdata/plugins"
@@ -86,7 +88,7 @@ func TestClassifyWithPlugin(t *testing.T) {
 	}
 	vs := verdicts(t, out)
 	if len(vs) != 2 || vs[0].By != "wasm/octafuse-wat.wasm" || string(*vs[0].RetryAfterMs) != "1500" || !strings.HasPrefix(vs[1].By, "builtin/") {
-		t.Errorf("verdicts = %+v", vs)
+		t.Errorf("verdicts = %+v\nstderr (a plugin past its deadline says so): %s", vs, errOut)
 	}
 }
 
@@ -96,21 +98,19 @@ func TestPluginNew(t *testing.T) {
 		t.Run(lang, func(t *testing.T) {
 			switch lang {
 			case "wat":
-				if _, err := exec.LookPath("wat2wasm"); err != nil {
-					t.Skip("wat2wasm is not installed (Debian: apt-get install -y wabt)")
-				}
+				testenv.Tool(t, "wat2wasm", "Debian: apt-get install -y wabt")
 			case "go":
 				if testing.Short() {
 					t.Skip("builds a Go wasm module")
 				}
 			case "as":
 				if _, err := os.Stat("../../examples/plugins/as/node_modules/assemblyscript"); err != nil {
-					t.Skip("AssemblyScript is not installed (npm ci --prefix examples/plugins/as)")
+					testenv.Unavailable(t, "AssemblyScript is not installed (npm ci --prefix examples/plugins/as)")
 				}
 			}
 			dir := t.TempDir()
 			out, _, err := runGatectl(t, "", "plugin", "new", "--lang", lang, "--dir", dir, "my-gw")
-			if err != nil || !strings.Contains(out, "gatectl plugin check my-gw.wasm") {
+			if err != nil || !strings.Contains(out, "plugin check "+filepath.Join(dir, "my-gw", "my-gw.wasm")) {
 				t.Fatalf("new: %v\n%s", err, out)
 			}
 			root := filepath.Join(dir, "my-gw")
@@ -134,5 +134,39 @@ func TestPluginNew(t *testing.T) {
 	}
 	if _, _, err := runGatectl(t, "", "plugin", "new", "Bad_Name"); err == nil || !strings.Contains(err.Error(), `name "Bad_Name"`) {
 		t.Errorf("bad name: %v", err)
+	}
+}
+
+// plugin new prints a check command that runs: gatectl when it is on the PATH,
+// the go run form in the repository, the binary's path otherwise.
+func TestGatectlInvocation(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gatectl")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	onPath := func(string) (string, error) { return bin, nil }
+	notOnPath := func(string) (string, error) { return "", exec.ErrNotFound }
+	for _, c := range []struct {
+		name   string
+		self   string
+		look   func(string) (string, error)
+		inRepo bool
+		run    string
+		note   bool
+	}{
+		{"installed", bin, onPath, false, "gatectl", false},
+		{"built, not on PATH", bin, notOnPath, false, bin, false},
+		{"go run in the repository", "/tmp/go-build123/b001/exe/gatectl", notOnPath, true, "go run ./cmd/gatectl", false},
+		{"go run elsewhere", "/tmp/go-build123/b001/exe/gatectl", notOnPath, false, "gatectl", true},
+		{"another gatectl on PATH", "/tmp/go-build123/b001/exe/gatectl", onPath, true, "go run ./cmd/gatectl", false},
+	} {
+		run, note := gatectlInvocation(c.self, c.look, c.inRepo)
+		if run != c.run || (note != "") != c.note {
+			t.Errorf("%s: %q, %q; want %q (note %v)", c.name, run, note, c.run, c.note)
+		}
+		if c.note && !strings.Contains(note, "go install ./cmd/gatectl") {
+			t.Errorf("%s: the note should say how to install: %q", c.name, note)
+		}
 	}
 }

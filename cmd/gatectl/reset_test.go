@@ -30,9 +30,9 @@ func TestResetAgainstServer(t *testing.T) {
 	}
 
 	t.Run("ModelWithSlashes", func(t *testing.T) {
-		postJSON(t, url+"/gate/v1/admit", `{"provider":"openrouter","model":"deepseek/deepseek-chat","inputTokens":5000,"maxTokens":1000}`)
-		postJSON(t, url+"/gate/v1/failure", `{"provider":"openrouter","model":"deepseek/deepseek-chat","status":429}`)
-		out, err := runCLI(t, "reset", "--addr", url, "--format", "json", "openrouter/deepseek/deepseek-chat")
+		postJSON(t, url+"/gate/v1/admit", `{"provider":"gateway-a","model":"deepseek/deepseek-chat","inputTokens":5000,"maxTokens":1000}`)
+		postJSON(t, url+"/gate/v1/failure", `{"provider":"gateway-a","model":"deepseek/deepseek-chat","status":429}`)
+		out, err := runCLI(t, "reset", "--addr", url, "--format", "json", "gateway-a/deepseek/deepseek-chat")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +40,7 @@ func TestResetAgainstServer(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("%v:\n%s", err, out)
 		}
-		if !r.Reset || r.Provider != "openrouter" || r.Model != "deepseek/deepseek-chat" || r.Status.Trigger != 0 || r.Status.Quota != r.Status.Start {
+		if !r.Reset || r.Provider != "gateway-a" || r.Model != "deepseek/deepseek-chat" || r.Status.Trigger != 0 || r.Status.Quota != r.Status.Start {
 			t.Fatalf("json: %+v", r)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func routesCommand() *cli.Command {
 			"--offline reads --config and runs the balance sources here instead.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "read the config and run its balance sources here, without a server"},
-			&cli.StringFlag{Name: "config", Usage: "config `FILE` (with --offline; default: the embedded default)"},
+			configFlag(), // read with --offline
 			addrFlag("server `URL` to ask (GET /gate/v1/routes)"),
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
 			&cli.IntFlag{Name: "draw", Usage: "draw `N` starting routes from each pool and show how they split"},
@@ -55,7 +56,7 @@ func routesCommand() *cli.Command {
 			}
 			if !c.Bool("offline") {
 				switch {
-				case c.IsSet("config"):
+				case c.IsSet("config") && c.String("config") != os.Getenv("GATECTL_CONFIG"): // the variable is for every command; a flag here is a mistake
 					return cli.Exit("routes: --config is read here only with --offline (a running server reads its own): use --offline --config FILE, or --addr URL", exitUsage)
 				case c.IsSet("seed"):
 					return cli.Exit("routes: --seed needs --offline (a running server draws from its own source)", exitUsage)
@@ -238,6 +239,12 @@ func writeRoutesText(w io.Writer, rep routesOutput) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, r := range p.Routes {
+			if strings.Contains(windowsText(r), "*") {
+				fmt.Fprintln(w, "  WINDOWS lists remaining/capacity per window; * marks the windows the score weighs")
+				break
+			}
 		}
 		var noted []string
 		for _, r := range p.Routes {

@@ -74,6 +74,7 @@ func TestRoutesOfflineText(t *testing.T) {
 		"gateway-c/flash-1", "unscored",
 		"DRAWS", "0 (0.0%)", // an unscored route is never drawn while a scored one is usable
 		"no reading from gateway-c: balance: script failed: exit status 3",
+		"* marks the windows the score weighs", // the legend of the *
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"sort"
 	"syscall"
 	"time"
 
@@ -19,8 +21,9 @@ import (
 
 func serveCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "serve",
-		Usage: "run the gate: the OpenAI/Anthropic-compatible proxy, the decision API and /metrics",
+		Name:     "serve",
+		Category: catRun,
+		Usage:    "run the gate: the OpenAI/Anthropic-compatible proxy, the decision API and /metrics",
 		Description: "Without --config it runs on the embedded default: well-known providers with the client's\n" +
 			"own key passed through, memory ledger, built-in rules, 127.0.0.1:7878. The config file, its\n" +
 			"rule files and the plugins directory are watched and reloaded; SIGHUP forces a reload.",
@@ -33,49 +36,122 @@ func serveCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			path := c.String("config")
-			logger, err := loggerFor(path, c.App.ErrWriter)
+			err := runServe(ctx, serveParams{
+				ConfigPath: c.String("config"), Listen: c.String("listen"), StateDir: c.String("state-dir"),
+				Grace: c.Duration("grace"), Out: c.App.Writer, Log: c.App.ErrWriter, Reload: true,
+			})
 			if err != nil {
 				return cli.Exit("serve: "+err.Error(), exitFailure)
 			}
-			hook := pluginHook(logger)
-			defer hook.Close(context.Background())
-			m, err := snapshot.NewManager(ctx, path, snapshotOptions(logger, hook))
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
-			}
-			defer m.Close() // after the server is done with it, before the hook's host goes
-			srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: c.String("state-dir"), ShutdownGrace: c.Duration("grace"), Plugins: hook})
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("serve: %v", err), exitFailure)
-			}
-			defer srv.Close()
-			addr := c.String("listen")
-			if addr == "" {
-				addr = m.Current().Config.Listen
-			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("serve: listen %s: %v", addr, err), exitFailure)
-			}
-			fmt.Fprintf(c.App.Writer, "gatectl listening on http://%s\n", ln.Addr())
-			go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			go func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-hup:
-						_ = m.Reload(ctx) // logged; the old configuration stays on failure
-					}
-				}
-			}()
-			return srv.Serve(ctx, ln)
+			return nil
 		},
 	}
+}
+
+// serveParams is what runServe needs: what `gatectl serve` reads from its flags,
+// or what `gatectl demo` builds for its in-process server.
+type serveParams struct {
+	ConfigPath string        // "" = the embedded default
+	Listen     string        // overrides the config's listen when set
+	Listener   net.Listener  // when set, used as is (Listen is ignored)
+	StateDir   string        // overrides the config's stateDir when set
+	Grace      time.Duration // shutdown grace for running requests
+	Out        io.Writer     // the "listening on" line
+	Log        io.Writer     // the logger's output
+	// Reload watches the config and reloads on SIGHUP (serve does; the demo's
+	// config never changes).
+	Reload bool
+	// Ready, when set, is called with the address once the server accepts
+	// connections.
+	Ready func(addr net.Addr)
+}
+
+// runServe is `gatectl serve`: it builds the snapshot manager, the server and
+// the listener, and serves until ctx is done. The demo runs the very same path.
+func runServe(ctx context.Context, p serveParams) error {
+	logger, err := loggerFor(p.ConfigPath, p.Log)
+	if err != nil {
+		return err
+	}
+	hook := pluginHook(logger)
+	defer hook.Close(context.Background())
+	m, err := snapshot.NewManager(ctx, p.ConfigPath, snapshotOptions(logger, hook))
+	if err != nil {
+		return err
+	}
+	defer m.Close() // after the server is done with it, before the hook's host goes
+	softMemoryLimit(m.Current().Config.Server.MaxBufferedBytes)
+	for _, w := range unsetKeyWarnings(m.Current().Config, os.LookupEnv) {
+		logger.Warn(w)
+	}
+	srv, err := server.New(server.Options{Manager: m, Logger: logger, StateDir: p.StateDir, ShutdownGrace: p.Grace, Plugins: hook})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln := p.Listener
+	if ln == nil {
+		addr := p.Listen
+		if addr == "" {
+			addr = m.Current().Config.Listen
+		}
+		if err := srv.CheckListen(addr); err != nil { // before anything is bound
+			return err
+		}
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+	}
+	if p.Out != nil {
+		fmt.Fprintf(p.Out, "gatectl listening on http://%s\n", ln.Addr())
+		fmt.Fprintf(p.Out, "console: http://%s/ui\n", ln.Addr())
+	}
+	if p.Reload {
+		go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = m.Reload(ctx) // logged; the old configuration stays on failure
+				}
+			}
+		}()
+	}
+	if p.Ready != nil {
+		p.Ready(ln.Addr())
+	}
+	return srv.Serve(ctx, ln)
+}
+
+// unsetKeyWarnings names every provider whose apiKeyEnv names a variable that is
+// unset or empty: the first request to it would fail with a 502, so `check` and
+// `serve` say so up front. lookup is os.LookupEnv (a test passes its own).
+func unsetKeyWarnings(cfg *config.Config, lookup func(string) (string, bool)) []string {
+	names := make([]string, 0, len(cfg.Providers))
+	for name := range cfg.Providers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []string
+	for _, name := range names {
+		env := cfg.Providers[name].APIKeyEnv
+		if env == "" {
+			continue
+		}
+		v, ok := lookup(env)
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("provider %q: apiKeyEnv %s is not set in the environment; its requests will fail until it is (export %s=…)", name, env, env))
+		case v == "":
+			out = append(out, fmt.Sprintf("provider %q: apiKeyEnv %s is set but empty; its requests will fail until it holds the key", name, env))
+		}
+	}
+	return out
 }
 
 // loggerFor builds the root logger from the config's log section (before the
@@ -90,4 +166,16 @@ func loggerFor(path string, w io.Writer) (hclog.Logger, error) {
 
 func configFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"GATECTL_CONFIG"}, Usage: "config `FILE` (default: the embedded default)"}
+}
+
+// softMemoryLimit sets the Go runtime's soft memory limit to the body budget
+// (server.maxBufferedBytes) plus 256 MiB for everything else, unless GOMEMLIMIT
+// says otherwise. The budget bounds the bodies held at once; without a limit
+// the collector lets the heap grow to twice what is live before it runs, so the
+// buffers of bodies already answered would double the process's footprint.
+func softMemoryLimit(maxBuffered int) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(int64(maxBuffered) + 256<<20)
 }

@@ -85,7 +85,7 @@ func simCommand() *cli.Command {
 
 func writeSimText(w io.Writer, r sim.Report) {
 	s := r.Scenario
-	fmt.Fprintf(w, "scenario: %d sessions offering %.2f× the limit for %s (seed %d)\n", s.Sessions, s.Demand, time.Duration(s.Duration), s.Seed)
+	fmt.Fprintf(w, "scenario: %s offering %.2f× the limit for %s (seed %d)\n", plural(s.Sessions, "session", "sessions"), s.Demand, time.Duration(s.Duration), s.Seed)
 	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM per %s window, Retry-After %s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
 		time.Duration(s.Window), time.Duration(s.Provider.RetryAfter), simIf(s.Provider.ComputeRetryAfter, " (or the real wait)"),
 		simIf(s.Provider.Headers, ", rate-limit headers"), simIf(s.Provider.NamesLimit, ", 429s name the limit"))
@@ -117,6 +117,7 @@ func writeSimText(w io.Writer, r sim.Report) {
 			x.Lost, x.Completed, time.Duration(x.WaitP50Ms)*time.Millisecond, time.Duration(x.WaitP99Ms)*time.Millisecond, x.Fairness)
 	}
 	tw.Flush()
+	writeSimHowToRead(w, r)
 	g, o := r.Modes[sim.ModeGate], r.Modes[sim.ModeOracle]
 	if o.Utilization > 0 {
 		fmt.Fprintf(w, "\ngate utilization: %.1f%% of the oracle's\n", 100*g.Utilization/o.Utilization)
@@ -127,6 +128,22 @@ func writeSimText(w io.Writer, r sim.Report) {
 	} else {
 		fmt.Fprintf(w, "learned quota did not settle within ±5%% of the capacity left to the gate; final quota %.0f, trigger %.0f\n", g.FinalQuota, g.FinalTrigger)
 	}
+}
+
+// writeSimHowToRead says what the columns mean and why the naive row can look
+// better than the gate's: its figures count work the clients must redo.
+func writeSimHowToRead(w io.Writer, r sim.Report) {
+	fmt.Fprintln(w, "\nHow to read it: utilization is the share of the true limit the provider served; 429s, lost")
+	fmt.Fprintln(w, "(calls that ran out of retries and failed) and the waits are what the clients felt. oracle is the")
+	fmt.Fprintln(w, "gate told the true limit, gate learns it from 429s, naive is no gate: clients retry as the OpenAI SDK does.")
+	n, ok := r.Modes[sim.ModeNaive]
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "The naive row can look better (more served, no wait) because its clients hammer the provider:\n")
+	fmt.Fprintf(w, "it took %d 429s and lost %d calls your program would have to redo. The gate's waits are its\n", n.RateLimited, n.Lost)
+	g := r.Modes[sim.ModeGate]
+	fmt.Fprintf(w, "queue: what it pays to see %d 429s and lose %d.\n", g.RateLimited, g.Lost)
 }
 
 func simIf(on bool, s string) string {

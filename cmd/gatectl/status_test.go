@@ -87,7 +87,7 @@ func TestStatusAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"1 open ticket(s)",
+		"1 open ticket\n",
 		"MODEL", "WINDOW", "REQUESTS", "RESERVED", "IN-FLIGHT", "WAITING", "QUOTA", "TRIGGER", "COOLDOWN",
 		"gateway-a/flash-1", "6000/6000 (100%)", "1/100", "6000 (from 10000)", "6000", "20s",
 	} {

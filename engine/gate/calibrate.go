@@ -39,9 +39,11 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		return
 	}
 	span := l.conf().Window
-	b := l.bucketFor(provider, model, now)
-	b.mu.Lock()
+	b := l.lockedBucketFor(provider, model, now)
 	defer b.mu.Unlock()
+	if b.model != model { // folded into OtherModel: one model's stated limits are not the others'
+		return
+	}
 	if limitRequests > 0 {
 		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)

@@ -45,6 +45,11 @@ type Config struct {
 	// than the gate still holds them. Pace 0 turns pacing off.
 	Pace      float64
 	PaceBurst float64
+	// MaxModels bounds the buckets (one per provider/model) the ledger keeps, so
+	// that a client inventing model names cannot grow it without bound (1000).
+	// Past it, a model the config does not list shares its provider's OtherModel
+	// bucket; models listed under Models always get their own. 0: no bound.
+	MaxModels int
 }
 
 // DefaultConfig returns the gate's defaults, the values of the config's gate:
@@ -65,6 +70,7 @@ func DefaultConfig() Config {
 		Learn:               true,
 		Defaults:            ModelLimits{TPM: 1_000_000, RPM: 60},
 		Jitter:              0.1,
+		MaxModels:           1000,
 	}
 }
 
@@ -97,6 +103,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gate.defaults: tpm and rpm must be positive (got tpm %d, rpm %d)", c.Defaults.TPM, c.Defaults.RPM)
 	case c.MaxInFlightPerSession < 0:
 		return fmt.Errorf("gate.maxInFlightPerSession: must not be negative (got %d)", c.MaxInFlightPerSession)
+	case c.MaxModels < 0:
+		return fmt.Errorf("gate.maxModels: must not be negative (got %d)", c.MaxModels)
 	case c.Jitter < 0 || c.Jitter > 1:
 		return fmt.Errorf("gate.jitter: must be in [0, 1] (got %g)", c.Jitter)
 	}

@@ -61,6 +61,17 @@ type Ticket struct {
 	Waited         time.Duration // how long admission held the call
 	Reason         string        // why it waited or failed open; "" when it did neither
 	FailOpen       bool          // admitted without the gate's protection
+	Shared         string        // the shared window's entry id; "" without a shared store
+}
+
+// Model is the provider/model the reservation is counted under: the request's,
+// or its provider's OtherModel past Config.MaxModels; "" for a ticket admitted
+// without a bucket.
+func (t Ticket) Model() (provider, model string) {
+	if t.b == nil {
+		return "", ""
+	}
+	return t.b.provider, t.b.model
 }
 
 // ErrTicketClosed is returned when a ticket is settled or released twice, or was
@@ -84,11 +95,13 @@ type Ledger struct {
 
 	onEvent func(Event)
 	quotas  LearnedStore // nil: learned state in memory only
+	shared  SharedWindow // nil: this process's window is the whole truth
 
 	// Buckets are spread over shards, each with its own lock, so calls on different
 	// models on different cores do not contend on one lock word.
-	shards [ledgerShards]bucketShard
-	seed   maphash.Seed
+	shards   [ledgerShards]bucketShard
+	seed     maphash.Seed
+	nBuckets atomic.Int64 // buckets in the shards, for MaxModels
 
 	mu        sync.RWMutex // guards providers
 	providers map[string]*providerState
@@ -122,6 +135,13 @@ func (l *Ledger) allBuckets() []*bucket {
 }
 
 type bucketKey struct{ provider, model string }
+
+// OtherModel is the model name of the bucket that model names past
+// Config.MaxModels share, one per provider.
+const OtherModel = "(other)"
+
+// ModelKey names a provider/model bucket.
+type ModelKey struct{ Provider, Model string }
 
 type providerState struct {
 	cooldownUntil atomic.Int64 // unix nanos; provider-wide cooldown when the model is unknown
@@ -191,7 +211,10 @@ func (l *Ledger) emitSafely(e Event) {
 	l.emit(e)
 }
 
-// bucketFor returns the bucket of provider/model, creating it on first use.
+// bucketFor returns the bucket of provider/model, creating it on first use. Past
+// MaxModels buckets, a model the config does not list gets its provider's
+// OtherModel bucket instead of a new one. The bucket may be evicted before the
+// caller locks it: callers that add to it check b.evicted and look again.
 func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	k := bucketKey{provider, model}
 	sh := l.shardOf(provider, model)
@@ -201,6 +224,12 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	if b != nil {
 		return b
 	}
+	cfg := l.conf()
+	if model != OtherModel && cfg.MaxModels > 0 && l.nBuckets.Load() >= int64(cfg.MaxModels) {
+		if _, listed := cfg.Models[provider+"/"+model]; !listed {
+			return l.bucketFor(provider, OtherModel, now)
+		}
+	}
 	ps := l.providerState(provider)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -209,7 +238,63 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	}
 	b = newBucket(l, provider, model, ps, now)
 	sh.m[k] = b
+	l.nBuckets.Add(1)
 	return b
+}
+
+// lockedBucketFor is bucketFor with the bucket locked, never an evicted one.
+func (l *Ledger) lockedBucketFor(provider, model string, now time.Time) *bucket {
+	for {
+		b := l.bucketFor(provider, model, now)
+		b.mu.Lock()
+		if !b.evicted {
+			return b
+		}
+		b.mu.Unlock()
+	}
+}
+
+// Buckets is how many provider/model buckets the ledger holds.
+func (l *Ledger) Buckets() int { return int(l.nBuckets.Load()) }
+
+// Evict drops the buckets that hold nothing and were last used at least idle
+// before now, and returns their keys (so that what is kept per model elsewhere,
+// such as metric series, can go too). A bucket holds something while it has a
+// reservation, a waiter, a call in its windows or a cooldown running, or has
+// learned anything: a 429 seen, a learned quota or trigger, a stated limit.
+// Those stay however long they are idle. What an evicted model had learned about
+// its calls' sizes is learned again when it comes back.
+func (l *Ledger) Evict(now time.Time, idle time.Duration) []ModelKey {
+	var out []ModelKey
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.m {
+			b.mu.Lock()
+			if b.evictableLocked(now, idle) {
+				b.evicted = true
+				delete(sh.m, k)
+				l.nBuckets.Add(-1)
+				out = append(out, ModelKey{k.provider, k.model})
+			}
+			b.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// evictableLocked says whether b holds nothing and was idle for idle at now.
+func (b *bucket) evictableLocked(now time.Time, idle time.Duration) bool {
+	if now.Sub(b.lastUsed) < idle || len(b.waiters) > 0 || b.inFlight > 0 || b.reservedOpen > 0 || now.Before(b.cooldownUntil) {
+		return false
+	}
+	if b.rateLimited > 0 || b.statedTokens > 0 || b.statedRequests > 0 || b.rpmTrigger > 0 ||
+		b.learn.trigger > 0 || b.learn.quota != b.learn.start {
+		return false
+	}
+	b.expireLocked(now)
+	return b.win.requests() == 0 && b.done.requests() == 0
 }
 
 func (l *Ledger) providerState(provider string) *providerState {
@@ -260,8 +345,7 @@ func (l *Ledger) Submit(now time.Time, req Request) (t Ticket, w *Waiter) {
 		l.emit(Event{Kind: EventFailOpen, At: now, Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "no-bucket"})
 		return Ticket{FailOpen: true, Reason: "no-bucket"}, nil
 	}
-	b := l.bucketFor(req.Provider, req.Model, now)
-	b.mu.Lock()
+	b := l.lockedBucketFor(req.Provider, req.Model, now)
 	defer b.mu.Unlock()
 	return b.submitLocked(now, req)
 }
@@ -322,8 +406,7 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
 		return
 	}
-	b := l.bucketFor(provider, model, now)
-	b.mu.Lock()
+	b := l.lockedBucketFor(provider, model, now)
 	defer b.mu.Unlock()
 	b.rateLimitedLocked(now, sig, retryAfter, fallback)
 }

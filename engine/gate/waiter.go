@@ -47,6 +47,9 @@ func (l *Ledger) AdmitObserved(ctx context.Context, req Request, queued func(*Wa
 			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
 		}
 	}()
+	if err := l.StoreAvailable(); err != nil {
+		return Ticket{}, err
+	}
 	t, w = l.Submit(l.clock.Now(), req)
 	if w == nil {
 		return t, nil
@@ -57,6 +60,10 @@ func (l *Ledger) AdmitObserved(ctx context.Context, req Request, queued func(*Wa
 	for {
 		if t, ok := w.Ticket(); ok {
 			return t, nil
+		}
+		if err := l.StoreAvailable(); err != nil {
+			w.Cancel(l.clock.Now())
+			return Ticket{}, err
 		}
 		d := w.Next().Sub(l.clock.Now())
 		d += l.jitter(d)

@@ -187,6 +187,10 @@ type RouterOptions struct {
 	// a lock, so an unsynchronised *rand.Rand is fine.
 	Rand   engine.Rand
 	Events EventSink // nil: events are dropped
+	// OnMark, when set, hears every exhaustion mark this router sets (not the
+	// ones it adopts with AdoptMark): the hook that shares marks between
+	// instances. It runs outside the router's lock.
+	OnMark func(provider string, at time.Time)
 }
 
 // Router is the runtime of the pools: exhaustion marks, the draw, each
@@ -208,6 +212,7 @@ type Router struct {
 	sessions *Sessions
 	clock    engine.Clock
 	events   EventSink
+	onMark   func(provider string, at time.Time) // nil: marks stay in this process
 
 	randMu sync.Mutex // guards rand
 	rand   engine.Rand
@@ -254,7 +259,7 @@ type quotaEntry struct {
 // NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
-		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events,
+		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark,
 		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
 	}
 	if q.readings == nil {
@@ -456,19 +461,36 @@ func (q *Router) addRoute(session string, st *sessionRoute, now time.Time) {
 // sweepEvery is how many insertions into routes and entries trigger a sweep.
 const sweepEvery = 4096
 
-// noteAdd counts an insertion and, every sweepEvery of them, drops what has been
-// idle for a day (or two long-term delays, when longer): session routes with no
-// entry, and entries with no wait armed (a cancelled turn whose session never came
-// back). A dropped session simply starts afresh. q.mu must be held.
+// noteAdd counts an insertion and, every sweepEvery of them, sweeps (see Sweep).
+// q.mu must be held.
 func (q *Router) noteAdd(now time.Time) {
 	if q.adds++; q.adds < sweepEvery {
 		return
 	}
+	q.sweepLocked(now)
+}
+
+// Sweep drops what has been idle for a day (or two long-term delays, when
+// longer): session routes with no entry, and entries with no wait armed (a
+// cancelled turn whose session never came back). A dropped session simply
+// starts afresh. The server's janitor calls it on its clock; insertions call it
+// too, so a burst of new sessions cannot outgrow one sweep interval.
+func (q *Router) Sweep(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sweepLocked(now)
+}
+
+// Tracked is how many sessions the router holds a route or an entry for.
+func (q *Router) Tracked() (routes, entries int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.routes), len(q.entries)
+}
+
+func (q *Router) sweepLocked(now time.Time) {
 	q.adds = 0
-	idle := 24 * time.Hour
-	if d := 2 * q.cfg.Load().settings.LongTermDelay; d > idle {
-		idle = d
-	}
+	idle := q.idleAfter()
 	for id, e := range q.entries {
 		if !e.pending && now.Sub(e.lastArmed) > idle {
 			delete(q.entries, id)
@@ -481,6 +503,20 @@ func (q *Router) noteAdd(now time.Time) {
 		}
 	}
 }
+
+// idleAfter is how long a session may be idle before its state is dropped: a
+// day, or two long-term delays when longer.
+func (q *Router) idleAfter() time.Duration {
+	idle := 24 * time.Hour
+	if d := 2 * q.cfg.Load().settings.LongTermDelay; d > idle {
+		idle = d
+	}
+	return idle
+}
+
+// SessionIdle is how long a session may be idle before the router (and the
+// server's janitor, for what else it keeps per session) forgets it.
+func (q *Router) SessionIdle() time.Duration { return q.idleAfter() }
 
 // SetSwitch sets the session's switch (on, off, default). When the effective
 // switch is now off, an open entry ends at once: a pending wait returns

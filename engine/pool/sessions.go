@@ -179,6 +179,17 @@ func (s *Sessions) Get(id string) (SessionRecord, error) {
 	return rec, nil
 }
 
+// Forget drops the cached record of id, so the next Get reads the store again:
+// another process sharing the store changed it. A record the store refused is
+// kept (it exists nowhere else).
+func (s *Sessions) Forget(id string) {
+	s.mu.Lock()
+	if c, ok := s.cache[id]; ok && !c.unsaved {
+		delete(s.cache, id)
+	}
+	s.mu.Unlock()
+}
+
 // put caches c under id. s.mu must be held.
 func (s *Sessions) put(id string, c cachedSession) {
 	if len(s.cache) >= maxCachedSessions {

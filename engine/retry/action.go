@@ -85,6 +85,22 @@ func (a Action) MarshalJSON() ([]byte, error) {
 	}{plain(a), a.Delay.Milliseconds()})
 }
 
+// UnmarshalJSON reads the JSON form back, delayMs included (a client of the
+// decision API, such as `gatectl stats`, decodes it).
+func (a *Action) UnmarshalJSON(b []byte) error {
+	type plain Action
+	var v struct {
+		plain
+		DelayMs int64 `json:"delayMs"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*a = Action(v.plain)
+	a.Delay = time.Duration(v.DelayMs) * time.Millisecond
+	return nil
+}
+
 // Request is one failure to plan for: the verdict, where it happened, and the
 // session state the planner cannot know itself.
 type Request struct {

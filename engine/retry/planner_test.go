@@ -414,7 +414,16 @@ func TestPlannerTransport(t *testing.T) {
 			},
 		},
 		{
-			name: "a TIMEOUT of kind timeout follows the curve; no kind follows the curve",
+			name: "a TIMEOUT of kind timeout gets one retry by default; no kind follows the curve",
+			steps: []retryStep{
+				{req: retryReq(engine.ClassTimeout, nil, kind("timeout")), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "transport"},
+				{req: retryReq(engine.ClassTimeout, nil, kind("timeout")), kind: ActionGiveUp, round: 1, rounds: 1, budget: "transport", exhausted: true},
+				{req: retryReq(tr, nil), kind: ActionRetry, delay: 4 * s, round: 2, rounds: 8, budget: "retry"},
+			},
+		},
+		{
+			name:   "a TIMEOUT at retry.transport.timeout follow follows the curve",
+			policy: func(p *Policy) { p.Transport.Timeout = FollowRounds },
 			steps: []retryStep{
 				{req: retryReq(engine.ClassTimeout, nil, kind("timeout")), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
 				{req: retryReq(tr, nil), kind: ActionRetry, delay: 4 * s, round: 2, rounds: 8, budget: "retry"},

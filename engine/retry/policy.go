@@ -62,7 +62,9 @@ type TransportRounds struct {
 	Refused int
 	// Reset: the connection broke mid-exchange. Default FollowRounds.
 	Reset int
-	// Timeout: the upstream did not answer in time. Default FollowRounds.
+	// Timeout: the upstream did not answer in time. Default 1: each timed-out
+	// attempt already cost a whole deadline (upstream.firstByteTimeout or
+	// responseTimeout), so an upstream that never answers must not cost eight.
 	Timeout int
 }
 
@@ -100,7 +102,7 @@ func (t *TransportRounds) For(kind string) (rounds int, ok bool) {
 //	RetryOn: RATE_LIMIT, OVERLOADED, SERVER, TIMEOUT, TRANSPORT,
 //	HintClamp: [1s, 300s], HintlessBackoff: false, HintlessBaseDelay: 5s,
 //	Mislabeled: {Enabled: true, Rounds: 3, InitialDelay: 15s, Evidence: 10m},
-//	Transport: {DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: FollowRounds},
+//	Transport: {DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1},
 //	HintRounds: 5, AcrossSteps: true (the steps of a turn share one budget).
 type Policy struct {
 	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
@@ -171,7 +173,7 @@ func DefaultPolicy() Policy {
 			InitialDelay: 15 * time.Second,
 			Evidence:     10 * time.Minute,
 		},
-		Transport:   TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: FollowRounds},
+		Transport:   TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1},
 		HintRounds:  5,
 		AcrossSteps: true,
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Stats counts what the retry planner decided. Retries and MislabeledRetries are
@@ -37,6 +39,8 @@ type Stats struct {
 	LongTermWaits int64 `json:"longTermWaits"`
 	// ByProvider counts retries (both budgets) per provider; nil when there are none.
 	ByProvider map[string]int64 `json:"byProvider,omitempty"`
+	// ByClass counts retries (both budgets) per failure class; nil when there are none.
+	ByClass map[engine.Class]int64 `json:"byClass,omitempty"`
 	// Last is the last decision; nil when there is none.
 	Last *Event `json:"last,omitempty"`
 }
@@ -75,6 +79,21 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	}{plain(s), s.Waited.Milliseconds()})
 }
 
+// UnmarshalJSON reads the JSON form back, waitedMs included.
+func (s *Stats) UnmarshalJSON(b []byte) error {
+	type plain Stats
+	var v struct {
+		plain
+		WaitedMs int64 `json:"waitedMs"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Stats(v.plain)
+	s.Waited = time.Duration(v.WaitedMs) * time.Millisecond
+	return nil
+}
+
 // String renders the counters on one line:
 //
 //	retries 3 | waited 1m24s | gave up 1 | no-hint capacity failures 2 | mislabeled 400 retries 1 | nuaa×4 | last: nuaa 15s (1/3) — mislabeled 400
@@ -110,6 +129,9 @@ func (s *Stats) clone() Stats {
 	if s.ByProvider != nil {
 		c.ByProvider = maps.Clone(s.ByProvider)
 	}
+	if s.ByClass != nil {
+		c.ByClass = maps.Clone(s.ByClass)
+	}
 	if s.Last != nil {
 		l := *s.Last
 		c.Last = &l
@@ -135,6 +157,10 @@ func (s *Stats) add(ev *Event, hintless bool) {
 			s.ByProvider = make(map[string]int64)
 		}
 		s.ByProvider[ev.Provider]++
+		if s.ByClass == nil {
+			s.ByClass = make(map[engine.Class]int64)
+		}
+		s.ByClass[a.Class]++
 	case ActionFailover:
 		s.Failovers++
 	case ActionWaitLongTerm:

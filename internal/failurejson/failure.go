@@ -37,7 +37,7 @@ func Decode(data []byte) (*engine.Failure, error) {
 // DecodeRecord reads a record that holds a failure among other keys: the
 // failure's keys are read as Decode reads them, the others are skipped. It is
 // the input of `gatectl classify`, whose contract is that captured records (the
-// shared corpus's lines carry expected_class, source, note) classify as they
+// corpus's lines (testdata/corpus) carry expected_class, source, note) classify as they
 // are. Golden cases use the strict form.
 func DecodeRecord(data []byte) (*engine.Failure, error) {
 	m, err := decodeObject(data)

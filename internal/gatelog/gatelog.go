@@ -11,19 +11,24 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// Every line carries "event" (the gate's event kind) and, where there is a wait,
+// "wait_ms": with `log.format: json` the lines are what `gatectl report --log`
+// reads back, so each must hold what the report counts.
+
 // Hook returns an engine event hook that logs through logger.
 func Hook(logger hclog.Logger) func(gate.Event) {
 	return func(e gate.Event) {
 		model := e.Provider + "/" + e.Model
+		logger := logger.With("event", string(e.Kind))
 		switch e.Kind {
 		case gate.EventWait:
-			logger.Info("holding call", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "expected_wait", e.Wait.Round(time.Millisecond))...)
+			logger.Info("holding call", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "expected_wait", e.Wait.Round(time.Millisecond), "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventAdmitted:
-			logger.Info("admitted after wait", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "waited", e.Wait.Round(time.Millisecond))...)
+			logger.Info("admitted after wait", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "waited", e.Wait.Round(time.Millisecond), "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventFailOpen:
-			logger.Warn("admitted without waiting (fail-open)", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait", e.Wait.Round(time.Millisecond))...)
+			logger.Warn("admitted without waiting (fail-open)", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait", e.Wait.Round(time.Millisecond), "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventOverBudget:
-			logger.Warn("reservation exceeds the whole budget: admitted without waiting for the window", append(reading(e), "model", model, "session", e.Session)...)
+			logger.Warn("reservation exceeds the whole budget: admitted without waiting for the window", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventRateLimited:
 			src := "provider"
 			if e.FromFallback {
@@ -31,7 +36,7 @@ func Hook(logger hclog.Logger) func(gate.Event) {
 			}
 			logger.Warn("rate limited: cooling down", "model", model, "cooldown", e.RetryAfter, "cooldown_from", src, "scope", scope(e))
 		case gate.EventLearn:
-			logger.Info("learned quota moved", "model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start))
+			logger.Info("learned quota moved", "model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start), "token_budget", e.TokenBudget)
 		case gate.EventLeak:
 			logger.Warn("429 below a window that passed without one: another client is spending the same key; the learned upper bound is not trustworthy",
 				"model", model, "clean_window", int64(e.From), "trigger", int64(e.To))

@@ -95,9 +95,13 @@ export class FakeUpstream {
   }
 }
 
-// startGatectl runs gatectl serve on a free loopback port in front of upstreamURL.
-export async function startGatectl(bin, upstreamURL) {
-  return startGatectlWith(bin, `
+// startGatectl runs gatectl serve on a free loopback port in front of
+// upstreamURL, on yaml when given (else a config with one openai-kind provider
+// "fake"). GATECTL_E2E_KEY holds the upstream key.
+export async function startGatectl(bin, upstreamURL, yaml) {
+  const dir = mkdtempSync(join(tmpdir(), 'gatectl-e2e-'));
+  const cfg = join(dir, 'gatectl.yaml');
+  writeFileSync(cfg, yaml ?? `
 log: {level: error}
 providers:
   fake: {kind: openai, baseURL: ${upstreamURL}/v1, apiKeyEnv: GATECTL_E2E_KEY}
@@ -105,14 +109,6 @@ retry:
   rounds: 8
   hintClamp: {min: 100ms, max: 10s}
 `);
-}
-
-// startGatectlWith runs gatectl serve on a free loopback port with the config
-// text yaml (the provider's key variable is GATECTL_E2E_KEY).
-export async function startGatectlWith(bin, yaml) {
-  const dir = mkdtempSync(join(tmpdir(), 'gatectl-e2e-'));
-  const cfg = join(dir, 'gatectl.yaml');
-  writeFileSync(cfg, yaml);
   const proc = spawn(bin, ['serve', '--config', cfg, '--listen', '127.0.0.1:0', '--state-dir', join(dir, 'state'), '--grace', '1s'], {
     env: { ...process.env, GATECTL_E2E_KEY: 'sk-e2e-upstream' },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -10,7 +10,7 @@
 // This is the one long test of the suite (about 30 s of real time).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { FakeUpstream, startGatectlWith, gatectlBinary, haveSDK } from './harness.mjs';
+import { FakeUpstream, startGatectl, gatectlBinary, haveSDK } from './harness.mjs';
 
 const skip = !haveSDK ? 'the openai package is not installed: run `npm ci` in testdata/e2e/node' : false;
 
@@ -25,7 +25,7 @@ before(async () => {
   if (!bin) throw new Error('no gatectl binary: set GATECTL_BIN or install Go');
   upstream = new FakeUpstream();
   await upstream.start();
-  gate = await startGatectlWith(bin, `
+  gate = await startGatectl(bin, upstream.url, `
 log: {level: info}
 providers:
   fake: {kind: openai, baseURL: ${upstream.url}/v1, apiKeyEnv: GATECTL_E2E_KEY}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package faultsuite
+
+const raceEnabled = false

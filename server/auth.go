@@ -1,0 +1,147 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/gatectl/gatectl/server/ui"
+)
+
+// The decision API and the console can change what the gate does (reset a
+// model, settle tickets, change settings), so when the daemon is reachable from
+// other machines they need a token (config api.tokenEnv names the variable
+// holding it). /healthz, /readyz, /metrics and the proxy face are not guarded:
+// probes and scrapers carry no token, and the proxy face is guarded by the
+// provider keys it forwards.
+
+// tokenCookie is the cookie the console keeps the token in.
+const tokenCookie = "gatectl_token"
+
+// apiAuth guards the decision API and the console with one token. The zero
+// value (no token) lets everything through.
+type apiAuth struct {
+	// sum is the SHA-256 of the token: comparing fixed-size digests in constant
+	// time hides the token's length as well as its bytes.
+	sum [sha256.Size]byte
+	set bool
+}
+
+func newAPIAuth(token string) apiAuth {
+	if token == "" {
+		return apiAuth{}
+	}
+	return apiAuth{sum: sha256.Sum256([]byte(token)), set: true}
+}
+
+// guarded reports whether path needs the token: /gate/v1/* and /ui, /ui/*.
+func guarded(path string) bool {
+	return strings.HasPrefix(path, apiPrefix) || path == "/ui" || strings.HasPrefix(path, "/ui/")
+}
+
+// wrap returns h behind the token check.
+func (a apiAuth) wrap(h http.Handler) http.Handler {
+	if !a.set {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if guarded(r.URL.Path) && !a.allows(r) {
+			if ui.WantsPage(r) {
+				ui.Login(w, r) // a person opening the console: the page that asks for the token
+				return
+			}
+			writeUnauthorized(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// allows reports whether r carries the token in any of the accepted places.
+func (a apiAuth) allows(r *http.Request) bool {
+	ok := false
+	check := func(v string) {
+		sum := sha256.Sum256([]byte(v))
+		ok = subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 || ok
+	}
+	if v, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found {
+		check(strings.TrimSpace(v))
+	}
+	if v := r.Header.Get("X-Gate-Token"); v != "" {
+		check(v)
+	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		check(c.Value)
+	}
+	return ok
+}
+
+// writeUnauthorized answers 401 without a word about the token it expected.
+func writeUnauthorized(w http.ResponseWriter) {
+	var e apiError
+	e.Error.Message = "this endpoint needs the API token: send Authorization: Bearer <token>, X-Gate-Token: <token> or the gatectl_token cookie (the token is in the variable config api.tokenEnv names)"
+	e.Error.Type = "unauthorized"
+	w.Header().Set("WWW-Authenticate", `Bearer realm="gatectl"`)
+	writeJSON(w, http.StatusUnauthorized, e)
+}
+
+// CheckListen refuses to listen on addr (host:port) beyond loopback without an
+// API token, before anything is bound; Serve checks its listener again.
+func (s *Server) CheckListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("server: listen address %q: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if host == "localhost" {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	a := &net.TCPAddr{IP: ip}
+	if err := checkExposure(a, s.auth, s.snap.Current().Config.API.TokenEnv); err != nil {
+		// name the address as it was written (a host name has no IP to show)
+		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w",
+			net.JoinHostPort(host, port), errNoToken(s.snap.Current().Config.API.TokenEnv))
+	}
+	return nil
+}
+
+// errNoToken says how to configure the missing token.
+func errNoToken(tokenEnv string) error {
+	if tokenEnv == "" {
+		return errors.New("set api.tokenEnv to the name of an environment variable holding one, or listen on 127.0.0.1")
+	}
+	return fmt.Errorf("%s (api.tokenEnv) is unset or empty", tokenEnv)
+}
+
+// checkExposure refuses to serve an unguarded decision API beyond loopback:
+// anyone who can reach it could reset models and settle other callers' tickets.
+func checkExposure(addr net.Addr, auth apiAuth, tokenEnv string) error {
+	if auth.set || isLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", addr, errNoToken(tokenEnv))
+}
+
+// isLoopback reports whether addr is reachable only from this machine. An
+// unspecified address (0.0.0.0, ::) listens on every interface: not loopback.
+func isLoopback(addr net.Addr) bool {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A classifier that fails at run time (here a rule whose expression cannot
+// convert the body) falls through to the next link, as before; now each failure
+// is counted by classifier on /metrics, and logged at most once a minute per
+// classifier so a broken rule cannot flood the log.
+func TestClassifierErrorsCountedAndLogged(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(rules, []byte("name: broken\nrules:\n  - {name: boom, when: 'int(body) > 0', class: SERVER}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  alpha: {kind: openai, baseURL: "http://127.0.0.1:9/v1"}
+classifiers:
+  - rules: %q
+`, rules), true)
+	h := f.srv.Handler()
+	failure := func() map[string]any {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/gate/v1/failure",
+			strings.NewReader(`{"provider":"alpha","model":"m","status":503,"body":"oops"}`)))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("failure: %d %s", rec.Code, rec.Body)
+		}
+		return apiJSON(t, rec.Body.Bytes())
+	}
+	for range 5 {
+		if v := failure(); v["class"] == "" || strings.HasPrefix(fmt.Sprint(v["by"]), "broken") {
+			t.Fatalf("the broken rule decided: %v", v)
+		}
+	}
+	metric := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return grepLines(rec.Body.String(), "gatectl_classifier_errors_total{")
+	}
+	if m := metric(); !strings.Contains(m, `gatectl_classifier_errors_total{classifier="broken"} 5`) {
+		t.Fatalf("metric: %q", m)
+	}
+	if n := strings.Count(f.logs.String(), "classifier failed"); n != 1 {
+		t.Fatalf("%d log lines for 5 errors in one minute:\n%s", n, f.logs.String())
+	}
+	f.clock.Advance(time.Minute)
+	failure()
+	logs := f.logs.String()
+	if n := strings.Count(logs, "classifier failed"); n != 2 || !strings.Contains(logs, "suppressed=4") {
+		t.Fatalf("%d log lines a minute later:\n%s", n, logs)
+	}
+}

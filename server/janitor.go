@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"time"
+)
+
+// The janitor bounds what the server keeps per client-chosen name over time:
+// once a minute, on the server's clock, it drops
+//
+//   - ledger buckets idle for bucketIdle that hold nothing and learned nothing,
+//     and their metric series (gate.Ledger.Evict);
+//   - retry budgets, turn counters and per-session statistics of sessions idle
+//     for the router's session idle time (a day, or two long-term delays), in
+//     memory and in the state file (retry.Planner.Prune);
+//   - the pools' session routes and finished long-term entries idle as long
+//     (pool.Router.Sweep);
+//   - decision-API tickets past their time (released, "ticket-expired").
+//
+// Before, the prunes had no caller and tickets were swept only when another API
+// call arrived.
+
+// Janitor timings.
+const (
+	janitorEvery = time.Minute
+	// bucketIdle is how long an empty bucket stays after its last use: long
+	// enough that a model called every few minutes keeps its bucket (and what it
+	// learned about its calls' sizes), short enough that a flood of invented
+	// names is gone within the quarter hour.
+	bucketIdle = 15 * time.Minute
+)
+
+// runJanitor sweeps every janitorEvery until ctx ends.
+func (s *Server) runJanitor(ctx context.Context) {
+	for {
+		t := s.clock.NewTimer(janitorEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+			s.sweep(s.clock.Now())
+		}
+	}
+}
+
+// sweep runs one pass of the janitor at now.
+func (s *Server) sweep(now time.Time) {
+	evicted := s.ledger.Evict(now, bucketIdle)
+	s.metrics.ForgetModels(evicted)
+	idle := s.quota.SessionIdle()
+	pruned, err := s.planner.Prune(now.Add(-idle))
+	if err != nil {
+		s.logger.Warn("janitor: pruning retry budgets failed; trying again next pass", "error", err)
+	}
+	s.quota.Sweep(now)
+	s.api.sweepTickets(now)
+	if len(evicted) > 0 || pruned > 0 {
+		s.logger.Debug("janitor swept", "buckets", len(evicted), "budgets", pruned)
+	}
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gatectl/gatectl/engine/retry"
+)
+
+// The janitor runs on the server's clock while it serves: sessions idle past the
+// router's idle time lose their retry budgets (memory and state file), turn
+// statistics and pool routes, and a ticket nobody settled is released without
+// another API call arriving.
+func TestJanitorPrunesIdleSessionsAndTickets(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+
+	h := e.srv.Handler()
+	const sessions = 3000
+	for i := range sessions {
+		rec := httptest.NewRecorder()
+		body := fmt.Sprintf(`{"provider":"alpha","model":"m1","session":"s%d","turn":"t1","status":500,"body":"oops"}`, i)
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/gate/v1/failure", strings.NewReader(body)))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("failure %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	a := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","session":"forgetful","inputTokens":100,"maxTokens":100}`, http.StatusOK)
+	if a["admitted"] != true {
+		t.Fatal(a)
+	}
+	e.post("/gate/v1/admit", `{"provider":"alpha","model":"m1","session":"pooled","inputTokens":1,"maxTokens":1,"wait":false}`, http.StatusOK)
+	budget := func(i int) bool {
+		_, ok := e.srv.Planner().Budget(retry.BudgetKey{Session: fmt.Sprintf("s%d", i), Provider: "alpha"})
+		return ok
+	}
+	if !budget(0) || !budget(sessions-1) || len(e.srv.Planner().Stats().Turns) != sessions {
+		t.Fatalf("budgets before the sweep: %v %v, %d turns", budget(0), budget(sessions-1), len(e.srv.Planner().Stats().Turns))
+	}
+	if routes, _ := e.srv.Quota().Tracked(); routes == 0 {
+		t.Fatal("no session routes before the sweep")
+	}
+
+	// The ticket expires first: the next janitor pass releases it.
+	apiEventually(t, "the janitor's timer", func() bool { return e.clock.Timers() >= 1 })
+	e.clock.Advance(apiTicketTTL + janitorEvery)
+	apiEventually(t, "the janitor to release the ticket", func() bool { return e.bucket("alpha", "small").InFlight == 0 })
+
+	// A day later every session is idle: their state goes.
+	e.clock.Advance(e.srv.Quota().SessionIdle() + janitorEvery)
+	apiEventually(t, "the janitor to prune the sessions", func() bool {
+		return len(e.srv.Planner().Stats().Turns) == 0 && !budget(sessions-1)
+	})
+	for _, i := range []int{0, sessions / 2, sessions - 1} {
+		if budget(i) {
+			t.Fatalf("session s%d kept its budget", i)
+		}
+	}
+	apiEventually(t, "the routes to go", func() bool { routes, _ := e.srv.Quota().Tracked(); return routes == 0 })
+	if n := e.srv.Ledger().Buckets(); n != 0 {
+		t.Fatalf("%d buckets left", n)
+	}
+}
