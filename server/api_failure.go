@@ -162,7 +162,7 @@ func (a *api) budgetLeft(act retry.Action, session, turn, provider string) *int 
 	}
 	rounds := a.s.planner.Policy().Rounds
 	used := 0
-	if b, ok := a.s.planner.Budget(retry.BudgetKey{Session: session, Provider: provider}); ok && b.Turn == turn {
+	if b, ok := a.s.planner.Budget(retry.BudgetKey{Session: session, Provider: provider, Turn: turn}); ok && b.Turn == turn {
 		used = b.Rounds
 	}
 	left := max(rounds-used, 0)

@@ -191,6 +191,9 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())
 		return pr, nil
 	}
+	if pr.oneShot { // the request is its turn: its retry budget ends with it
+		defer s.planner.EndTurn(pr.session, pr.turn)
+	}
 	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start, clockStart: s.clock.Now()}
 	if ep.notGenerated {
 		x.passOnce()

@@ -355,7 +355,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
 	s.metrics.Failure(v.Class)
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
-		Session: x.pr.session, Turn: x.pr.turn, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
+		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

@@ -30,6 +30,9 @@ type proxyRequest struct {
 	size        int
 	session     string
 	turn        string
+	// oneShot says turn was named here, not by X-Gate-Turn: the request is a
+	// turn of its own, whose retry budget ends with it (retry.Request.OneShot).
+	oneShot bool
 	priority    gate.Priority
 	// maxWait is what X-Gate-Max-Wait asks: how long a non-streamed request
 	// may be held (0: proxy.maxHold).
@@ -88,6 +91,7 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	}
 	if pr.turn == "" {
 		pr.turn = "req-" + strconv.FormatUint(turnSeq.Add(1), 36)
+		pr.oneShot = true
 	}
 	if v := strings.TrimSpace(h.Get("X-Gate-Max-Wait")); v != "" {
 		d, err := parseWaitHeader(v)

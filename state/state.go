@@ -244,11 +244,16 @@ func (s *Store) Sessions() (n int, err error) {
 }
 
 // budgetKey encodes a budget key: the session's length as a uvarint, the session,
-// then the provider — unambiguous whatever bytes either holds.
+// the provider's length as a uvarint, the provider, then the turn — unambiguous
+// whatever bytes each holds. (Records of the older key without the turn are never
+// read again; the janitor prunes them by age.)
 func budgetKey(k retry.BudgetKey) []byte {
-	b := binary.AppendUvarint(make([]byte, 0, 2+len(k.Session)+len(k.Provider)), uint64(len(k.Session)))
+	b := make([]byte, 0, 4+len(k.Session)+len(k.Provider)+len(k.Turn))
+	b = binary.AppendUvarint(b, uint64(len(k.Session)))
 	b = append(b, k.Session...)
-	return append(b, k.Provider...)
+	b = binary.AppendUvarint(b, uint64(len(k.Provider)))
+	b = append(b, k.Provider...)
+	return append(b, k.Turn...)
 }
 
 // Load implements retry.BudgetStore.
@@ -263,7 +268,7 @@ func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
 		return json.Unmarshal(v, &b)
 	})
 	if err != nil {
-		return retry.Budget{}, false, fmt.Errorf("state: %s: budget %s/%s: %w", s.path, k.Session, k.Provider, err)
+		return retry.Budget{}, false, fmt.Errorf("state: %s: budget %s/%s/%s: %w", s.path, k.Session, k.Turn, k.Provider, err)
 	}
 	return b, ok, nil
 }
@@ -279,7 +284,7 @@ func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
 		return tx.Bucket(bucketBudgets).Put(budgetKey(k), v)
 	})
 	if err != nil {
-		return fmt.Errorf("state: %s: save budget %s/%s: %w", s.path, k.Session, k.Provider, err)
+		return fmt.Errorf("state: %s: save budget %s/%s/%s: %w", s.path, k.Session, k.Turn, k.Provider, err)
 	}
 	return nil
 }

@@ -110,6 +110,11 @@ type Request struct {
 	Session  string
 	Turn     string
 	Step     int
+	// OneShot marks a turn that is this one request (the proxy names one for a
+	// request without X-Gate-Turn): its budget lives in the planner's memory
+	// only, never in the BudgetStore (the request lives in this process), and
+	// the caller drops it with Planner.EndTurn when the request ends.
+	OneShot bool
 	// Failure is the failure the verdict is about; optional. The planner reads only
 	// its SinceCapacityMs (the caller's evidence for MISLABELED, added to what the
 	// planner remembers itself, see SinceCapacity) and hands it on to the

@@ -6,20 +6,31 @@ import (
 	"time"
 )
 
-// BudgetKey names one retry budget: a session's retries on one provider (why: see
-// docs/RATIONALE.md, "Why are retries budgeted per session, turn and provider?").
-// Several models of a provider share it: they usually fail for the same reason
-// (the provider's capacity), so a budget per model would only multiply retries.
+// BudgetKey names one retry budget: a session's retries in one turn on one
+// provider (why: see docs/RATIONALE.md, "Why are retries budgeted per session,
+// turn and provider?"). Several models of a provider share it: they usually fail
+// for the same reason (the provider's capacity), so a budget per model would only
+// multiply retries.
+//
+// Turn is part of the key so that concurrent turns of one session do not reset
+// each other's budgets (see "Why does each turn have its own budget record?"). A
+// store must keep keys that differ only in Turn apart; records of finished turns
+// go by age (BudgetPruner).
 type BudgetKey struct {
 	Session  string `json:"session"`
 	Provider string `json:"provider"`
+	Turn     string `json:"turn,omitempty"`
 }
 
-// Budget is what the planner has spent of one (session, provider) budget in the
-// session's current turn. The record carries its turn (and step): a failure on
-// another turn starts the budget afresh, so the effective key is (session, turn,
-// provider) while a store holds one record per (session, provider) and old turns
-// need no deletion.
+// budgetKeyOf is the key of req's budget.
+func budgetKeyOf(req *Request) BudgetKey {
+	return BudgetKey{Session: req.Session, Provider: req.Provider, Turn: req.Turn}
+}
+
+// Budget is what the planner has spent of one (session, turn, provider) budget.
+// The record carries its turn (and step) too: a record of another turn (one a
+// store keyed without the turn hands back) or of another step without
+// AcrossSteps starts the budget afresh.
 //
 // Its JSON form is what a durable BudgetStore may persist.
 type Budget struct {
@@ -174,7 +185,7 @@ func (f retryBudgetField) of(b *Budget) *int {
 // It returns the 1-based round spent, or ok=false and the rounds used when the
 // budget is spent (nothing is saved then).
 func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetField, limit int) (round int, ok bool) {
-	k := BudgetKey{Session: req.Session, Provider: req.Provider}
+	k := budgetKeyOf(req)
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()
@@ -185,7 +196,7 @@ func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetFi
 	}
 	*n++
 	b.UpdatedAt = now
-	p.save(k, b)
+	p.saveFor(req, k, b)
 	return *n, true
 }
 
@@ -194,7 +205,7 @@ func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetFi
 // either is spent nothing is: ok is false and kindSpent tells which one it was.
 // round and kindRound are the 1-based rounds spent.
 func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind string, limit int) (round, kindRound int, ok, kindSpent bool) {
-	k := BudgetKey{Session: req.Session, Provider: req.Provider}
+	k := budgetKeyOf(req)
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()
@@ -213,14 +224,20 @@ func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind s
 	*n++
 	b.Rounds++
 	b.UpdatedAt = now
-	p.save(k, b)
+	p.saveFor(req, k, b)
 	return b.Rounds, *n, true, false
 }
 
 // turnBudget loads k's budget for req's turn (and step, without AcrossSteps): a
 // record of another turn (or step) starts afresh. Requires k's stripe lock.
 func (p *Planner) turnBudget(k BudgetKey, pol *Policy, req *Request) Budget {
-	b, found := p.load(k)
+	var b Budget
+	var found bool
+	if req.OneShot {
+		b, found = p.oneShot.load(k)
+	} else {
+		b, found = p.load(k)
+	}
 	if !found || b.Turn != req.Turn || (!pol.AcrossSteps && b.Step != req.Step) {
 		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
 	}
@@ -235,6 +252,8 @@ func (p *Planner) lockFor(k BudgetKey) *sync.Mutex {
 	h.WriteString(k.Session)
 	h.WriteByte(0)
 	h.WriteString(k.Provider)
+	h.WriteByte(0)
+	h.WriteString(k.Turn)
 	return &p.locks[h.Sum64()%retryLockStripes]
 }
 
@@ -256,6 +275,16 @@ func (p *Planner) load(k BudgetKey) (Budget, bool) {
 		return Budget{}, false
 	}
 	return b, ok
+}
+
+// saveFor saves req's budget b under k: a one-shot turn's in the planner's
+// memory only, any other in the store. Requires k's stripe lock.
+func (p *Planner) saveFor(req *Request, k BudgetKey, b Budget) {
+	if req.OneShot {
+		p.oneShot.save(k, b)
+		return
+	}
+	p.save(k, b)
 }
 
 // save writes k's budget; on failure it keeps it in the memo (fail open). Requires
@@ -300,6 +329,7 @@ func (p *Planner) Budget(k BudgetKey) (Budget, bool) {
 // when the store is a BudgetPruner. It returns how many budgets were dropped.
 func (p *Planner) Prune(before time.Time) (int, error) {
 	p.stats.prune(before)
+	p.oneShot.prune(before)
 	p.memoMu.Lock()
 	for k, b := range p.memo {
 		if b.UpdatedAt.Before(before) {

@@ -100,7 +100,7 @@ func TestBudgetSurvivesReconnect(t *testing.T) {
 	if got := b.Plan(ctx, retryT0, retryReq(engine.ClassServer, nil)); got.Kind != ActionGiveUp || !got.Exhausted {
 		t.Errorf("after reconnect, budget spent: %+v, want give up", got)
 	}
-	if got, ok := b.Budget(BudgetKey{Session: "s1", Provider: "p"}); !ok || got.Rounds != 4 || got.Turn != "t1" {
+	if got, ok := b.Budget(BudgetKey{Session: "s1", Provider: "p", Turn: "t1"}); !ok || got.Rounds != 4 || got.Turn != "t1" {
 		t.Errorf("Budget = %+v, %v", got, ok)
 	}
 	if _, ok := b.Budget(BudgetKey{Session: "nobody", Provider: "p"}); ok {
@@ -113,7 +113,7 @@ func TestBudgetSurvivesReconnect(t *testing.T) {
 // cooldown starts; for the others, before Plan returns.
 func TestBudgetPersistBeforeWait(t *testing.T) {
 	store := NewMemoryBudgetStore()
-	k := BudgetKey{Session: "s1", Provider: "p"}
+	k := BudgetKey{Session: "s1", Provider: "p", Turn: "t1"}
 	var seen []int
 	sink := &retrySink{onCall: func(retrySinkCall) {
 		b, _, _ := store.Load(k)
@@ -162,7 +162,7 @@ func TestBudgetStoreFailOpen(t *testing.T) {
 		reports = append(reports, report{op, k})
 	}})
 	ctx := context.Background()
-	k := BudgetKey{Session: "s1", Provider: "p"}
+	k := BudgetKey{Session: "s1", Provider: "p", Turn: "t1"}
 	plan := func() Action { return pl.Plan(ctx, retryT0, retryReq(engine.ClassServer, nil)) }
 
 	steps := []struct {
@@ -179,7 +179,9 @@ func TestBudgetStoreFailOpen(t *testing.T) {
 		{"still failing: the memo keeps the count", false, true, ActionRetry, 2, []string{"save"}, 0, false},
 		{"loads fail too: the memo answers", true, true, ActionRetry, 3, []string{"save"}, 0, false},
 		{"store back: spent by the memo, nothing saved", false, false, ActionGiveUp, 3, nil, 0, false},
-		{"a new turn saves and clears the memo", false, false, ActionRetry, 1, nil, 1, true},
+		// The new turn's budget is a record of its own; the spent turn's memo entry
+		// stays until the janitor prunes it.
+		{"a new turn saves on its own key", false, false, ActionRetry, 1, nil, 1, false},
 	}
 	for i, st := range steps {
 		fs.set(st.load, st.save)
@@ -201,7 +203,11 @@ func TestBudgetStoreFailOpen(t *testing.T) {
 				t.Errorf("%s: report %d = %+v, want %s on %+v", st.name, j, reports[j], st.reports[j], k)
 			}
 		}
-		b, _, _ := fs.MemoryBudgetStore.Load(k)
+		stored := k
+		if i == len(steps)-1 {
+			stored.Turn = "t2"
+		}
+		b, _, _ := fs.MemoryBudgetStore.Load(stored)
 		if b.Rounds != st.stored {
 			t.Errorf("%s: store holds %d rounds, want %d", st.name, b.Rounds, st.stored)
 		}
@@ -256,7 +262,7 @@ func TestBudgetPrune(t *testing.T) {
 	if _, ok := pl.TurnStats("new"); !ok {
 		t.Error("Prune dropped the new session's stats")
 	}
-	if _, ok := pl.Budget(BudgetKey{Session: "new", Provider: "p"}); !ok {
+	if _, ok := pl.Budget(BudgetKey{Session: "new", Provider: "p", Turn: "t1"}); !ok {
 		t.Error("Prune dropped the new budget")
 	}
 

@@ -67,6 +67,9 @@ type Planner struct {
 	memo   map[BudgetKey]Budget
 	memoN  atomic.Int64
 
+	// oneShot holds the budgets of one-shot turns (Request.OneShot).
+	oneShot oneShotBudgets
+
 	capMu    sync.Mutex
 	capacity map[string]time.Time // provider -> latest capacity failure planned for
 

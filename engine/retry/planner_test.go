@@ -749,7 +749,7 @@ func TestPlannerQuota(t *testing.T) {
 		store := NewMemoryBudgetStore()
 		pl, _ := NewPlanner(DefaultPolicy(), PlannerOptions{Quota: &retryRouter{answer: wait}, Store: store})
 		pl.Plan(context.Background(), retryT0, retryReq(q, nil, retryTurn("t1", 3)))
-		b, ok, _ := store.Load(BudgetKey{Session: "s1", Provider: "p"})
+		b, ok, _ := store.Load(BudgetKey{Session: "s1", Provider: "p", Turn: "t1"})
 		if !ok || b.LongTerm != 1 || b.Rounds != 0 || b.Turn != "t1" || b.Step != 3 || !b.UpdatedAt.Equal(retryT0) {
 			t.Errorf("stored budget = %+v, %v; want one long-term attempt in t1 step 3", b, ok)
 		}
