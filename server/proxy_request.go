@@ -32,8 +32,8 @@ type proxyRequest struct {
 	turn        string
 	// oneShot says turn was named here, not by X-Gate-Turn: the request is a
 	// turn of its own, whose retry budget ends with it (retry.Request.OneShot).
-	oneShot bool
-	priority    gate.Priority
+	oneShot  bool
+	priority gate.Priority
 	// maxWait is what X-Gate-Max-Wait asks: how long a non-streamed request
 	// may be held (0: proxy.maxHold).
 	maxWait time.Duration
