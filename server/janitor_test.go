@@ -46,7 +46,7 @@ func TestJanitorPrunesIdleSessionsAndTickets(t *testing.T) {
 	}
 	e.post("/gate/v1/admit", `{"provider":"alpha","model":"m1","session":"pooled","inputTokens":1,"maxTokens":1,"wait":false}`, http.StatusOK)
 	budget := func(i int) bool {
-		_, ok := e.srv.Planner().Budget(retry.BudgetKey{Session: fmt.Sprintf("s%d", i), Provider: "alpha"})
+		_, ok := e.srv.Planner().Budget(retry.BudgetKey{Session: fmt.Sprintf("s%d", i), Provider: "alpha", Turn: "t1"})
 		return ok
 	}
 	if !budget(0) || !budget(sessions-1) || len(e.srv.Planner().Stats().Turns) != sessions {

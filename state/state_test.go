@@ -403,3 +403,34 @@ func TestSettingsRecords(t *testing.T) {
 		t.Fatalf("older file: %q, %v", got, err)
 	}
 }
+
+// TestBudgetsPerTurn: the turn is part of a budget's key, so concurrent turns of
+// a session keep records of their own, and a provider/turn split cannot collide.
+func TestBudgetsPerTurn(t *testing.T) {
+	st, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	keys := []retry.BudgetKey{
+		{Session: "s", Provider: "p", Turn: "t1"},
+		{Session: "s", Provider: "p", Turn: "t2"},
+		{Session: "s", Provider: "p"},
+		{Session: "s", Provider: "pt", Turn: "1"},
+		{Session: "s", Provider: "pt1"},
+	}
+	for i, k := range keys {
+		if err := st.Save(k, retry.Budget{Turn: k.Turn, Rounds: i + 1, UpdatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, k := range keys {
+		if got, ok, err := st.Load(k); err != nil || !ok || got.Rounds != i+1 || got.Turn != k.Turn {
+			t.Errorf("Load(%+v) = %+v %v %v, want its own record (rounds %d)", k, got, ok, err, i+1)
+		}
+	}
+	if n, err := st.PruneBudgets(t0.Add(time.Second)); err != nil || n != len(keys) {
+		t.Errorf("PruneBudgets = %d, %v; want every turn's record (%d)", n, err, len(keys))
+	}
+}
