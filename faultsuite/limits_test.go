@@ -42,7 +42,7 @@ func TestTruncatedConfigUnderLoad(t *testing.T) {
 	}
 	for range scale() {
 		for _, b := range bad {
-			before := g.ready().ReloadFailures
+			before := g.ready()
 			if b.content == "" {
 				if err := os.Truncate(g.cfg, 0); err != nil {
 					t.Fatal(err)
@@ -50,9 +50,13 @@ func TestTruncatedConfigUnderLoad(t *testing.T) {
 			} else if err := os.WriteFile(g.cfg, []byte(b.content), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			r := g.waitReady(10*time.Second, b.name+": the reload refused", func(r readiness) bool { return r.ReloadFailures > before })
-			if !strings.Contains(r.LastError, b.says) || !strings.Contains(r.LastError, g.cfg) {
-				t.Fatalf("%s: the refused reload's error should name %s and say %q: %q", b.name, g.cfg, b.says, r.LastError)
+			r := g.waitReady(10*time.Second, b.name+": a reload", func(r readiness) bool {
+				return r.ReloadFailures > before.ReloadFailures || r.Reloads > before.Reloads
+			})
+			if r.Reloads > before.Reloads {
+				t.Errorf("%s: the file was loaded (/readyz: %+v)", b.name, r)
+			} else if !strings.Contains(r.LastError, b.says) || !strings.Contains(r.LastError, g.cfg) {
+				t.Errorf("%s: the refused reload's error should name %s and say %q: %q", b.name, g.cfg, b.says, r.LastError)
 			}
 			time.Sleep(300 * time.Millisecond) // keep the bad file in place under load a moment
 			if err := os.WriteFile(g.cfg, []byte(good), 0o644); err != nil {
@@ -62,11 +66,14 @@ func TestTruncatedConfigUnderLoad(t *testing.T) {
 	}
 	calls, failed := stopLoad()
 	t.Logf("%d calls while the config was truncated, emptied and half-written %d times; %d failed", calls, 3*scale(), len(failed))
+	unknown := 0
 	for _, a := range failed {
-		t.Errorf("a call failed: %v %d %.200s", a.err, a.status, a.body)
 		if strings.Contains(a.body, "unknown model") {
-			t.Fatalf("a call got \"unknown model\": the empty file replaced the configured providers")
+			unknown++
 		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of %d calls failed, %d of them with \"unknown model\"; first: %v %d %.200s", len(failed), calls, unknown, failed[0].err, failed[0].status, failed[0].body)
 	}
 	if calls == 0 {
 		t.Fatal("no call was made")
@@ -99,9 +106,11 @@ func TestNameFlood(t *testing.T) {
 	g := startGate(t, "", cfg)
 	probe := g.healthProbe()
 	defer probe()
-	n := 2000 * scale()
+	// names admitted (and settled), failures reported (each its own name and
+	// session), names sent through the proxy, unconfigured providers.
+	names, sessions, proxied, strangers := 20000*scale(), 5000*scale(), 1000*scale(), 5000*scale()
 
-	admits := flood(t, 8, n, func(i int) string {
+	admitTook := flood(t, 8, names, func(i int) string {
 		a := g.call(5*time.Second, "/gate/v1/admit", strings.NewReader(fmt.Sprintf(
 			`{"provider":"f","model":"flood-admit-%d","inputTokens":10,"maxTokens":10,"wait":false}`, i)))
 		if a.err != nil || a.status != 200 {
@@ -120,23 +129,14 @@ func TestNameFlood(t *testing.T) {
 		}
 		return ""
 	})
-	failures := flood(t, 8, n, func(i int) string {
-		// One name and one session each: a bucket, a retry budget, turn stats.
-		a := g.call(5*time.Second, "/gate/v1/failure", strings.NewReader(fmt.Sprintf(
-			`{"provider":"f","model":"flood-failure-%d","session":"flood-session-%d","turn":"t","status":500,"body":"oops"}`, i, i)))
-		if a.err != nil || a.status != 200 {
-			return fmt.Sprintf("failure flood-failure-%d: %v %d %.200s", i, a.err, a.status, a.body)
-		}
-		return ""
-	})
-	proxied := flood(t, 8, n/4, func(i int) string {
+	proxyTook := flood(t, 8, proxied, func(i int) string {
 		a := g.call(5*time.Second, "/v1/chat/completions", chat(fmt.Sprintf("f/flood-proxy-%d", i), false), "X-Gate-Session", fmt.Sprintf("flood-proxy-%d", i))
 		if a.err != nil || a.status != 200 {
 			return fmt.Sprintf("proxy f/flood-proxy-%d: %v %d %.200s", i, a.err, a.status, a.body)
 		}
 		return ""
 	})
-	refused := flood(t, 8, n/2, func(i int) string {
+	refusedTook := flood(t, 8, strangers, func(i int) string {
 		path, body := "/gate/v1/admit", fmt.Sprintf(`{"provider":"nosuch-%d","model":"x","wait":false}`, i)
 		if i%2 == 1 {
 			path, body = "/gate/v1/failure", fmt.Sprintf(`{"provider":"nosuch-%d","model":"x","status":429}`, i)
@@ -147,8 +147,19 @@ func TestNameFlood(t *testing.T) {
 		}
 		return ""
 	})
-	t.Logf("%d admits (%s), %d failures with as many sessions (%s), %d proxied names (%s), %d unconfigured providers refused (%s)",
-		n, admits, n, failures, n/4, proxied, n/2, refused)
+	failureTook := flood(t, 8, sessions, func(i int) string {
+		// One name and one session each: a retry budget and turn statistics, and
+		// for a 429 a bucket (last: it starts a cooldown on the shared bucket).
+		status := []int{429, 500}[i%2]
+		a := g.call(5*time.Second, "/gate/v1/failure", strings.NewReader(fmt.Sprintf(
+			`{"provider":"f","model":"flood-failure-%d","session":"flood-session-%d","turn":"t","status":%d,"headers":{"retry-after":"0"},"body":"oops"}`, i, i, status)))
+		if a.err != nil || a.status != 200 {
+			return fmt.Sprintf("failure flood-failure-%d: %v %d %.200s", i, a.err, a.status, a.body)
+		}
+		return ""
+	})
+	t.Logf("%d names admitted (%s), %d failures with as many names and sessions (%s), %d names proxied (%s), %d unconfigured providers refused (%s)",
+		names, admitTook, sessions, failureTook, proxied, proxyTook, strangers, refusedTook)
 
 	t0 := time.Now()
 	m := g.get(5*time.Second, "/metrics")
@@ -160,7 +171,7 @@ func TestNameFlood(t *testing.T) {
 	for _, match := range regexp.MustCompile(`model="([^"]*)",provider="f"`).FindAllStringSubmatch(m.body, -1) {
 		models[match[1]] = true
 	}
-	t.Logf("/metrics after %d names: %d bytes, %d models of f, scraped in %s", n*5/4+n/2, len(m.body), len(models), scrape.Round(time.Millisecond))
+	t.Logf("/metrics after %d names: %d bytes, %d models of f, scraped in %s", names+sessions+proxied, len(m.body), len(models), scrape.Round(time.Millisecond))
 	if len(models) > maxModels+1 { // the (other) bucket besides
 		t.Errorf("/metrics shows %d models of f; gate.maxModels is %d", len(models), maxModels)
 	}
@@ -170,14 +181,15 @@ func TestNameFlood(t *testing.T) {
 	if strings.Contains(m.body, "nosuch-") {
 		t.Errorf("an unconfigured provider reached /metrics")
 	}
-	// 200 buckets' series measured ~90 KB; 2,500 unfolded names made ~1 MB.
+	// 201 buckets' series measured 129 KB; 21,000 unfolded names made 12 MB.
 	if len(m.body) > 512<<10 {
 		t.Errorf("/metrics is %d bytes", len(m.body))
 	}
 	if scrape > time.Second {
 		t.Errorf("/metrics took %s", scrape)
 	}
-	checkRSS(t, g, 256*mib)
+	// 44 MiB measured; 222 MiB when every name kept a bucket.
+	checkRSS(t, g, 128*mib)
 }
 
 // flood runs do(0..n-1) on workers goroutines, fails the test on the first
@@ -234,7 +246,7 @@ func TestHugeReservation(t *testing.T) {
 		huge := g.call(5*time.Second, "/gate/v1/admit", strings.NewReader(
 			`{"provider":"f","model":"ok","session":"greedy","maxTokens":2147483647,"wait":false}`))
 		if huge.err != nil || huge.status != 400 || !strings.Contains(huge.body, `"field":"maxTokens"`) || !strings.Contains(huge.body, "exceeds the whole budget") {
-			t.Fatalf("round %d: admit with maxTokens 2147483647: want 400 naming maxTokens: %v %d %.300s", i, huge.err, huge.status, huge.body)
+			t.Errorf("round %d: admit with maxTokens 2147483647: want 400 naming maxTokens: %v %d %.300s", i, huge.err, huge.status, huge.body)
 		}
 		// The model's other callers, right after: none waits.
 		const bound = 2 * time.Second
@@ -285,7 +297,11 @@ func TestAPIToken(t *testing.T) {
 	const tokenEnv, token = "FAULTSUITE_API_TOKEN", "faultsuite-token-51c0ffee"
 	cfg := suiteConfig(url, "api: {tokenEnv: "+tokenEnv+"}\n")
 
-	// Beyond loopback without the token: refused before anything is bound.
+	// Beyond loopback without the token: refused before anything is bound. The
+	// address is of TEST-NET-1 (RFC 5737), which no host has: a serve that
+	// checked only after binding would fail with the bind's error instead, and
+	// this test never listens beyond loopback, even against a build without the
+	// check. (cmd/gatectl's TestServeRefusesPublicListenWithoutToken uses 0.0.0.0.)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gatectl.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -294,9 +310,9 @@ func TestAPIToken(t *testing.T) {
 	for _, env := range [][]string{{tokenEnv + "="}, nil} {
 		t.Setenv(tokenEnv, "") // unset or empty alike
 		os.Unsetenv(tokenEnv)
-		out, code := runGatectl(t, 10*time.Second, env, "serve", "--config", path, "--listen", "0.0.0.0:0")
+		out, code := runGatectl(t, 10*time.Second, append(env, "FAULTSUITE_KEY="+secretKey), "serve", "--config", path, "--listen", "192.0.2.1:7878")
 		if code == 0 || !strings.Contains(out, "beyond loopback") || !strings.Contains(out, tokenEnv+" (api.tokenEnv)") || strings.Contains(out, "gatectl listening on") {
-			t.Fatalf("serve on 0.0.0.0 with %s %v: exit %d, want a refusal naming api.tokenEnv:\n%s", tokenEnv, env, code, out)
+			t.Errorf("serve on 192.0.2.1 with %s %v: exit %d, want a refusal naming api.tokenEnv:\n%s", tokenEnv, env, code, out)
 		}
 	}
 
@@ -496,7 +512,7 @@ func TestHostileIDs(t *testing.T) {
 			for _, stream := range []bool{false, true} {
 				a := g.call(5*time.Second, "/v1/chat/completions", chat(c.model, stream), c.headers...)
 				if a.err != nil || a.status != 400 || !strings.Contains(a.body, `"field":"`+c.field+`"`) {
-					t.Fatalf("%s (stream %v): want 400 naming %s: %v %d %.300s", c.name, stream, c.field, a.err, a.status, a.body)
+					t.Errorf("%s (stream %v): want 400 naming %s: %v %d %.150s", c.name, stream, c.field, a.err, a.status, a.body)
 				}
 			}
 		}
