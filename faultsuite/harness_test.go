@@ -8,6 +8,7 @@ package faultsuite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -95,7 +96,27 @@ type gate struct {
 	base string
 	cfg  string
 	dir  string
+	logs *lockedBuffer // the process's log (stderr)
 	done chan struct{}
+}
+
+// lockedBuffer is a bytes.Buffer the process's output goroutine writes while a
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startGate runs gatectl serve on cfgText in dir (a new temp dir when ""); env
@@ -115,11 +136,12 @@ func startGate(t *testing.T, dir, cfgText string, env ...string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = io.Discard
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{t: t, cmd: cmd, cfg: cfg, dir: dir, done: make(chan struct{})}
+	g := &gate{t: t, cmd: cmd, cfg: cfg, dir: dir, logs: logs, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(g.done) }()
 	t.Cleanup(g.kill)
 	lines := make(chan string, 1)

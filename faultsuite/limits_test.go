@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/internal/faultupstream"
 )
 
 // These tests drive issue 16's items 2, 3, 5, 6, 7 and 10 through a real
@@ -582,4 +585,106 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// countingListener counts the connections the fault upstream accepts.
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestUpstreamConnectionsReused: 500 sessions calling at once, round after
+// round, through a real gatectl serve: its upstream connections are opened once
+// and reused, the idle ones kept between rounds. Before, at most 256 idle
+// connections were kept per host, so every round closed and opened the rest
+// again (a 500-session flood opened 15.6k).
+func TestUpstreamConnectionsReused(t *testing.T) {
+	h := &faultupstream.Handler{SlowDelay: 200 * time.Millisecond} // the calls of a round overlap
+	up := httptest.NewUnstartedServer(h)
+	cl := &countingListener{Listener: up.Listener}
+	up.Listener = cl
+	up.Start()
+	t.Cleanup(up.Close)
+	g := startGate(t, "", suiteConfig(up.URL, ""))
+	probe := g.healthProbe()
+	defer probe()
+	const sessions = 500
+	rounds := 4 * scale()
+	var failed atomic.Int64
+	var firstBad atomic.Value
+	start := time.Now()
+	// Round by round: all calls of a round end (every connection idle at once)
+	// before the next starts.
+	for range rounds {
+		var wg sync.WaitGroup
+		for s := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := g.call(10*time.Second, "/v1/chat/completions", chat("f/slow", false), "X-Gate-Session", fmt.Sprintf("conn-%d", s))
+				if a.err != nil || a.status != 200 {
+					failed.Add(1)
+					firstBad.CompareAndSwap(nil, fmt.Sprintf("%v %d %.200s", a.err, a.status, a.body))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	conns := cl.n.Load()
+	t.Logf("%d sessions × %d calls in %s: %d upstream connections, %d calls failed", sessions, rounds, time.Since(start).Round(time.Millisecond), conns, failed.Load())
+	if failed.Load() > 0 {
+		t.Fatalf("%d calls failed; first: %v", failed.Load(), firstBad.Load())
+	}
+	if conns > sessions+sessions/10 {
+		t.Fatalf("%d upstream connections for %d sessions calling at once: the idle ones were not kept", conns, sessions)
+	}
+	checkRSS(t, g, rssBound)
+}
+
+// TestClassifierErrorsCounted: a classifier that fails at run time (a rule
+// whose expression cannot convert the body) under a 5xx storm from several
+// clients: every call still gets the next classifier's verdict, each failure is
+// counted on /metrics, and the log says so once a minute, not once a call.
+// Before, such errors were silent.
+func TestClassifierErrorsCounted(t *testing.T) {
+	_, url := upstream(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("name: broken\nrules:\n  - {name: boom, when: 'int(body) > 0', class: SERVER}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGate(t, dir, suiteConfig(url, "classifiers:\n  - rules: broken.yaml\n"))
+	probe := g.healthProbe()
+	defer probe()
+	const clients = 8
+	calls := 3 * scale()
+	flood(t, clients, clients*calls, func(i int) string {
+		// A storm: each call is classified three times (two retries).
+		a := g.call(5*time.Second, "/v1/chat/completions", chat("f/storm", false), "X-Gate-Session", fmt.Sprintf("classify-%d", i%clients))
+		if a.err != nil || a.status != 503 {
+			return fmt.Sprintf("a storm call: want the upstream's 503 after the retries: %v %d %.200s", a.err, a.status, a.body)
+		}
+		return ""
+	})
+	m := g.get(5*time.Second, "/metrics")
+	if m.err != nil || m.status != 200 {
+		t.Fatalf("/metrics: %v %d", m.err, m.status)
+	}
+	line := grep(m.body, `gatectl_classifier_errors_total{classifier="broken"}`)
+	var n int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(line, `gatectl_classifier_errors_total{classifier="broken"} `), "%d", &n); err != nil || n < clients*calls {
+		t.Fatalf("%d storm calls: want at least one classifier error each on /metrics, got %q", clients*calls, line)
+	}
+	logged := strings.Count(g.logs.String(), "classifier failed")
+	t.Logf("%d storm calls: %d classifier errors counted, %d logged", clients*calls, n, logged)
+	if logged != 1 {
+		t.Fatalf("%d classifier errors within a minute logged %d times, want once:\n%s", n, logged, grep(g.logs.String(), "classifier"))
+	}
 }
