@@ -310,9 +310,10 @@ func TestAPIToken(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The variable empty, then unset: both mean no token.
+	t.Setenv(tokenEnv, "") // restored after the test
+	os.Unsetenv(tokenEnv)
 	for _, env := range [][]string{{tokenEnv + "="}, nil} {
-		t.Setenv(tokenEnv, "") // unset or empty alike
-		os.Unsetenv(tokenEnv)
 		out, code := runGatectl(t, 10*time.Second, append(env, "FAULTSUITE_KEY="+secretKey), "serve", "--config", path, "--listen", "192.0.2.1:7878")
 		if code == 0 || !strings.Contains(out, "beyond loopback") || !strings.Contains(out, tokenEnv+" (api.tokenEnv)") || strings.Contains(out, "gatectl listening on") {
 			t.Errorf("serve on 192.0.2.1 with %s %v: exit %d, want a refusal naming api.tokenEnv:\n%s", tokenEnv, env, code, out)
@@ -357,6 +358,9 @@ func TestAPIToken(t *testing.T) {
 				t.Fatalf("%s %s: the token came back in the answer", c.method, c.path)
 			}
 		}
+	}
+	if strings.Contains(g.logs.String(), token) {
+		t.Fatalf("the token reached the log:\n%s", grep(g.logs.String(), token))
 	}
 }
 
