@@ -191,8 +191,12 @@ func TestNameFlood(t *testing.T) {
 	if scrape > time.Second {
 		t.Errorf("/metrics took %s", scrape)
 	}
-	// 44 MiB measured; 222 MiB when every name kept a bucket.
-	checkRSS(t, g, 128*mib)
+	// Names are bounded by gate.maxModels, sessions by time: each keeps its
+	// retry budget, turn statistics and state-file record until the janitor
+	// drops it a day idle, so the bound grows with the sessions made. Measured:
+	// 44 MiB here (6,000 sessions), 303 MiB with -soak (120,000: 2.3 KiB each);
+	// 228 MiB here when every name kept a bucket.
+	checkRSS(t, g, 96*mib+int64(sessions+proxied)*2560)
 }
 
 // flood runs do(0..n-1) on workers goroutines, fails the test on the first
@@ -672,6 +676,7 @@ func TestClassifierErrorsCounted(t *testing.T) {
 	defer probe()
 	const clients = 8
 	calls := 3 * scale()
+	start := time.Now()
 	flood(t, clients, clients*calls, func(i int) string {
 		// A storm: each call is classified three times (two retries).
 		a := g.call(5*time.Second, "/v1/chat/completions", chat("f/storm", false), "X-Gate-Session", fmt.Sprintf("classify-%d", i%clients))
@@ -690,8 +695,9 @@ func TestClassifierErrorsCounted(t *testing.T) {
 		t.Fatalf("%d storm calls: want at least one classifier error each on /metrics, got %q", clients*calls, line)
 	}
 	logged := strings.Count(g.logs.String(), "classifier failed")
+	minutes := 1 + int(time.Since(start)/time.Minute) // a soak may run past a minute
 	t.Logf("%d storm calls: %d classifier errors counted, %d logged", clients*calls, n, logged)
-	if logged != 1 {
-		t.Fatalf("%d classifier errors within a minute logged %d times, want once:\n%s", n, logged, grep(g.logs.String(), "classifier"))
+	if logged < 1 || logged > minutes {
+		t.Fatalf("%d classifier errors logged %d times, want once a minute (%d):\n%s", n, logged, minutes, grep(g.logs.String(), "classifier"))
 	}
 }
