@@ -1,6 +1,8 @@
 // Package faultsuite drives a real `gatectl serve` process through faults: a
 // fault-injecting upstream (internal/faultupstream), hostile clients, a reload
-// storm and kill -9 cycles. Every test asserts bounded time (each call answered
+// storm and kill -9 cycles (faults_test.go), and every bound issue 16 asked for:
+// bad config and state files, floods of names, providers, sessions and
+// subscribers, huge reservations, the API token, hostile ids (limits_test.go). Every test asserts bounded time (each call answered
 // within a stated bound), bounded memory (the process's peak RSS), nothing lost
 // (every call gets an answer; acknowledged state survives), and /healthz answering
 // within 1 s throughout. -soak runs each longer; see docs/faults.md.

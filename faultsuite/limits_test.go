@@ -378,6 +378,7 @@ func TestEmptyStateFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := suiteConfig(url, "")
 	g := startGate(t, dir, cfg)
+	probe := g.healthProbe()
 	acked := map[string]string{}
 	for i := range 50 * scale() {
 		id, v := fmt.Sprintf("kept-%d", i), []string{"on", "off"}[i%2]
@@ -386,6 +387,7 @@ func TestEmptyStateFile(t *testing.T) {
 		}
 		acked[id] = v
 	}
+	probe()
 	g.kill()
 	statePath := filepath.Join(dir, "state", "gatectl.db")
 	saved, err := os.ReadFile(statePath)
@@ -410,6 +412,8 @@ func TestEmptyStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = startGate(t, dir, cfg)
+	probe = g.healthProbe()
+	defer probe()
 	for id, want := range acked {
 		a := g.get(5*time.Second, "/gate/v1/sessions/"+id)
 		var got struct {
