@@ -77,15 +77,17 @@ func upstream(t *testing.T) (*faultupstream.Handler, string) {
 }
 
 // suiteConfig is the process's config: short deadlines, quick retries, budgets
-// no fault reaches, and short client timeouts for the hostile clients. extra is
-// appended (top-level keys not already set).
+// no fault reaches, and short client timeouts for the hostile clients. A storm's
+// Retry-After is the provider's hint, whose retries spend retry.hintRounds (5 by
+// default) rather than retry.rounds: both are 2 here, so every fault's attempts
+// have one bound. extra is appended (top-level keys not already set).
 func suiteConfig(upURL string, extra string) string {
 	return fmt.Sprintf(`stateDir: state
 providers:
   f: {kind: openai, baseURL: "%s/v1", apiKeyEnv: FAULTSUITE_KEY}
 server: {headerTimeout: 1s, bodyTimeout: 5s, idleTimeout: 1s}
 upstream: {firstByteTimeout: 500ms, responseTimeout: 2s, streamIdleTimeout: 500ms}
-retry: {rounds: 2, initialDelay: 50ms, maxDelay: 200ms, hintClamp: {min: 100ms, max: 1s}}
+retry: {rounds: 2, hintRounds: 2, initialDelay: 50ms, maxDelay: 200ms, hintClamp: {min: 100ms, max: 1s}}
 gate:
   defaults: {tpm: 100000000, rpm: 1000000}
 %s`, upURL, extra)

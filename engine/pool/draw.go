@@ -49,6 +49,19 @@ func (q *Router) Mark(provider string, now time.Time) {
 	q.mu.Lock()
 	q.marks[provider] = now
 	q.mu.Unlock()
+	if q.onMark != nil {
+		q.onMark(provider, now)
+	}
+}
+
+// AdoptMark takes a mark another instance set: the later of it and the mark
+// held already stands. OnMark does not hear it (it came from outside).
+func (q *Router) AdoptMark(provider string, at time.Time) {
+	q.mu.Lock()
+	if cur, ok := q.marks[provider]; !ok || at.After(cur) {
+		q.marks[provider] = at
+	}
+	q.mu.Unlock()
 }
 
 // Unmark lifts the provider's mark by hand.

@@ -187,6 +187,10 @@ type RouterOptions struct {
 	// a lock, so an unsynchronised *rand.Rand is fine.
 	Rand   engine.Rand
 	Events EventSink // nil: events are dropped
+	// OnMark, when set, hears every exhaustion mark this router sets (not the
+	// ones it adopts with AdoptMark): the hook that shares marks between
+	// instances. It runs outside the router's lock.
+	OnMark func(provider string, at time.Time)
 }
 
 // Router is the runtime of the pools: exhaustion marks, the draw, each
@@ -208,6 +212,7 @@ type Router struct {
 	sessions *Sessions
 	clock    engine.Clock
 	events   EventSink
+	onMark   func(provider string, at time.Time) // nil: marks stay in this process
 
 	randMu sync.Mutex // guards rand
 	rand   engine.Rand
@@ -254,7 +259,7 @@ type quotaEntry struct {
 // NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
-		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events,
+		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark,
 		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
 	}
 	if q.readings == nil {

@@ -29,6 +29,8 @@ type Budget struct {
 	Rounds int `json:"rounds"`
 	// Mislabeled is how many were planned on the mislabeled budget.
 	Mislabeled int `json:"mislabeled"`
+	// Hinted is how many hint-driven retries were planned (Policy.HintRounds).
+	Hinted int `json:"hinted,omitempty"`
 	// LongTerm is how many long-term QUOTA waits were planned (unbounded by design).
 	LongTerm int `json:"longTerm"`
 	// Transport is how many retries were planned per transport failure kind that
@@ -151,6 +153,7 @@ const (
 	retryBudgetMain retryBudgetField = iota
 	retryBudgetMislabeled
 	retryBudgetLongTerm
+	retryBudgetHint
 )
 
 func (f retryBudgetField) of(b *Budget) *int {
@@ -159,6 +162,8 @@ func (f retryBudgetField) of(b *Budget) *int {
 		return &b.Mislabeled
 	case retryBudgetLongTerm:
 		return &b.LongTerm
+	case retryBudgetHint:
+		return &b.Hinted
 	default:
 		return &b.Rounds
 	}
@@ -212,11 +217,11 @@ func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind s
 	return b.Rounds, *n, true, false
 }
 
-// turnBudget loads k's budget for req's turn (and step, with BudgetPerStep): a
-// record of another turn starts afresh. Requires k's stripe lock.
+// turnBudget loads k's budget for req's turn (and step, without AcrossSteps): a
+// record of another turn (or step) starts afresh. Requires k's stripe lock.
 func (p *Planner) turnBudget(k BudgetKey, pol *Policy, req *Request) Budget {
 	b, found := p.load(k)
-	if !found || b.Turn != req.Turn || (pol.BudgetPerStep && b.Step != req.Step) {
+	if !found || b.Turn != req.Turn || (!pol.AcrossSteps && b.Step != req.Step) {
 		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
 	}
 	b.Step = req.Step

@@ -102,6 +102,9 @@ type retryCase struct {
 func runRetryCase(t *testing.T, tc retryCase) {
 	t.Helper()
 	pol := DefaultPolicy()
+	// The case tables count hinted retries on the main budget unless a case turns
+	// the hint budget on (TestPlannerHintBudget).
+	pol.HintRounds = FollowRounds
 	if tc.policy != nil {
 		tc.policy(&pol)
 	}
@@ -351,8 +354,8 @@ func TestPlannerBudgets(t *testing.T) {
 			},
 		},
 		{
-			name:   "budgetPerStep: a new step starts afresh",
-			policy: func(p *Policy) { p.Rounds = 1; p.BudgetPerStep = true },
+			name:   "acrossSteps false: a new step starts afresh",
+			policy: func(p *Policy) { p.Rounds = 1; p.AcrossSteps = false },
 			steps: []retryStep{
 				{req: retryReq(engine.ClassServer, nil, retryTurn("t1", 1)), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "retry"},
 				{req: retryReq(engine.ClassServer, nil, retryTurn("t1", 1)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
@@ -912,5 +915,90 @@ func TestOverloadedNeverTeachesTheSink(t *testing.T) {
 	pl.Plan(context.Background(), now, retryReq(engine.ClassRateLimit, retryMs(20000), retrySession("rl")))
 	if len(sink.calls) != 1 {
 		t.Fatalf("RATE_LIMIT must reach the sink once: %+v", sink.calls)
+	}
+}
+
+// TestPlannerHintBudget: a wait that is the provider's own hint spends
+// retry.hintRounds, not a round of the curve, so a patient wait-out of a cooldown
+// leaves the curve whole for blind failures, and the reverse.
+func TestPlannerHintBudget(t *testing.T) {
+	const s = time.Second
+	tests := []retryCase{
+		{
+			name:   "hinted rate limits spend the hint budget, the curve stays whole",
+			policy: func(p *Policy) { p.HintRounds = 2; p.Rounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 1, rounds: 2, budget: "hint", viaGate: true, reason: "28s from the provider's hint"},
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 2, rounds: 2, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionGiveUp, round: 2, rounds: 2, budget: "hint", exhausted: true, reason: "hint budget (retry.hintRounds) spent"},
+				// the curve's single round is still there for a hintless failure
+				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "retry"},
+				{req: retryReq(engine.ClassServer, nil), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "a hinted SERVER failure waits its hint on the hint budget",
+			policy: func(p *Policy) { p.HintRounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionRetry, delay: 7 * s, round: 1, rounds: 1, budget: "hint", reason: "retry 1/1 in 7s (the provider's hint)"},
+				{req: retryReq(engine.ClassOverloaded, retryMs(7000)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+				{req: retryReq(engine.ClassOverloaded, nil), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
+			},
+		},
+		{
+			name:   "hints ignored (respectRetryAfter false): the curve's budget",
+			policy: func(p *Policy) { p.HintRounds = 1; p.RespectRetryAfter = false },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
+				{req: retryReq(engine.ClassRateLimit, retryMs(7000)), kind: ActionRetry, round: 2, rounds: 8, budget: "retry", viaGate: true},
+			},
+		},
+		{
+			name:   "hintRounds null follows retry.rounds",
+			policy: func(p *Policy) { p.HintRounds = FollowRounds; p.Rounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 1, rounds: 1, budget: "retry", viaGate: true},
+				{req: retryReq(engine.ClassServer, nil), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "rounds 0 still never retries, hinted or not",
+			policy: func(p *Policy) { p.Rounds = 0 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionGiveUp, budget: "retry", exhausted: true},
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionGiveUp},
+			},
+		},
+		{
+			name:   "the hint budget is per turn and, with acrossSteps false, per step",
+			policy: func(p *Policy) { p.HintRounds = 1; p.AcrossSteps = false },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 2)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t2", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+			},
+		},
+		{
+			name:   "acrossSteps true (default): the steps share the hint budget",
+			policy: func(p *Policy) { p.HintRounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 2)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+	}
+}
+
+func TestPolicyHintRoundsBounds(t *testing.T) {
+	for _, n := range []int{FollowRounds - 1, MaxRounds + 1} {
+		p := DefaultPolicy()
+		p.HintRounds = n
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "retry.hintRounds") {
+			t.Errorf("HintRounds %d: err = %v, want a retry.hintRounds error", n, err)
+		}
 	}
 }
