@@ -490,7 +490,7 @@ func (s *Store) Check(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
 	}
 	rtt := time.Since(t0)
-	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript} {
+	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript, spendScript} {
 		c, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		err := sc.Load(c, s.c).Err()
 		cancel()
