@@ -155,7 +155,7 @@ func New(o Options) (*Server, error) {
 	s.sessions = pool.NewSessions(sessionStore)
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
-		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(),
+		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(), OnUnmark: s.shareUnmark(),
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
@@ -214,7 +214,8 @@ func New(o Options) (*Server, error) {
 	s.registerAPI(mux)
 	if s.shared != nil { // after the API: a notice may name one of its tickets
 		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
-			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, SessionChanged: s.sessions.Forget})
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, Unmarked: s.quota.AdoptUnmark,
+			SessionChanged: s.sessions.Forget, ProviderCooldown: s.ledger.AdoptProviderCooldown})
 	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))

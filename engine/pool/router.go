@@ -191,6 +191,9 @@ type RouterOptions struct {
 	// ones it adopts with AdoptMark): the hook that shares marks between
 	// instances. It runs outside the router's lock.
 	OnMark func(provider string, at time.Time)
+	// OnUnmark, when set, hears every mark lifted by hand (Unmark), with when:
+	// the hook that shares unmarks between instances. It runs outside the lock.
+	OnUnmark func(provider string, at time.Time)
 }
 
 // Router is the runtime of the pools: exhaustion marks, the draw, each
@@ -213,6 +216,7 @@ type Router struct {
 	clock    engine.Clock
 	events   EventSink
 	onMark   func(provider string, at time.Time) // nil: marks stay in this process
+	onUnmark func(provider string, at time.Time) // nil: unmarks stay in this process
 
 	randMu sync.Mutex // guards rand
 	rand   engine.Rand
@@ -259,7 +263,7 @@ type quotaEntry struct {
 // NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
-		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark,
+		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark, onUnmark: o.OnUnmark,
 		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
 	}
 	if q.readings == nil {
