@@ -74,6 +74,11 @@ func TestCluster(t *testing.T) {
 	if cd := b.providerCooldowns(); cd["p"].IsZero() {
 		t.Fatalf("provider cooldowns on the cluster: %v", cd)
 	}
+	sr := pool.SessionRoute{Asked: engine.Route{Provider: "p", Model: "m1"}, Current: engine.Route{Provider: "q", Model: "m1"}}
+	a.Routes().SaveRoute("s", sr)
+	if got, ok := b.Routes().LoadRoute("s"); !ok || got != sr {
+		t.Fatalf("session route on the cluster: %+v %v", got, ok)
+	}
 	_ = a.Sessions(&pool.MemorySessionStore{}).SaveSession("s", pool.SessionRecord{Switch: "off"})
 	if rec, ok, _ := b.Sessions(&pool.MemorySessionStore{}).LoadSession("s"); !ok || rec.Switch != "off" {
 		t.Fatalf("session on the cluster: %+v %v", rec, ok)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 )
@@ -103,6 +104,8 @@ type Handlers struct {
 	ProviderCooldown func(provider string, until time.Time)
 	// Unmarked: another instance lifted a provider's exhaustion mark by hand at at.
 	Unmarked func(provider string, at time.Time)
+	// Route: another instance moved (or forgot, the zero route) a session's route.
+	Route func(session string, r pool.SessionRoute)
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -377,7 +380,7 @@ func (s *Store) Save(provider, model string, q gate.LearnedQuota) {
 var _ gate.LearnedStore = (*Store)(nil)
 
 // Notify starts listening on every model's channel (and those of the marks,
-// the provider-wide cooldowns and the sessions) and hands what arrives to h;
+// the provider-wide cooldowns, the sessions and their routes) and hands what arrives to h;
 // the exhaustion marks and provider-wide cooldowns set so far are handed to
 // h.Marked and h.ProviderCooldown first. The subscription survives Redis restarts (the client
 // resubscribes).
@@ -427,6 +430,9 @@ func (s *Store) dispatch(channel, payload string) {
 		return
 	case "cooldowns":
 		s.dispatchCooldown(payload)
+		return
+	case "routes":
+		s.dispatchRoute(payload)
 		return
 	case "sessions":
 		if rest, ok := strings.CutPrefix(payload, "x "); ok && s.on.SessionChanged != nil {

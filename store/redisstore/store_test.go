@@ -176,7 +176,8 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	if err := s.Sessions(&pool.MemorySessionStore{}).SaveSession("s1", pool.SessionRecord{Pool: "main"}); err != nil {
 		t.Fatal(err)
 	}
-	others := map[string]bool{"test:{cooldowns}": true, "test:{marks}": true, "test:budget:{s1}:p": true, "test:session:{s1}": true}
+	s.Routes().SaveRoute("s1", pool.SessionRoute{Asked: engine.Route{Provider: "p", Model: "m"}, Current: engine.Route{Provider: "q", Model: "m"}})
+	others := map[string]bool{"test:{cooldowns}": true, "test:{marks}": true, "test:budget:{s1}:p": true, "test:session:{s1}": true, "test:route:{s1}": true}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
