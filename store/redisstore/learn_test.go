@@ -66,3 +66,45 @@ func TestLedgersShareLearnerFlags(t *testing.T) {
 		t.Fatalf("B did not probe a window after A's probe: quota %v", got)
 	}
 }
+
+// A model reset by hand on one instance (POST /gate/v1/models/{p}/{m}/reset)
+// is reset on the others: what was learned goes, on every instance.
+func TestResetShared(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100000, RPM: 1000}
+	cfg.Pace = 0
+	var ls []*gate.Ledger
+	for range 2 {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
+		ls = append(ls, l)
+	}
+	waitSubscribed(t, srv)
+	a, b := ls[0], ls[1]
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000, MaxTokens: 1000}
+	for range 10 {
+		for _, l := range ls {
+			tk, _ := l.Submit(clock.Now(), req)
+			_ = l.Settle(clock.Now(), tk, gate.Usage{InputTokens: 1000, OutputTokens: 1000})
+		}
+	}
+	a.RateLimited(clock.Now(), "p", "m", time.Second)
+	trig := a.BucketStatus(clock.Now(), "p", "m").Trigger
+	if trig == 0 {
+		t.Fatal("A learned no trigger from its 429")
+	}
+	waitFor(t, "B to adopt A's trigger", func() bool { return b.BucketStatus(clock.Now(), "p", "m").Trigger == trig })
+	if !b.Reset(clock.Now(), "p", "m") {
+		t.Fatal("B does not know the model")
+	}
+	waitFor(t, "A to follow B's reset", func() bool {
+		st := a.BucketStatus(clock.Now(), "p", "m")
+		return st.Trigger == 0 && st.Quota == 100000
+	})
+}
