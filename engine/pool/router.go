@@ -455,7 +455,7 @@ func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Rout
 	}
 	if st == nil { // the session starts here: where another instance has it, else drawn from its pool
 		if r, ok := q.loadShared(session, asked); ok {
-			st, on = q.adoptStarted(session, asked, r, now), r
+			st, on = q.adoptStarted(session, asked, r, now)
 			if p = governing(c, rec, on); p == nil {
 				return RouteChoice{Route: on}, err
 			}
@@ -510,16 +510,16 @@ func (q *Router) loadShared(session string, asked engine.Route) (engine.Route, b
 }
 
 // adoptStarted records a session another instance started, unless a
-// concurrent request here started it first.
-func (q *Router) adoptStarted(session string, asked, current engine.Route, now time.Time) *sessionRoute {
+// concurrent request here started it first; it returns the session's route.
+func (q *Router) adoptStarted(session string, asked, current engine.Route, now time.Time) (*sessionRoute, engine.Route) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if st := q.routes[session]; st != nil {
-		return st
+		return st, st.current
 	}
 	st := &sessionRoute{asked: asked, current: current, lastUsed: now}
 	q.addRoute(session, st, now)
-	return st
+	return st, current
 }
 
 // saveShared records a session's new route for the other instances.
