@@ -50,6 +50,14 @@ var gatectlBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The suite asserts wall-clock bounds (/healthz within 1 s throughout), so CI
+	// runs it in a step of its own, after `go test -race ./...`, rather than beside
+	// another package's tests on two cores: .ci/run sets GATECTL_FAULTSUITE=later
+	// for the race run. Anywhere else it runs with the rest.
+	if os.Getenv("GATECTL_FAULTSUITE") == "later" {
+		fmt.Println("faultsuite: deferred to its own step (GATECTL_FAULTSUITE=later)")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "faultsuite-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
