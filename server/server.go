@@ -153,9 +153,13 @@ func New(o Options) (*Server, error) {
 		sessionStore = s.shared.Sessions(store)
 	}
 	s.sessions = pool.NewSessions(sessionStore)
+	var routes pool.RouteStore
+	if s.shared != nil { // a session goes on one route, whichever instance its calls reach
+		routes = s.shared.Routes()
+	}
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
-		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(),
+		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(), OnUnmark: s.shareUnmark(), Routes: routes,
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
@@ -214,7 +218,8 @@ func New(o Options) (*Server, error) {
 	s.registerAPI(mux)
 	if s.shared != nil { // after the API: a notice may name one of its tickets
 		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
-			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, SessionChanged: s.sessions.Forget})
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, Unmarked: s.quota.AdoptUnmark,
+			SessionChanged: s.sessions.Forget, ProviderCooldown: s.ledger.AdoptProviderCooldown, Route: s.quota.AdoptRoute})
 	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))

@@ -80,3 +80,12 @@ func (s *Server) shareMark() func(provider string, at time.Time) {
 	}
 	return s.shared.ShareMark
 }
+
+// shareUnmark is the pool router's OnUnmark: a mark lifted by hand on one
+// instance is lifted on all of them.
+func (s *Server) shareUnmark() func(provider string, at time.Time) {
+	if s.shared == nil {
+		return nil
+	}
+	return s.shared.ShareUnmark
+}

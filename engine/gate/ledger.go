@@ -396,13 +396,8 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 	}
 	until := now.Add(retryAfter)
 	if model == "" {
-		ps := l.providerState(provider)
-		for {
-			cur := ps.cooldownUntil.Load()
-			if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
-				break
-			}
-		}
+		l.extendProviderCooldown(l.providerState(provider), until)
+		l.shareProviderCooldown(provider, now, until)
 		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
 		return
 	}

@@ -191,3 +191,40 @@ func (l *Ledger) SettledElsewhere(now time.Time, t Ticket, tokens int64) error {
 	}
 	return b.closeLocked(now, t, max(tokens, 0), nil)
 }
+
+// SharedProviderCooldowns is an optional capability of a SharedWindow: sharing
+// provider-wide cooldowns (a 429 that names no model), which no model's window
+// holds. The store records the longest and tells the other instances, which
+// adopt it (AdoptProviderCooldown).
+type SharedProviderCooldowns interface {
+	ProviderCooldown(provider string, now, until time.Time) error
+}
+
+// shareProviderCooldown hands a provider-wide cooldown to the shared store, if
+// it takes them. A store that fails counts and logs its own failure; the local
+// cooldown holds either way.
+func (l *Ledger) shareProviderCooldown(provider string, now, until time.Time) {
+	if s, ok := l.shared.(SharedProviderCooldowns); ok {
+		_ = s.ProviderCooldown(provider, now, until)
+	}
+}
+
+// AdoptProviderCooldown takes a provider-wide cooldown another instance started:
+// every model of the provider waits until until. A shorter one never shortens a
+// longer one. It is not a 429 this instance saw, so no event tells of it.
+func (l *Ledger) AdoptProviderCooldown(provider string, until time.Time) {
+	if until.Before(l.clock.Now()) {
+		return
+	}
+	l.extendProviderCooldown(l.providerState(provider), until)
+}
+
+// extendProviderCooldown moves ps's cooldown to until unless it ends later already.
+func (l *Ledger) extendProviderCooldown(ps *providerState, until time.Time) {
+	for {
+		cur := ps.cooldownUntil.Load()
+		if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
+			return
+		}
+	}
+}

@@ -64,10 +64,25 @@ func (q *Router) AdoptMark(provider string, at time.Time) {
 	q.mu.Unlock()
 }
 
-// Unmark lifts the provider's mark by hand.
+// Unmark lifts the provider's mark by hand; OnUnmark hears it.
 func (q *Router) Unmark(provider string) {
+	now := q.clock.Now()
 	q.mu.Lock()
 	delete(q.marks, provider)
+	q.mu.Unlock()
+	if q.onUnmark != nil {
+		q.onUnmark(provider, now)
+	}
+}
+
+// AdoptUnmark takes an unmark by hand another instance made at at: the mark
+// goes unless it was set after at (a newer QUOTA failure stands). OnUnmark does
+// not hear it.
+func (q *Router) AdoptUnmark(provider string, at time.Time) {
+	q.mu.Lock()
+	if cur, ok := q.marks[provider]; ok && !cur.After(at) {
+		delete(q.marks, provider)
+	}
 	q.mu.Unlock()
 }
 

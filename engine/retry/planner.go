@@ -23,8 +23,8 @@ type PlannerOptions struct {
 	Rand engine.Rand
 	// Quota answers QUOTA failures (failover, long-term waits); nil means none.
 	Quota QuotaRouter
-	// StoreError is told of every failed Load ("load") or Save ("save"). The plan
-	// goes on regardless (fail open). nil drops the errors.
+	// StoreError is told of every failed Load ("load"), Save ("save") or
+	// BudgetSpender.Spend ("spend"). The plan goes on regardless (fail open). nil drops the errors.
 	StoreError func(op string, k BudgetKey, err error)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/gatectl/gatectl/engine"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +98,28 @@ type retryCase struct {
 	sink []retrySinkCall
 	// routerCalls, when not nil, is every RouteQuota call expected (NativeSpent only).
 	routerCalls []bool
+	// spender runs the case on a store that spends rounds itself (BudgetSpender).
+	spender bool
+}
+
+// spendingStore is a MemoryBudgetStore that spends rounds itself, the way a
+// store shared by several processes does (BudgetSpend.Apply under its lock).
+type spendingStore struct {
+	MemoryBudgetStore
+	mu     sync.Mutex
+	spends int
+}
+
+func (s *spendingStore) Spend(k BudgetKey, sp BudgetSpend) (Budget, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spends++
+	cur, found, _ := s.Load(k)
+	b, ok := sp.Apply(cur, found)
+	if ok {
+		_ = s.Save(k, b)
+	}
+	return b, ok, nil
 }
 
 func runRetryCase(t *testing.T, tc retryCase) {
@@ -112,6 +135,11 @@ func runRetryCase(t *testing.T, tc retryCase) {
 	opts := PlannerOptions{Sink: sink}
 	if tc.noSink {
 		opts.Sink = nil
+	}
+	var spender *spendingStore
+	if tc.spender {
+		spender = &spendingStore{}
+		opts.Store = spender
 	}
 	if tc.rand != nil {
 		opts.Rand = &retrySeqRand{vals: tc.rand}
@@ -137,6 +165,9 @@ func runRetryCase(t *testing.T, tc retryCase) {
 		if !strings.Contains(a.Reason, st.reason) {
 			t.Errorf("step %d: reason %q does not contain %q", i, a.Reason, st.reason)
 		}
+	}
+	if spender != nil && spender.spends == 0 && slices.ContainsFunc(tc.steps, func(st retryStep) bool { return st.kind == ActionRetry }) {
+		t.Error("the planner never spent through the store's Spend")
 	}
 	if tc.sink != nil {
 		if len(sink.calls) != len(tc.sink) {
@@ -373,6 +404,9 @@ func TestPlannerBudgets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+		// The same answers from a store that spends rounds itself (shared by several processes).
+		tc.spender = true
+		t.Run(tc.name+" (BudgetSpender)", func(t *testing.T) { runRetryCase(t, tc) })
 	}
 }
 
@@ -474,6 +508,9 @@ func TestPlannerTransport(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+		// The same answers from a store that spends rounds itself (shared by several processes).
+		tc.spender = true
+		t.Run(tc.name+" (BudgetSpender)", func(t *testing.T) { runRetryCase(t, tc) })
 	}
 }
 

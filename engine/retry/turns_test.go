@@ -48,12 +48,21 @@ func interleave(t *testing.T, pl *Planner, edit func(*Request)) map[string][]int
 // one turn per (session, provider), so each failure of one turn reset the
 // other's rounds and both ran on until the attempt backstop.
 func TestPlannerInterleavedTurns(t *testing.T) {
-	for _, oneShot := range []bool{false, true} {
-		t.Run(fmt.Sprintf("oneShot=%v", oneShot), func(t *testing.T) {
+	for _, c := range []struct{ oneShot, spender bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("oneShot=%v spender=%v", c.oneShot, c.spender), func(t *testing.T) {
+			oneShot := c.oneShot
 			pol := DefaultPolicy()
 			pol.Rounds = 3
-			store := NewMemoryBudgetStore()
-			pl, err := NewPlanner(pol, PlannerOptions{Store: store})
+			// spender: a store shared by several processes, which spends rounds itself.
+			spender := &spendingStore{}
+			store := &spender.MemoryBudgetStore
+			var opts PlannerOptions
+			if c.spender {
+				opts.Store = spender
+			} else {
+				opts.Store = store
+			}
+			pl, err := NewPlanner(pol, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,9 +72,12 @@ func TestPlannerInterleavedTurns(t *testing.T) {
 					t.Errorf("turn %s retried on rounds %v, want [1 2 3]", turn, got[turn])
 				}
 			}
+			if c.spender && !oneShot && spender.spends == 0 {
+				t.Error("named turns never spent through the store's Spend")
+			}
 			if oneShot {
-				if n := store.Len(); n != 0 {
-					t.Errorf("one-shot turns left %d records in the store, want none", n)
+				if n := store.Len(); n != 0 || spender.spends != 0 {
+					t.Errorf("one-shot turns reached the store: %d records, %d spends; want none", n, spender.spends)
 				}
 				if n := pl.OneShotTurns(); n != 2 {
 					t.Errorf("OneShotTurns = %d, want 2 before EndTurn", n)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/redistest"
 )
 
@@ -85,6 +86,34 @@ func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
 	b.StopTimer()
 	reportPercentiles(b, all)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkRedisSpendRound is one retry round spent on a shared budget (one
+// Lua script, then the local copy), one at a time: what a retry adds when
+// budgets are shared.
+func BenchmarkRedisSpendRound(b *testing.B) {
+	srv := redistest.Start(b)
+	s, err := Open(Options{URL: srv.URL(), KeyPrefix: "bench:", Timeout: time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	bud := s.Budgets(retry.NewMemoryBudgetStore())
+	k := retry.BudgetKey{Session: "s", Provider: "p"}
+	sp := retry.BudgetSpend{Turn: "t", Counter: "longTerm", Limit: -1, KindLimit: -1}
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		sp.Now = t0
+		if _, ok, err := bud.Spend(k, sp); !ok || err != nil {
+			b.Fatal("not spent", err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	if s.Errors() != 0 {
+		b.Fatalf("%d store errors", s.Errors())
+	}
+	reportPercentiles(b, lat)
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {

@@ -60,6 +60,25 @@ func TestCluster(t *testing.T) {
 	if got, ok, _ := b.Budgets(retry.NewMemoryBudgetStore()).Load(k); !ok || got.Rounds != 2 {
 		t.Fatalf("budget on the cluster: %+v %v", got, ok)
 	}
+	sp := retry.BudgetSpend{Turn: "t", Counter: "rounds", Limit: 3, KindLimit: -1, Now: clock.Now()}
+	if got, ok, err := b.Budgets(retry.NewMemoryBudgetStore()).Spend(k, sp); err != nil || !ok || got.Rounds != 1 {
+		t.Fatalf("spending a round on the cluster: %+v %v %v", got, ok, err)
+	}
+	a.ShareUnmark("openai", clock.Now())
+	if m := b.marks(); !m["openai"].IsZero() {
+		t.Fatalf("unmark on the cluster: %v", m)
+	}
+	if err := a.ProviderCooldown("p", clock.Now(), clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if cd := b.providerCooldowns(); cd["p"].IsZero() {
+		t.Fatalf("provider cooldowns on the cluster: %v", cd)
+	}
+	sr := pool.SessionRoute{Asked: engine.Route{Provider: "p", Model: "m1"}, Current: engine.Route{Provider: "q", Model: "m1"}}
+	a.Routes().SaveRoute("s", sr)
+	if got, ok := b.Routes().LoadRoute("s"); !ok || got != sr {
+		t.Fatalf("session route on the cluster: %+v %v", got, ok)
+	}
 	_ = a.Sessions(&pool.MemorySessionStore{}).SaveSession("s", pool.SessionRecord{Switch: "off"})
 	if rec, ok, _ := b.Sessions(&pool.MemorySessionStore{}).LoadSession("s"); !ok || rec.Switch != "off" {
 		t.Fatalf("session on the cluster: %+v %v", rec, ok)

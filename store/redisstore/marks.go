@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Exhaustion marks (a provider out of allowance after a QUOTA failure) are
@@ -33,6 +35,25 @@ func (s *Store) ShareMark(provider string, at time.Time) {
 	})
 }
 
+// ShareUnmark records that this instance lifted provider's mark by hand at at:
+// the mark leaves the hash unless a later one replaced it meanwhile, and the
+// other instances are told (a mark they set after at stands).
+func (s *Store) ShareUnmark(provider string, at time.Time) {
+	ms := strconv.FormatInt(at.UnixMilli(), 10)
+	_ = s.call(func(ctx context.Context) error {
+		return unmarkScript.Run(ctx, s.c, []string{s.marksKey()}, provider, ms, s.marksChannel(), "u "+s.instance+" "+ms+" "+provider).Err()
+	})
+}
+
+// unmarkScript: KEYS marks; ARGV provider at channel message. Drops provider's
+// mark unless it was set after at, and announces the unmark.
+var unmarkScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if cur <= tonumber(ARGV[2]) then redis.call('HDEL', KEYS[1], ARGV[1]) end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`)
+
 // marks reads every recorded mark.
 func (s *Store) marks() map[string]time.Time {
 	var all map[string]string
@@ -52,17 +73,20 @@ func (s *Store) marks() map[string]time.Time {
 	return out
 }
 
-// dispatchMark hands another instance's mark to the handler.
+// dispatchMark hands another instance's mark ("m …") or unmark ("u …") to the handler.
 func (s *Store) dispatchMark(payload string) {
-	rest, ok := strings.CutPrefix(payload, "m ")
-	if !ok || s.on.Marked == nil {
+	handler := s.on.Marked
+	if len(payload) > 1 && payload[0] == 'u' {
+		handler = s.on.Unmarked
+	}
+	if len(payload) < 2 || payload[1] != ' ' || (payload[0] != 'm' && payload[0] != 'u') || handler == nil {
 		return
 	}
-	parts := strings.SplitN(rest, " ", 3)
+	parts := strings.SplitN(payload[2:], " ", 3)
 	if len(parts) != 3 || parts[0] == s.instance {
 		return
 	}
 	if ms, err := strconv.ParseInt(parts[1], 10, 64); err == nil {
-		s.on.Marked(parts[2], time.UnixMilli(ms))
+		handler(parts[2], time.UnixMilli(ms))
 	}
 }

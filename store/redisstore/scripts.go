@@ -127,3 +127,52 @@ if untilMs > cur then
 end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 `)
+
+// spendScript spends one round of a session's retry budget (retry.BudgetSpend:
+// the same rules as BudgetSpend.Apply), with the limits checked here, so two
+// instances planning a retry for the same session at once cannot both spend
+// the last round. The record is the JSON of retry.Budget.
+//
+// KEYS: record. ARGV: turn, step, perStep (0|1), counter, limit (<0
+// unbounded), kind, kindLimit (<0: no kind), updatedAt (RFC 3339), ttl ms.
+// Returns {spent (0|1), the record's JSON after}.
+var spendScript = redis.NewScript(`
+local raw = redis.call('GET', KEYS[1])
+local b = nil
+if raw then
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == 'table' then b = v end
+end
+local step = tonumber(ARGV[2])
+if not b or b.turn ~= ARGV[1] or (ARGV[3] == '1' and tonumber(b.step) ~= step) then
+  b = {turn = ARGV[1], rounds = 0, mislabeled = 0, longTerm = 0}
+end
+b.step = step
+local counter, limit = ARGV[4], tonumber(ARGV[5])
+local kind, kindLimit = ARGV[6], tonumber(ARGV[7])
+local n = tonumber(b[counter]) or 0
+local spent = 0
+local known = kind == 'dns' or kind == 'refused' or kind == 'reset' or kind == 'timeout'
+if kindLimit >= 0 then
+  if type(b.transport) ~= 'table' then b.transport = nil end
+  local kn = 0
+  if known and b.transport then kn = tonumber(b.transport[kind]) or 0 end
+  if kn < kindLimit and (limit < 0 or n < limit) then
+    if known then
+      b.transport = b.transport or {}
+      b.transport[kind] = kn + 1
+    end
+    spent = 1
+  end
+elseif limit < 0 or n < limit then
+  spent = 1
+end
+if spent == 1 then
+  b[counter] = n + 1
+  b.updatedAt = ARGV[8]
+  raw = cjson.encode(b)
+  redis.call('SET', KEYS[1], raw, 'PX', ARGV[9])
+  return {1, raw}
+end
+return {0, cjson.encode(b)}
+`)

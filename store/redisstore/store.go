@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 )
@@ -98,6 +99,13 @@ type Handlers struct {
 	Marked   func(provider string, at time.Time)               // another instance marked a provider exhausted
 	// SessionChanged: another instance changed the session's settings.
 	SessionChanged func(session string)
+	// ProviderCooldown: another instance started a provider-wide cooldown
+	// (a 429 that named no model) that ends at until.
+	ProviderCooldown func(provider string, until time.Time)
+	// Unmarked: another instance lifted a provider's exhaustion mark by hand at at.
+	Unmarked func(provider string, at time.Time)
+	// Route: another instance moved (or forgot, the zero route) a session's route.
+	Route func(session string, r pool.SessionRoute)
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -371,15 +379,21 @@ func (s *Store) Save(provider, model string, q gate.LearnedQuota) {
 
 var _ gate.LearnedStore = (*Store)(nil)
 
-// Notify starts listening on every model's channel (and the marks' channel)
-// and hands what arrives to h; the exhaustion marks set so far are handed to
-// h.Marked first. The subscription survives Redis restarts (the client
+// Notify starts listening on every model's channel (and those of the marks,
+// the provider-wide cooldowns, the sessions and their routes) and hands what arrives to h;
+// the exhaustion marks and provider-wide cooldowns set so far are handed to
+// h.Marked and h.ProviderCooldown first. The subscription survives Redis restarts (the client
 // resubscribes).
 func (s *Store) Notify(h Handlers) {
 	s.on = h
 	if h.Marked != nil {
 		for p, at := range s.marks() {
 			h.Marked(p, at)
+		}
+	}
+	if h.ProviderCooldown != nil {
+		for p, until := range s.providerCooldowns() {
+			h.ProviderCooldown(p, until)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -413,6 +427,12 @@ func (s *Store) dispatch(channel, payload string) {
 	switch channel[i+1 : j] {
 	case "marks":
 		s.dispatchMark(payload)
+		return
+	case "cooldowns":
+		s.dispatchCooldown(payload)
+		return
+	case "routes":
+		s.dispatchRoute(payload)
 		return
 	case "sessions":
 		if rest, ok := strings.CutPrefix(payload, "x "); ok && s.on.SessionChanged != nil {
@@ -490,7 +510,7 @@ func (s *Store) Check(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
 	}
 	rtt := time.Since(t0)
-	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript} {
+	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript} {
 		c, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		err := sc.Load(c, s.c).Err()
 		cancel()

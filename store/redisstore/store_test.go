@@ -11,6 +11,8 @@ import (
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -161,6 +163,21 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	_, _ = s.Cooldown("p", "m", now, now.Add(10*time.Second), time.Minute)
 	s.Save("p", "m", gate.LearnedQuota{Quota: 500})
 	reserve(t, s, now, 10, 1000)
+	// The keys outside a model's window: provider-wide cooldowns, exhaustion
+	// marks (an unmark leaves the others), retry budgets, session settings.
+	_ = s.ProviderCooldown("p", now, now.Add(10*time.Second))
+	s.ShareMark("p", now)
+	s.ShareMark("q", now)
+	s.ShareUnmark("q", now)
+	bud := s.Budgets(retry.NewMemoryBudgetStore())
+	if _, ok, err := bud.Spend(retry.BudgetKey{Session: "s1", Provider: "p"}, retry.BudgetSpend{Turn: "t", Counter: "rounds", Limit: 3, KindLimit: -1, Now: now}); !ok || err != nil {
+		t.Fatalf("Spend: %v %v", ok, err)
+	}
+	if err := s.Sessions(&pool.MemorySessionStore{}).SaveSession("s1", pool.SessionRecord{Pool: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Routes().SaveRoute("s1", pool.SessionRoute{Asked: engine.Route{Provider: "p", Model: "m"}, Current: engine.Route{Provider: "q", Model: "m"}})
+	others := map[string]bool{"test:{cooldowns}": true, "test:{marks}": true, "test:budget:{s1}:p": true, "test:session:{s1}": true, "test:route:{s1}": true}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
@@ -168,16 +185,20 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) < 6 {
-		t.Fatalf("keys %v: want the window, tokens, sum, sequence, cooldown and learned keys", keys)
+	if len(keys) < 6+len(others) {
+		t.Fatalf("keys %v: want the window, tokens, sum, sequence, cooldown and learned keys, and %v", keys, others)
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "test:{p/m}:") {
+		if !strings.HasPrefix(k, "test:{p/m}:") && !others[k] {
 			t.Errorf("key %q lacks the prefix and the hash tag {p/m}", k)
 		}
+		delete(others, k)
 		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("key %q has no TTL (%v)", k, ttl)
 		}
+	}
+	if len(others) > 0 {
+		t.Errorf("keys %v were not written", others)
 	}
 }
 
