@@ -28,8 +28,14 @@ type Budgets struct {
 // Budgets returns the shared retry-budget store over local.
 func (s *Store) Budgets(local retry.BudgetStore) *Budgets { return &Budgets{s: s, local: local} }
 
+// Each named turn has its own record, so concurrent turns of one session never
+// reset each other's rounds; provider names are config identifiers (no ':').
 func (s *Store) budgetKey(k retry.BudgetKey) string {
-	return s.opts.KeyPrefix + "budget:{" + k.Session + "}:" + k.Provider
+	key := s.opts.KeyPrefix + "budget:{" + k.Session + "}:" + k.Provider
+	if k.Turn != "" {
+		key += ":turn:" + k.Turn
+	}
+	return key
 }
 
 // Load implements retry.BudgetStore: Redis's record, else the local one.

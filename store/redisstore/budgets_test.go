@@ -136,3 +136,27 @@ func TestBudgetSpendTransport(t *testing.T) {
 		t.Fatal("with Redis down the local record let the main budget go past its limit")
 	}
 }
+
+// Two named turns of one session, interleaved on two instances, each spend
+// exactly their own rounds: a turn's record is its own key, so one turn never
+// starts another's budget afresh.
+func TestBudgetTurnsKeptApart(t *testing.T) {
+	srv := redistest.Start(t)
+	const rounds = 3
+	stores := []*Budgets{open(t, srv, FailOpen).Budgets(retry.NewMemoryBudgetStore()), open(t, srv, FailOpen).Budgets(retry.NewMemoryBudgetStore())}
+	now := time.Now()
+	spent := map[string]int{}
+	for i := range 2 * (rounds + 2) {
+		turn := "t" + strconv.Itoa(i%2)
+		k := retry.BudgetKey{Session: "s1", Provider: "openai", Turn: turn}
+		sp := retry.BudgetSpend{Turn: turn, Step: 1, Counter: "rounds", Limit: rounds, KindLimit: -1, Now: now}
+		if _, ok, err := stores[i%2].Spend(k, sp); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			spent[turn]++
+		}
+	}
+	if spent["t0"] != rounds || spent["t1"] != rounds {
+		t.Fatalf("interleaved turns spent %v, want %d each", spent, rounds)
+	}
+}
