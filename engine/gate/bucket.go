@@ -654,11 +654,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
-		served := b.servedArrival.max(now, cfg.Window)
-		if b.atCompletion {
-			served = b.servedDone.max(now, cfg.Window)
-		}
-		steps = b.learn.on429(now, reading, slack, float64(served), cfg.Window)
+		steps = b.learn.on429(now, reading, slack, cfg.Window)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)

@@ -162,29 +162,3 @@ func TestWindowTailIsWhatOnlyTheGuardHolds(t *testing.T) {
 		t.Fatalf("tail %d of %d at 61.2 s, want 10 of 11", got, tokens)
 	}
 }
-
-// The first 429 from a start above the truth reads the window after the calls
-// the burst refused left it; a call the provider served at a higher level, within
-// the refused call's reach, is the better estimate. Later triggers ignore it: a
-// token bucket or a fixed window serves bursts a steady level would not carry.
-func TestFirstTriggerTakesTheServedLevel(t *testing.T) {
-	span := time.Minute
-	l := newLearner(400000, true, t0)
-	l.on429(t0.Add(30*time.Second), 187000, 27000, 196000, span)
-	if l.trigger != 196000 {
-		t.Fatalf("first trigger %v, want the served level 196000", l.trigger)
-	}
-	// Out of reach (above reading + slack): the reading stands.
-	l = newLearner(400000, true, t0)
-	l.on429(t0.Add(30*time.Second), 187000, 5000, 196000, span)
-	if l.trigger != 187000 {
-		t.Fatalf("first trigger %v, want the reading 187000", l.trigger)
-	}
-	// A later trigger does not take it.
-	l = newLearner(400000, true, t0)
-	l.on429(t0.Add(30*time.Second), 187000, 5000, 0, span)
-	l.on429(t0.Add(200*time.Second), 180000, 27000, 196000, span)
-	if l.trigger != 180000 {
-		t.Fatalf("later trigger %v, want the reading 180000", l.trigger)
-	}
-}

@@ -206,14 +206,8 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 //
 // slack is how far above the reading the limit may lie: the refused call's
 // reservation, and the reading's own uncertainty. When a clean window's reading
-// falls in [reading, reading + slack] too, it is the better estimate of the
-// limit: the provider carried it. served is the highest level the provider
-// accepted a call at in the last window or two (0: none known); it stands in
-// for the clean record for the first trigger, before any window passed clean
-// near the limit (a start above the truth), and only then: later, the level
-// served in a burst a token bucket or a fixed window let through would raise a
-// trigger the clean record holds down.
-func (l *learner) on429(now time.Time, reading, slack, served float64, span time.Duration) (steps []learnStep) {
+// falls in [reading, reading + slack] too, it is the better estimate of the limit.
+func (l *learner) on429(now time.Time, reading, slack float64, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -229,13 +223,8 @@ func (l *learner) on429(now time.Time, reading, slack, served float64, span time
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	if reading > 0 {
 		t := reading
-		if l.trigger > 0 {
-			served = 0 // see above: the first trigger only
-		}
-		for _, carried := range [2]float64{l.cleanMax, served} {
-			if slack > 0 && carried > t && carried <= reading+slack {
-				t = carried
-			}
+		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
+			t = l.cleanMax
 		}
 		if !inBurst && repeated && atLevel {
 			t = math.Min(t, level) * stepDown
