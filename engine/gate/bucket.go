@@ -632,8 +632,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
+	refuted := false
 	if axis == engine.AxisTokens && b.learn.enabled {
-		b.voteLocked(now, sig.Tokens)
+		refuted = b.voteLocked(now, sig.Tokens)
 	}
 	reading := b.providerViewLocked()
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
@@ -654,7 +655,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
-		steps = b.learn.on429(now, reading, slack, cfg.Window)
+		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)
@@ -684,7 +685,10 @@ func (b *bucket) typicalCallLocked() float64 {
 // weak vote; three net weak votes switch the view. On a switch the readings of
 // the old view are forgotten (they measured the wrong thing) — but not the level
 // it held: a reading far below that is still suspect.
-func (b *bucket) voteLocked(now time.Time, refused int64) {
+//
+// It reports whether the 429 refuted the view the bucket uses after the vote:
+// the provider refused below a level it served in that view within two windows.
+func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 	span := b.l.conf().Window
 	// The views as the provider's own window holds them: without what the
 	// gate's count guard keeps past the window.
@@ -702,6 +706,13 @@ func (b *bucket) voteLocked(now time.Time, refused int64) {
 	r := float64(refused)
 	arrivalRefuted := float64(b.servedArrival.max(now, span)) > arrival+r+arrivalSlack
 	doneRefuted := float64(b.servedDone.max(now, span)) > completion+r+doneSlack
+	arrivalRaw, doneRaw := arrivalRefuted, doneRefuted
+	defer func() {
+		refutedInUse = arrivalRaw
+		if b.atCompletion {
+			refutedInUse = doneRaw
+		}
+	}()
 	// A view the 429 switches to must explain it as the gate's own excess: read
 	// there, the refused level is not far below the level the gate held. Outside
 	// traffic refutes the arrival view too (the provider refused below what it
@@ -721,7 +732,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) {
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
 	case arrivalRefuted && doneRecentlyRefuted:
-		return
+		return refutedInUse
 	case arrivalRefuted:
 		b.modeVotes = switchVotes
 	case doneRefuted:
@@ -731,7 +742,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) {
 	case arrival > 1.1*completion:
 		b.modeVotes = min(b.modeVotes, 0) - 1
 	default:
-		return
+		return refutedInUse
 	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
@@ -741,6 +752,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) {
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
 		b.l.emit(e)
 	}
+	return refutedInUse
 }
 
 // refuteMemory is how many windows a refutation of the completion view keeps the

@@ -162,3 +162,33 @@ func TestWindowTailIsWhatOnlyTheGuardHolds(t *testing.T) {
 		t.Fatalf("tail %d of %d at 61.2 s, want 10 of 11", got, tokens)
 	}
 }
+
+// A 429 that refutes the view in use — the provider refused below a level it
+// served within two windows, as a token bucket does once the reserve a cooldown
+// refilled is spent — also drops the clean record to the new trigger: the clean
+// windows above it were that reserve, and relaxing back up to them would cost
+// the next 429 burst.
+func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
+	span := time.Minute
+	for _, tc := range []struct {
+		name    string
+		refuted bool
+		relax   bool
+	}{
+		{"Refuted", true, false},
+		{"Consistent", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLearner(1000, true, t0)
+			l.cleanMax = 1000 // a window at 1000 passed clean
+			l.on429(t0.Add(10*time.Second), 900, 0, tc.refuted, span)
+			if l.trigger != 900 {
+				t.Fatalf("trigger %v, want the reading 900", l.trigger)
+			}
+			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+2*span), span)
+			if moved != tc.relax {
+				t.Fatalf("relaxed %v (trigger %v, clean record %v), want %v", moved, l.trigger, l.cleanMax, tc.relax)
+			}
+		})
+	}
+}

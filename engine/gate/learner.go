@@ -207,7 +207,10 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // slack is how far above the reading the limit may lie: the refused call's
 // reservation, and the reading's own uncertainty. When a clean window's reading
 // falls in [reading, reading + slack] too, it is the better estimate of the limit.
-func (l *learner) on429(now time.Time, reading, slack float64, span time.Duration) (steps []learnStep) {
+// refuted says the provider refused below a level it served within two windows
+// (see bucket.voteLocked): the clean windows above the reading then describe a
+// reserve it has spent, not a level it carries.
+func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -257,11 +260,12 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 		// a little too high, and the trigger steps below it.
 		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
 	}
-	if (repeated || l.relaxed) && l.trigger > 0 {
-		// Refused twice within two windows, or after relaxing toward the clean
-		// record: the clean windows above this reading describe bursts the
-		// provider no longer allows (a token bucket that had refilled during a
-		// cooldown, a limit that fell). The trigger may not relax back up to them.
+	if (repeated || l.relaxed || refuted) && l.trigger > 0 {
+		// Refused twice within two windows, after relaxing toward the clean
+		// record, or below a level served within two windows: the clean windows
+		// above this reading describe bursts the provider no longer allows (a
+		// token bucket that had refilled during a cooldown, a limit that fell).
+		// The trigger may not relax back up to them.
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.relaxed = false
