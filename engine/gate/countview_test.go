@@ -167,23 +167,26 @@ func TestWindowTailIsWhatOnlyTheGuardHolds(t *testing.T) {
 // served within two windows, as a token bucket does once the reserve a cooldown
 // refilled is spent — also drops the clean record to the new trigger: the clean
 // windows above it were that reserve, and relaxing back up to them would cost
-// the next 429 burst.
+// the next 429 burst. So does a 429 read within a tenth of the clean record.
 func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
 	span := time.Minute
 	for _, tc := range []struct {
 		name    string
+		reading float64
 		refuted bool
 		relax   bool
 	}{
-		{"Refuted", true, false},
-		{"Consistent", false, true},
+		{"Refuted", 850, true, false},
+		{"Consistent", 850, false, true},
+		// Within a tenth of the clean record: the record overstated.
+		{"NearTheCleanRecord", 920, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLearner(1000, true, t0)
 			l.cleanMax = 1000 // a window at 1000 passed clean
-			l.on429(t0.Add(10*time.Second), 900, 0, tc.refuted, span)
-			if l.trigger != 900 {
-				t.Fatalf("trigger %v, want the reading 900", l.trigger)
+			l.on429(t0.Add(10*time.Second), tc.reading, 0, tc.refuted, span)
+			if l.trigger != tc.reading {
+				t.Fatalf("trigger %v, want the reading %v", l.trigger, tc.reading)
 			}
 			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+2*span), span)
 			if moved != tc.relax {

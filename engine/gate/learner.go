@@ -31,6 +31,9 @@ const (
 	// not chase it all the way.
 	relaxGapShare = 0.75
 	relaxTo       = 0.97
+	// nearCleanShare: a believed 429 read at this share of the clean record or
+	// above ends the relaxing toward it (see on429).
+	nearCleanShare = 0.9
 	// A trusted 429 read at atLevelShare or more of the gate's own level says
 	// the level itself is too high: the trigger goes stepDown below it, so the
 	// gate does not sit exactly where it was refused.
@@ -260,12 +263,16 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 		// a little too high, and the trigger steps below it.
 		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
 	}
-	if (repeated || l.relaxed || refuted) && l.trigger > 0 {
+	nearClean := reading > 0 && reading >= nearCleanShare*l.cleanMax
+	if (repeated || l.relaxed || refuted || nearClean) && l.trigger > 0 {
 		// Refused twice within two windows, after relaxing toward the clean
-		// record, or below a level served within two windows: the clean windows
-		// above this reading describe bursts the provider no longer allows (a
-		// token bucket that had refilled during a cooldown, a limit that fell).
-		// The trigger may not relax back up to them.
+		// record, below a level served within two windows, or within a tenth
+		// of the clean record: the clean windows above this reading describe
+		// bursts the provider no longer allows (a token bucket that had refilled
+		// during a cooldown, a limit that fell), or the record overstates (it is
+		// the highest of many noisy readings). The trigger may not relax back up
+		// to them; a reading further below is a poisoned trigger the clean
+		// record still lifts.
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.relaxed = false
