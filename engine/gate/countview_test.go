@@ -188,10 +188,60 @@ func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
 			if l.trigger != tc.reading {
 				t.Fatalf("trigger %v, want the reading %v", l.trigger, tc.reading)
 			}
-			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+2*span), span)
+			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+span+span/2), span)
 			if moved != tc.relax {
 				t.Fatalf("relaxed %v (trigger %v, clean record %v), want %v", moved, l.trigger, l.cleanMax, tc.relax)
 			}
 		})
+	}
+}
+
+// The first trigger (here from a start at twice the truth) is one reading and
+// reads low; once it has bound the budget for two windows without a 429 it
+// gets one step up. A 429 answering the step takes it back, and there is no
+// second fast step: only the slow re-probe moves a trigger after that.
+func TestFirstTriggerGetsOneProbe(t *testing.T) {
+	span := time.Minute
+	l := newLearner(2000, true, t0)
+	l.on429(t0.Add(30*time.Second), 900, 0, false, span) // the first trigger
+	if l.trigger != 900 || l.quota != 900 {
+		t.Fatalf("trigger %v quota %v, want both at the reading 900", l.trigger, l.quota)
+	}
+	// A window after it: too soon.
+	if _, moved := l.onTokenBlocked(t0.Add(30*time.Second+span), span); moved {
+		t.Fatalf("probed a window after the first trigger (trigger %v)", l.trigger)
+	}
+	// Two windows after it: one step.
+	at := t0.Add(30*time.Second + 2*span)
+	if st, moved := l.onTokenBlocked(at, span); !moved || l.trigger != 945 {
+		t.Fatalf("step %+v moved %v, trigger %v: want one step to 945", st, moved, l.trigger)
+	}
+	// Refused within the step's two windows: back to 900.
+	l.on429(at.Add(10*time.Second), 930, 0, false, span)
+	if l.trigger != 900 {
+		t.Fatalf("trigger %v after the step was refused, want 900", l.trigger)
+	}
+	// No second fast step, however long it binds.
+	for w := 3; w < 20; w++ {
+		if _, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {
+			t.Fatalf("window %d: probed again (trigger %v)", w, l.trigger)
+		}
+	}
+}
+
+// A first trigger set when a probe of the quota was refused is no single
+// reading (the level below the step passed): it gets no fast step.
+func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	st, moved := l.onTokenBlocked(t0.Add(span), span) // the quota probes to 1050
+	if !moved || st.Kind != "probe" {
+		t.Fatalf("no probe: %+v", st)
+	}
+	l.on429(t0.Add(span+10*time.Second), 1040, 0, false, span)
+	for w := 2; w < 20; w++ {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
+			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
+		}
 	}
 }

@@ -48,6 +48,18 @@ const (
 	triggerReprobeWindows = 180
 )
 
+// The first trigger's one probe step (learner.firstProbe). It waits
+// firstProbeWait windows without a 429: a provider whose window is not the
+// gate's view (one that counts at completion) refuses again sooner, and probing
+// a trigger read in the wrong view only adds 429s.
+const firstProbeWait = 2
+
+const (
+	firstProbeDone = iota
+	firstProbeArmed
+	firstProbeInFlight
+)
+
 // learner holds one model's learned token quota. Its methods require the bucket's
 // mutex.
 //
@@ -73,7 +85,15 @@ type learner struct {
 	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
 	prevCut  time.Time // the previous trusted burst's first 429
 
-	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
+	relaxed bool // the trigger was relaxed toward the clean record since the last trusted 429
+	// The first trigger is one reading, and it reads low: the limit lies
+	// somewhere between it and it plus the refused call. It gets one probe
+	// step (firstProbe: armed, then in flight from firstFrom) once it has bound
+	// the budget for firstProbeWait windows without a 429; a 429 answering the
+	// step within two windows takes it back, a later one is read as usual.
+	firstProbe  int
+	firstFrom   float64
+	firstUsed   bool      // the one probe was armed already, or the readings were forgotten
 	burstStart  time.Time // first trusted 429 of the current burst
 	lastSuspect time.Time // first 429 of the current suspect series
 	suspects    int       // 429s in the current suspect series
@@ -227,6 +247,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	probing := !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span
 	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
+	hadTrigger := l.trigger > 0
 	if reading > 0 {
 		t := reading
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
@@ -250,6 +271,18 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	l.burstStart = now
 	from := l.quota
 	kind := "cut"
+	switch {
+	case l.firstProbe == firstProbeInFlight && reading > 0 && now.Sub(l.lastRelax) < 2*span:
+		// The step above the first trigger was refused (within the two windows
+		// that try it): back to it.
+		l.firstProbe = firstProbeDone
+		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
+		l.trigger = l.firstFrom
+	case !hadTrigger && l.trigger > 0 && !probing && !refuted && !l.firstUsed:
+		l.firstProbe, l.firstUsed = firstProbeArmed, true
+	default:
+		l.firstProbe = firstProbeDone
+	}
 	switch {
 	case probing:
 		// The last probe step went too far: step back to where the quota was
@@ -314,10 +347,15 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		switch {
 		case l.trigger < relaxTo*l.cleanMax:
 			l.relaxed = true
+			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:
 			return step, false // never probe above what the provider says it allows
+		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
+			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
+			l.trigger *= learnProbeFactor
+			l.lastRelax = now
 		case now.Sub(maxTime(l.last429, l.lastRelax)) >= triggerReprobeWindows*span:
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
@@ -353,6 +391,7 @@ func (l *learner) forgetReadings() {
 	level := l.budget()
 	l.trigger, l.curWindowMax = 0, 0
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
+	l.firstProbe, l.firstUsed = firstProbeDone, true
 	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
