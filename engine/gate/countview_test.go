@@ -203,7 +203,8 @@ func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
 func TestFirstTriggerGetsOneProbe(t *testing.T) {
 	span := time.Minute
 	l := newLearner(2000, true, t0)
-	l.on429(t0.Add(30*time.Second), 900, 0, false, span) // the first trigger
+	// The first trigger; the refused call reached 100 above it.
+	l.on429(t0.Add(30*time.Second), 900, 100, false, span)
 	if l.trigger != 900 || l.quota != 900 {
 		t.Fatalf("trigger %v quota %v, want both at the reading 900", l.trigger, l.quota)
 	}
@@ -229,6 +230,20 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 	}
 }
 
+// A first trigger whose bracket is narrow — the refused call and the reading's
+// spread reach less than one step above it — is already as close as a step
+// would get: no fast step.
+func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
+	span := time.Minute
+	l := newLearner(2000, true, t0)
+	l.on429(t0.Add(30*time.Second), 900, 40, false, span) // 40 < 5% of 900
+	for w := 1; w < 20; w++ {
+		if st, moved := l.onTokenBlocked(t0.Add(30*time.Second+time.Duration(w)*span), span); moved {
+			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
+		}
+	}
+}
+
 // A first trigger set when a probe of the quota was refused is no single
 // reading (the level below the step passed): it gets no fast step.
 func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
@@ -238,7 +253,7 @@ func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
 	if !moved || st.Kind != "probe" {
 		t.Fatalf("no probe: %+v", st)
 	}
-	l.on429(t0.Add(span+10*time.Second), 1040, 0, false, span)
+	l.on429(t0.Add(span+10*time.Second), 1040, 500, false, span)
 	for w := 2; w < 20; w++ {
 		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
 			t.Fatalf("window %d: the trigger moved (%+v)", w, st)

@@ -278,7 +278,9 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && !probing && !refuted && !l.firstUsed:
+	case !hadTrigger && l.trigger > 0 && !probing && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
+		// Only a wide bracket: when the refused call and the reading's spread
+		// reach less than one step above the reading, the step would overshoot.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
 	default:
 		l.firstProbe = firstProbeDone
