@@ -26,6 +26,7 @@ type Config struct {
 	Server   Server
 	Upstream Upstream
 	API      API
+	Proxy    Proxy
 	StateDir string
 	Log      Log
 
@@ -38,6 +39,7 @@ type Config struct {
 
 	Gate  Gate
 	Retry Retry
+	Store Store
 
 	Classifiers []ClassifierRef // in order; the built-in rules always decide last
 	PluginsDir  string
@@ -81,8 +83,7 @@ type Provider struct {
 // types, so the engine packages are the one place their fields and defaults are
 // defined (gate.DefaultConfig, retry.DefaultPolicy, pool.DefaultSettings) and a
 // key added to a section's table reaches the engine with no copy in between.
-// Fields without a key (gate's Jitter, retry's HintlessBaseDelay and
-// BudgetPerStep) keep the engine's default.
+// Fields without a key (gate's Jitter) keep the engine's default.
 type (
 	// Gate configures admission: the ledger's window, budgets and waits.
 	// Gate.Limits resolves a model's effective limits.

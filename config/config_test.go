@@ -25,6 +25,7 @@ func wantDefaults() *Config {
 		Server:   Server{MaxConnections: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxBufferedBytes: 256 << 20},
 		Upstream: Upstream{FirstByteTimeout: time.Minute, ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute},
 		API:      API{MaxSubscribers: 256},
+		Proxy:    Proxy{HoldNotice: 2 * time.Second, HoldNoticeEvery: 5 * time.Second, MaxHold: 5 * time.Minute},
 		StateDir: ".gatectl",
 		Log:      Log{Level: "info", Format: "text"},
 		Gate: Gate{
@@ -40,6 +41,8 @@ func wantDefaults() *Config {
 			HintlessBaseDelay: 5 * time.Second,
 			Mislabeled:        Mislabeled{Enabled: true, Rounds: 3, InitialDelay: 15 * time.Second, Evidence: 10 * time.Minute},
 			Transport:         retry.TransportRounds{DNS: 0, Refused: 1, Reset: retry.FollowRounds, Timeout: 1},
+			HintRounds:        5,
+			AcrossSteps:       true,
 		},
 		Quota: Quota{DefaultEnabled: true, LongTermDelay: time.Hour, ExhaustedCooldown: time.Hour, FailOpen: true},
 	}

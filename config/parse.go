@@ -50,6 +50,7 @@ func base() *Config {
 		Upstream: Upstream{FirstByteTimeout: DefaultFirstByteTimeout, ResponseTimeout: DefaultResponseTimeout,
 			StreamIdleTimeout: DefaultStreamIdleTimeout},
 		API:      API{MaxSubscribers: DefaultMaxSubscribers},
+		Proxy:    Proxy{HoldNotice: DefaultHoldNotice, HoldNoticeEvery: DefaultHoldNoticeEvery, MaxHold: DefaultMaxHold},
 		StateDir: DefaultStateDir,
 		Log:      Log{Level: "info", Format: "text"},
 		Gate:     gate.DefaultConfig(),

@@ -13,12 +13,13 @@ type documented interface {
 // sections lists every section table, in the order the reference shows them.
 var sections = []documented{
 	topSchema, serverSchema, upstreamSchema, apiSchema, logSchema, providerSchema,
-	gateSchema, limitsSchema,
+	gateSchema, limitsSchema, storeSchema, redisSchema,
 	retrySchema, clampSchema, mislabeledSchema, transportSchema,
 	classifierSchema, pluginLimitsSchema,
 	poolSchema, routeSchema,
 	balanceSchema, httpBalanceSchema, wasmBalanceSchema,
 	quotaSchema,
+	proxySchema,
 }
 
 // reference returns the config reference (docs/config.md), generated from the

@@ -43,6 +43,10 @@ var retrySchema = &schema[Retry]{
 			func(r *Retry) *bool { return &r.HintlessBackoff }),
 		durField("hintlessBaseDelay", "first wait of hintlessBackoff's schedule, clamped to hintClamp", positive,
 			func(r *Retry) *time.Duration { return &r.HintlessBaseDelay }),
+		roundsOrNullField("hintRounds", "retries per (session, turn, provider) whose wait is the provider's own hint (Retry-After, retry_after, \"retry after N seconds\"); they spend this budget instead of retry.rounds. null: they spend retry.rounds",
+			func(r *Retry) *int { return &r.HintRounds }),
+		boolField("acrossSteps", "the steps of a turn share one budget; false: each (turn, step) gets its own",
+			func(r *Retry) *bool { return &r.AcrossSteps }),
 		subField("mislabeled", "the separate budget for 400s that are really capacity failures", mislabeledSchema,
 			func(r *Retry) *Mislabeled { return &r.Mislabeled }),
 		subField("transport", "retries of a failure with no HTTP answer, by kind: DNS and refused fail fast", transportSchema,
@@ -112,35 +116,35 @@ var transportSchema = &schema[retry.TransportRounds]{
 		"each also spends a round of retry.rounds; null: the kind follows retry.rounds alone",
 	defaults: func() retry.TransportRounds { return retry.DefaultPolicy().Transport },
 	fields: []setting[retry.TransportRounds]{
-		kindRoundsField("dns", "the upstream's name does not resolve (a mistyped baseURL): 0 gives up at once",
+		roundsOrNullField("dns", "the upstream's name does not resolve (a mistyped baseURL): 0 gives up at once",
 			func(t *retry.TransportRounds) *int { return &t.DNS }),
-		kindRoundsField("refused", "nothing listens at the upstream's address: one quick retry covers a restart",
+		roundsOrNullField("refused", "nothing listens at the upstream's address: one quick retry covers a restart",
 			func(t *retry.TransportRounds) *int { return &t.Refused }),
-		kindRoundsField("reset", "the connection broke mid-exchange",
+		roundsOrNullField("reset", "the connection broke mid-exchange",
 			func(t *retry.TransportRounds) *int { return &t.Reset }),
-		kindRoundsField("timeout", "the upstream did not answer in time",
+		roundsOrNullField("timeout", "the upstream did not answer in time",
 			func(t *retry.TransportRounds) *int { return &t.Timeout }),
 	},
 }
 
-// kindRoundsField is one kind of retry.transport: an integer 0..retry.MaxRounds,
-// or null for retry.FollowRounds (the kind follows retry.rounds alone).
-func kindRoundsField(key, doc string, ptr func(*retry.TransportRounds) *int) setting[retry.TransportRounds] {
+// roundsOrNullField is a number of retries 0..retry.MaxRounds, or null for
+// retry.FollowRounds (the retries follow retry.rounds alone).
+func roundsOrNullField[T any](key, doc string, ptr func(*T) *int) setting[T] {
 	r := between(0, retry.MaxRounds).withNote("or null to follow retry.rounds")
-	return setting[retry.TransportRounds]{key: key, kind: "integer or null", bounds: r.short(true) + " or null", doc: doc,
-		show: func(t *retry.TransportRounds) string {
+	return setting[T]{key: key, kind: "integer or null", bounds: r.short(true) + " or null", doc: doc,
+		show: func(t *T) string {
 			if n := *ptr(t); n != retry.FollowRounds {
 				return strconv.Itoa(n)
 			}
 			return "null (retry.rounds)"
 		},
-		encode: func(t *retry.TransportRounds) (any, bool) {
+		encode: func(t *T) (any, bool) {
 			if n := *ptr(t); n != retry.FollowRounds {
 				return n, false
 			}
 			return nil, false
 		},
-		decode: func(v *validator, n *yaml.Node, path string, t *retry.TransportRounds) {
+		decode: func(v *validator, n *yaml.Node, path string, t *T) {
 			if isNull(n) {
 				*ptr(t) = retry.FollowRounds
 				return

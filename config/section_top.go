@@ -31,6 +31,8 @@ var topSchema = &schema[Config]{
 			func(c *Config) *Gate { return &c.Gate }),
 		subField("retry", "the retry planner", retrySchema,
 			func(c *Config) *Retry { return &c.Retry }),
+		subField("store", "where the gate's shared state lives (Redis, for several instances)", storeSchema,
+			func(c *Config) *Store { return &c.Store }),
 		customField("classifiers", "list", "the classifier chain, in order; the built-in rules always decide last",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.classifiers(n, path) }),
 		strField("pluginsDir", "every *.wasm dropped here joins the classifier chain", nil,
@@ -43,6 +45,8 @@ var topSchema = &schema[Config]{
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.balances(n, path) }),
 		subField("quota", "what a QUOTA failure does", quotaSchema,
 			func(c *Config) *Quota { return &c.Quota }),
+		subField("proxy", "what a held client sees: SSE comments for a stream, a cap for the rest", proxySchema,
+			func(c *Config) *Proxy { return &c.Proxy }),
 	},
 }
 

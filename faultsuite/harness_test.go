@@ -1,6 +1,8 @@
 // Package faultsuite drives a real `gatectl serve` process through faults: a
 // fault-injecting upstream (internal/faultupstream), hostile clients, a reload
-// storm and kill -9 cycles. Every test asserts bounded time (each call answered
+// storm and kill -9 cycles (faults_test.go), and every bound issue 16 asked for:
+// bad config and state files, floods of names, providers, sessions and
+// subscribers, huge reservations, the API token, hostile ids (limits_test.go). Every test asserts bounded time (each call answered
 // within a stated bound), bounded memory (the process's peak RSS), nothing lost
 // (every call gets an answer; acknowledged state survives), and /healthz answering
 // within 1 s throughout. -soak runs each longer; see docs/faults.md.
@@ -8,6 +10,7 @@ package faultsuite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -47,6 +50,14 @@ var gatectlBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The suite asserts wall-clock bounds (/healthz within 1 s throughout), so CI
+	// runs it in a step of its own, after `go test -race ./...`, rather than beside
+	// another package's tests on two cores: .ci/run sets GATECTL_FAULTSUITE=later
+	// for the race run. Anywhere else it runs with the rest.
+	if os.Getenv("GATECTL_FAULTSUITE") == "later" {
+		fmt.Println("faultsuite: deferred to its own step (GATECTL_FAULTSUITE=later)")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "faultsuite-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,15 +85,17 @@ func upstream(t *testing.T) (*faultupstream.Handler, string) {
 }
 
 // suiteConfig is the process's config: short deadlines, quick retries, budgets
-// no fault reaches, and short client timeouts for the hostile clients. extra is
-// appended (top-level keys not already set).
+// no fault reaches, and short client timeouts for the hostile clients. A storm's
+// Retry-After is the provider's hint, whose retries spend retry.hintRounds (5 by
+// default) rather than retry.rounds: both are 2 here, so every fault's attempts
+// have one bound. extra is appended (top-level keys not already set).
 func suiteConfig(upURL string, extra string) string {
 	return fmt.Sprintf(`stateDir: state
 providers:
   f: {kind: openai, baseURL: "%s/v1", apiKeyEnv: FAULTSUITE_KEY}
 server: {headerTimeout: 1s, bodyTimeout: 5s, idleTimeout: 1s}
 upstream: {firstByteTimeout: 500ms, responseTimeout: 2s, streamIdleTimeout: 500ms}
-retry: {rounds: 2, initialDelay: 50ms, maxDelay: 200ms, hintClamp: {min: 100ms, max: 1s}}
+retry: {rounds: 2, hintRounds: 2, initialDelay: 50ms, maxDelay: 200ms, hintClamp: {min: 100ms, max: 1s}}
 gate:
   defaults: {tpm: 100000000, rpm: 1000000}
 %s`, upURL, extra)
@@ -95,11 +108,32 @@ type gate struct {
 	base string
 	cfg  string
 	dir  string
+	logs *lockedBuffer // the process's log (stderr)
 	done chan struct{}
 }
 
-// startGate runs gatectl serve on cfgText in dir (a new temp dir when "").
-func startGate(t *testing.T, dir, cfgText string) *gate {
+// lockedBuffer is a bytes.Buffer the process's output goroutine writes while a
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startGate runs gatectl serve on cfgText in dir (a new temp dir when ""); env
+// ("NAME=value") is added to the process's environment.
+func startGate(t *testing.T, dir, cfgText string, env ...string) *gate {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -109,16 +143,17 @@ func startGate(t *testing.T, dir, cfgText string) *gate {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(gatectlBin, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "FAULTSUITE_KEY="+secretKey)
+	cmd.Env = append(append(os.Environ(), "FAULTSUITE_KEY="+secretKey), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = io.Discard
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{t: t, cmd: cmd, cfg: cfg, dir: dir, done: make(chan struct{})}
+	g := &gate{t: t, cmd: cmd, cfg: cfg, dir: dir, logs: logs, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(g.done) }()
 	t.Cleanup(g.kill)
 	lines := make(chan string, 1)
@@ -220,20 +255,42 @@ type answer struct {
 	err    error
 }
 
+// client keeps enough idle connections for the suite's concurrent callers: the
+// default transport keeps two per host, and a flood of thousands of calls would
+// open (and leave in TIME_WAIT) a connection for nearly every one.
+var client = &http.Client{Transport: &http.Transport{
+	MaxIdleConns:        512,
+	MaxIdleConnsPerHost: 512,
+	IdleConnTimeout:     30 * time.Second,
+}}
+
 // call posts body to path with a deadline of bound; an error means no answer.
 func (g *gate) call(bound time.Duration, path string, body io.Reader, headers ...string) answer {
+	return g.do(http.MethodPost, bound, path, body, headers...)
+}
+
+// get is call's GET.
+func (g *gate) get(bound time.Duration, path string, headers ...string) answer {
+	return g.do(http.MethodGet, bound, path, nil, headers...)
+}
+
+// do sends method to path with a deadline of bound; headers are name, value
+// pairs. An error means no answer.
+func (g *gate) do(method string, bound time.Duration, path string, body io.Reader, headers ...string) answer {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, g.base+path, body)
 	if err != nil {
 		return answer{err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	t0 := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return answer{err: err, took: time.Since(t0)}
 	}
@@ -243,7 +300,8 @@ func (g *gate) call(bound time.Duration, path string, body io.Reader, headers ..
 }
 
 func chat(model string, stream bool) io.Reader {
-	return strings.NewReader(fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hello"}]}`, model, stream))
+	m, _ := json.Marshal(model) // a name with a control byte stays valid JSON
+	return strings.NewReader(fmt.Sprintf(`{"model":%s,"stream":%v,"messages":[{"role":"user","content":"hello"}]}`, m, stream))
 }
 
 const mib = 1 << 20
@@ -255,4 +313,103 @@ func decodeJSON(resp *http.Response, v any) error {
 		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// runGatectl runs the gatectl binary with args, env added to its environment,
+// and waits at most bound for it to exit: it returns what it wrote (stdout and
+// stderr together) and its exit code. A process still running at bound is
+// killed and fails the test: every command it is used for must end by itself.
+func runGatectl(t *testing.T, bound time.Duration, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gatectlBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("gatectl %s still running after %s; it wrote:\n%s", strings.Join(args, " "), bound, out)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("gatectl %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out), 0
+}
+
+// readiness is what /readyz says about reloads.
+type readiness struct {
+	Ready          bool   `json:"ready"`
+	Reloads        uint64 `json:"reloads"`
+	ReloadFailures uint64 `json:"reloadFailures"`
+	LastError      string `json:"lastReloadError"`
+}
+
+// ready reads /readyz.
+func (g *gate) ready() readiness {
+	g.t.Helper()
+	a := g.get(time.Second, "/readyz")
+	var r readiness
+	if a.err != nil || a.status != 200 {
+		g.t.Fatalf("/readyz: %v %d %s", a.err, a.status, a.body)
+	}
+	if err := json.Unmarshal([]byte(a.body), &r); err != nil {
+		g.t.Fatalf("/readyz: %v: %s", err, a.body)
+	}
+	return r
+}
+
+// waitReady polls /readyz every 50 ms until cond holds, for at most bound (the
+// watcher's debounce is 250 ms, its polling backstop 5 s), and returns the last
+// reading.
+func (g *gate) waitReady(bound time.Duration, what string, cond func(readiness) bool) readiness {
+	g.t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		r := g.ready()
+		if cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s: not within %s; /readyz says %+v", what, bound, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// load runs clients callers of the proxy without pause until the returned stop
+// is called; stop reports how many calls were made and the ones that did not
+// get a 200.
+func (g *gate) load(clients int, model string) (stop func() (calls int, bad []answer)) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	calls := 0
+	var bad []answer
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			session := fmt.Sprintf("load-%d", i)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				a := g.call(10*time.Second, "/v1/chat/completions", chat(model, false), "X-Gate-Session", session)
+				mu.Lock()
+				calls++
+				if a.err != nil || a.status != 200 {
+					bad = append(bad, a)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() (int, []answer) {
+		close(done)
+		wg.Wait()
+		return calls, bad
+	}
 }

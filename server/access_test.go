@@ -39,7 +39,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	for i, want := range []string{
 		`\[INFO\]  gatectl.access: proxied: method=POST path=/v1/chat/completions face=openai model=gpt-4o route=openai/gpt-4o status=200 attempts=1 gate_wait_ms=\d+ upstream_ms=\d+ total_ms=\d+ tokens_in=120 tokens_out=7 session=sess-7$`,
-		`path=/v1/messages face=anthropic model=claude-3-5-haiku-latest route=anthropic/claude-3-5-haiku-latest status=400 attempts=1 .* tokens_in=0 tokens_out=0$`,
+		`path=/v1/messages face=anthropic model=claude-3-5-haiku-latest route=anthropic/claude-3-5-haiku-latest status=400 attempts=1 .* tokens_in=0 tokens_out=0 session=addr-127\.0\.0\.1$`, // no X-Gate-Session: the client's address
 		`path=/v1/chat/completions face=openai model=no-such-model route="" status=400 attempts=0 `,
 		`path=/v1/chat/completions face=openai route="" status=400 attempts=0 `,
 	} {
@@ -90,7 +90,7 @@ func TestAccessLogRetries(t *testing.T) {
 		t.Fatalf("%d %s", r.resp.StatusCode, r.body)
 	}
 	line := regexp.MustCompile(`gatectl\.access: proxied: .*`).FindString(f.logs.String())
-	m := regexp.MustCompile(`route=pa/rl status=200 attempts=2 gate_wait_ms=(\d+) .* tokens_in=10 tokens_out=2$`).FindStringSubmatch(line)
+	m := regexp.MustCompile(`route=pa/rl status=200 attempts=2 gate_wait_ms=(\d+) .* tokens_in=10 tokens_out=2 session=addr-127\.0\.0\.1$`).FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("access line %q", line)
 	}

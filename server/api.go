@@ -66,6 +66,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: a.handleSessionGet, http.MethodPut: a.handleSessionPut}},
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel
+		{"providers/{provider}/unmark", map[string]http.HandlerFunc{http.MethodPost: a.handleUnmark}},
 		{"failures/unclassified", map[string]http.HandlerFunc{http.MethodGet: a.handleUnclassified}},
 		{"waits", map[string]http.HandlerFunc{http.MethodGet: a.handleWaits}},
 		{"settings", map[string]http.HandlerFunc{http.MethodGet: a.handleSettingsAll}},

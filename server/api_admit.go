@@ -71,6 +71,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
+	if err := a.s.ledger.StoreAvailable(); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
 	a.sweepTickets(a.s.clock.Now())
 	tgt, err := a.target(r.Context(), apiAsk{Provider: req.Provider, Model: req.Model, ReasoningEffort: req.ReasoningEffort,
 		Pool: req.Pool, Route: req.Route, Session: req.Session})
@@ -94,6 +99,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			res = a.wait(r.Context(), waiter, start, maxWait)
 		}
 		if res.err != nil { // the client went away: nothing is held
+			return
+		}
+		if res.storeErr != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "", res.storeErr.Error())
 			return
 		}
 		if !res.admitted {
@@ -196,6 +206,7 @@ type apiWaitResult struct {
 	left     time.Duration // not admitted: the wait still ahead, as the gate estimates it
 	reason   string        // not admitted: why it is held back
 	err      error         // the request's context ended
+	storeErr error         // the shared store went down under failClosed: answer 503
 }
 
 // apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
@@ -217,6 +228,10 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	for {
 		if t, ok := w.Ticket(); ok {
 			return apiWaitResult{admitted: true, ticket: t}
+		}
+		if err := a.s.ledger.StoreAvailable(); err != nil {
+			w.Cancel(clock.Now())
+			return apiWaitResult{storeErr: err}
 		}
 		now := clock.Now()
 		if maxWait >= 0 && !now.Before(deadline) {
@@ -311,6 +326,9 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk := a.tickets.take(req.Ticket)
+	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), req.Release) {
+		return
+	}
 	if tk == nil {
 		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
 		return

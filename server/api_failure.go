@@ -153,7 +153,7 @@ func (a *api) budgetLeft(act retry.Action, session, turn, provider string) *int 
 	switch act.Budget {
 	case retry.BudgetLongTerm:
 		return nil
-	case retry.BudgetMain, retry.BudgetMislabeled, retry.BudgetTransport:
+	case retry.BudgetMain, retry.BudgetMislabeled, retry.BudgetTransport, retry.BudgetHint:
 		left := max(act.Rounds-act.Round, 0)
 		if act.Exhausted {
 			left = 0

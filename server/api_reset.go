@@ -80,3 +80,34 @@ func (a *api) knownModels(now time.Time) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// APIUnmark is the answer of POST /gate/v1/providers/{provider}/unmark: the
+// provider, and when the mark lifted was set (empty when none held).
+type APIUnmark struct {
+	Provider string `json:"provider"`
+	Unmarked bool   `json:"unmarked"` // a mark held and was lifted
+	MarkedAt string `json:"markedAt,omitempty"`
+}
+
+// handleUnmark lifts a provider's exhaustion mark by hand (its allowance was
+// topped up), so pools route to it again at once; with a shared store, on every
+// instance.
+func (a *api) handleUnmark(w http.ResponseWriter, r *http.Request) {
+	provider := r.PathValue("provider")
+	if err := apiCheckName("provider", provider); err != nil {
+		apiFail(w, http.StatusBadRequest, err)
+		return
+	}
+	if _, ok := a.s.snap.Current().Config.Providers[provider]; !ok {
+		writeError(w, http.StatusNotFound, "provider", fmt.Sprintf("no provider %q in the config", provider))
+		return
+	}
+	at, held := a.s.quota.Marked(provider)
+	a.s.quota.Unmark(provider)
+	out := APIUnmark{Provider: provider, Unmarked: held}
+	if held {
+		out.MarkedAt = at.UTC().Format(time.RFC3339Nano)
+	}
+	a.s.apiLog.Info("provider unmarked", "provider", provider, "held", held)
+	writeJSON(w, http.StatusOK, out)
+}

@@ -100,3 +100,20 @@ func TestAPIModelReset(t *testing.T) {
 		}
 	})
 }
+
+// POST /gate/v1/providers/{provider}/unmark lifts an exhaustion mark.
+func TestAPIUnmark(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.srv.quota.Mark("alpha", e.srv.clock.Now())
+	r := e.post("/gate/v1/providers/alpha/unmark", "", http.StatusOK)
+	if r["provider"] != "alpha" || r["unmarked"] != true || r["markedAt"] == nil {
+		t.Fatalf("answer: %v", r)
+	}
+	if _, ok := e.srv.quota.Marked("alpha"); ok {
+		t.Fatal("alpha is still marked")
+	}
+	if r := e.post("/gate/v1/providers/alpha/unmark", "", http.StatusOK); r["unmarked"] != false {
+		t.Fatalf("unmarking an unmarked provider: %v", r)
+	}
+	e.post("/gate/v1/providers/nosuch/unmark", "", http.StatusNotFound)
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/store/redisstore"
 )
 
 // APIStatus is the answer of GET /gate/v1/status: every model's ledger, and the
@@ -28,6 +29,19 @@ type APIStatus struct {
 	EventSubscribers int `json:"eventSubscribers"`
 	// Models is each provider/model the gate has seen, sorted.
 	Models []gate.BucketStatus `json:"models"`
+	// Store is the shared store, when there is one: its health, and what every
+	// instance on it holds of this instance's models (Models are this one's).
+	Store *APIStore `json:"store,omitempty"`
+}
+
+// APIStore is the shared store's part of the status.
+type APIStore struct {
+	Kind      string              `json:"kind"`  // redis
+	State     string              `json:"state"` // ok | degraded
+	OnError   string              `json:"onError"`
+	KeyPrefix string              `json:"keyPrefix"`
+	Errors    int64               `json:"errors"` // failed calls since start
+	Shared    []redisstore.Shared `json:"shared,omitempty"`
 }
 
 func (a *api) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +54,7 @@ func (a *api) handleStatus(w http.ResponseWriter, r *http.Request) {
 		WindowMs: cfg.Window.Milliseconds(), MaxWaitMs: cfg.MaxWait.Milliseconds(),
 		OpenTickets: a.tickets.open(), EventSubscribers: a.s.bus.Subscribers(),
 		Models: a.s.ledger.Status(now)}
+	st.Store = a.s.sharedStatus(st.Models)
 	writeJSON(w, http.StatusOK, st)
 }
 

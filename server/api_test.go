@@ -48,11 +48,12 @@ func TestAPIErrorShapes(t *testing.T) {
 
 func TestAPIFailure(t *testing.T) {
 	e := newAPIEnv(t, apiTestConfig)
+	// The 429's hint makes its retry spend retry.hintRounds (5), not rounds (3).
 	t.Run("RateLimitGoesThroughTheGate", func(t *testing.T) {
 		f := e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t1","step":1,"status":429,"headers":{"retry-after":"20"},"body":"slow down"}`, http.StatusOK)
 		if f["class"] != "RATE_LIMIT" || f["action"] != "retry" || apiNum(t, f, "delayMs") != 0 || f["viaGate"] != true ||
-			apiNum(t, f, "retryAfterMs") != 20000 || apiNum(t, f, "attempt") != 1 || apiNum(t, f, "budgetLeft") != 2 ||
-			f["budget"] != "retry" || !strings.HasPrefix(f["by"].(string), "builtin/") || f["reason"] == "" {
+			apiNum(t, f, "retryAfterMs") != 20000 || apiNum(t, f, "attempt") != 1 || apiNum(t, f, "budgetLeft") != 4 ||
+			f["budget"] != "hint" || !strings.HasPrefix(f["by"].(string), "builtin/") || f["reason"] == "" {
 			t.Fatalf("429: %v", f)
 		}
 		if r := f["route"].(map[string]any); r["provider"] != "alpha" || r["model"] != "small" {
@@ -302,7 +303,8 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
 		"/gate/v1/status": {"get"}, "/gate/v1/routes": {"get"}, "/gate/v1/pools/{pool}/pick": {"get"},
 		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
-		"/gate/v1/settings": {"get"}, "/gate/v1/settings/{section}": {"get", "put"}, "/gate/v1/settings/{section}/reset": {"post"},
+		"/gate/v1/providers/{provider}/unmark": {"post"},
+		"/gate/v1/settings":                    {"get"}, "/gate/v1/settings/{section}": {"get", "put"}, "/gate/v1/settings/{section}/reset": {"post"},
 		"/gate/v1/stats": {"get"}, "/gate/v1/report": {"get"},
 		"/metrics": {"get"}, "/healthz": {"get"}, "/readyz": {"get"},
 		"/v1/chat/completions": {"post"}, "/v1/completions": {"post"}, "/v1/embeddings": {"post"}, "/v1/responses": {"post"},

@@ -51,7 +51,11 @@ func newAPITickets(ttl time.Duration, max int) *apiTickets {
 // add records t and returns its id. When the table is full, the oldest tickets
 // are returned in evicted for the caller to release.
 func (ts *apiTickets) add(now time.Time, t gate.Ticket, provider, model, session string) (tk *apiTicket, evicted []*apiTicket) {
-	tk = &apiTicket{id: newTicketID(), t: t, provider: provider, model: model, session: session, issued: now, expires: now.Add(ts.ttl)}
+	id := newTicketID()
+	if t.Shared != "" {
+		id = sharedTicketID(provider, model, t.Shared)
+	}
+	tk = &apiTicket{id: id, t: t, provider: provider, model: model, session: session, issued: now, expires: now.Add(ts.ttl)}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	for ts.order.Len() >= ts.max {

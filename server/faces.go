@@ -28,8 +28,13 @@ func writeFaceError(w http.ResponseWriter, kind apiKind, status int, field, msg 
 }
 
 // fail answers the exchange's client with an error of gatectl's own, in its
-// face's shape.
+// face's shape; once a held stream's headers went out (proxy_hold.go), as the
+// face's error event in the stream.
 func (x *exchange) fail(status int, field, msg string) {
+	if x.sseStarted {
+		x.failInStream(status, msg, nil)
+		return
+	}
 	writeFaceError(x.w, x.pr.ep.kind, status, field, msg)
 }
 

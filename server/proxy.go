@@ -12,7 +12,8 @@ package server
 //     bare model exactly one configured route serves, or a models: pattern
 //     (gpt-* -> openai/*); anything else is a 400 listing what exists. An
 //     endpoint of one protocol never reaches a provider of the other.
-//  2. the ledger admits it (fair queue, X-Gate-Priority, X-Gate-Session),
+//  2. the ledger admits it (fair queue, X-Gate-Priority, X-Gate-Session, else
+//     the session of the client's key or address),
 //     estimated from the body's size and its max_tokens /
 //     max_completion_tokens / max_output_tokens; the client's context bounds the
 //     wait.
@@ -27,6 +28,9 @@ package server
 //     admission waits), failed over, waited out long-term, or given up. The
 //     client sees only the latency, until a give-up: then the upstream status and
 //     body, with Retry-After never shorter than the real wait and x-should-retry.
+//     Every wait is visible (proxy_hold.go): a held stream gets its headers and
+//     SSE comments, and then a give-up as the protocol's error event; a
+//     non-streamed request is held at most proxy.maxHold, then answered 429.
 //  6. a failure after the first byte cannot be retried: the stream ends with the
 //     protocol's error event, and what was used is settled.
 
@@ -179,12 +183,15 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 		writeFaceError(w, ep.kind, http.StatusBadRequest, field, err.Error())
 		return nil, nil
 	}
+	if pr.session == "" {
+		pr.session = defaultSession(r.Header, r.RemoteAddr)
+	}
 	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())
 		return pr, nil
 	}
-	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start}
+	x := &exchange{s: s, w: w, r: r, pr: pr, snap: snap, cfg: snap.Config, res: res, start: start, clockStart: s.clock.Now()}
 	if ep.notGenerated {
 		x.passOnce()
 	} else {

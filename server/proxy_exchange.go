@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatectl/gatectl/config"
@@ -41,6 +43,13 @@ type exchange struct {
 	route    engine.Route
 	attempts int
 	usage    gate.Usage
+
+	// The visible hold (proxy_hold.go): clockStart is when the exchange began on
+	// the server's clock; sseStarted says a held stream's headers went out (the
+	// answer continues in the stream); lastNotice is the last comment's time.
+	clockStart time.Time
+	sseStarted bool
+	lastNotice time.Time
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -59,7 +68,7 @@ func (x *exchange) run() {
 		route = x.res.asked // the session's route is one the client's key may not reach
 	}
 	pol := s.planner.Policy()
-	budget := pol.Rounds + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
+	budget := pol.Rounds + max(pol.HintRounds, 0) + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
 	var last *upstreamFailure
 	var lastVerdict engine.Verdict
 	for attempts := 0; ; attempts++ {
@@ -96,7 +105,7 @@ func (x *exchange) run() {
 					return
 				}
 			}
-			if a.Delay > 0 && !x.sleep(ctx, a.Delay) {
+			if a.Delay > 0 && !x.sleep(ctx, a.Delay, fmt.Sprintf("retry %d/%d after %s on %s", a.Round, a.Rounds, v.Class, route)) {
 				return
 			}
 		case retry.ActionFailover:
@@ -114,10 +123,18 @@ func (x *exchange) run() {
 			dec, _ := a.Quota.(pool.Decision)
 			t0 := time.Now()
 			c0 := s.clock.Now()
-			err := s.quota.Wait(ctx, dec)
+			until := c0.Add(dec.Wait)
+			capped, err := x.hold(ctx, func() holdInfo {
+				return holdInfo{why: "quota spent on " + route.Provider + ": long-term wait", until: until}
+			}, func(ctx context.Context, started func()) error {
+				started()
+				return s.quota.Wait(ctx, dec)
+			})
 			x.held += time.Since(t0)
 			x.waited += s.clock.Now().Sub(c0)
 			switch {
+			case capped:
+				return
 			case ctx.Err() != nil:
 				return
 			case err != nil:
@@ -131,21 +148,27 @@ func (x *exchange) run() {
 	}
 }
 
-// sleep waits d on the server's clock; false when the client went away first.
-func (x *exchange) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d on the server's clock, visibly (why says what for); false when
+// the client went away first or the hold limit answered it.
+func (x *exchange) sleep(ctx context.Context, d time.Duration, why string) bool {
 	t0, c0 := time.Now(), x.s.clock.Now()
-	timer := x.s.clock.NewTimer(d)
 	defer func() {
 		x.held += time.Since(t0)
 		x.waited += x.s.clock.Now().Sub(c0)
 	}()
-	select {
-	case <-timer.C():
-		return true
-	case <-ctx.Done():
-		timer.Stop()
-		return false
-	}
+	until := c0.Add(d)
+	capped, err := x.hold(ctx, func() holdInfo { return holdInfo{why: why, until: until} }, func(ctx context.Context, started func()) error {
+		started()
+		timer := x.s.clock.NewTimer(d)
+		select {
+		case <-timer.C():
+			return nil
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+	})
+	return !capped && err == nil
 }
 
 // attempt admits and sends one try on route. done is true when the exchange is
@@ -160,11 +183,26 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	t0 := time.Now()
-	t, err := s.ledger.Admit(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
-		Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens})
+	var t gate.Ticket
+	var queued atomic.Pointer[gate.Waiter]
+	maxWait := s.ledger.Config().MaxWait
+	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
+		var err error
+		t, err = s.ledger.AdmitObserved(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
+			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens}, func(w *gate.Waiter) {
+			queued.Store(w)
+			started()
+		})
+		return err
+	})
 	x.held += time.Since(t0)
-	if err != nil {
-		return nil, true // the client went away while waiting: nothing is held
+	if errors.Is(err, gate.ErrStoreUnavailable) {
+		x.w.Header().Set("Retry-After", "1")
+		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
+		return nil, true
+	}
+	if capped || err != nil {
+		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
@@ -266,6 +304,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
 	x.usage = u
 	s.quota.OnSuccess(pr.session)
+	if x.sseStarted { // a held stream answered by a whole body: pass it on as one event
+		_, _ = io.WriteString(x.w, "data: "+string(compactJSON(b))+"\n\n")
+		return nil, true
+	}
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
 	x.gateHeaders(h, route)
@@ -325,16 +367,44 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	if a.Kind != retry.ActionGiveUp {
 		s.bus.Publish(Event{Type: "retry", At: now, Data: data})
-		// One line a retry, so that a client held through retries is never silent
-		// in the log. Only names and numbers: no body, header or key.
-		args := []any{"route", route.String(), "class", v.Class, "status", fail.f.Status, "kind", fail.f.ErrorKind,
-			"action", a.Kind, "budget", a.Budget, "round", a.Round, "rounds", a.Rounds, "delay", a.Delay}
-		if a.Route != nil {
-			args = append(args, "to", a.Route.String())
-		}
-		s.proxyLog.Info("upstream failed; retrying", args...)
+		x.logPlan(route, fail, v, a)
 	}
 	return v, a
+}
+
+// logPlan writes the one info line of a planned retry, quick retry, failover
+// or long-term wait, so that a client held through retries is never silent in
+// the log: "retrying: … in=28000ms round=1/5". Only names and numbers: no
+// body, header or key.
+func (x *exchange) logPlan(route engine.Route, fail *upstreamFailure, v engine.Verdict, a retry.Action) {
+	s := x.s
+	wait := a.Delay
+	if a.ViaGate { // the wait is the model's cooldown, which the next admission sits out
+		wait = max(wait, time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs)*time.Millisecond)
+	}
+	args := []any{"provider", route.Provider, "model", route.Model, "session", x.pr.session, "class", v.Class,
+		"status", fail.f.Status}
+	if fail.f.ErrorKind != "" {
+		args = append(args, "kind", fail.f.ErrorKind)
+	}
+	in := strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
+	switch a.Kind {
+	case retry.ActionRetry:
+		msg := "retrying"
+		if v.Class == engine.ClassQuota {
+			msg = "quick retry before failover"
+		}
+		s.proxyLog.Info(msg, append(args, "in", in, "round", strconv.Itoa(a.Round)+"/"+strconv.Itoa(a.Rounds),
+			"budget", a.Budget, "reason", a.Reason)...)
+	case retry.ActionFailover:
+		to := ""
+		if a.Route != nil {
+			to = a.Route.String()
+		}
+		s.proxyLog.Info("failing over", append(args, "to", to, "reason", a.Reason)...)
+	case retry.ActionWaitLongTerm:
+		s.proxyLog.Info("waiting long-term", append(args, "in", in, "attempt", a.Round, "reason", a.Reason)...)
+	}
 }
 
 // gateHeaders adds X-Gate-Waited-Ms (the time gatectl held the request on

@@ -73,8 +73,16 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	if status >= 500 || status < 400 {
 		log = s.proxyLog.Warn
 	}
-	log("giving up", "route", route.String(), "status", status, "class", v.Class, "kind", fail.f.ErrorKind,
-		"should_retry", retry, "reason", reason)
+	log("giving up", "provider", route.Provider, "model", route.Model, "session", x.pr.session, "status", status,
+		"class", v.Class, "kind", fail.f.ErrorKind, "should_retry", retry, "reason", reason)
+	if x.sseStarted { // a held stream: the failure is its error event
+		code := status
+		if code < 400 {
+			code = http.StatusBadGateway
+		}
+		x.failInStream(code, fmt.Sprintf("gatectl: upstream %s failed: %s (%s); %s", route, failureText(fail), v.Class, reason), fail.body)
+		return
+	}
 	switch {
 	case fail.body != nil:
 		// The upstream's body, in the face's shape; a 200 that carried an error
@@ -103,4 +111,13 @@ func shouldRetry(c engine.Class) bool {
 		return true
 	}
 	return false
+}
+
+// failureText is a failure's text for a message: gatectl's description of a
+// transport failure, or the upstream's status.
+func failureText(fail *upstreamFailure) string {
+	if fail.body == nil {
+		return fail.f.Body
+	}
+	return "status " + strconv.Itoa(fail.f.Status)
 }

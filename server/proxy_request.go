@@ -3,14 +3,18 @@ package server
 // Reading a client's request: proxyRequest and parseProxyRequest (body, max tokens, X-Gate-* headers).
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
 )
@@ -27,6 +31,9 @@ type proxyRequest struct {
 	session     string
 	turn        string
 	priority    gate.Priority
+	// maxWait is what X-Gate-Max-Wait asks: how long a non-streamed request
+	// may be held (0: proxy.maxHold).
+	maxWait time.Duration
 }
 
 // turnSeq numbers requests that name no turn: each is a turn of its own.
@@ -82,6 +89,13 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 	if pr.turn == "" {
 		pr.turn = "req-" + strconv.FormatUint(turnSeq.Add(1), 36)
 	}
+	if v := strings.TrimSpace(h.Get("X-Gate-Max-Wait")); v != "" {
+		d, err := parseWaitHeader(v)
+		if err != nil {
+			return nil, "X-Gate-Max-Wait", err
+		}
+		pr.maxWait = d
+	}
 	switch p := strings.ToLower(strings.TrimSpace(h.Get("X-Gate-Priority"))); p {
 	case "", "interactive":
 		pr.priority = gate.PriorityInteractive
@@ -91,4 +105,44 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 		return nil, "X-Gate-Priority", fmt.Errorf("X-Gate-Priority %q is invalid; choices are [interactive batch]", p)
 	}
 	return pr, "", nil
+}
+
+// parseWaitHeader reads X-Gate-Max-Wait: a Go duration ("90s", "10m") or a
+// number of seconds ("90"), positive.
+func parseWaitHeader(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(v, 64)
+		if ferr != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > math.MaxInt64/float64(time.Second) {
+			return 0, fmt.Errorf("X-Gate-Max-Wait %q is invalid: give a duration such as 90s or 10m, or a number of seconds", v)
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("X-Gate-Max-Wait %q must be positive", v)
+	}
+	return d, nil
+}
+
+// defaultSession names the session of a request without X-Gate-Session: one
+// per client key (a hash of its Authorization or x-api-key value, never the key
+// itself), else one per client address. Without it every such request would
+// share the session "", and with it one client's pool choice and budgets.
+func defaultSession(h http.Header, remoteAddr string) string {
+	key := strings.TrimSpace(h.Get("Authorization"))
+	if key == "" {
+		key = strings.TrimSpace(h.Get("X-Api-Key"))
+	}
+	if key != "" {
+		sum := sha256.Sum256([]byte(key))
+		return "key-" + hex.EncodeToString(sum[:8])
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	if len(host) > 64 { // a listener's address form, bounded all the same
+		host = host[:64]
+	}
+	return "addr-" + host
 }

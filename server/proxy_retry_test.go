@@ -236,7 +236,7 @@ func TestProxyUnreachableUpstreamFailsFast(t *testing.T) {
 		t.Errorf("the upstream was dialled %d times, want at most 2", n)
 	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, "[INFO]  gatectl.proxy: upstream failed; retrying"); n != dials.count()-1 {
+	if n := strings.Count(logs, "[INFO]  gatectl.proxy: retrying:"); n != dials.count()-1 {
 		t.Errorf("%d retry lines for %d dials:\n%s", n, dials.count(), logs)
 	}
 	if n := strings.Count(logs, "[WARN]  gatectl.proxy: giving up"); n != 1 ||
@@ -270,7 +270,8 @@ func TestProxyNoRetryAdviceAfterBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newFakeUpstream(t, tc.answer)
-			f := newPxFixture(t, retryConfig(up.URL, "  rounds: 2\n  jitter: 0"), true)
+			// hintRounds 2: the hinted 429s spend a budget of the same size.
+			f := newPxFixture(t, retryConfig(up.URL, "  rounds: 2\n  hintRounds: 2\n  jitter: 0"), true)
 			hdr := []string{"X-Gate-Session", "s1", "X-Gate-Turn", "t1"}
 			r := advanceUntil(t, f, f.callAsync("/v1/chat/completions", chatReq("pa/storm"), hdr...), time.Second)
 			if r.resp.StatusCode != tc.status || up.n() != 3 {
@@ -435,7 +436,8 @@ pools:
 quota:
   longTermDelay: 10m
 `, up.URL), true)
-	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x")
+	// The wait is longer than proxy.maxHold: the client asks to sit it out.
+	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
 	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
 	if st, ok := f.srv.Quota().State("lt"); !ok || !st.Pending {
 		t.Fatalf("quota state %+v %v: want a pending long-term wait", st, ok)

@@ -42,11 +42,13 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		_ = s.ledger.Release(s.clock.Now(), t)
 		return x.httpFailure(route, resp, append([]byte(nil), ev.data...)), false
 	}
-	h := x.w.Header()
-	copyResponseHeaders(h, resp.Header)
-	x.gateHeaders(h, route)
-	h.Del("Content-Length")
-	x.w.WriteHeader(resp.StatusCode)
+	if !x.sseStarted { // a held stream's headers are out already
+		h := x.w.Header()
+		copyResponseHeaders(h, resp.Header)
+		x.gateHeaders(h, route)
+		h.Del("Content-Length")
+		x.w.WriteHeader(resp.StatusCode)
+	}
 	rc := http.NewResponseController(x.w)
 	write := func(ev *sseEvent, usageOnly bool) error {
 		if usageOnly && strip {

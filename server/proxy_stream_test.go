@@ -233,9 +233,21 @@ func TestProxyStreamFirstEventError(t *testing.T) {
 		resp, body := f.call("/v1/messages", chatReq("anth/first", "stream", true, "max_tokens", 10))
 		done <- result{resp.StatusCode, body}
 	}()
-	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
-	f.clock.Advance(time.Minute)
-	r := <-done
+	// The retry's delay, and (when the jittered delay is longer than
+	// proxy.holdNotice) the notice of a held stream: advance until the answer.
+	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() > 0 })
+	var r result
+	waitFor(t, "the answer", func() bool {
+		select {
+		case r = <-done:
+			return true
+		default:
+			if f.clock.Timers() > 0 {
+				f.clock.Advance(time.Minute)
+			}
+			return false
+		}
+	})
 	if r.status != 200 || strings.Contains(r.body, "event: error") || !strings.Contains(r.body, "message_stop") || up.n() != 2 {
 		t.Fatalf("status %d calls %d body %q", r.status, up.n(), r.body)
 	}

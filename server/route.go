@@ -125,7 +125,8 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 		return resolved{}, err
 	}
 	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider}
-	ch, err := s.quota.RouteFor(ctx, session, asked)
+	// The client named this route: a new session starts on it, not on a draw.
+	ch, err := s.quota.RouteForChosen(ctx, session, asked)
 	if err != nil {
 		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
 	}

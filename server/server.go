@@ -30,6 +30,7 @@ import (
 	"github.com/gatectl/gatectl/settings"
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/gatectl/gatectl/state"
+	"github.com/gatectl/gatectl/store/redisstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -65,8 +66,9 @@ type Server struct {
 	quota    *pool.Router
 	sessions *pool.Sessions
 	store    *state.Store
-	settings *settings.Book // runtime settings over the config file's
-	report   *report.Book   // what the gate did since start, for GET /gate/v1/report
+	shared   *redisstore.Store // nil: the gate's state lives in this process only
+	settings *settings.Book    // runtime settings over the config file's
+	report   *report.Book      // what the gate did since start, for GET /gate/v1/report
 	bus      *Bus
 	metrics  *Metrics
 	// accessLog is logger.Named("access"): one line per proxied call when
@@ -128,32 +130,54 @@ func New(o Options) (*Server, error) {
 
 	gateLog := gatelog.Hook(o.Logger.Named("gate"))
 	poolsLog, retryLog := o.Logger.Named("pools"), o.Logger.Named("retry")
-	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
+	gateOpts := []gate.Option{gate.WithRand(o.Rand), gate.WithEventHook(func(e gate.Event) {
 		gateLog(e)
 		s.report.Observe(report.FromGate(e))
 		s.publishGate(e)
-	}))
+	})}
+	if ro := snap.Config.Store.Redis; ro != nil {
+		if s.shared, err = redisstore.Open(*ro, o.Logger.Named("store")); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("server: store.redis: %w", err)
+		}
+		gateOpts = append(gateOpts, gate.WithSharedWindow(s.shared), gate.WithLearnedStore(s.shared))
+	}
+	s.ledger, err = gate.NewLedger(snap.Gate, o.Clock, gateOpts...)
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: gate: %w", err)
 	}
-	s.sessions = pool.NewSessions(store)
+	var sessionStore pool.SessionStore = store
+	if s.shared != nil { // a session's settings hold on every instance
+		sessionStore = s.shared.Sessions(store)
+	}
+	s.sessions = pool.NewSessions(sessionStore)
+	var routes pool.RouteStore
+	if s.shared != nil { // a session goes on one route, whichever instance its calls reach
+		routes = s.shared.Routes()
+	}
 	s.quota = pool.NewRouter(pool.RouterOptions{
 		Pools: snap.Pools, Settings: snap.Quota, Readings: liveReadings{s.snap}, Sessions: s.sessions,
-		Clock: o.Clock, Rand: o.Rand,
+		Clock: o.Clock, Rand: o.Rand, OnMark: s.shareMark(), OnUnmark: s.shareUnmark(), Routes: routes,
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
 	})
+	var budgets retry.BudgetStore = store
+	if s.shared != nil { // a session's calls on several instances spend one budget
+		budgets = s.shared.Budgets(store)
+	}
 	s.planner, err = retry.NewPlanner(snap.Retry, retry.PlannerOptions{
-		Sink: s.ledger, Store: store, Rand: o.Rand, Quota: s.quota,
+		Sink: s.ledger, Store: budgets, Rand: o.Rand, Quota: s.quota,
 		StoreError: func(op string, _ retry.BudgetKey, err error) {
 			retryLog.Warn("retry budget store failed; continuing in memory", "op", op, "error", err)
 		},
 	})
 	if err != nil {
+		s.closeShared()
 		store.Close()
 		return nil, fmt.Errorf("server: retry: %w", err)
 	}
@@ -168,6 +192,7 @@ func New(o Options) (*Server, error) {
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",
 	}, func() float64 { return float64(s.conns.Load()) }))
+	s.registerStoreMetrics()
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
 	o.Manager.OnClassifierError(newClassifierErrors(o.Clock, o.Logger.Named("classify"), s.metrics).observe)
@@ -191,6 +216,11 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	s.registerProxy(mux)
 	s.registerAPI(mux)
+	if s.shared != nil { // after the API: a notice may name one of its tickets
+		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
+			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, Unmarked: s.quota.AdoptUnmark,
+			SessionChanged: s.sessions.Forget, ProviderCooldown: s.ledger.AdoptProviderCooldown, Route: s.quota.AdoptRoute})
+	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
 	s.handler = s.auth.wrap(mux)
@@ -293,7 +323,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Close releases the state file.
-func (s *Server) Close() error { return s.store.Close() }
+func (s *Server) Close() error {
+	s.closeShared()
+	return s.store.Close()
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
@@ -301,8 +334,17 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reloads, failures, lastErr := s.snap.Stats()
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
-		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr})
+	body := map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
+		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr}
+	status := http.StatusOK
+	if st := s.storeStatus(); st != nil {
+		body["store"] = st
+		if s.ledger.StoreAvailable() != nil { // failClosed and Redis down: this instance refuses calls
+			body["ready"], body["reason"] = false, "shared store unavailable"
+			status = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, body)
 }
 
 func (s *Server) publishGate(e gate.Event) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/snapshot"
+	"github.com/gatectl/gatectl/store/redisstore"
 	"github.com/urfave/cli/v2"
 )
 
@@ -43,12 +45,36 @@ func checkCommand() *cli.Command {
 			if s.Pools != nil {
 				pools = len(s.Pools.Names())
 			}
+			if ro := s.Config.Store.Redis; ro != nil {
+				if err := checkRedis(c, *ro); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(c.App.Writer, "%s: ok — %s, %s (built-in rules last), %s, %s\n", name,
 				plural(len(s.Config.Providers), "provider", "providers"), plural(len(s.Chain.Links()), "classifier", "classifiers"),
 				plural(pools, "pool", "pools"), plural(len(s.Config.Balances), "balance source", "balance sources"))
 			return nil
 		},
 	}
+}
+
+// checkRedis verifies the shared store's connection: an instance that cannot
+// reach it would run degraded (or refuse calls) from its first request.
+func checkRedis(c *cli.Context, o redisstore.Options) error {
+	st, err := redisstore.Open(o, nil)
+	if err != nil {
+		fmt.Fprintln(c.App.ErrWriter, "store.redis:", err)
+		return cli.Exit("", exitFailure)
+	}
+	defer st.Close()
+	rtt, err := st.Check(c.Context)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "store.redis: %s: %v\n", st.Addr(), err)
+		return cli.Exit("", exitFailure)
+	}
+	fmt.Fprintf(c.App.Writer, "store.redis: ok — %s answers in %s, scripts loaded (keyPrefix %q, onError %s)\n",
+		st.Addr(), rtt.Round(time.Microsecond), st.Options().KeyPrefix, st.Options().OnError)
+	return nil
 }
 
 // errorLines flattens joined errors and config.Errors into one problem a line.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -41,6 +42,7 @@ func classifyCommand() *cli.Command {
 		Flags: []cli.Flag{
 			configFlag(), // its classifiers, then the built-in rules; default: the built-in rules only
 			&cli.StringSliceFlag{Name: "plugin", Usage: "add a wasm classifier `X.wasm` before the config's"},
+			&cli.DurationFlag{Name: "plugin-timeout", Usage: "deadline of one --plugin call (default: the production limit, as serve applies it)"},
 			&cli.BoolFlag{Name: "jsonl", Usage: "read one failure per line"},
 			&cli.BoolFlag{Name: "explain", Usage: "show what every classifier and rule answered"},
 			&cli.BoolFlag{Name: "show-builtin", Usage: "print the built-in rule file and exit"},
@@ -61,7 +63,7 @@ func runClassify(c *cli.Context) error {
 		_, err := out.Write(rules.BuiltinSource())
 		return err
 	}
-	chain, err := classifierChain(c.Context, c.String("config"), c.StringSlice("plugin"))
+	chain, err := classifierChain(c.Context, c.String("config"), c.StringSlice("plugin"), c.Duration("plugin-timeout"))
 	if err != nil {
 		return err
 	}
@@ -101,8 +103,8 @@ func runClassify(c *cli.Context) error {
 // classifierChain builds the chain `gatectl classify` asks: --plugin modules,
 // the classifiers of the config at configPath (none when ""), then the built-in
 // rules.
-func classifierChain(ctx context.Context, configPath string, plugins []string) (*engine.Chain, error) {
-	links, err := pluginClassifiers(plugins) // plugin_classify.go
+func classifierChain(ctx context.Context, configPath string, plugins []string, pluginTimeout time.Duration) (*engine.Chain, error) {
+	links, err := pluginClassifiers(plugins, pluginTimeout) // plugin_classify.go
 	if err != nil {
 		return nil, fmt.Errorf("classify: %w", err)
 	}

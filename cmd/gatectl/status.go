@@ -61,8 +61,8 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 		fmt.Fprintf(w, "last reload failed (the previous configuration runs): %s\n", st.LastReloadError)
 	}
 	if len(st.Models) == 0 {
-		_, err := fmt.Fprintln(w, "no model has been called yet")
-		return err
+		fmt.Fprintln(w, "no model has been called yet")
+		return writeSharedText(w, st.Store)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tWINDOW\tREQUESTS\tRESERVED\tIN-FLIGHT\tWAITING\tQUOTA\tTRIGGER\tCOOLDOWN\t429s")
@@ -79,6 +79,31 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 			cooldownText(m),
 			strconv.FormatInt(m.RateLimited, 10),
 		}, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeSharedText(w, st.Store)
+}
+
+// writeSharedText shows the shared store: its health and what all instances
+// together hold of each model.
+func writeSharedText(w io.Writer, s *server.APIStore) error {
+	if s == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nshared store: %s %s (keyPrefix %q, onError %s, %d failed calls)\n", s.Kind, s.State, s.KeyPrefix, s.OnError, s.Errors)
+	if len(s.Shared) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL (ALL INSTANCES)\tWINDOW\tREQUESTS\tCOOLDOWN UNTIL")
+	for _, m := range s.Shared {
+		cd := "-"
+		if !m.CooldownUntil.IsZero() && m.CooldownUntil.After(time.Now()) {
+			cd = m.CooldownUntil.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%s\n", m.Provider, m.Model, m.WindowTokens, m.Requests, cd)
 	}
 	return tw.Flush()
 }

@@ -69,6 +69,14 @@ type bucket struct {
 	paceTokens float64
 	paceAt     int64
 
+	// With a shared window (shared.go): the tokens the other instances held at
+	// the last answer, and the refusal that holds calls at least holdNeed large
+	// until holdUntil unless a release notification lifts it first.
+	sharedOthers     int64
+	sharedHoldUntil  time.Time
+	sharedHoldNeed   int64
+	sharedHoldReason string
+
 	lastUsed time.Time // last admission, settlement or 429: the idle eviction's clock
 	evicted  bool      // dropped from the ledger's map (Evict): a caller holding it must look the model up again
 }
@@ -91,6 +99,7 @@ type ticketSlot struct {
 	viewArrival, viewDone int64
 	bytes                 int
 	session               string
+	shared                string // the shared window's entry id; "" without one
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -356,10 +365,15 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	if len(b.waiters) == 0 {
 		reason, wait, capped := b.block(now, res, sz.variance, req.Session)
 		if wait == 0 && !capped {
-			return b.grantLocked(now, req, sz, 0, ""), nil
+			id, sw, sreason := b.sharedReserveLocked(now, sz, false)
+			if sw == 0 {
+				return b.attachShared(b.grantLocked(now, req, sz, 0, ""), id), nil
+			}
+			reason, wait = sreason, sw
 		}
 		if wait > b.l.conf().MaxWait {
-			t := b.grantLocked(now, req, sz, 0, "max-wait")
+			id, _, _ := b.sharedReserveLocked(now, sz, true)
+			t := b.attachShared(b.grantLocked(now, req, sz, 0, "max-wait"), id)
 			t.FailOpen = true
 			defer func() {
 				if r := recover(); r != nil { // the event hook panicked: Submit fails open without t
@@ -436,12 +450,26 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			continue
 		}
 		reason, wait, capped := b.block(now, w.reserved, w.size.variance, w.req.Session)
+		var id string
+		if wait == 0 && !capped {
+			var sw time.Duration
+			var sreason string
+			if id, sw, sreason = b.sharedReserveLocked(now, w.size, false); sw > 0 {
+				reason, wait = sreason, sw
+			}
+		}
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
+			b.attachWaiterShared(w, id)
+			continue
+		case !now.Before(deadline) && b.l.StoreAvailable() != nil:
+			w.next = now.Add(storeRetry) // failClosed: the caller answers 503, never a fail-open grant
 			continue
 		case !now.Before(deadline):
+			id, _, _ = b.sharedReserveLocked(now, w.size, true)
 			b.grantWaiterLocked(now, w, "max-wait")
+			b.attachWaiterShared(w, id)
 			w.ticket.FailOpen = true
 			b.event(EventFailOpen, now, w.req.Session, "max-wait:"+reason, now.Sub(w.enqueued), w.reserved)
 			continue
@@ -612,6 +640,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		}
 		b.servedDone.note(now, s.viewDone+cost, span)
 	}
+	b.closeSharedLocked(s.shared, tokens)
 	*s = ticketSlot{gen: s.gen + 1}
 	b.free = append(b.free, t.slot)
 	return nil
@@ -622,6 +651,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	if until := now.Add(retryAfter); until.After(b.cooldownUntil) {
 		b.cooldownUntil = until // a shorter, later cooldown never shortens a longer one
 	}
+	b.sharedCooldownLocked(now, now.Add(retryAfter))
 	b.rateLimited++
 	b.last429 = now
 	b.lastUsed = now
@@ -859,9 +889,9 @@ func (b *bucket) resetLocked(now time.Time) {
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
 	if b.atCompletion {
-		return float64(b.done.tokens)
+		return float64(b.done.tokens + b.sharedOthers)
 	}
-	return b.arrivalViewLocked()
+	return b.arrivalViewLocked() + float64(b.sharedOthers)
 }
 
 // arrivalViewLocked is providerViewLocked for a provider that counts on arrival.

@@ -11,6 +11,28 @@ type LearnedQuota struct {
 	Trigger float64   `json:"trigger"` // 0: not observed
 	LastCut time.Time `json:"lastCut"`
 	Last429 time.Time `json:"last429"`
+
+	// The learner's per-window flags. Shared, they make several instances one
+	// learner: a window one instance saw a 429 in is not clean for the others,
+	// and a probe or relax one instance made counts for all of them (each
+	// instance would otherwise probe once per window, compounding the step).
+	// LastProbe is never zero in a record that carries them (the learner's
+	// birth counts as a probe); an older record without them leaves them as
+	// they are.
+	CleanMax    float64   `json:"cleanMax,omitempty"`   // the clean-window record
+	LastProbe   time.Time `json:"lastProbe,omitzero"`   // the last probe step
+	ProbeRun    int       `json:"probeRun,omitempty"`   // windows in the current run of probes
+	PreProbe    float64   `json:"preProbe,omitempty"`   // the quota before the last probe
+	PrevCut     time.Time `json:"prevCut,omitzero"`     // the previous trusted burst's first 429
+	LastRelax   time.Time `json:"lastRelax,omitzero"`   // the last slow re-probe of the trigger
+	Relaxed     bool      `json:"relaxed,omitempty"`    // relaxed toward the clean record since the last trusted 429
+	LastSuspect time.Time `json:"lastSuspect,omitzero"` // the first 429 of the current suspect series
+	Suspects    int       `json:"suspects,omitempty"`   // 429s in that series, on every instance
+	// The first trigger's one probe step: armed or in flight (from FirstFrom),
+	// and whether it was given already — one step for all instances, not one each.
+	FirstProbe int     `json:"firstProbe,omitempty"`
+	FirstFrom  float64 `json:"firstFrom,omitempty"`
+	FirstUsed  bool    `json:"firstUsed,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared
@@ -61,8 +83,20 @@ func (l *learner) restore(q LearnedQuota) {
 	}
 	l.trigger, l.lastCut, l.last429 = q.Trigger, q.LastCut, q.Last429
 	l.burstStart = q.LastCut // a 429 in the same window elsewhere is the same burst
+	if q.LastProbe.IsZero() {
+		return // a record without the per-window flags
+	}
+	l.cleanMax, l.lastProbe, l.probeRun, l.preProbe = q.CleanMax, q.LastProbe, q.ProbeRun, q.PreProbe
+	l.prevCut, l.lastRelax, l.relaxed = q.PrevCut, q.LastRelax, q.Relaxed
+	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
+	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
+	// last429 came along: a window another instance saw a 429 in is not clean here.
 }
 
 func (l *learner) snapshot() LearnedQuota {
-	return LearnedQuota{Quota: l.quota, Trigger: l.trigger, LastCut: l.lastCut, Last429: l.last429}
+	return LearnedQuota{Quota: l.quota, Trigger: l.trigger, LastCut: l.lastCut, Last429: l.last429,
+		CleanMax: l.cleanMax, LastProbe: l.lastProbe, ProbeRun: l.probeRun, PreProbe: l.preProbe,
+		PrevCut: l.prevCut, LastRelax: l.lastRelax, Relaxed: l.relaxed,
+		LastSuspect: l.lastSuspect, Suspects: l.suspects,
+		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed}
 }

@@ -61,6 +61,7 @@ type Ticket struct {
 	Waited         time.Duration // how long admission held the call
 	Reason         string        // why it waited or failed open; "" when it did neither
 	FailOpen       bool          // admitted without the gate's protection
+	Shared         string        // the shared window's entry id; "" without a shared store
 }
 
 // Model is the provider/model the reservation is counted under: the request's,
@@ -94,6 +95,7 @@ type Ledger struct {
 
 	onEvent func(Event)
 	quotas  LearnedStore // nil: learned state in memory only
+	shared  SharedWindow // nil: this process's window is the whole truth
 
 	// Buckets are spread over shards, each with its own lock, so calls on different
 	// models on different cores do not contend on one lock word.
@@ -315,40 +317,7 @@ func (l *Ledger) providerState(provider string) *providerState {
 // maxWait (then it fails open). It never returns an error but ctx's: any internal
 // failure admits at once with FailOpen set — the gate must never become the outage.
 func (l *Ledger) Admit(ctx context.Context, req Request) (t Ticket, err error) {
-	var w *Waiter
-	defer func() {
-		if r := recover(); r != nil {
-			if w != nil { // failing open: leave nothing queued or granted behind
-				w.b.mu.Lock()
-				w.b.abandonLocked(l.clock.Now(), w)
-				w.b.mu.Unlock()
-			}
-			t, err = Ticket{FailOpen: true, Reason: "internal"}, nil
-			l.emitSafely(Event{Kind: EventFailOpen, At: l.clock.Now(), Provider: req.Provider, Model: req.Model, Session: req.Session, Reason: "internal"})
-		}
-	}()
-	t, w = l.Submit(l.clock.Now(), req)
-	if w == nil {
-		return t, nil
-	}
-	for {
-		if t, ok := w.Ticket(); ok {
-			return t, nil
-		}
-		d := w.Next().Sub(l.clock.Now())
-		d += l.jitter(d)
-		timer := l.clock.NewTimer(max(d, 0))
-		select {
-		case <-w.ready:
-			timer.Stop()
-		case <-ctx.Done():
-			timer.Stop()
-			w.Cancel(l.clock.Now())
-			return Ticket{}, ctx.Err()
-		case <-timer.C():
-			w.Poll(l.clock.Now())
-		}
-	}
+	return l.AdmitObserved(ctx, req, nil)
 }
 
 // jitter is a random extra wait of up to Jitter×d, capped at one second, so
@@ -427,13 +396,8 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 	}
 	until := now.Add(retryAfter)
 	if model == "" {
-		ps := l.providerState(provider)
-		for {
-			cur := ps.cooldownUntil.Load()
-			if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
-				break
-			}
-		}
+		l.extendProviderCooldown(l.providerState(provider), until)
+		l.shareProviderCooldown(provider, now, until)
 		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
 		return
 	}

@@ -49,12 +49,40 @@ func (q *Router) Mark(provider string, now time.Time) {
 	q.mu.Lock()
 	q.marks[provider] = now
 	q.mu.Unlock()
+	if q.onMark != nil {
+		q.onMark(provider, now)
+	}
 }
 
-// Unmark lifts the provider's mark by hand.
+// AdoptMark takes a mark another instance set: the later of it and the mark
+// held already stands. OnMark does not hear it (it came from outside).
+func (q *Router) AdoptMark(provider string, at time.Time) {
+	q.mu.Lock()
+	if cur, ok := q.marks[provider]; !ok || at.After(cur) {
+		q.marks[provider] = at
+	}
+	q.mu.Unlock()
+}
+
+// Unmark lifts the provider's mark by hand; OnUnmark hears it.
 func (q *Router) Unmark(provider string) {
+	now := q.clock.Now()
 	q.mu.Lock()
 	delete(q.marks, provider)
+	q.mu.Unlock()
+	if q.onUnmark != nil {
+		q.onUnmark(provider, now)
+	}
+}
+
+// AdoptUnmark takes an unmark by hand another instance made at at: the mark
+// goes unless it was set after at (a newer QUOTA failure stands). OnUnmark does
+// not hear it.
+func (q *Router) AdoptUnmark(provider string, at time.Time) {
+	q.mu.Lock()
+	if cur, ok := q.marks[provider]; ok && !cur.After(at) {
+		delete(q.marks, provider)
+	}
 	q.mu.Unlock()
 }
 

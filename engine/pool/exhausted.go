@@ -67,12 +67,15 @@ func (q *Router) failover(ctx context.Context, c *quotaConfig, now time.Time, se
 	}
 	if session != "" {
 		q.mu.Lock()
+		asked := from
 		if st := q.routes[session]; st != nil {
 			st.current, st.lastUsed = to, now
+			asked = st.asked
 		} else {
 			q.addRoute(session, &sessionRoute{asked: from, current: to, lastUsed: now}, now)
 		}
 		q.mu.Unlock()
+		q.saveShared(session, asked, to)
 	}
 	src, dst := from, to
 	q.emit([]Event{{Kind: EventFailover, Session: session, Failure: failure, From: &src, To: &dst, Pool: p.name, At: now}})
@@ -254,10 +257,11 @@ func (q *Router) CurrentRoute(session string) (engine.Route, bool) {
 	return engine.Route{}, false
 }
 
-// Forget drops the session's route (its next request starts it again). The entry
-// and the durable settings stay.
+// Forget drops the session's route (its next request starts it again), on
+// every instance when routes are shared. The entry and the durable settings stay.
 func (q *Router) Forget(session string) {
 	q.mu.Lock()
 	delete(q.routes, session)
 	q.mu.Unlock()
+	q.saveShared(session, engine.Route{}, engine.Route{}) // on every instance
 }

@@ -187,6 +187,37 @@ type RouterOptions struct {
 	// a lock, so an unsynchronised *rand.Rand is fine.
 	Rand   engine.Rand
 	Events EventSink // nil: events are dropped
+	// OnMark, when set, hears every exhaustion mark this router sets (not the
+	// ones it adopts with AdoptMark): the hook that shares marks between
+	// instances. It runs outside the router's lock.
+	OnMark func(provider string, at time.Time)
+	// OnUnmark, when set, hears every mark lifted by hand (Unmark), with when:
+	// the hook that shares unmarks between instances. It runs outside the lock.
+	OnUnmark func(provider string, at time.Time)
+	// Routes, when set, shares each session's route between instances: a
+	// session that starts or fails over on one instance goes on where it went
+	// there, whichever instance its next call reaches. nil: routes stay in this
+	// process.
+	Routes RouteStore
+}
+
+// SessionRoute is a session's route as a RouteStore shares it: the route the
+// client asked for, and the one its calls go to (drawn, or failed over to).
+type SessionRoute struct {
+	Asked   engine.Route `json:"asked"`
+	Current engine.Route `json:"current"`
+}
+
+// RouteStore shares session routes between the instances of a gate. Both
+// methods are called outside the router's lock, on the request's path, so
+// they must answer within a short deadline; a store that fails answers
+// ok=false and the router draws as if alone.
+type RouteStore interface {
+	// LoadRoute returns the route another instance recorded for the session.
+	LoadRoute(session string) (SessionRoute, bool)
+	// SaveRoute records the session's route, and tells the other instances
+	// (they call AdoptRoute); the zero SessionRoute forgets it (Forget).
+	SaveRoute(session string, r SessionRoute)
 }
 
 // Router is the runtime of the pools: exhaustion marks, the draw, each
@@ -208,6 +239,9 @@ type Router struct {
 	sessions *Sessions
 	clock    engine.Clock
 	events   EventSink
+	onMark   func(provider string, at time.Time) // nil: marks stay in this process
+	onUnmark func(provider string, at time.Time) // nil: unmarks stay in this process
+	shared   RouteStore                          // nil: session routes stay in this process
 
 	randMu sync.Mutex // guards rand
 	rand   engine.Rand
@@ -254,7 +288,7 @@ type quotaEntry struct {
 // NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
-		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events,
+		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark, onUnmark: o.OnUnmark, shared: o.Routes,
 		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
 	}
 	if q.readings == nil {
@@ -419,17 +453,29 @@ func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Rout
 	if p == nil {
 		return RouteChoice{Route: on}, err
 	}
-	if st == nil { // the session starts: draw from its pool
+	if st == nil { // the session starts here: where another instance has it, else drawn from its pool
+		if r, ok := q.loadShared(session, asked); ok {
+			st, on = q.adoptStarted(session, asked, r, now)
+			if p = governing(c, rec, on); p == nil {
+				return RouteChoice{Route: on}, err
+			}
+		}
+	}
+	if st == nil {
 		q.readings.Refresh(ctx, p.providers)
 		now = q.clock.Now()
 		r, _ := q.choose(ctx, c, p, now, nil, false)
 		q.mu.Lock()
+		drawn := true
 		if cur := q.routes[session]; cur != nil { // a concurrent request started it
-			r = cur.current
+			r, drawn = cur.current, false
 		} else {
 			q.addRoute(session, &sessionRoute{asked: asked, current: r, lastUsed: now}, now)
 		}
 		q.mu.Unlock()
+		if drawn {
+			q.saveShared(session, asked, r)
+		}
 		return RouteChoice{Route: r, Pool: p.name, Drawn: true}, err
 	}
 	ch := RouteChoice{Route: on, Pool: p.name}
@@ -440,11 +486,61 @@ func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Rout
 				st.current = to
 			}
 			ch.Route = st.current
+			stAsked := st.asked
 			q.mu.Unlock()
-			ch.Moved = ch.Route != on
+			if ch.Moved = ch.Route != on; ch.Moved {
+				q.saveShared(session, stAsked, ch.Route)
+			}
 		}
 	}
 	return ch, err
+}
+
+// loadShared reads the session's route another instance recorded; only one
+// for the route the client asks now counts (a new ask is the user's pick).
+func (q *Router) loadShared(session string, asked engine.Route) (engine.Route, bool) {
+	if q.shared == nil {
+		return engine.Route{}, false
+	}
+	r, ok := q.shared.LoadRoute(session)
+	if !ok || r.Asked != asked {
+		return engine.Route{}, false
+	}
+	return r.Current, true
+}
+
+// adoptStarted records a session another instance started, unless a
+// concurrent request here started it first; it returns the session's route.
+func (q *Router) adoptStarted(session string, asked, current engine.Route, now time.Time) (*sessionRoute, engine.Route) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st := q.routes[session]; st != nil {
+		return st, st.current
+	}
+	st := &sessionRoute{asked: asked, current: current, lastUsed: now}
+	q.addRoute(session, st, now)
+	return st, current
+}
+
+// saveShared records a session's new route for the other instances.
+func (q *Router) saveShared(session string, asked, current engine.Route) {
+	if q.shared != nil && session != "" {
+		q.shared.SaveRoute(session, SessionRoute{Asked: asked, Current: current})
+	}
+}
+
+// AdoptRoute takes a session's route another instance recorded (a RouteStore's
+// notification). A session this router does not hold is left to load it when
+// its first call arrives; one whose client asks another route here keeps it.
+// The zero SessionRoute forgets the session (another instance's Forget).
+func (q *Router) AdoptRoute(session string, r SessionRoute) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if r == (SessionRoute{}) {
+		delete(q.routes, session) // forgotten: the next call starts it again
+	} else if st := q.routes[session]; st != nil && st.asked == r.Asked {
+		st.current = r.Current
+	}
 }
 
 // addRoute records a session's route. q.mu must be held.

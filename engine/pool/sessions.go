@@ -1,10 +1,13 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Per-session settings: the quota switch and the route pool.
@@ -176,6 +179,17 @@ func (s *Sessions) Get(id string) (SessionRecord, error) {
 	return rec, nil
 }
 
+// Forget drops the cached record of id, so the next Get reads the store again:
+// another process sharing the store changed it. A record the store refused is
+// kept (it exists nowhere else).
+func (s *Sessions) Forget(id string) {
+	s.mu.Lock()
+	if c, ok := s.cache[id]; ok && !c.unsaved {
+		delete(s.cache, id)
+	}
+	s.mu.Unlock()
+}
+
 // put caches c under id. s.mu must be held.
 func (s *Sessions) put(id string, c cachedSession) {
 	if len(s.cache) >= maxCachedSessions {
@@ -288,3 +302,21 @@ func (s *Sessions) Fork(child, parent string) (SessionRecord, error) {
 }
 
 var _ SessionStore = (*MemorySessionStore)(nil)
+
+// RouteForChosen is RouteFor for a route the client named itself
+// (provider/model), not a pool: a session that has not started starts on that
+// route instead of a draw, since the draw is what naming the pool asks for. From
+// then on the session is like any other: it stays on its route and is moved only
+// when its provider is marked (a failover), and a different route it names later
+// is again its choice. Without a session it is RouteFor.
+func (q *Router) RouteForChosen(ctx context.Context, session string, asked engine.Route) (RouteChoice, error) {
+	if session != "" {
+		now := q.clock.Now()
+		q.mu.Lock()
+		if q.routes[session] == nil {
+			q.addRoute(session, &sessionRoute{asked: asked, current: asked, lastUsed: now}, now)
+		}
+		q.mu.Unlock()
+	}
+	return q.RouteFor(ctx, session, asked)
+}

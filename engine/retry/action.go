@@ -31,6 +31,7 @@ const (
 	BudgetMain       = "retry"      // Policy.Rounds
 	BudgetMislabeled = "mislabeled" // Policy.Mislabeled.Rounds
 	BudgetLongTerm   = "long-term"  // unbounded
+	BudgetHint       = "hint"       // Policy.HintRounds: retries that wait the provider's hint
 	// BudgetTransport is a transport failure kind's own budget
 	// (Policy.Transport); its retries spend the main budget too.
 	BudgetTransport = "transport"

@@ -29,6 +29,8 @@ type Budget struct {
 	Rounds int `json:"rounds"`
 	// Mislabeled is how many were planned on the mislabeled budget.
 	Mislabeled int `json:"mislabeled"`
+	// Hinted is how many hint-driven retries were planned (Policy.HintRounds).
+	Hinted int `json:"hinted,omitempty"`
 	// LongTerm is how many long-term QUOTA waits were planned (unbounded by design).
 	LongTerm int `json:"longTerm"`
 	// Transport is how many retries were planned per transport failure kind that
@@ -78,6 +80,92 @@ type BudgetStore interface {
 	// leaves an invisible retry pending). An error does not stop
 	// the retry (fail open): it is reported to PlannerOptions.StoreError.
 	Save(k BudgetKey, b Budget) error
+}
+
+// BudgetSpender is an optional capability of a BudgetStore that several
+// processes share: it spends one round in one atomic step where the record
+// lives, with the limits checked there. The Planner's stripe lock serialises a
+// key within one process only, so without it two processes planning a retry for
+// the same session at the same instant could both load the record, both see the
+// last round free and both spend it.
+type BudgetSpender interface {
+	// Spend applies s to k's record (as BudgetSpend.Apply does) and saves it when
+	// the round was spent. It returns the record after the spend, or the record
+	// as it stands (its turn started afresh if it was another's) and ok=false when
+	// a limit was reached. An error means nothing was decided: the Planner then
+	// falls back to Load and Save.
+	Spend(k BudgetKey, s BudgetSpend) (b Budget, ok bool, err error)
+}
+
+// BudgetSpend is one round to spend on a budget.
+type BudgetSpend struct {
+	Turn    string
+	Step    int
+	PerStep bool // a record of another step starts afresh too (!Policy.AcrossSteps)
+	// Counter is the counter spent, by its JSON name: "rounds", "mislabeled" or
+	// "longTerm". Limit is its size; < 0 is unbounded.
+	Counter string
+	Limit   int
+	// KindLimit >= 0 spends a transport kind's own round with the main one (Counter
+	// is then "rounds"): Kind is dns, refused, reset or timeout; another Kind has no
+	// counter of its own and is refused only when KindLimit is 0.
+	Kind      string
+	KindLimit int
+	Now       time.Time // the record's UpdatedAt when spent
+}
+
+// Apply spends s on b (found: whether there was a record) and returns the record
+// after, and whether the round was spent. A record of another turn (or step,
+// with PerStep) starts afresh. A transport kind's limit is checked before the
+// main one.
+func (s BudgetSpend) Apply(b Budget, found bool) (Budget, bool) {
+	if !found || b.Turn != s.Turn || (s.PerStep && b.Step != s.Step) {
+		b = Budget{Turn: s.Turn}
+	}
+	b.Step = s.Step
+	n := counterOf(&b, s.Counter)
+	if s.KindLimit >= 0 {
+		var spare int
+		kn := b.Transport.of(s.Kind)
+		if kn == nil {
+			kn = &spare
+		}
+		if *kn >= s.KindLimit || (s.Limit >= 0 && *n >= s.Limit) {
+			return b, false
+		}
+		*kn++
+	} else if s.Limit >= 0 && *n >= s.Limit {
+		return b, false
+	}
+	*n++
+	b.UpdatedAt = s.Now
+	return b, true
+}
+
+// KindSpent reports whether s was refused for its transport kind's own limit (and
+// not the main one) on the record b that Apply or Spend returned.
+func (s BudgetSpend) KindSpent(b Budget) bool {
+	if s.KindLimit < 0 {
+		return false
+	}
+	if n := b.Transport.of(s.Kind); n != nil {
+		return *n >= s.KindLimit
+	}
+	return s.KindLimit == 0
+}
+
+// counterOf returns the counter of b named by its JSON name.
+func counterOf(b *Budget, name string) *int {
+	switch name {
+	case "mislabeled":
+		return &b.Mislabeled
+	case "longTerm":
+		return &b.LongTerm
+	case "hinted":
+		return &b.Hinted
+	default:
+		return &b.Rounds
+	}
 }
 
 // BudgetPruner is an optional capability of a BudgetStore: dropping records not
@@ -151,17 +239,44 @@ const (
 	retryBudgetMain retryBudgetField = iota
 	retryBudgetMislabeled
 	retryBudgetLongTerm
+	retryBudgetHint
 )
 
-func (f retryBudgetField) of(b *Budget) *int {
+func (f retryBudgetField) of(b *Budget) *int { return counterOf(b, f.name()) }
+
+// name is the counter's JSON name (BudgetSpend.Counter).
+func (f retryBudgetField) name() string {
 	switch f {
 	case retryBudgetMislabeled:
-		return &b.Mislabeled
+		return "mislabeled"
 	case retryBudgetLongTerm:
-		return &b.LongTerm
+		return "longTerm"
+	case retryBudgetHint:
+		return "hinted"
 	default:
-		return &b.Rounds
+		return "rounds"
 	}
+}
+
+// spend spends s through a store shared by several processes (BudgetSpender),
+// where the limit is checked atomically. handled is false when the store has no
+// such capability or could not decide: the caller then loads and saves itself.
+// Requires k's stripe lock.
+func (p *Planner) spend(k BudgetKey, s BudgetSpend) (b Budget, ok, handled bool) {
+	sp, can := p.store.(BudgetSpender)
+	if !can {
+		return b, false, false
+	}
+	b, ok, err := sp.Spend(k, s)
+	if err != nil {
+		p.reportStore("spend", k, err)
+		return b, false, false
+	}
+	return b, ok, true
+}
+
+func spendOf(now time.Time, pol *Policy, req *Request, counter string, limit int) BudgetSpend {
+	return BudgetSpend{Turn: req.Turn, Step: req.Step, PerStep: !pol.AcrossSteps, Counter: counter, Limit: limit, KindLimit: -1, Now: now}
 }
 
 // take spends one round of a budget of req's (session, provider) in req's turn and
@@ -173,6 +288,9 @@ func (p *Planner) take(now time.Time, pol *Policy, req *Request, f retryBudgetFi
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()
+	if b, ok, handled := p.spend(k, spendOf(now, pol, req, f.name(), limit)); handled {
+		return *f.of(&b), ok
+	}
 	b := p.turnBudget(k, pol, req)
 	n := f.of(&b)
 	if limit >= 0 && *n >= limit {
@@ -193,6 +311,17 @@ func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind s
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()
+	s := spendOf(now, pol, req, "rounds", pol.Rounds)
+	s.Kind, s.KindLimit = kind, limit
+	if b, ok, handled := p.spend(k, s); handled {
+		kn := 0
+		if n := b.Transport.of(kind); n != nil {
+			kn = *n
+		} else if ok {
+			kn = 1 // a kind without a counter of its own spent its one round
+		}
+		return b.Rounds, kn, ok, !ok && s.KindSpent(b)
+	}
 	b := p.turnBudget(k, pol, req)
 	n := b.Transport.of(kind)
 	if n == nil { // not a kind Policy.Transport bounds: the main budget alone
@@ -212,11 +341,11 @@ func (p *Planner) takeTransport(now time.Time, pol *Policy, req *Request, kind s
 	return b.Rounds, *n, true, false
 }
 
-// turnBudget loads k's budget for req's turn (and step, with BudgetPerStep): a
-// record of another turn starts afresh. Requires k's stripe lock.
+// turnBudget loads k's budget for req's turn (and step, without AcrossSteps): a
+// record of another turn (or step) starts afresh. Requires k's stripe lock.
 func (p *Planner) turnBudget(k BudgetKey, pol *Policy, req *Request) Budget {
 	b, found := p.load(k)
-	if !found || b.Turn != req.Turn || (pol.BudgetPerStep && b.Step != req.Step) {
+	if !found || b.Turn != req.Turn || (!pol.AcrossSteps && b.Step != req.Step) {
 		b = Budget{Turn: req.Turn} // a new turn (or step) starts afresh
 	}
 	b.Step = req.Step

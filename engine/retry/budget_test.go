@@ -119,7 +119,9 @@ func TestBudgetPersistBeforeWait(t *testing.T) {
 		b, _, _ := store.Load(k)
 		seen = append(seen, b.Rounds)
 	}}
-	pl, _ := NewPlanner(DefaultPolicy(), PlannerOptions{Store: store, Sink: sink})
+	pol := DefaultPolicy()
+	pol.HintRounds = FollowRounds // both kinds of retry on one counter
+	pl, _ := NewPlanner(pol, PlannerOptions{Store: store, Sink: sink})
 	ctx := context.Background()
 	for i := 1; i <= 3; i++ {
 		a := pl.Plan(ctx, retryT0, retryReq(engine.ClassRateLimit, retryMs(2000)))

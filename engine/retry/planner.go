@@ -23,8 +23,8 @@ type PlannerOptions struct {
 	Rand engine.Rand
 	// Quota answers QUOTA failures (failover, long-term waits); nil means none.
 	Quota QuotaRouter
-	// StoreError is told of every failed Load ("load") or Save ("save"). The plan
-	// goes on regardless (fail open). nil drops the errors.
+	// StoreError is told of every failed Load ("load"), Save ("save") or
+	// BudgetSpender.Spend ("spend"). The plan goes on regardless (fail open). nil drops the errors.
 	StoreError func(op string, k BudgetKey, err error)
 }
 
@@ -70,7 +70,8 @@ type Planner struct {
 	capMu    sync.Mutex
 	capacity map[string]time.Time // provider -> latest capacity failure planned for
 
-	stats retryStatsBook
+	stats       retryStatsBook
+	newSessions atomic.Int64 // sessions new to the stats book, for the sweep
 }
 
 // NewPlanner returns a planner for p and the options. It fails when p is invalid.
@@ -167,15 +168,33 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, req Request) Action {
 		} else if kind, limit, ok := transportLimit(&c.policy, req.Failure); ok {
 			a = p.planTransport(now, c, &req, kind, limit)
 		} else {
-			a = p.planCurve(now, c, &req, "")
+			a = p.planCurve(now, c, &req, "", false)
 		}
 	}
 	a.Class = v.Class
-	p.stats.record(&Event{
+	added := p.stats.record(&Event{
 		At: now, Session: req.Session, Turn: req.Turn, Step: req.Step,
 		Provider: req.Provider, Model: req.Model, Action: a,
 	}, hintless)
+	if added && p.newSessions.Add(1)%sweepEvery == 0 {
+		p.sweep(now)
+	}
 	return a
+}
+
+// Sessions are named by clients (X-Gate-Session, a client key's hash), so what
+// the planner keeps per session is swept: every sweepEvery new sessions, those
+// idle for sweepIdle are forgotten (their counters, and their budgets when the
+// store can prune). A forgotten session that comes back starts afresh.
+const (
+	sweepEvery = 4096
+	sweepIdle  = 24 * time.Hour
+)
+
+func (p *Planner) sweep(now time.Time) {
+	if _, err := p.Prune(now.Add(-sweepIdle)); err != nil {
+		p.reportStore("prune", BudgetKey{}, err)
+	}
 }
 
 // transportLimit returns the failure's transport kind and its bound when

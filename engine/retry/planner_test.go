@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/gatectl/gatectl/engine"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,11 +98,36 @@ type retryCase struct {
 	sink []retrySinkCall
 	// routerCalls, when not nil, is every RouteQuota call expected (NativeSpent only).
 	routerCalls []bool
+	// spender runs the case on a store that spends rounds itself (BudgetSpender).
+	spender bool
+}
+
+// spendingStore is a MemoryBudgetStore that spends rounds itself, the way a
+// store shared by several processes does (BudgetSpend.Apply under its lock).
+type spendingStore struct {
+	MemoryBudgetStore
+	mu     sync.Mutex
+	spends int
+}
+
+func (s *spendingStore) Spend(k BudgetKey, sp BudgetSpend) (Budget, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spends++
+	cur, found, _ := s.Load(k)
+	b, ok := sp.Apply(cur, found)
+	if ok {
+		_ = s.Save(k, b)
+	}
+	return b, ok, nil
 }
 
 func runRetryCase(t *testing.T, tc retryCase) {
 	t.Helper()
 	pol := DefaultPolicy()
+	// The case tables count hinted retries on the main budget unless a case turns
+	// the hint budget on (TestPlannerHintBudget).
+	pol.HintRounds = FollowRounds
 	if tc.policy != nil {
 		tc.policy(&pol)
 	}
@@ -109,6 +135,11 @@ func runRetryCase(t *testing.T, tc retryCase) {
 	opts := PlannerOptions{Sink: sink}
 	if tc.noSink {
 		opts.Sink = nil
+	}
+	var spender *spendingStore
+	if tc.spender {
+		spender = &spendingStore{}
+		opts.Store = spender
 	}
 	if tc.rand != nil {
 		opts.Rand = &retrySeqRand{vals: tc.rand}
@@ -134,6 +165,9 @@ func runRetryCase(t *testing.T, tc retryCase) {
 		if !strings.Contains(a.Reason, st.reason) {
 			t.Errorf("step %d: reason %q does not contain %q", i, a.Reason, st.reason)
 		}
+	}
+	if spender != nil && spender.spends == 0 && slices.ContainsFunc(tc.steps, func(st retryStep) bool { return st.kind == ActionRetry }) {
+		t.Error("the planner never spent through the store's Spend")
 	}
 	if tc.sink != nil {
 		if len(sink.calls) != len(tc.sink) {
@@ -351,8 +385,8 @@ func TestPlannerBudgets(t *testing.T) {
 			},
 		},
 		{
-			name:   "budgetPerStep: a new step starts afresh",
-			policy: func(p *Policy) { p.Rounds = 1; p.BudgetPerStep = true },
+			name:   "acrossSteps false: a new step starts afresh",
+			policy: func(p *Policy) { p.Rounds = 1; p.AcrossSteps = false },
 			steps: []retryStep{
 				{req: retryReq(engine.ClassServer, nil, retryTurn("t1", 1)), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "retry"},
 				{req: retryReq(engine.ClassServer, nil, retryTurn("t1", 1)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
@@ -370,6 +404,9 @@ func TestPlannerBudgets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+		// The same answers from a store that spends rounds itself (shared by several processes).
+		tc.spender = true
+		t.Run(tc.name+" (BudgetSpender)", func(t *testing.T) { runRetryCase(t, tc) })
 	}
 }
 
@@ -471,6 +508,9 @@ func TestPlannerTransport(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+		// The same answers from a store that spends rounds itself (shared by several processes).
+		tc.spender = true
+		t.Run(tc.name+" (BudgetSpender)", func(t *testing.T) { runRetryCase(t, tc) })
 	}
 }
 
@@ -912,5 +952,90 @@ func TestOverloadedNeverTeachesTheSink(t *testing.T) {
 	pl.Plan(context.Background(), now, retryReq(engine.ClassRateLimit, retryMs(20000), retrySession("rl")))
 	if len(sink.calls) != 1 {
 		t.Fatalf("RATE_LIMIT must reach the sink once: %+v", sink.calls)
+	}
+}
+
+// TestPlannerHintBudget: a wait that is the provider's own hint spends
+// retry.hintRounds, not a round of the curve, so a patient wait-out of a cooldown
+// leaves the curve whole for blind failures, and the reverse.
+func TestPlannerHintBudget(t *testing.T) {
+	const s = time.Second
+	tests := []retryCase{
+		{
+			name:   "hinted rate limits spend the hint budget, the curve stays whole",
+			policy: func(p *Policy) { p.HintRounds = 2; p.Rounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 1, rounds: 2, budget: "hint", viaGate: true, reason: "28s from the provider's hint"},
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 2, rounds: 2, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionGiveUp, round: 2, rounds: 2, budget: "hint", exhausted: true, reason: "hint budget (retry.hintRounds) spent"},
+				// the curve's single round is still there for a hintless failure
+				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 1, budget: "retry"},
+				{req: retryReq(engine.ClassServer, nil), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "a hinted SERVER failure waits its hint on the hint budget",
+			policy: func(p *Policy) { p.HintRounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionRetry, delay: 7 * s, round: 1, rounds: 1, budget: "hint", reason: "retry 1/1 in 7s (the provider's hint)"},
+				{req: retryReq(engine.ClassOverloaded, retryMs(7000)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+				{req: retryReq(engine.ClassOverloaded, nil), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
+			},
+		},
+		{
+			name:   "hints ignored (respectRetryAfter false): the curve's budget",
+			policy: func(p *Policy) { p.HintRounds = 1; p.RespectRetryAfter = false },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionRetry, delay: 2 * s, round: 1, rounds: 8, budget: "retry"},
+				{req: retryReq(engine.ClassRateLimit, retryMs(7000)), kind: ActionRetry, round: 2, rounds: 8, budget: "retry", viaGate: true},
+			},
+		},
+		{
+			name:   "hintRounds null follows retry.rounds",
+			policy: func(p *Policy) { p.HintRounds = FollowRounds; p.Rounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionRetry, round: 1, rounds: 1, budget: "retry", viaGate: true},
+				{req: retryReq(engine.ClassServer, nil), kind: ActionGiveUp, round: 1, rounds: 1, budget: "retry", exhausted: true},
+			},
+		},
+		{
+			name:   "rounds 0 still never retries, hinted or not",
+			policy: func(p *Policy) { p.Rounds = 0 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(28000)), kind: ActionGiveUp, budget: "retry", exhausted: true},
+				{req: retryReq(engine.ClassServer, retryMs(7000)), kind: ActionGiveUp},
+			},
+		},
+		{
+			name:   "the hint budget is per turn and, with acrossSteps false, per step",
+			policy: func(p *Policy) { p.HintRounds = 1; p.AcrossSteps = false },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 2)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t2", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+			},
+		},
+		{
+			name:   "acrossSteps true (default): the steps share the hint budget",
+			policy: func(p *Policy) { p.HintRounds = 1 },
+			steps: []retryStep{
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 1)), kind: ActionRetry, round: 1, rounds: 1, budget: "hint", viaGate: true},
+				{req: retryReq(engine.ClassRateLimit, retryMs(5000), retryTurn("t1", 2)), kind: ActionGiveUp, round: 1, rounds: 1, budget: "hint", exhausted: true},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+	}
+}
+
+func TestPolicyHintRoundsBounds(t *testing.T) {
+	for _, n := range []int{FollowRounds - 1, MaxRounds + 1} {
+		p := DefaultPolicy()
+		p.HintRounds = n
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "retry.hintRounds") {
+			t.Errorf("HintRounds %d: err = %v, want a retry.hintRounds error", n, err)
+		}
 	}
 }

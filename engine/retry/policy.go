@@ -103,7 +103,7 @@ func (t *TransportRounds) For(kind string) (rounds int, ok bool) {
 //	HintClamp: [1s, 300s], HintlessBackoff: false, HintlessBaseDelay: 5s,
 //	Mislabeled: {Enabled: true, Rounds: 3, InitialDelay: 15s, Evidence: 10m},
 //	Transport: {DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1},
-//	BudgetPerStep: false (the steps of a turn share one budget).
+//	HintRounds: 5, AcrossSteps: true (the steps of a turn share one budget).
 type Policy struct {
 	// Rounds is how many retries one (session, turn, provider) gets; 0 means gatectl
 	// never retries (the pools may still move a QUOTA failure). At most MaxRounds.
@@ -140,10 +140,18 @@ type Policy struct {
 	// Transport bounds the retries of a transport failure by its kind: a name that
 	// does not resolve fails at once, a refused connection after one retry.
 	Transport TransportRounds
-	// BudgetPerStep gives each step of a turn its own budget. false (the default)
-	// shares one budget across the turn's steps: otherwise a turn that meets the same
-	// cooldown at every step would get a fresh budget at each.
-	BudgetPerStep bool
+	// HintRounds is the budget of hint-driven retries per (session, turn,
+	// provider): a failure whose wait is the provider's own hint (Retry-After, a
+	// retry_after field, "retry after 28 seconds" in the body) spends a round of
+	// it instead of a round of Rounds. The provider said how long to wait, so
+	// waiting it out is the patient retry, and it must not use up the curve
+	// that blind failures need. FollowRounds: hinted retries spend Rounds like
+	// any other. At most MaxRounds.
+	HintRounds int
+	// AcrossSteps shares one budget across the steps of a turn (true, the
+	// default): otherwise a turn that meets the same cooldown at every step would
+	// get a fresh budget at each. false gives each (turn, step) its own budget.
+	AcrossSteps bool
 }
 
 // DefaultPolicy returns the defaults listed on Policy.
@@ -165,7 +173,9 @@ func DefaultPolicy() Policy {
 			InitialDelay: 15 * time.Second,
 			Evidence:     10 * time.Minute,
 		},
-		Transport: TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1},
+		Transport:   TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1},
+		HintRounds:  5,
+		AcrossSteps: true,
 	}
 }
 
@@ -221,6 +231,9 @@ func (p Policy) Validate() error {
 		if m.Evidence <= 0 {
 			bad("mislabeled.evidence", "must be > 0 (got %s)", m.Evidence)
 		}
+	}
+	if p.HintRounds < FollowRounds || p.HintRounds > MaxRounds {
+		bad("hintRounds", "must be between 0 and %d, or %d to follow retry.rounds (got %d)", MaxRounds, FollowRounds, p.HintRounds)
 	}
 	for _, kind := range TransportKinds {
 		if n, _ := p.Transport.For(kind); n < FollowRounds || n > MaxRounds {

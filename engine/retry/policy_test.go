@@ -38,7 +38,7 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	if got.Rounds != want.Rounds || got.InitialDelay != want.InitialDelay || got.Multiplier != want.Multiplier ||
 		got.MaxDelay != want.MaxDelay || got.Jitter != want.Jitter || got.RespectRetryAfter != want.RespectRetryAfter ||
 		got.HintClamp != want.HintClamp || got.HintlessBackoff || got.HintlessBaseDelay != want.HintlessBaseDelay ||
-		got.Mislabeled != want.Mislabeled || got.BudgetPerStep ||
+		got.Mislabeled != want.Mislabeled || !got.AcrossSteps || got.HintRounds != 5 ||
 		got.Transport != (TransportRounds{DNS: 0, Refused: 1, Reset: FollowRounds, Timeout: 1}) {
 		t.Errorf("DefaultPolicy() = %+v, want %+v", got, want)
 	}

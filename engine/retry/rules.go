@@ -22,14 +22,17 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 	case !pol.Retries(engine.ClassRateLimit):
 		a = retryNotRetried(engine.ClassRateLimit, "RATE_LIMIT is not retried (retry.retryOn)")
 	case p.sink == nil:
-		a = p.planCurve(now, c, req, "")
+		a = p.planCurve(now, c, req, "", false)
+	case pol.Rounds == 0: // "never retry" holds for hinted rate limits too
+		a = retryExhausted(BudgetMain, 0, req.Provider)
 	default:
-		round, ok := p.take(now, pol, req, retryBudgetMain, pol.Rounds)
+		budget, field, limit := retryBudgetFor(pol, cooldown > 0)
+		round, ok := p.take(now, pol, req, field, limit)
 		if !ok {
-			a = retryExhausted(BudgetMain, pol.Rounds, req.Provider)
+			a = retryExhausted(budget, limit, req.Provider)
 			break
 		}
-		a = Action{Kind: ActionRetry, Budget: BudgetMain, Round: round, Rounds: pol.Rounds, ViaGate: true,
+		a = Action{Kind: ActionRetry, Budget: budget, Round: round, Rounds: limit, ViaGate: true,
 			Reason: "cooldown recorded in the gate"}
 		if cooldown > 0 {
 			a.Reason = "cooldown recorded in the gate (" + cooldown.String() + " from the provider's hint)"
@@ -47,24 +50,39 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 	return a
 }
 
-// planCurve plans a retry on the main budget: the hint, the hintless schedule or the
-// jittered curve. prefix, when set, starts the reason.
-func (p *Planner) planCurve(now time.Time, c *retryConf, req *Request, prefix string) Action {
+// retryBudgetFor picks the budget a retry spends: the hint budget when the wait is
+// the provider's own hint and Policy.HintRounds does not follow Rounds, else the
+// main budget.
+func retryBudgetFor(pol *Policy, hintDriven bool) (name string, field retryBudgetField, limit int) {
+	if hintDriven && pol.HintRounds != FollowRounds {
+		return BudgetHint, retryBudgetHint, pol.HintRounds
+	}
+	return BudgetMain, retryBudgetMain, pol.Rounds
+}
+
+// planCurve plans a retry on the main budget (or, for a wait that is the
+// provider's hint, the hint budget): the hint, the hintless schedule or the
+// jittered curve. prefix, when set, starts the reason. mainOnly keeps a hinted
+// retry on the main budget (the quick retries of QUOTA, which the quota runtime
+// counts on the main budget).
+func (p *Planner) planCurve(now time.Time, c *retryConf, req *Request, prefix string, mainOnly bool) Action {
 	pol := &c.policy
 	cls := req.Verdict.Class
 	if pol.Rounds == 0 {
 		return retryNotRetried(cls, "retry.rounds is 0: gatectl does not retry")
 	}
-	round, ok := p.take(now, pol, req, retryBudgetMain, pol.Rounds)
+	_, hinted := req.Verdict.RetryAfter()
+	budget, field, limit := retryBudgetFor(pol, hinted && pol.RespectRetryAfter && !mainOnly)
+	round, ok := p.take(now, pol, req, field, limit)
 	if !ok {
-		return retryExhausted(BudgetMain, pol.Rounds, req.Provider)
+		return retryExhausted(budget, limit, req.Provider)
 	}
 	d, why := p.curveWait(pol, req, round)
 	if prefix == "" {
 		prefix = retryClassName(cls)
 	}
-	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetMain, Round: round, Rounds: pol.Rounds,
-		Reason: retryReason(prefix, req.Provider, round, pol.Rounds, d, why)}
+	return Action{Kind: ActionRetry, Delay: d, Budget: budget, Round: round, Rounds: limit,
+		Reason: retryReason(prefix, req.Provider, round, limit, d, why)}
 }
 
 // curveWait is the wait of a retry on round of the main budget, and why: the
@@ -194,7 +212,7 @@ func (p *Planner) planQuota(ctx context.Context, now time.Time, c *retryConf, re
 		if noQuick {
 			return Action{}, false
 		}
-		a := p.planCurve(now, c, req, "QUOTA (quick retry)")
+		a := p.planCurve(now, c, req, "QUOTA (quick retry)", true)
 		spent = a.Exhausted
 		return a, a.Kind == ActionRetry
 	}
@@ -251,8 +269,11 @@ func retryNotRetried(c engine.Class, reason string) Action {
 
 func retryExhausted(budget string, rounds int, provider string) Action {
 	what := "retry budget"
-	if budget == BudgetMislabeled {
+	switch budget {
+	case BudgetMislabeled:
 		what = "mislabeled-400 budget"
+	case BudgetHint:
+		what = "hint budget (retry.hintRounds)"
 	}
 	return Action{Kind: ActionGiveUp, Budget: budget, Round: rounds, Rounds: rounds, Exhausted: true,
 		Reason: fmt.Sprintf("%s spent: %d of %d rounds on %s this turn", what, rounds, rounds, provider)}

@@ -190,7 +190,9 @@ type retryTurnBook struct {
 
 // record counts ev in the lifetime and the session's turn counters. ev must not be
 // changed afterwards: Last points to it (snapshots copy it).
-func (b *retryStatsBook) record(ev *Event, hintless bool) {
+//
+// added reports that the session is new to the book.
+func (b *retryStatsBook) record(ev *Event, hintless bool) (added bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.life.add(ev, hintless)
@@ -201,12 +203,14 @@ func (b *retryStatsBook) record(ev *Event, hintless bool) {
 	if t == nil {
 		t = &retryTurnBook{turn: ev.Turn}
 		b.turns[ev.Session] = t
+		added = true
 	}
 	if t.turn != ev.Turn {
 		*t = retryTurnBook{turn: ev.Turn}
 	}
 	t.seen = ev.At
 	t.stats.add(ev, hintless)
+	return added
 }
 
 func (b *retryStatsBook) snapshot() StatsSnapshot {

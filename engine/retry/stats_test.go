@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/gatectl/gatectl/engine"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 func TestStatsPerTurnAndLifetime(t *testing.T) {
 	s := time.Second
 	pol := DefaultPolicy()
+	pol.HintRounds = FollowRounds // hinted retries count on the main budget here
 	pol.Rounds = 2
 	pl, err := NewPlanner(pol, PlannerOptions{Sink: &retrySink{}, Quota: &retryRouter{answer: func(f QuotaFailure) QuotaAnswer {
 		if f.Session == "s1" {
@@ -127,5 +129,27 @@ func TestStatsJSON(t *testing.T) {
 	}
 	if tt := back.Turns["s"]; tt.Turn != "t" || tt.Stats["waitedMs"] != 2000.0 {
 		t.Errorf("turn json = %s", b)
+	}
+}
+
+// TestPlannerSweepsIdleSessions: sessions are named by clients, so the planner
+// forgets those idle for a day, every 4096 new ones: counters and budgets.
+func TestPlannerSweepsIdleSessions(t *testing.T) {
+	store := NewMemoryBudgetStore()
+	pl, err := NewPlanner(DefaultPolicy(), PlannerOptions{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range sweepEvery - 1 {
+		pl.Plan(ctx, retryT0, retryReq(engine.ClassServer, nil, retrySession(fmt.Sprintf("old-%d", i))))
+	}
+	if n := len(pl.Stats().Turns); n != sweepEvery-1 || store.Len() != sweepEvery-1 {
+		t.Fatalf("before the sweep: %d sessions, %d budgets", n, store.Len())
+	}
+	pl.Plan(ctx, retryT0.Add(25*time.Hour), retryReq(engine.ClassServer, nil, retrySession("new")))
+	if st := pl.Stats(); len(st.Turns) != 1 || store.Len() != 1 || st.Lifetime.Retries != sweepEvery {
+		t.Fatalf("after the sweep: %d sessions, %d budgets, %d lifetime retries; want only the new one kept, the lifetime whole",
+			len(st.Turns), store.Len(), st.Lifetime.Retries)
 	}
 }

@@ -111,7 +111,9 @@ func TestReloadReleasesOnlyWhatTheNewSnapshotDropped(t *testing.T) {
 	copyFile(t, "../../testdata/plugins/octafuse-wat.wasm", filepath.Join(dir, "octafuse.wasm"))
 	copyFile(t, "../../testdata/plugins/switch.wasm", filepath.Join(dir, "plugins", "switch.wasm"))
 	cfgPath := filepath.Join(dir, "gatectl.yaml")
-	withOcta := "pluginsDir: plugins\nclassifiers:\n  - wasm: octafuse.wasm\n"
+	// A generous call deadline: the production 2 ms can pass on a loaded CI
+	// machine, and the chain then asks the next link (switch.wasm).
+	withOcta := "pluginsDir: plugins\nclassifiers:\n  - wasm: octafuse.wasm\n    limits: {timeout: 1s}\n"
 	os.WriteFile(cfgPath, []byte(withOcta), 0o644)
 	hook := New(wasm.HostOptions{})
 	defer hook.Close(context.Background())

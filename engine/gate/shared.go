@@ -1,0 +1,230 @@
+package gate
+
+import (
+	"errors"
+	"time"
+)
+
+// SharedWindow is the seam for a window shared by several gatectl processes
+// (store/redisstore implements it on Redis). With one, the bucket still decides
+// everything it decides alone — cooldowns, pacing, the session cap, the fair
+// queue of its own waiters, the estimates — and then asks the shared window,
+// in one atomic step, whether the call fits what every instance admitted; only
+// a call that fits both is granted. The local window keeps counting this
+// instance's calls, so a store that fails leaves a working gate behind.
+//
+// Every method is called with the model's bucket locked, so it must answer
+// within the store's deadline; an error means "the store could not decide",
+// and the ledger then follows the store's policy (Available).
+type SharedWindow interface {
+	// Reserve checks the model's shared window and, when the call fits,
+	// records its reservation and returns the entry's id.
+	Reserve(r SharedReserve) (SharedGrant, error)
+	// Settle replaces the entry id's reservation with the real usage; 0
+	// releases it (the request still counts, its tokens do not).
+	Settle(provider, model, id string, tokens int64) error
+	// Cooldown extends the model's shared cooldown to until (never shortens
+	// it) and returns the shared window's tokens, the learner's reading.
+	Cooldown(provider, model string, now, until time.Time, span time.Duration) (windowTokens int64, err error)
+	// Available is nil when calls may go on, or the error to answer with when
+	// the store is down and its policy is to fail closed.
+	Available() error
+}
+
+// SharedReserve is one admission check against the shared window.
+type SharedReserve struct {
+	Provider, Model string
+	Now             time.Time
+	Span            time.Duration // how long an entry counts
+	Tokens          int64         // the reservation recorded
+	Need            int64         // Tokens plus the margin, checked against Budget
+	Budget          int64         // token budget; 0: no token check (an over-budget call)
+	RPM             int           // request budget; 0: no request check
+	Force           bool          // record without checking (a call that fails open)
+}
+
+// SharedGrant is the answer of Reserve: an entry id, or how long until the
+// call could fit.
+type SharedGrant struct {
+	ID           string
+	Wait         time.Duration // > 0 when refused
+	Reason       string        // why refused: cooldown | tpm | rpm
+	WindowTokens int64         // the shared window's tokens after the decision
+}
+
+// ErrStoreUnavailable is Admit's answer when the shared store is down and its
+// policy is failClosed: the caller answers 503 rather than overspend a quota
+// other instances share.
+var ErrStoreUnavailable = errors.New("gate: shared store unavailable (store.redis.onError: failClosed)")
+
+// WithSharedWindow makes the ledger admit against s as well as its own window.
+func WithSharedWindow(s SharedWindow) Option { return func(l *Ledger) { l.shared = s } }
+
+// storeRetry is how soon a waiter asks again after the store failed to answer
+// under failClosed (Admit then reports ErrStoreUnavailable if it is still down).
+const storeRetry = 200 * time.Millisecond
+
+// sharedReserveLocked asks the shared window for a call the local checks let
+// through. It returns the entry id (or "" without a store, or when the store
+// failed open), or how long the call must still wait and why.
+func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id string, wait time.Duration, reason string) {
+	s := b.l.shared
+	if s == nil {
+		return "", 0, ""
+	}
+	budget := b.tokenBudget()
+	need := sz.total + b.margin(sz.variance)
+	if !force && now.Before(b.sharedHoldUntil) && need >= b.sharedHoldNeed {
+		// A call at least this large was refused until then; no release arrived since.
+		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
+	}
+	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
+		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force}
+	if sz.total > budget {
+		r.Budget = 0 // it could never fit: admitted without waiting for the window, like locally
+	}
+	g, err := s.Reserve(r)
+	if err != nil {
+		if s.Available() != nil {
+			return "", storeRetry, "store"
+		}
+		return "", 0, "" // failOpen: the local gate decides alone
+	}
+	others := g.WindowTokens - b.win.tokens
+	if g.ID != "" {
+		others -= sz.total // the window Redis reported holds this call already; the local one will
+	}
+	b.sharedOthers = max(0, others)
+	if g.Wait > 0 {
+		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldReason = now.Add(g.Wait), need, g.Reason
+		return "", g.Wait, g.Reason
+	}
+	return g.ID, 0, ""
+}
+
+// sharedReleased is a release notification from another instance (or this
+// one): capacity came back, so the hold is lifted and the waiters are tried.
+func (l *Ledger) SharedReleased(provider, model string) {
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[bucketKey{provider, model}]
+	sh.mu.RUnlock()
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sharedHoldUntil = time.Time{}
+	b.dispatchLocked(b.l.clock.Now())
+}
+
+// AdoptLearned takes a model's learned state from another instance (a shared
+// LearnedStore's notification): every instance learns from every 429. A model
+// this ledger has not seen yet loads it when it first does.
+func (l *Ledger) AdoptLearned(provider, model string, q LearnedQuota) {
+	if !l.conf().Learn {
+		return
+	}
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[bucketKey{provider, model}]
+	sh.mu.RUnlock()
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.learn.restore(q)
+	b.dispatchLocked(b.l.clock.Now()) // a raised quota may let waiters through
+}
+
+// closeSharedLocked settles or releases the shared entry of a closing slot.
+func (b *bucket) closeSharedLocked(id string, tokens int64) {
+	if id == "" || b.l.shared == nil {
+		return
+	}
+	_ = b.l.shared.Settle(b.provider, b.model, id, tokens) // the store counts and logs its own failures
+}
+
+// sharedCooldownLocked shares a 429's cooldown and refreshes the reading of
+// what the other instances hold.
+func (b *bucket) sharedCooldownLocked(now, until time.Time) {
+	if b.l.shared == nil {
+		return
+	}
+	if n, err := b.l.shared.Cooldown(b.provider, b.model, now, until, b.win.span); err == nil {
+		b.sharedOthers = max(0, n-b.win.tokens)
+	}
+}
+
+// StoreAvailable is nil unless a shared store is down under failClosed.
+func (l *Ledger) StoreAvailable() error {
+	if l.shared == nil {
+		return nil
+	}
+	return l.shared.Available()
+}
+
+// attachShared ties a shared entry to the ticket just granted.
+func (b *bucket) attachShared(t Ticket, id string) Ticket {
+	if id != "" && t.b == b {
+		b.slots[t.slot].shared = id
+		t.Shared = id
+	}
+	return t
+}
+
+func (b *bucket) attachWaiterShared(w *Waiter, id string) { w.ticket = b.attachShared(w.ticket, id) }
+
+// SettledElsewhere closes t after another instance settled its shared entry
+// with tokens (a decision-API ticket settled where it was not issued): the local
+// window takes the real usage, and the shared entry is not touched again.
+func (l *Ledger) SettledElsewhere(now time.Time, t Ticket, tokens int64) error {
+	if t.b == nil {
+		return ErrTicketClosed
+	}
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if int(t.slot) < len(b.slots) && b.slots[t.slot].gen == t.gen {
+		b.slots[t.slot].shared = ""
+	}
+	return b.closeLocked(now, t, max(tokens, 0), nil)
+}
+
+// SharedProviderCooldowns is an optional capability of a SharedWindow: sharing
+// provider-wide cooldowns (a 429 that names no model), which no model's window
+// holds. The store records the longest and tells the other instances, which
+// adopt it (AdoptProviderCooldown).
+type SharedProviderCooldowns interface {
+	ProviderCooldown(provider string, now, until time.Time) error
+}
+
+// shareProviderCooldown hands a provider-wide cooldown to the shared store, if
+// it takes them. A store that fails counts and logs its own failure; the local
+// cooldown holds either way.
+func (l *Ledger) shareProviderCooldown(provider string, now, until time.Time) {
+	if s, ok := l.shared.(SharedProviderCooldowns); ok {
+		_ = s.ProviderCooldown(provider, now, until)
+	}
+}
+
+// AdoptProviderCooldown takes a provider-wide cooldown another instance started:
+// every model of the provider waits until until. A shorter one never shortens a
+// longer one. It is not a 429 this instance saw, so no event tells of it.
+func (l *Ledger) AdoptProviderCooldown(provider string, until time.Time) {
+	if until.Before(l.clock.Now()) {
+		return
+	}
+	l.extendProviderCooldown(l.providerState(provider), until)
+}
+
+// extendProviderCooldown moves ps's cooldown to until unless it ends later already.
+func (l *Ledger) extendProviderCooldown(ps *providerState, until time.Time) {
+	for {
+		cur := ps.cooldownUntil.Load()
+		if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
+			return
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package server
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/gatectl/gatectl/store/redisstore"
+)
+
+// A ticket admitted through the shared store names its model and its shared
+// entry, so any instance on the same Redis can settle it: "gts_" +
+// base64url(provider/model) + "." + the entry id, which carries the nonce
+// only the holder of the reservation knows.
+const sharedTicketPrefix = "gts_"
+
+func sharedTicketID(provider, model, shared string) string {
+	return sharedTicketPrefix + base64.RawURLEncoding.EncodeToString([]byte(provider+"/"+model)) + "." + shared
+}
+
+// parseSharedTicket reads a shared ticket id; ok is false for any other string.
+func parseSharedTicket(id string) (provider, model, shared string, ok bool) {
+	rest, found := strings.CutPrefix(id, sharedTicketPrefix)
+	if !found {
+		return "", "", "", false
+	}
+	enc, shared, found := strings.Cut(rest, ".")
+	if !found || shared == "" {
+		return "", "", "", false
+	}
+	pm, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "", "", "", false
+	}
+	provider, model, ok = strings.Cut(string(pm), "/")
+	return provider, model, shared, ok && provider != "" && model != ""
+}
+
+// settleElsewhere settles, through the shared store, a ticket another instance
+// issued. handled is false when id is not such a ticket (or there is no store):
+// the caller answers 404 as for any unknown ticket.
+func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, release bool) (handled bool) {
+	if a.s.shared == nil {
+		return false
+	}
+	provider, model, shared, ok := parseSharedTicket(id)
+	if !ok {
+		return false
+	}
+	reserved, err := a.s.shared.SettleFor(provider, model, shared, tokens, id)
+	switch {
+	case errors.Is(err, redisstore.ErrNotOpen):
+		return false
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", "the shared gate store (Redis) could not settle the ticket: "+err.Error())
+		return true
+	}
+	resp := apiSettleResponse{Ticket: id, ReservedTokens: reserved, Provider: provider, Model: model}
+	if release {
+		resp.Released = true
+	} else {
+		resp.Settled, resp.UsedTokens = true, tokens
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return true
+}
+
+// settledElsewhere is the store's notice that an instance settled a ticket:
+// when it is one of ours, the local record closes with the real usage and
+// without settling the shared entry a second time.
+func (s *Server) settledElsewhere(ticket string, tokens int64) {
+	if s.api == nil {
+		return
+	}
+	tk := s.api.tickets.take(ticket)
+	if tk == nil {
+		return // not ours, or settled here already
+	}
+	_ = s.ledger.SettledElsewhere(s.clock.Now(), tk.t, tokens)
+}

@@ -1,0 +1,262 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// The visible waits, end to end over real HTTP on the system clock: a gatectl
+// server on loopback in front of a fake upstream, the gate held by a cooldown
+// recorded in its ledger. Every wait here is bounded (a second or two).
+
+func holdConfig(openaiURL, anthURL, proxy string) string {
+	return fmt.Sprintf(`
+providers:
+  pa:   {kind: openai, baseURL: %s/v1}
+  anth: {kind: anthropic, baseURL: %s}
+retry:
+  rounds: 2
+proxy:
+%s
+`, openaiURL, anthURL, proxy)
+}
+
+// coolDown holds every call to provider/model for d from now.
+func (f *pxFixture) coolDown(provider, model string, d time.Duration) {
+	f.srv.Ledger().RateLimitedBy(f.srv.clock.Now(), provider, model, engine.RateLimit{RetryAfter: d})
+}
+
+// sseLine is one line of a response body and when it arrived.
+type sseLine struct {
+	text string
+	at   time.Time
+}
+
+// readLines reads body line by line until EOF, bounded by the test's deadline.
+func readLines(t *testing.T, body io.Reader) []sseLine {
+	t.Helper()
+	var out []sseLine
+	sc := bufio.NewScanner(body)
+	for sc.Scan() {
+		out = append(out, sseLine{sc.Text(), time.Now()})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	return out
+}
+
+func streamingChat(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	sse(w, chatChunk("po"), chatChunk("ng"), usageChunk(3, 2), "data: [DONE]\n\n")
+}
+
+// TestHoldStreamGetsHeadersAndCommentsBeforeAdmission: a streamed request held
+// by the gate receives its headers and ": gatectl waiting" comments before it is
+// admitted, then the upstream's stream, whole.
+func TestHoldStreamGetsHeadersAndCommentsBeforeAdmission(t *testing.T) {
+	up := newFakeUpstream(t, streamingChat)
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  holdNotice: 100ms\n  holdNoticeEvery: 200ms"), false)
+	f.coolDown("pa", "m", 1200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sent := time.Now()
+	resp := f.post(ctx, "/v1/chat/completions", chatReq("pa/m", "stream", true))
+	defer resp.Body.Close()
+	headersAt := time.Now()
+	if up.n() != 0 {
+		t.Fatalf("the headers came after the upstream call (%d calls): they must come while the gate holds", up.n())
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || resp.Header.Get("X-Gate-Held") != "true" {
+		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
+	}
+	if d := headersAt.Sub(sent); d > time.Second {
+		t.Fatalf("headers after %s, want them at proxy.holdNotice (100ms), long before the 1.2s cooldown ends", d)
+	}
+	lines := readLines(t, resp.Body)
+	var comments, data []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l.text, ":"):
+			if len(data) > 0 {
+				t.Fatalf("a comment after the data began: %q", l.text)
+			}
+			comments = append(comments, l.text)
+		case strings.HasPrefix(l.text, "data: "):
+			data = append(data, strings.TrimPrefix(l.text, "data: "))
+		}
+	}
+	if len(comments) < 3 {
+		t.Fatalf("%d comments, want one every 200ms through a ~1.2s hold: %q", len(comments), comments)
+	}
+	for _, c := range comments {
+		if !strings.HasPrefix(c, ": gatectl waiting ") || !strings.Contains(c, "on pa/m") {
+			t.Fatalf("comment %q: want ': gatectl waiting Ns (REASON on pa/m…)'", c)
+		}
+	}
+	if !strings.Contains(comments[0], "left)") {
+		t.Errorf("the first comment %q does not say the expected rest of the wait", comments[0])
+	}
+	if len(data) != 3 || !strings.Contains(data[0], `"po"`) || !strings.Contains(data[1], `"ng"`) || data[2] != "[DONE]" {
+		t.Fatalf("data = %q, want the two chunks and [DONE] (usage stripped)", data)
+	}
+	if up.n() != 1 {
+		t.Fatalf("%d upstream calls, want 1", up.n())
+	}
+}
+
+// TestHoldStreamShortWaitSendsNothingEarly: a wait shorter than
+// proxy.holdNotice leaves the response exactly as the upstream's.
+func TestHoldStreamShortWaitSendsNothingEarly(t *testing.T) {
+	up := newFakeUpstream(t, streamingChat)
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  holdNotice: 5s"), false)
+	f.coolDown("pa", "m", 300*time.Millisecond)
+	resp, body := f.call("/v1/chat/completions", chatReq("pa/m", "stream", true))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Gate-Held") != "" || strings.Contains(body, ": gatectl") || resp.Header.Get("X-Gate-Waited-Ms") == "" {
+		t.Fatalf("status %d headers %v body %q", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestHoldStreamErrorShapes: a failure after a held stream's headers went out
+// is the protocol's own error event — OpenAI's `data: {"error":…}`,
+// Anthropic's `event: error` with `{"type":"error","error":…}` — carrying the
+// upstream's error object; the SDKs raise it as an API error.
+func TestHoldStreamErrorShapes(t *testing.T) {
+	openaiErr := `{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":null}}`
+	anthErr := `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}`
+	cases := []struct {
+		name, path, model string
+		upstream          string
+		body              map[string]any
+		want              []string // consecutive lines after the comments
+	}{
+		{"openai", "/v1/chat/completions", "pa/m", openaiErr, chatReq("pa/m", "stream", true),
+			[]string{`data: {"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":null}}`}},
+		{"anthropic", "/v1/messages", "anth/claude", anthErr,
+			map[string]any{"model": "anth/claude", "max_tokens": 5, "stream": true, "messages": []any{map[string]any{"role": "user", "content": "hi"}}},
+			[]string{"event: error", `data: {"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFakeUpstream(t, jsonAnswer(400, tc.upstream))
+			f := newPxFixture(t, holdConfig(up.URL, up.URL, "  holdNotice: 50ms\n  holdNoticeEvery: 100ms"), false)
+			route := strings.SplitN(tc.model, "/", 2)
+			f.coolDown(route[0], route[1], 400*time.Millisecond)
+			resp, body := f.call(tc.path, tc.body)
+			if resp.StatusCode != 200 || resp.Header.Get("X-Gate-Held") != "true" {
+				t.Fatalf("status %d headers %v: want the held stream's 200", resp.StatusCode, resp.Header)
+			}
+			var rest []string
+			for _, l := range strings.Split(body, "\n") {
+				if l != "" && !strings.HasPrefix(l, ":") {
+					rest = append(rest, l)
+				}
+			}
+			if strings.Join(rest, "\n") != strings.Join(tc.want, "\n") || !strings.Contains(body, ": gatectl waiting") {
+				t.Fatalf("body:\n%s\nwant the comments, then:\n%s", body, strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestHoldStreamGiveUpWithoutBody: gatectl's own give-up (a transport failure)
+// after the headers is an error event in gatectl's words.
+func TestHoldStreamGiveUpWithoutBody(t *testing.T) {
+	up := newFakeUpstream(t, chatOK(1, 1, 0))
+	dead := up.URL
+	up.Close()
+	f := newPxFixture(t, holdConfig(dead, dead, "  holdNotice: 50ms\n  holdNoticeEvery: 100ms")+"\n", false)
+	f.coolDown("pa", "m", 300*time.Millisecond)
+	resp, body := f.call("/v1/chat/completions", chatReq("pa/m", "stream", true), "X-Gate-Turn", "t")
+	events := readEvents(t, body)
+	if resp.StatusCode != 200 || len(events) != 1 {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	var ev struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(events[0]), &ev); err != nil || !strings.Contains(ev.Error.Message, "TRANSPORT") || ev.Error.Code != 502 || ev.Error.Type != "api_error" {
+		t.Fatalf("error event %s (%v)", events[0], err)
+	}
+}
+
+// TestHoldNonStreamCappedAtMaxHold: a non-streamed request whose wait outlasts
+// proxy.maxHold gets 429 with Retry-After and the reason, at once when the wait
+// is known to be longer; X-Gate-Max-Wait asks to sit it out instead.
+func TestHoldNonStreamCappedAtMaxHold(t *testing.T) {
+	up := newFakeUpstream(t, chatOK(3, 1, 0))
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  maxHold: 200ms"), false)
+	f.coolDown("pa", "m", 1500*time.Millisecond)
+	t0 := time.Now()
+	resp, body := f.call("/v1/chat/completions", chatReq("pa/m"))
+	if resp.StatusCode != http.StatusTooManyRequests || up.n() != 0 {
+		t.Fatalf("status %d after %d upstream calls: %s", resp.StatusCode, up.n(), body)
+	}
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 1 || ra > 2 {
+		t.Errorf("Retry-After %q, want the rest of the 1.5s wait, rounded up", resp.Header.Get("Retry-After"))
+	}
+	if resp.Header.Get("X-Should-Retry") != "true" || !strings.Contains(body, "proxy.maxHold") ||
+		!strings.Contains(body, "on pa/m") || !strings.Contains(body, `"type":"rate_limit_error"`) {
+		t.Errorf("headers %v body %s", resp.Header, body)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("answered after %s: a wait known to outlast maxHold is answered at once", d)
+	}
+	if st := f.status("pa", "m"); st.Waiting != 0 || st.InFlight != 0 {
+		t.Fatalf("the capped request left state behind: %+v", st)
+	}
+
+	resp, body = f.call("/v1/chat/completions", chatReq("pa/m"), "X-Gate-Max-Wait", "10s")
+	if resp.StatusCode != 200 || up.n() != 1 {
+		t.Fatalf("with X-Gate-Max-Wait: status %d after %d calls: %s", resp.StatusCode, up.n(), body)
+	}
+	if w, _ := strconv.Atoi(resp.Header.Get("X-Gate-Waited-Ms")); w < 500 {
+		t.Errorf("X-Gate-Waited-Ms %d: the request did not wait out the cooldown", w)
+	}
+
+	resp, body = f.call("/v1/chat/completions", chatReq("pa/m"), "X-Gate-Max-Wait", "soon")
+	if resp.StatusCode != 400 || !strings.Contains(body, `"field":"X-Gate-Max-Wait"`) {
+		t.Fatalf("bad X-Gate-Max-Wait: status %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestHoldNonStreamCutAtTheLimit: an admission wait expected to end in time,
+// that a second rate limit then stretches, is cut at the limit itself (on the
+// fake clock) with the rest of the new wait as Retry-After.
+func TestHoldNonStreamCutAtTheLimit(t *testing.T) {
+	up := newFakeUpstream(t, chatOK(3, 1, 0))
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  maxHold: 10s")+`
+gate:
+  maxWait: 60s
+`, true)
+	f.coolDown("pa", "m", 5*time.Second)
+	res := f.callAsync("/v1/chat/completions", chatReq("pa/m"))
+	waitFor(t, "the admission wait and the hold limit", func() bool { return f.clock.Timers() == 2 })
+	f.clock.Advance(4 * time.Second)
+	f.coolDown("pa", "m", 30*time.Second) // the provider asks for longer: the wait now ends at 34s
+	f.clock.Advance(2 * time.Second)      // the waiter wakes at 5s and sleeps on
+	waitFor(t, "the waiter to sleep on", func() bool { return f.clock.Timers() == 2 })
+	f.clock.Advance(4 * time.Second) // the limit: 10s
+	r := <-res
+	ra, _ := strconv.Atoi(r.resp.Header.Get("Retry-After"))
+	if r.resp.StatusCode != http.StatusTooManyRequests || up.n() != 0 || ra < 24 || ra > 26 || !strings.Contains(r.body, "rate limit on pa/m") {
+		t.Fatalf("status %d after %d calls, Retry-After %d (want ~24): %s", r.resp.StatusCode, up.n(), ra, r.body)
+	}
+	if st := f.status("pa", "m"); st.Waiting != 0 {
+		t.Fatalf("the cut waiter is still queued: %+v", st)
+	}
+}

@@ -1,0 +1,178 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts run atomically in Redis: each decision is one round trip, and no
+// other instance can slip a reservation between the check and the record.
+//
+// A model's window is three keys that share the hash tag {provider/model}, so a
+// script only touches one Redis Cluster slot:
+//
+//	…:w   sorted set: entry id → admission time (ms)
+//	…:t   hash: entry id → tokens (the reservation, then the real usage)
+//	…:s   the sum of …:t, kept so a check is O(1) and not a scan
+//	…:o   hash: the ids not settled yet → their nonce, so a settle counts once,
+//	      wherever it comes from, and only with the nonce the reservation got
+//	…:q   the id sequence
+//	…:cd  the cooldown's end (ms)
+//
+// Every write refreshes a TTL of two windows: a model nobody calls leaves
+// nothing behind.
+
+// expireLua drops the entries older than now-span from the window and returns
+// the new sum. It is the common prologue of reserveScript.
+const expireLua = `
+local function expire(w, t, s, o, cutoff, ttl)
+  local sum = tonumber(redis.call('GET', s) or '0')
+  while true do
+    local old = redis.call('ZRANGEBYSCORE', w, '-inf', cutoff, 'LIMIT', 0, 500)
+    if #old == 0 then break end
+    local ts = redis.call('HMGET', t, unpack(old))
+    for i = 1, #ts do
+      if ts[i] then sum = sum - tonumber(ts[i]) end
+    end
+    redis.call('ZREM', w, unpack(old))
+    redis.call('HDEL', t, unpack(old))
+    redis.call('HDEL', o, unpack(old))
+  end
+  if sum < 0 then sum = 0 end
+  redis.call('SET', s, sum, 'PX', ttl)
+  return sum
+end
+`
+
+// reserveScript: KEYS w t s q cd o; ARGV now span tokens need budget rpm force ttl nonce.
+// Returns {id, wait ms, reason, window tokens}: an id when the call was
+// recorded, else the time until it could fit and what holds it.
+var reserveScript = redis.NewScript(expireLua + `
+local now, span = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tokens, need, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local rpm, force, ttl = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now - span, ttl)
+if not force then
+  local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
+  if cd > now then return {'', cd - now, 'cooldown', sum} end
+  if rpm > 0 then
+    local n = redis.call('ZCARD', KEYS[1])
+    if n >= rpm then
+      local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
+      return {'', math.max(1, tonumber(e[2]) + span - now), 'rpm', sum}
+    end
+  end
+  if budget > 0 and sum + need > budget then
+    -- walk from the oldest entry until enough of the window has left
+    local freed, off = 0, 0
+    while true do
+      local es = redis.call('ZRANGE', KEYS[1], off, off + 199, 'WITHSCORES')
+      if #es == 0 then break end
+      local ids = {}
+      for i = 1, #es, 2 do ids[#ids + 1] = es[i] end
+      local ts = redis.call('HMGET', KEYS[2], unpack(ids))
+      for i = 1, #ids do
+        freed = freed + tonumber(ts[i] or '0')
+        if sum - freed + need <= budget then
+          return {'', math.max(1, tonumber(es[2 * i]) + span - now), 'tpm', sum}
+        end
+      end
+      off = off + 200
+    end
+    return {'', span, 'tpm', sum}
+  end
+end
+local id = redis.call('INCR', KEYS[4])
+redis.call('ZADD', KEYS[1], now, id)
+redis.call('HSET', KEYS[2], id, tokens)
+redis.call('HSET', KEYS[6], id, ARGV[9])
+redis.call('PEXPIRE', KEYS[6], ttl)
+sum = sum + tokens
+redis.call('SET', KEYS[3], sum, 'PX', ttl)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[4], ttl)
+return {tostring(id), 0, '', sum}
+`)
+
+// closeScript: KEYS w t s o; ARGV id tokens channel note nonce. Replaces an open
+// entry's reservation with the real usage (0 for a release: the request still
+// counts, its tokens do not) and announces the refund on the model's channel so
+// waiting instances try again; note, when not empty, is announced too (a
+// ticket settled on another instance than its own). Returns the tokens
+// refunded, or -1 when the entry is closed already or left the window.
+var closeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[5] then return -1 end
+redis.call('HDEL', KEYS[4], ARGV[1])
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return -1 end
+cur = tonumber(cur)
+local tokens = tonumber(ARGV[2])
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl < 1000 then ttl = 1000 end
+local sum = tonumber(redis.call('GET', KEYS[3]) or '0') + tokens - cur
+if sum < 0 then sum = 0 end
+redis.call('HSET', KEYS[2], ARGV[1], tokens)
+redis.call('SET', KEYS[3], sum, 'PX', ttl)
+if tokens < cur then redis.call('PUBLISH', ARGV[3], 'r') end
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
+return cur - tokens
+`)
+
+// cooldownScript: KEYS cd s; ARGV until ttl. Extends the cooldown to until —
+// a shorter cooldown never shortens a longer one — and returns the window's
+// tokens.
+var cooldownScript = redis.NewScript(`
+local untilMs, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if untilMs > cur then
+  redis.call('SET', KEYS[1], untilMs, 'PX', ttl)
+end
+return tonumber(redis.call('GET', KEYS[2]) or '0')
+`)
+
+// spendScript spends one round of a session's retry budget (retry.BudgetSpend:
+// the same rules as BudgetSpend.Apply), with the limits checked here, so two
+// instances planning a retry for the same session at once cannot both spend
+// the last round. The record is the JSON of retry.Budget.
+//
+// KEYS: record. ARGV: turn, step, perStep (0|1), counter, limit (<0
+// unbounded), kind, kindLimit (<0: no kind), updatedAt (RFC 3339), ttl ms.
+// Returns {spent (0|1), the record's JSON after}.
+var spendScript = redis.NewScript(`
+local raw = redis.call('GET', KEYS[1])
+local b = nil
+if raw then
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == 'table' then b = v end
+end
+local step = tonumber(ARGV[2])
+if not b or b.turn ~= ARGV[1] or (ARGV[3] == '1' and tonumber(b.step) ~= step) then
+  b = {turn = ARGV[1], rounds = 0, mislabeled = 0, longTerm = 0}
+end
+b.step = step
+local counter, limit = ARGV[4], tonumber(ARGV[5])
+local kind, kindLimit = ARGV[6], tonumber(ARGV[7])
+local n = tonumber(b[counter]) or 0
+local spent = 0
+local known = kind == 'dns' or kind == 'refused' or kind == 'reset' or kind == 'timeout'
+if kindLimit >= 0 then
+  if type(b.transport) ~= 'table' then b.transport = nil end
+  local kn = 0
+  if known and b.transport then kn = tonumber(b.transport[kind]) or 0 end
+  if kn < kindLimit and (limit < 0 or n < limit) then
+    if known then
+      b.transport = b.transport or {}
+      b.transport[kind] = kn + 1
+    end
+    spent = 1
+  end
+elseif limit < 0 or n < limit then
+  spent = 1
+end
+if spent == 1 then
+  b[counter] = n + 1
+  b.updatedAt = ARGV[8]
+  raw = cjson.encode(b)
+  redis.call('SET', KEYS[1], raw, 'PX', ARGV[9])
+  return {1, raw}
+end
+return {0, cjson.encode(b)}
+`)

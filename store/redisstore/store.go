@@ -1,0 +1,525 @@
+// Package redisstore keeps the gate's shared state on Redis, so several gatectl
+// processes behave as one gate: the window entries and their reservations, the
+// cooldowns and the learned quotas of every provider/model.
+//
+// Each admission is one round trip (a Lua script reads the window, checks it and
+// reserves); keys carry the hash tag {provider/model}, so Redis Cluster keeps a
+// model's keys on one slot; every key has a TTL. Waiting stays in each process:
+// a waiter sleeps until the drain time Redis reported, or until a release on the
+// model's channel wakes it.
+//
+// Redis down or slow is a policy (Options.OnError): every call has a deadline;
+// after a failure the store is degraded — calls fail at once without touching
+// the network — until a background ping succeeds. failOpen then lets each
+// process's own gate decide alone; failClosed refuses calls (the server answers
+// 503).
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+)
+
+// The policies for a Redis that does not answer.
+const (
+	FailOpen   = "failOpen"
+	FailClosed = "failClosed"
+)
+
+// Policies lists the values of Options.OnError.
+var Policies = []string{FailOpen, FailClosed}
+
+// Options configures the store (`store.redis` in the config).
+type Options struct {
+	URL       string        // redis://[user:password@]host:port/db, or rediss:// for TLS
+	KeyPrefix string        // prepended to every key and channel
+	Timeout   time.Duration // deadline of every call
+	OnError   string        // failOpen | failClosed
+	Cluster   bool          // connect as a Redis Cluster client
+}
+
+// Defaults of store.redis.
+const (
+	DefaultKeyPrefix = "gatectl:"
+	DefaultTimeout   = 100 * time.Millisecond
+)
+
+// DefaultOptions are the defaults of store.redis (URL has none).
+func DefaultOptions() Options {
+	return Options{KeyPrefix: DefaultKeyPrefix, Timeout: DefaultTimeout, OnError: FailOpen}
+}
+
+// learnedTTL is how long a learned quota outlives its last change: a day of
+// silence is long enough that learning again is safer than trusting it.
+const learnedTTL = 24 * time.Hour
+
+// pingEvery is how often a degraded store tries Redis again.
+const pingEvery = 500 * time.Millisecond
+
+// ErrDegraded is what calls return while the store waits for Redis to answer again.
+var ErrDegraded = errors.New("redisstore: Redis unavailable (degraded)")
+
+// Store is the shared state on one Redis. Safe for concurrent use.
+type Store struct {
+	opts     Options
+	c        redis.UniversalClient
+	addr     string // host:port of the node (seed nodes, for a cluster), without credentials
+	log      hclog.Logger
+	instance string // tells this process's own notifications from others'
+
+	degraded atomic.Bool
+	errs     atomic.Int64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   sync.Once
+
+	on Handlers
+}
+
+// Handlers receive the notifications of the other instances (Notify). Any may
+// be nil.
+type Handlers struct {
+	Released func(provider, model string)                      // capacity came back in the model's window
+	Learned  func(provider, model string, q gate.LearnedQuota) // another instance learned the model's quota
+	Settled  func(ticket string, tokens int64)                 // an instance settled a ticket (maybe one of ours: SettleFor)
+	Marked   func(provider string, at time.Time)               // another instance marked a provider exhausted
+	// SessionChanged: another instance changed the session's settings.
+	SessionChanged func(session string)
+	// ProviderCooldown: another instance started a provider-wide cooldown
+	// (a 429 that named no model) that ends at until.
+	ProviderCooldown func(provider string, until time.Time)
+	// Unmarked: another instance lifted a provider's exhaustion mark by hand at at.
+	Unmarked func(provider string, at time.Time)
+	// Route: another instance moved (or forgot, the zero route) a session's route.
+	Route func(session string, r pool.SessionRoute)
+}
+
+// Open connects to the Redis at opts.URL. A Redis that does not answer yet is
+// not an error: the store starts degraded and recovers by itself.
+func Open(opts Options, log hclog.Logger) (*Store, error) {
+	d := DefaultOptions()
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = d.KeyPrefix
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = d.Timeout
+	}
+	if opts.OnError == "" {
+		opts.OnError = d.OnError
+	}
+	if opts.OnError != FailOpen && opts.OnError != FailClosed {
+		return nil, fmt.Errorf("redisstore: onError must be one of %s (got %q)", strings.Join(Policies, ", "), opts.OnError)
+	}
+	c, addr, err := newClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	redis.SetLogger(quietLogger{log.Named("client")})
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Store{opts: opts, c: c, addr: addr, log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
+	if err := s.Ping(context.Background()); err != nil {
+		s.fail(err)
+	}
+	return s, nil
+}
+
+// newClient connects to one node, or to a Redis Cluster (opts.Cluster: the URL
+// names a seed node, more with ?addr=host:port). Every call has the deadline
+// and no retry: a retry doubles a slow answer, and the policy decides instead.
+func newClient(opts Options) (redis.UniversalClient, string, error) {
+	if opts.Cluster {
+		co, err := redis.ParseClusterURL(opts.URL)
+		if err != nil {
+			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+		}
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+		co.ContextTimeoutEnabled = true
+		co.MaxRetries, co.MaxRedirects = -1, 3
+		co.PoolSize = max(co.PoolSize, 32)
+		return redis.NewClusterClient(co), strings.Join(co.Addrs, ","), nil
+	}
+	ro, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+	}
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	ro.ContextTimeoutEnabled = true
+	ro.MaxRetries = -1
+	ro.PoolSize = max(ro.PoolSize, 32)
+	return redis.NewClient(ro), ro.Addr, nil
+}
+
+// redactURL keeps a password in the URL out of an error message.
+func redactURL(err error, url string) error {
+	msg := err.Error()
+	if i := strings.Index(url, "@"); i > 0 {
+		msg = strings.ReplaceAll(msg, url[:i], "redis://…")
+	}
+	return errors.New(msg)
+}
+
+// Options returns the options the store runs with (defaults filled in).
+func (s *Store) Options() Options { return s.opts }
+
+// Ping asks Redis to answer within the deadline.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return s.c.Ping(ctx).Err()
+}
+
+// Degraded reports whether the store is waiting for Redis to answer again.
+func (s *Store) Degraded() bool { return s.degraded.Load() }
+
+// Errors is how many calls failed since Open.
+func (s *Store) Errors() int64 { return s.errs.Load() }
+
+// Close stops the background work and closes the connections.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		err = s.c.Close()
+	})
+	return err
+}
+
+// fail counts a failed call and, on the first failure, turns degraded: calls
+// fail at once until the background ping finds Redis again.
+func (s *Store) fail(err error) {
+	s.errs.Add(1)
+	if !s.degraded.CompareAndSwap(false, true) {
+		return
+	}
+	s.log.Warn("shared store degraded: Redis does not answer", "policy", s.opts.OnError, "error", err)
+	s.wg.Add(1)
+	go s.recover()
+}
+
+func (s *Store) recover() {
+	defer s.wg.Done()
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.Ping(context.Background()); err == nil {
+				s.degraded.Store(false)
+				s.log.Info("shared store recovered: Redis answers again")
+				return
+			}
+		}
+	}
+}
+
+// call runs f with the deadline, unless the store is degraded.
+func (s *Store) call(f func(ctx context.Context) error) error {
+	if s.degraded.Load() {
+		return ErrDegraded
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	err := f(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		s.fail(err)
+	}
+	return err
+}
+
+// base is the key prefix of provider/model, with its hash tag.
+func (s *Store) base(provider, model string) string {
+	return s.opts.KeyPrefix + "{" + provider + "/" + model + "}:"
+}
+
+func (s *Store) channel(provider, model string) string { return s.base(provider, model) + "ev" }
+
+// windowTTL keeps a model's window keys two windows past their last write.
+func windowTTL(span time.Duration) int64 { return max(2*span.Milliseconds(), 1000) }
+
+// Reserve implements gate.SharedWindow.
+func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
+	k := s.base(r.Provider, r.Model)
+	force := "0"
+	if r.Force {
+		force = "1"
+	}
+	var g gate.SharedGrant
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	nonce := hex.EncodeToString(rnd[:])
+	err := s.call(func(ctx context.Context) error {
+		v, err := reserveScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o"},
+			r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) != 4 {
+			return fmt.Errorf("redisstore: reserve answered %d values", len(v))
+		}
+		if g.ID, _ = v[0].(string); g.ID != "" {
+			g.ID += "-" + nonce // the entry, and the proof of holding it
+		}
+		wait, _ := v[1].(int64)
+		g.Wait = time.Duration(wait) * time.Millisecond
+		g.Reason, _ = v[2].(string)
+		g.WindowTokens, _ = v[3].(int64)
+		return nil
+	})
+	return g, err
+}
+
+// Settle implements gate.SharedWindow.
+func (s *Store) Settle(provider, model, id string, tokens int64) error {
+	_, err := s.settle(provider, model, id, tokens, "")
+	return err
+}
+
+// ErrNotOpen is SettleFor's answer for an entry settled already or gone from the window.
+var ErrNotOpen = errors.New("redisstore: the entry is settled already or left the window")
+
+// SettleFor settles the entry of a ticket another instance issued, and tells
+// that instance (its Notify onSettled receives ticket and tokens) so it drops
+// its own record of the call without settling it twice. It returns the tokens
+// the entry had reserved.
+func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket string) (reserved int64, err error) {
+	refund, err := s.settle(provider, model, id, tokens, "s "+strconv.FormatInt(tokens, 10)+" "+ticket)
+	if err == nil && refund < 0 {
+		return 0, ErrNotOpen
+	}
+	return refund + tokens, err
+}
+
+func (s *Store) settle(provider, model, id string, tokens int64, note string) (int64, error) {
+	entry, nonce, ok := strings.Cut(id, "-")
+	if !ok {
+		return -1, nil
+	}
+	k := s.base(provider, model)
+	var refund int64
+	err := s.call(func(ctx context.Context) error {
+		var err error
+		refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, tokens, s.channel(provider, model), note, nonce).Int64()
+		return err
+	})
+	return refund, err
+}
+
+// Cooldown implements gate.SharedWindow.
+func (s *Store) Cooldown(provider, model string, now, until time.Time, span time.Duration) (int64, error) {
+	k := s.base(provider, model)
+	var n int64
+	err := s.call(func(ctx context.Context) error {
+		var err error
+		n, err = cooldownScript.Run(ctx, s.c, []string{k + "cd", k + "s"},
+			until.UnixMilli(), max(until.Sub(now).Milliseconds(), 0)+1000).Int64()
+		return err
+	})
+	return n, err
+}
+
+// Available implements gate.SharedWindow: under failClosed, a degraded store
+// refuses calls.
+func (s *Store) Available() error {
+	if s.opts.OnError == FailClosed && s.degraded.Load() {
+		return gate.ErrStoreUnavailable
+	}
+	return nil
+}
+
+var _ gate.SharedWindow = (*Store)(nil)
+
+// Load implements gate.LearnedStore.
+func (s *Store) Load(provider, model string) (gate.LearnedQuota, bool) {
+	var q gate.LearnedQuota
+	var raw []byte
+	err := s.call(func(ctx context.Context) error {
+		var err error
+		raw, err = s.c.Get(ctx, s.base(provider, model)+"learn").Bytes()
+		return err
+	})
+	if err != nil || json.Unmarshal(raw, &q) != nil {
+		return q, false
+	}
+	return q, true
+}
+
+// Save implements gate.LearnedStore, and tells the other instances.
+func (s *Store) Save(provider, model string, q gate.LearnedQuota) {
+	raw, _ := json.Marshal(q)
+	_ = s.call(func(ctx context.Context) error {
+		k := s.base(provider, model) + "learn"
+		p := s.c.Pipeline()
+		p.Set(ctx, k, raw, learnedTTL)
+		p.Publish(ctx, s.channel(provider, model), "l "+s.instance+" "+string(raw))
+		_, err := p.Exec(ctx)
+		return err
+	})
+}
+
+var _ gate.LearnedStore = (*Store)(nil)
+
+// Notify starts listening on every model's channel (and those of the marks,
+// the provider-wide cooldowns, the sessions and their routes) and hands what arrives to h;
+// the exhaustion marks and provider-wide cooldowns set so far are handed to
+// h.Marked and h.ProviderCooldown first. The subscription survives Redis restarts (the client
+// resubscribes).
+func (s *Store) Notify(h Handlers) {
+	s.on = h
+	if h.Marked != nil {
+		for p, at := range s.marks() {
+			h.Marked(p, at)
+		}
+	}
+	if h.ProviderCooldown != nil {
+		for p, until := range s.providerCooldowns() {
+			h.ProviderCooldown(p, until)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := s.c.PSubscribe(ctx, s.opts.KeyPrefix+"{*}:ev")
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		defer ps.Close()
+		ch := ps.Channel()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case m, ok := <-ch:
+				if !ok {
+					return
+				}
+				s.dispatch(m.Channel, m.Payload)
+			}
+		}
+	}()
+}
+
+// dispatch hands one notification to the ledger.
+func (s *Store) dispatch(channel, payload string) {
+	i, j := strings.Index(channel, "{"), strings.LastIndex(channel, "}")
+	if i < 0 || j < i {
+		return
+	}
+	switch channel[i+1 : j] {
+	case "marks":
+		s.dispatchMark(payload)
+		return
+	case "cooldowns":
+		s.dispatchCooldown(payload)
+		return
+	case "routes":
+		s.dispatchRoute(payload)
+		return
+	case "sessions":
+		if rest, ok := strings.CutPrefix(payload, "x "); ok && s.on.SessionChanged != nil {
+			if from, id, ok := strings.Cut(rest, " "); ok && from != s.instance {
+				s.on.SessionChanged(id)
+			}
+		}
+		return
+	}
+	provider, model, ok := strings.Cut(channel[i+1:j], "/")
+	if !ok {
+		return
+	}
+	switch {
+	case payload == "r" && s.on.Released != nil:
+		s.on.Released(provider, model)
+	case strings.HasPrefix(payload, "s ") && s.on.Settled != nil:
+		n, ticket, _ := strings.Cut(payload[2:], " ")
+		if tokens, err := strconv.ParseInt(n, 10, 64); err == nil {
+			s.on.Settled(ticket, tokens)
+		}
+	case strings.HasPrefix(payload, "l ") && s.on.Learned != nil:
+		from, raw, _ := strings.Cut(payload[2:], " ")
+		var q gate.LearnedQuota
+		if from != s.instance && json.Unmarshal([]byte(raw), &q) == nil {
+			s.on.Learned(provider, model, q)
+		}
+	}
+}
+
+// Shared is the shared view of one model, for `gatectl status`.
+type Shared struct {
+	Provider      string    `json:"provider"`
+	Model         string    `json:"model"`
+	WindowTokens  int64     `json:"windowTokens"`
+	Requests      int64     `json:"requests"`
+	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
+}
+
+// View reads the shared window of provider/model.
+func (s *Store) View(provider, model string) (Shared, error) {
+	v := Shared{Provider: provider, Model: model}
+	k := s.base(provider, model)
+	err := s.call(func(ctx context.Context) error {
+		p := s.c.Pipeline()
+		sum, card, cd := p.Get(ctx, k+"s"), p.ZCard(ctx, k+"w"), p.Get(ctx, k+"cd")
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		v.WindowTokens, _ = strconv.ParseInt(sum.Val(), 10, 64)
+		v.Requests = card.Val()
+		if ms, err := strconv.ParseInt(cd.Val(), 10, 64); err == nil {
+			v.CooldownUntil = time.UnixMilli(ms)
+		}
+		return nil
+	})
+	return v, err
+}
+
+// quietLogger sends the Redis client's own messages (reconnect attempts, which
+// repeat while Redis is down) to the debug level: the store logs the
+// transitions that matter once each.
+type quietLogger struct{ log hclog.Logger }
+
+func (q quietLogger) Printf(_ context.Context, format string, v ...any) {
+	q.log.Debug(fmt.Sprintf(format, v...))
+}
+
+// Check verifies the connection for `gatectl check`: Redis answers within the
+// deadline and accepts the scripts (some managed services forbid Lua). It
+// returns the round trip of a PING.
+func (s *Store) Check(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	if err := s.Ping(ctx); err != nil {
+		return 0, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
+	}
+	rtt := time.Since(t0)
+	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript} {
+		c, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		err := sc.Load(c, s.c).Err()
+		cancel()
+		if err != nil {
+			return rtt, fmt.Errorf("loading the gate's Lua scripts: %w", err)
+		}
+	}
+	return rtt, nil
+}
+
+// Addr is the Redis address, without credentials: safe to print.
+func (s *Store) Addr() string { return s.addr }

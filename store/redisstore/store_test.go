@@ -1,0 +1,410 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
+	"github.com/gatectl/gatectl/engine/retry"
+	"github.com/gatectl/gatectl/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func open(t *testing.T, srv *redistest.Server, policy string) *Store {
+	t.Helper()
+	s, err := Open(Options{URL: srv.URL(), KeyPrefix: "test:", Timeout: time.Second, OnError: policy}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func reserve(t *testing.T, s *Store, now time.Time, tokens, budget int64) gate.SharedGrant {
+	t.Helper()
+	g, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: now, Span: time.Minute,
+		Tokens: tokens, Need: tokens, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestReserveSettleRelease(t *testing.T) {
+	s := open(t, redistest.Start(t), FailOpen)
+	a := reserve(t, s, t0, 600, 1000)
+	if a.ID == "" || a.Wait != 0 || a.WindowTokens != 600 {
+		t.Fatalf("first reservation: %+v, want an id and 600 tokens", a)
+	}
+	b := reserve(t, s, t0.Add(10*time.Second), 600, 1000)
+	if b.ID != "" || b.Reason != "tpm" || b.Wait != 50*time.Second {
+		t.Fatalf("over the budget: %+v, want refused for tpm until the first entry leaves (50s)", b)
+	}
+	if err := s.Settle("p", "m", a.ID, 100); err != nil { // the call used 100: 500 come back
+		t.Fatal(err)
+	}
+	c := reserve(t, s, t0.Add(10*time.Second), 600, 1000)
+	if c.ID == "" || c.WindowTokens != 700 {
+		t.Fatalf("after the refund: %+v, want admitted with 700 in the window", c)
+	}
+	if err := s.Settle("p", "m", c.ID, 0); err != nil { // released: the tokens leave, the request stays
+		t.Fatal(err)
+	}
+	v, err := s.View("p", "m")
+	if err != nil || v.WindowTokens != 100 || v.Requests != 2 {
+		t.Fatalf("view %+v (%v), want 100 tokens and 2 requests", v, err)
+	}
+	// A minute after the first entry it leaves; the released one holds no tokens.
+	d := reserve(t, s, t0.Add(61*time.Second), 950, 1000)
+	if d.ID == "" || d.WindowTokens != 950 {
+		t.Fatalf("%+v: want admitted into a window holding nothing but a released call", d)
+	}
+}
+
+func TestRequestBudget(t *testing.T) {
+	s := open(t, redistest.Start(t), FailOpen)
+	for i := range 3 {
+		g, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0.Add(time.Duration(i) * time.Second),
+			Span: time.Minute, Tokens: 1, Need: 1, Budget: 1000, RPM: 3})
+		if err != nil || g.ID == "" {
+			t.Fatalf("request %d: %+v %v", i, g, err)
+		}
+	}
+	g, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0.Add(5 * time.Second),
+		Span: time.Minute, Tokens: 1, Need: 1, Budget: 1000, RPM: 3})
+	if err != nil || g.ID != "" || g.Reason != "rpm" || g.Wait != 55*time.Second {
+		t.Fatalf("fourth request: %+v %v, want refused for rpm for 55s", g, err)
+	}
+}
+
+// Many goroutines on two stores (two instances) race for one budget: exactly
+// the budget is admitted, and the sum matches the entries.
+func TestReserveAtomicAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := []*Store{open(t, srv, FailOpen), open(t, srv, FailOpen)}
+	var admitted atomic.Int64
+	var ids sync.Map
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%2]
+			for range 20 {
+				r, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute,
+					Tokens: 10, Need: 10, Budget: 1000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.ID != "" {
+					admitted.Add(1)
+					if _, dup := ids.LoadOrStore(r.ID, true); dup {
+						t.Errorf("id %s issued twice", r.ID)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 100 {
+		t.Fatalf("admitted %d calls of 10 tokens against a budget of 1000, want exactly 100", n)
+	}
+	// Settle them all concurrently at 4 tokens each: the sum follows exactly.
+	ids.Range(func(k, _ any) bool {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := stores[0].Settle("p", "m", k.(string), 4); err != nil {
+				t.Error(err)
+			}
+		}()
+		return true
+	})
+	wg.Wait()
+	if v, _ := stores[1].View("p", "m"); v.WindowTokens != 400 || v.Requests != 100 {
+		t.Fatalf("after settling: %+v, want 400 tokens in 100 requests", v)
+	}
+}
+
+func TestCooldownNeverShortened(t *testing.T) {
+	s := open(t, redistest.Start(t), FailOpen)
+	if _, err := s.Cooldown("p", "m", t0, t0.Add(30*time.Second), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cooldown("p", "m", t0.Add(time.Second), t0.Add(5*time.Second), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	g := reserve(t, s, t0.Add(10*time.Second), 1, 1000)
+	if g.ID != "" || g.Reason != "cooldown" || g.Wait != 20*time.Second {
+		t.Fatalf("%+v, want refused for the longer cooldown (20s left)", g)
+	}
+	if v, _ := s.View("p", "m"); !v.CooldownUntil.Equal(t0.Add(30 * time.Second)) {
+		t.Fatalf("cooldown until %v, want %v", v.CooldownUntil, t0.Add(30*time.Second))
+	}
+}
+
+// Every key has a TTL, and a model's keys share one hash tag (one Cluster slot).
+func TestKeysHaveTTLAndHashTag(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, FailOpen)
+	now := time.Now()
+	g := reserve(t, s, now, 10, 1000)
+	_ = s.Settle("p", "m", g.ID, 5)
+	_, _ = s.Cooldown("p", "m", now, now.Add(10*time.Second), time.Minute)
+	s.Save("p", "m", gate.LearnedQuota{Quota: 500})
+	reserve(t, s, now, 10, 1000)
+	// The keys outside a model's window: provider-wide cooldowns, exhaustion
+	// marks (an unmark leaves the others), retry budgets, session settings.
+	_ = s.ProviderCooldown("p", now, now.Add(10*time.Second))
+	s.ShareMark("p", now)
+	s.ShareMark("q", now)
+	s.ShareUnmark("q", now)
+	bud := s.Budgets(retry.NewMemoryBudgetStore())
+	if _, ok, err := bud.Spend(retry.BudgetKey{Session: "s1", Provider: "p"}, retry.BudgetSpend{Turn: "t", Counter: "rounds", Limit: 3, KindLimit: -1, Now: now}); !ok || err != nil {
+		t.Fatalf("Spend: %v %v", ok, err)
+	}
+	if err := s.Sessions(&pool.MemorySessionStore{}).SaveSession("s1", pool.SessionRecord{Pool: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Routes().SaveRoute("s1", pool.SessionRoute{Asked: engine.Route{Provider: "p", Model: "m"}, Current: engine.Route{Provider: "q", Model: "m"}})
+	others := map[string]bool{"test:{cooldowns}": true, "test:{marks}": true, "test:budget:{s1}:p": true, "test:session:{s1}": true, "test:route:{s1}": true}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 6+len(others) {
+		t.Fatalf("keys %v: want the window, tokens, sum, sequence, cooldown and learned keys, and %v", keys, others)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "test:{p/m}:") && !others[k] {
+			t.Errorf("key %q lacks the prefix and the hash tag {p/m}", k)
+		}
+		delete(others, k)
+		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("key %q has no TTL (%v)", k, ttl)
+		}
+	}
+	if len(others) > 0 {
+		t.Errorf("keys %v were not written", others)
+	}
+}
+
+func TestLearnedSharedAndNotified(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	got := make(chan gate.LearnedQuota, 4)
+	b.Notify(Handlers{Learned: func(p, m string, q gate.LearnedQuota) {
+		if p == "p" && m == "m" {
+			got <- q
+		}
+	}})
+	waitSubscribed(t, srv)
+	a.Save("p", "m", gate.LearnedQuota{Quota: 1234, Trigger: 1100})
+	select {
+	case q := <-got:
+		if q.Quota != 1234 || q.Trigger != 1100 {
+			t.Fatalf("notified %+v", q)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the other instance was not told of the learned quota within 5s")
+	}
+	if q, ok := b.Load("p", "m"); !ok || q.Quota != 1234 {
+		t.Fatalf("Load: %+v %v", q, ok)
+	}
+}
+
+// waitSubscribed waits until a pattern subscription is live on srv.
+func waitSubscribed(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.PubSubNumPat(context.Background()).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no subscription within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestDegradedAndRecovered(t *testing.T) {
+	srv := redistest.Start(t)
+	open_, closed := open(t, srv, FailOpen), open(t, srv, FailClosed)
+	srv.Kill()
+	for _, s := range []*Store{open_, closed} {
+		if _, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute, Tokens: 1, Need: 1, Budget: 10}); err == nil {
+			t.Fatal("Reserve with Redis down: no error")
+		}
+		if !s.Degraded() || s.Errors() == 0 {
+			t.Fatalf("degraded=%v errors=%d after a failed call", s.Degraded(), s.Errors())
+		}
+		// Degraded: the next call fails at once without the network.
+		if _, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute}); !errors.Is(err, ErrDegraded) {
+			t.Fatalf("degraded call: %v, want ErrDegraded", err)
+		}
+	}
+	if open_.Available() != nil {
+		t.Fatal("failOpen store unavailable: it must let the local gate decide")
+	}
+	if !errors.Is(closed.Available(), gate.ErrStoreUnavailable) {
+		t.Fatal("failClosed store available while Redis is down")
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for open_.Degraded() || closed.Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the stores did not recover within 10s of Redis returning")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g := reserve(t, open_, t0, 1, 10); g.ID == "" {
+		t.Fatalf("after recovery: %+v", g)
+	}
+}
+
+// Two ledgers (two instances) on one Redis: the second waits for what the first
+// holds, and the first one's refund wakes it through the release channel.
+func TestLedgersShareOneWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func() (*gate.Ledger, *Store) {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
+		return l, s
+	}
+	a, _ := ledger()
+	b, _ := ledger()
+	waitSubscribed(t, srv)
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 3000, MaxTokens: 3000}
+	ta, w := a.Submit(clock.Now(), req)
+	if w != nil || ta.Shared == "" {
+		t.Fatalf("first call on A: waiter=%v ticket %+v, want admitted with a shared entry", w != nil, ta)
+	}
+	tb, w := b.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 2000, MaxTokens: 2000})
+	if w != nil {
+		t.Fatalf("B's 4000 on top of A's 6000 fits 10000, yet it waits")
+	}
+	_, w = b.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "s2", InputTokens: 2000, MaxTokens: 2000})
+	if w == nil {
+		t.Fatal("B admitted past the shared budget: it did not see A's reservation")
+	}
+	if err := a.Settle(clock.Now(), ta, gate.Usage{InputTokens: 1000, OutputTokens: 100}); err != nil { // 4900 come back
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's refund did not wake B's waiter within 5s")
+	}
+	if tk, ok := w.Ticket(); !ok || tk.Shared == "" {
+		t.Fatalf("B's waiter: %+v %v", tk, ok)
+	}
+	_ = b.Release(clock.Now(), tb)
+}
+
+// A 429 seen by one instance cools the model down for the other, and the quota
+// it learned reaches the other.
+func TestLedgersShareCooldownAndLearning(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100000, RPM: 1000}
+	cfg.Pace = 0
+	var ls []*gate.Ledger
+	for range 2 {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
+		ls = append(ls, l)
+	}
+	waitSubscribed(t, srv)
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000, MaxTokens: 1000}
+	for range 10 {
+		for _, l := range ls { // both carry calls in the window
+			tk, w := l.Submit(clock.Now(), req)
+			if w != nil {
+				t.Fatal("waited on a window far from its budget")
+			}
+			_ = l.Settle(clock.Now(), tk, gate.Usage{InputTokens: 1000, OutputTokens: 1000})
+		}
+	}
+	before := ls[1].BucketStatus(clock.Now(), "p", "m")
+	ls[0].RateLimited(clock.Now(), "p", "m", 30*time.Second)
+	if a := ls[0].BucketStatus(clock.Now(), "p", "m"); a.Trigger != 40000 {
+		t.Fatalf("A's trigger after the 429: %v, want the shared reading 40000 (both instances' calls)", a.Trigger)
+	}
+	if _, w := ls[1].Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "t", InputTokens: 10, MaxTokens: 10}); w == nil {
+		t.Fatal("B admitted during the cooldown A's 429 started")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after := ls[1].BucketStatus(clock.Now(), "p", "m")
+		if after.Quota != before.Quota || after.Trigger != before.Trigger {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's learned state stayed quota %v trigger %v after A learned from a 429", after.Quota, after.Trigger)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With Redis down, a failOpen ledger decides with its own window (it still
+// holds its budget), and a failClosed one refuses: Admit answers
+// gate.ErrStoreUnavailable, never a fail-open ticket.
+func TestLedgerWithRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func(policy string) *gate.Ledger {
+		s := open(t, srv, policy)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	fo, fc := ledger(FailOpen), ledger(FailClosed)
+	srv.Kill()
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 3000, MaxTokens: 3000}
+	tk, w := fo.Submit(clock.Now(), req)
+	if w != nil || tk.FailOpen || tk.Shared != "" {
+		t.Fatalf("failOpen with Redis down: waiter=%v ticket %+v, want a local admission", w != nil, tk)
+	}
+	if _, w := fo.Submit(clock.Now(), req); w == nil {
+		t.Fatal("failOpen with Redis down admitted past its own window's budget")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := fc.Admit(ctx, req); !errors.Is(err, gate.ErrStoreUnavailable) {
+		t.Fatalf("failClosed with Redis down: Admit %v, want ErrStoreUnavailable", err)
+	}
+	if _, err := fc.Admit(ctx, req); !errors.Is(err, gate.ErrStoreUnavailable) {
+		t.Fatalf("failClosed, degraded: Admit %v, want ErrStoreUnavailable at once", err)
+	}
+}
