@@ -57,3 +57,37 @@ func TestTargets(t *testing.T) {
 		})
 	}
 }
+
+// The matrix's regression floors: what the gate's timing rules bought on the
+// built-in scenario (docs/benchmarks.md, "The matrix against the issue's
+// targets"). A change that loses them must say why.
+func TestMatrixFloors(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("the whole matrix: a few seconds of CPU, minutes under the race detector")
+	}
+	base := DefaultScenario()
+	base.Duration = Duration(MatrixDuration) // as gatectl sim --matrix runs it
+	rows, err := Matrix(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	met := 0
+	rateLimited := map[string]int{}
+	for _, r := range rows {
+		if len(r.Misses) == 0 {
+			met++
+		}
+		rateLimited[r.Model] += r.RateLimited
+		if r.Model == LimitSlidingCompletion && r.Start == 1 && r.Outside == 0 && r.Utilization < 0.85 {
+			t.Errorf("sliding-completion at the truth (latency %v): utilization %.3f, want ≥ 0.85", r.Latency, r.Utilization)
+		}
+	}
+	if met < 9 {
+		t.Errorf("%d of %d rows meet every target, want ≥ 9", met, len(rows))
+	}
+	for model, most := range map[string]int{LimitSlidingCompletion: 50, LimitTokenBucket: 85} {
+		if n := rateLimited[model]; n > most {
+			t.Errorf("%s: %d 429s in its %d runs, want ≤ %d", model, n, len(rows)/len(LimitModels), most)
+		}
+	}
+}

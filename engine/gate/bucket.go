@@ -22,16 +22,21 @@ type bucket struct {
 	// counts a call when it completes holds. atCompletion says which of the two
 	// the provider behaves like (learned from 429s, see voteLocked); the
 	// admission check and the learner's readings use that one.
-	done          slidingWindow
-	atCompletion  bool
-	modeVotes     int // > 0: 429s the completion view explained better; < 0: the arrival view
-	learn         learner
-	est           estimator
-	cooldownUntil time.Time
-	reservedOpen  int64   // reservations of tickets not yet settled
-	openVar       float64 // invariant: the sum of the open tickets' cost variances
-	inFlight      int
-	perSession    map[string]int // in flight per session; kept only with a cap
+	done         slidingWindow
+	atCompletion bool
+	modeVotes    int // > 0: 429s the completion view explained better; < 0: the arrival view
+	// The highest level each view held, plus the call's real cost, when it admitted
+	// a call the provider then served: a lower bound on the limit in that view. A
+	// 429 read well below it refutes the view (see voteLocked).
+	servedArrival, servedDone servedLevel
+	doneRefutedAt             time.Time // the last 429 that refuted the completion view
+	learn                     learner
+	est                       estimator
+	cooldownUntil             time.Time
+	reservedOpen              int64   // reservations of tickets not yet settled
+	openVar                   float64 // invariant: the sum of the open tickets' cost variances
+	inFlight                  int
+	perSession                map[string]int // in flight per session; kept only with a cap
 
 	slots []ticketSlot
 	free  []int32
@@ -89,9 +94,12 @@ type ticketSlot struct {
 	input    int64   // the input estimate
 	variance float64 // the call's cost variance, in openVar while open
 	admitted int64   // unix nanos
-	bytes    int
-	session  string
-	shared   string // the shared window's entry id; "" without one
+	// The two views of the provider's window when the call was admitted (see
+	// servedLevel).
+	viewArrival, viewDone int64
+	bytes                 int
+	session               string
+	shared                string // the shared window's entry id; "" without one
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -178,6 +186,7 @@ func (b *bucket) expireLocked(now time.Time) {
 func (b *bucket) setSpanLocked(cfg *Config) {
 	b.win.span = cfg.Window + b.guardFor(cfg)
 	b.done.span = b.win.span
+	b.win.inner, b.done.inner = cfg.Window, cfg.Window
 }
 
 // tokenBudget is min(learned quota, tightest trigger) × factor.
@@ -532,6 +541,12 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		reading = b.providerViewLocked() + float64(res-out+b.est.expectedOutput(out))
 	}
 	b.learn.observeAdmit(now, reading, b.l.conf().Window)
+	// Before any output was seen the arrival view counts calls in flight at their
+	// whole reserve, far above what the provider holds: no level to record then.
+	arrivalBefore := int64(-1)
+	if b.est.meanOutput() >= 0 {
+		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
+	}
 	seq := b.win.add(now, res, out)
 	var idx int32
 	if n := len(b.free); n > 0 {
@@ -544,6 +559,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s := &b.slots[idx]
 	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, sz.asked, req.InputBytes, req.Session
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
+	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
 	b.openVar += sz.variance
 	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
@@ -617,6 +633,12 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		if s.guessed {
 			b.est.observeInput(s.input, in)
 		}
+		span := b.l.conf().Window
+		cost := in + u.OutputTokens
+		if s.viewArrival >= 0 {
+			b.servedArrival.note(now, s.viewArrival+cost, span)
+		}
+		b.servedDone.note(now, s.viewDone+cost, span)
 	}
 	b.closeSharedLocked(s.shared, tokens)
 	*s = ticketSlot{gen: s.gen + 1}
@@ -640,8 +662,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
+	refuted := false
 	if axis == engine.AxisTokens && b.learn.enabled {
-		b.voteLocked(now)
+		refuted = b.voteLocked(now, sig.Tokens)
 	}
 	reading := b.providerViewLocked()
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
@@ -662,7 +685,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
-		steps = b.learn.on429(now, reading, slack, cfg.Window)
+		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)
@@ -677,24 +700,80 @@ func (b *bucket) typicalCallLocked() float64 {
 }
 
 // voteLocked weighs a token 429 as evidence of when the provider counts a
-// call. A provider that counts on arrival refuses when the calls admitted in its
-// window fill it; one that counts at completion refuses when the calls settled
-// in its window do — typically just as the gate's arrival window drains and the
-// provider still holds the calls that completed since. A reading one view
-// explains at least 10% better is a vote; three net votes switch the view, and
-// the readings of the old view are forgotten (they measured the wrong thing) —
-// but not the level it held: a reading far below that is still suspect.
-func (b *bucket) voteLocked(now time.Time) {
-	arrival, completion := b.arrivalViewLocked(), float64(b.done.tokens)
+// call, refused is what the refused call reserved (0: unknown).
+//
+// The strong evidence is a refutation. A call the provider served tells, for
+// each view, a level it accepted: the view when the call was admitted plus the
+// call's real cost (servedLevel). A 429 tells a level it refused: the view now
+// plus the refused call. A view in which the provider refused, within two
+// windows, a level well below one it accepted cannot be how the provider
+// counts. When the current view is refuted and the other is not, the view
+// switches at once; when both are (outside traffic, a token bucket, fixed
+// windows) the 429 says nothing about the view.
+//
+// When neither is refuted, a reading one view explains at least 10% better is a
+// weak vote; three net weak votes switch the view. On a switch the readings of
+// the old view are forgotten (they measured the wrong thing) — but not the level
+// it held: a reading far below that is still suspect.
+//
+// It reports whether the 429 refuted the view the bucket uses after the vote:
+// the provider refused below a level it served in that view within two windows.
+func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
+	span := b.l.conf().Window
+	// The views as the provider's own window holds them: without what the
+	// gate's count guard keeps past the window.
+	arrival := b.arrivalViewLocked() - float64(b.win.tail())
+	completion := float64(b.done.tokens - b.done.tail())
+	// How far a refused level may honestly lie below a served one: the refused
+	// call's own spread (its real output may exceed what it reserved), and the
+	// view's error — the calls in flight counted at their expected output in the
+	// arrival view; the settled calls are exact, only the network delay and
+	// rounding blur the completion view.
+	callVar := b.est.callVariance(0, false, false)
+	callSlack := float64(b.marginOf(callVar))
+	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
+	doneSlack := callSlack + baseMargin*b.learn.budget()
+	r := float64(refused)
+	arrivalRefuted := float64(b.servedArrival.max(now, span)) > arrival+r+arrivalSlack
+	doneRefuted := float64(b.servedDone.max(now, span)) > completion+r+doneSlack
+	arrivalRaw, doneRaw := arrivalRefuted, doneRefuted
+	defer func() {
+		refutedInUse = arrivalRaw
+		if b.atCompletion {
+			refutedInUse = doneRaw
+		}
+	}()
+	// A view the 429 switches to must explain it as the gate's own excess: read
+	// there, the refused level is not far below the level the gate held. Outside
+	// traffic refutes the arrival view too (the provider refused below what it
+	// served), but the completion view, which leaves the calls in flight out, then
+	// reads lower still.
+	level := suspectRatio * b.learn.budget()
+	arrivalRefuted = arrivalRefuted && completion+r+doneSlack >= level
+	doneRefuted = doneRefuted && arrival+r+arrivalSlack >= level
+	const switchVotes = 3
+	if doneRefuted {
+		b.doneRefutedAt = now
+	}
+	// A provider that a sliding window does not describe (a token bucket, fixed
+	// windows) refutes each view in turn. Arrival, the default, counts the calls in
+	// flight and is the safe one there: completion is adopted only if no 429 of
+	// the last refuteMemory windows refuted it.
+	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
+	case arrivalRefuted && doneRecentlyRefuted:
+		return refutedInUse
+	case arrivalRefuted:
+		b.modeVotes = switchVotes
+	case doneRefuted:
+		b.modeVotes = -switchVotes
 	case completion > 1.1*arrival:
 		b.modeVotes = max(b.modeVotes, 0) + 1
 	case arrival > 1.1*completion:
 		b.modeVotes = min(b.modeVotes, 0) - 1
 	default:
-		return
+		return refutedInUse
 	}
-	const switchVotes = 3
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
 		b.modeVotes = 0
@@ -703,6 +782,40 @@ func (b *bucket) voteLocked(now time.Time) {
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
 		b.l.emit(e)
 	}
+	return refutedInUse
+}
+
+// refuteMemory is how many windows a refutation of the completion view keeps the
+// bucket from adopting it.
+const refuteMemory = 10
+
+// servedLevel is the highest level a view held (plus the call's real cost) when
+// it admitted a call the provider then served, over the last one to two
+// windows: two maxima, the current one's and the one before.
+type servedLevel struct {
+	cur, prev int64
+	curStart  time.Time
+}
+
+func (s *servedLevel) roll(now time.Time, span time.Duration) {
+	switch d := now.Sub(s.curStart); {
+	case d >= 2*span:
+		s.cur, s.prev, s.curStart = 0, 0, now
+	case d >= span:
+		s.prev, s.cur, s.curStart = s.cur, 0, now
+	}
+}
+
+// note records a served call's level.
+func (s *servedLevel) note(now time.Time, level int64, span time.Duration) {
+	s.roll(now, span)
+	s.cur = max(s.cur, level)
+}
+
+// max is the highest level served in the last one to two windows.
+func (s *servedLevel) max(now time.Time, span time.Duration) int64 {
+	s.roll(now, span)
+	return max(s.cur, s.prev)
 }
 
 // axisLocked decides which limit a 429 was about. The caller's word wins; when
@@ -757,6 +870,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
 	b.atCompletion, b.modeVotes = false, 0
+	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	cfg := b.l.conf()
 	b.setRPMLocked()

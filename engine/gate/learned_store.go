@@ -28,6 +28,11 @@ type LearnedQuota struct {
 	Relaxed     bool      `json:"relaxed,omitempty"`    // relaxed toward the clean record since the last trusted 429
 	LastSuspect time.Time `json:"lastSuspect,omitzero"` // the first 429 of the current suspect series
 	Suspects    int       `json:"suspects,omitempty"`   // 429s in that series, on every instance
+	// The first trigger's one probe step: armed or in flight (from FirstFrom),
+	// and whether it was given already — one step for all instances, not one each.
+	FirstProbe int     `json:"firstProbe,omitempty"`
+	FirstFrom  float64 `json:"firstFrom,omitempty"`
+	FirstUsed  bool    `json:"firstUsed,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared
@@ -84,6 +89,7 @@ func (l *learner) restore(q LearnedQuota) {
 	l.cleanMax, l.lastProbe, l.probeRun, l.preProbe = q.CleanMax, q.LastProbe, q.ProbeRun, q.PreProbe
 	l.prevCut, l.lastRelax, l.relaxed = q.PrevCut, q.LastRelax, q.Relaxed
 	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
+	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
 	// last429 came along: a window another instance saw a 429 in is not clean here.
 }
 
@@ -91,5 +97,6 @@ func (l *learner) snapshot() LearnedQuota {
 	return LearnedQuota{Quota: l.quota, Trigger: l.trigger, LastCut: l.lastCut, Last429: l.last429,
 		CleanMax: l.cleanMax, LastProbe: l.lastProbe, ProbeRun: l.probeRun, PreProbe: l.preProbe,
 		PrevCut: l.prevCut, LastRelax: l.lastRelax, Relaxed: l.relaxed,
-		LastSuspect: l.lastSuspect, Suspects: l.suspects}
+		LastSuspect: l.lastSuspect, Suspects: l.suspects,
+		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed}
 }

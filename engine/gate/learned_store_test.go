@@ -14,6 +14,7 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	a.cleanMax, a.lastProbe, a.probeRun, a.preProbe = 8700, t0.Add(3*time.Second), 2, 8600
 	a.prevCut, a.lastRelax, a.relaxed = t0.Add(4*time.Second), t0.Add(5*time.Second), true
 	a.lastSuspect, a.suspects = t0.Add(6*time.Second), 2
+	a.firstProbe, a.firstFrom, a.firstUsed = firstProbeInFlight, 8400, true
 	q := a.snapshot()
 	b := newLearner(10000, true, t0.Add(time.Hour))
 	b.restore(q)

@@ -31,6 +31,9 @@ const (
 	// not chase it all the way.
 	relaxGapShare = 0.75
 	relaxTo       = 0.97
+	// nearCleanShare: a believed 429 read at this share of the clean record or
+	// above ends the relaxing toward it (see on429).
+	nearCleanShare = 0.9
 	// A trusted 429 read at atLevelShare or more of the gate's own level says
 	// the level itself is too high: the trigger goes stepDown below it, so the
 	// gate does not sit exactly where it was refused.
@@ -43,6 +46,18 @@ const (
 	// a 60 s window. The
 	// count is of windows since the last 429 or relax, loaded or not.
 	triggerReprobeWindows = 180
+)
+
+// The first trigger's one probe step (learner.firstProbe). It waits
+// firstProbeWait windows without a 429: a provider whose window is not the
+// gate's view (one that counts at completion) refuses again sooner, and probing
+// a trigger read in the wrong view only adds 429s.
+const firstProbeWait = 2
+
+const (
+	firstProbeDone = iota
+	firstProbeArmed
+	firstProbeInFlight
 )
 
 // learner holds one model's learned token quota. Its methods require the bucket's
@@ -70,7 +85,15 @@ type learner struct {
 	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
 	prevCut  time.Time // the previous trusted burst's first 429
 
-	relaxed     bool      // the trigger was relaxed toward the clean record since the last trusted 429
+	relaxed bool // the trigger was relaxed toward the clean record since the last trusted 429
+	// The first trigger is one reading, and it reads low: the limit lies
+	// somewhere between it and it plus the refused call. It gets one probe
+	// step (firstProbe: armed, then in flight from firstFrom) once it has bound
+	// the budget for firstProbeWait windows without a 429; a 429 answering the
+	// step within two windows takes it back, a later one is read as usual.
+	firstProbe  int
+	firstFrom   float64
+	firstUsed   bool      // the one probe was armed already, or the readings were forgotten
 	burstStart  time.Time // first trusted 429 of the current burst
 	lastSuspect time.Time // first 429 of the current suspect series
 	suspects    int       // 429s in the current suspect series
@@ -207,7 +230,10 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // slack is how far above the reading the limit may lie: the refused call's
 // reservation, and the reading's own uncertainty. When a clean window's reading
 // falls in [reading, reading + slack] too, it is the better estimate of the limit.
-func (l *learner) on429(now time.Time, reading, slack float64, span time.Duration) (steps []learnStep) {
+// refuted says the provider refused below a level it served within two windows
+// (see bucket.voteLocked): the clean windows above the reading then describe a
+// reserve it has spent, not a level it carries.
+func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -221,6 +247,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 	probing := !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span
 	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
+	hadTrigger := l.trigger > 0
 	if reading > 0 {
 		t := reading
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
@@ -245,6 +272,20 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 	from := l.quota
 	kind := "cut"
 	switch {
+	case l.firstProbe == firstProbeInFlight && reading > 0 && now.Sub(l.lastRelax) < 2*span:
+		// The step above the first trigger was refused (within the two windows
+		// that try it): back to it.
+		l.firstProbe = firstProbeDone
+		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
+		l.trigger = l.firstFrom
+	case !hadTrigger && l.trigger > 0 && !probing && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
+		// Only a wide bracket: when the refused call and the reading's spread
+		// reach less than one step above the reading, the step would overshoot.
+		l.firstProbe, l.firstUsed = firstProbeArmed, true
+	default:
+		l.firstProbe = firstProbeDone
+	}
+	switch {
 	case probing:
 		// The last probe step went too far: step back to where the quota was
 		// before it, not to half — the level below it had passed cleanly.
@@ -257,11 +298,16 @@ func (l *learner) on429(now time.Time, reading, slack float64, span time.Duratio
 		// a little too high, and the trigger steps below it.
 		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
 	}
-	if (repeated || l.relaxed) && l.trigger > 0 {
-		// Refused twice within two windows, or after relaxing toward the clean
-		// record: the clean windows above this reading describe bursts the
-		// provider no longer allows (a token bucket that had refilled during a
-		// cooldown, a limit that fell). The trigger may not relax back up to them.
+	nearClean := reading > 0 && reading >= nearCleanShare*l.cleanMax
+	if (repeated || l.relaxed || refuted || nearClean) && l.trigger > 0 {
+		// Refused twice within two windows, after relaxing toward the clean
+		// record, below a level served within two windows, or within a tenth
+		// of the clean record: the clean windows above this reading describe
+		// bursts the provider no longer allows (a token bucket that had refilled
+		// during a cooldown, a limit that fell), or the record overstates (it is
+		// the highest of many noisy readings). The trigger may not relax back up
+		// to them; a reading further below is a poisoned trigger the clean
+		// record still lifts.
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.relaxed = false
@@ -303,10 +349,15 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		switch {
 		case l.trigger < relaxTo*l.cleanMax:
 			l.relaxed = true
+			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:
 			return step, false // never probe above what the provider says it allows
+		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
+			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
+			l.trigger *= learnProbeFactor
+			l.lastRelax = now
 		case now.Sub(maxTime(l.last429, l.lastRelax)) >= triggerReprobeWindows*span:
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
@@ -342,6 +393,7 @@ func (l *learner) forgetReadings() {
 	level := l.budget()
 	l.trigger, l.curWindowMax = 0, 0
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
+	l.firstProbe, l.firstUsed = firstProbeDone, true
 	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }

@@ -22,6 +22,12 @@ type slidingWindow struct {
 	openCount  int
 	openOutput int64
 	last       int64 // latest entry time (unix nanos), to clamp a clock going backwards
+	// The provider's own window (span less the count guard; 0: the same), and the
+	// entries older than it that only the guard keeps: those before sequence
+	// tailEnd, holding tailTokens. Kept as time moves, so reading it is O(1).
+	inner      time.Duration
+	tailEnd    uint64
+	tailTokens int64
 }
 
 // windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
@@ -38,11 +44,15 @@ func newSlidingWindow(span time.Duration) slidingWindow {
 
 // expire drops the entries that left the window at now.
 func (w *slidingWindow) expire(now time.Time) {
+	defer w.advanceTail(now)
 	cutoff := now.UnixNano() - int64(w.span)
 	for w.n > 0 {
 		e := &w.entries[w.head]
 		if e.at > cutoff {
 			return
+		}
+		if w.tailEnd > w.headSeq {
+			w.tailTokens -= e.tokens
 		}
 		w.tokens -= e.tokens
 		w.closeEntry(e)
@@ -52,6 +62,29 @@ func (w *slidingWindow) expire(now time.Time) {
 		w.headSeq++
 	}
 }
+
+// advanceTail moves the entries that left the inner window at now into the tail.
+func (w *slidingWindow) advanceTail(now time.Time) {
+	if w.tailEnd < w.headSeq {
+		w.tailEnd, w.tailTokens = w.headSeq, 0
+	}
+	if w.inner <= 0 {
+		return
+	}
+	cutoff := now.UnixNano() - int64(w.inner)
+	for end := w.headSeq + uint64(w.n); w.tailEnd < end; w.tailEnd++ {
+		e := &w.entries[(w.head+int(w.tailEnd-w.headSeq))%len(w.entries)]
+		if e.at > cutoff {
+			return
+		}
+		w.tailTokens += e.tokens
+	}
+}
+
+// tail is the tokens of the entries older than the inner window: what the gate's
+// window holds only through its count guard, and the provider no longer counts.
+// It assumes expire(now) ran.
+func (w *slidingWindow) tail() int64 { return w.tailTokens }
 
 func (w *slidingWindow) closeEntry(e *windowEntry) {
 	if e.open > 0 {
@@ -104,6 +137,9 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 		return false
 	}
 	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
+	if seq < w.tailEnd {
+		w.tailTokens += tokens - e.tokens
+	}
 	w.tokens += tokens - e.tokens
 	e.tokens = tokens
 	w.closeEntry(e)

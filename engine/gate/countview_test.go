@@ -1,0 +1,262 @@
+package gate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// countModeSwitches returns the count-mode steps the ledger emitted.
+func countModeSwitches(ev *eventLog) []string {
+	var out []string
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "count-mode" {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+// servedThenRefused builds the history the refutation rule reads: one call
+// served early (it seeds the expected output), three more admitted at 2 s and
+// served, settling at 50 s, and a refused call of 200 at refusedAt. The three
+// were admitted with the arrival view at 200, 400 and 600 and the completion
+// view at 200: the provider accepted 800 in the arrival view and 400 in the
+// completion view.
+func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
+	t.Helper()
+	call := func(s string) Request {
+		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}
+	}
+	first := mustAdmit(t, l, t0, call("a"))
+	if err := l.Settle(t0.Add(time.Second), first, Usage{InputTokens: 100, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	var tks []Ticket
+	for _, s := range []string{"b", "c", "d"} {
+		tks = append(tks, mustAdmit(t, l, t0.Add(2*time.Second), call(s)))
+	}
+	for _, tk := range tks {
+		if err := l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 100, OutputTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(refusedAt)
+	refused := mustAdmit(t, l, at, call("e"))
+	_ = l.Release(at, refused)
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: refused.Reserved})
+}
+
+// One 429 that the arrival view cannot explain — the provider refused 200 on an
+// empty arrival window after serving 800 in it — while the completion view can
+// (600 settled + 200 over a limit it served 400 under) switches the view at once.
+// The weak vote alone (completion reads ≥ 10% more) needs three such 429s.
+func TestRefutedArrivalViewSwitchesAtOnce(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	// At 63 s the arrival window is empty (the calls were admitted at 0 and 2 s);
+	// the completion window holds the three settled at 50 s.
+	servedThenRefused(t, l, 63*time.Second)
+	if got := countModeSwitches(ev); len(got) != 1 || got[0] != "at-completion" {
+		t.Fatalf("count-mode steps %v, want one switch to at-completion", got)
+	}
+	if st := l.BucketStatus(t0.Add(63*time.Second), "p", "m"); st.CountsAt != "completion" {
+		t.Fatalf("counts at %q, want completion", st.CountsAt)
+	}
+}
+
+// A 429 that refutes the arrival view but that the completion view reads far
+// below the gate's level (as outside traffic on the key looks) does not switch:
+// the new view would have to explain the 429 as the gate's own excess.
+func TestRefutationNeedsAPlausibleOtherView(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	c.Defaults.TPM = 2000 // the level: 0.8 × 2000 = 1600, far above 600 + 200
+	l, _, ev := newTestLedger(t, c)
+	servedThenRefused(t, l, 63*time.Second)
+	if got := countModeSwitches(ev); len(got) != 0 {
+		t.Fatalf("count-mode steps %v, want none", got)
+	}
+}
+
+// When the completion view was refuted within the last refuteMemory windows —
+// the provider served a level there and later refused below it, as a token
+// bucket or fixed windows do — a later refutation of the arrival view does not
+// switch to it.
+func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		refuteDone bool
+		want       int // count-mode switches
+	}{
+		{"Refuted", true, 0},
+		{"NotRefuted", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.RPM = 100
+			l, _, ev := newTestLedger(t, c)
+			call := func(s string) Request {
+				return Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}
+			}
+			settle := func(at time.Duration, tk Ticket) {
+				t.Helper()
+				if err := l.Settle(t0.Add(at), tk, Usage{InputTokens: 100, OutputTokens: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// 800 settled at 1 s.
+			for _, s := range []string{"a", "b", "c", "d"} {
+				settle(time.Second, mustAdmit(t, l, t0, call(s)))
+			}
+			// Served at 30 s with 800 settled: the completion view accepted 1000.
+			settle(31*time.Second, mustAdmit(t, l, t0.Add(30*time.Second), call("x")))
+			// Three calls in flight from 61.5 s: the arrival view holds 800 (the
+			// call of 30 s and these), the completion view 200.
+			at := t0.Add(61500 * time.Millisecond)
+			var open []Ticket
+			for _, s := range []string{"e", "f", "g"} {
+				open = append(open, mustAdmit(t, l, at, call(s)))
+			}
+			if tc.refuteDone {
+				// Refused 200 on 200 settled: below the 1000 the completion view
+				// served. On 800 in the arrival view it is plausible there.
+				l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 200})
+			}
+			for _, tk := range open {
+				settle(150*time.Second, tk)
+			}
+			// At 182 s the arrival window is empty (it served 800 at 61.5 s), the
+			// completion window holds the 600 settled at 150 s: refused 200 here
+			// refutes the arrival view, and the completion view explains it.
+			at = t0.Add(182 * time.Second)
+			l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 200})
+			if got := countModeSwitches(ev); len(got) != tc.want {
+				t.Fatalf("count-mode steps %v, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// The guard keeps entries past the provider's window; the views the count-mode
+// vote compares leave them out. The tail follows settlements and expiry.
+func TestWindowTailIsWhatOnlyTheGuardHolds(t *testing.T) {
+	w := newSlidingWindow(61 * time.Second)
+	w.inner = 60 * time.Second
+	a := w.add(t0, 100, 50)
+	w.add(t0.Add(500*time.Millisecond), 10, 0)
+	w.add(t0.Add(2*time.Second), 1, 0)
+	w.expire(t0.Add(60 * time.Second))
+	if got := w.tail(); got != 100 {
+		t.Fatalf("tail %d at 60 s, want the entry of 0 s (100)", got)
+	}
+	w.settle(a, 70)
+	w.expire(t0.Add(60600 * time.Millisecond))
+	if got := w.tail(); got != 80 {
+		t.Fatalf("tail %d at 60.6 s, want 70 (settled) + 10", got)
+	}
+	w.expire(t0.Add(61200 * time.Millisecond)) // the entry of 0 s leaves the guard too
+	if got, tokens := w.tail(), w.tokens; got != 10 || tokens != 11 {
+		t.Fatalf("tail %d of %d at 61.2 s, want 10 of 11", got, tokens)
+	}
+}
+
+// A 429 that refutes the view in use — the provider refused below a level it
+// served within two windows, as a token bucket does once the reserve a cooldown
+// refilled is spent — also drops the clean record to the new trigger: the clean
+// windows above it were that reserve, and relaxing back up to them would cost
+// the next 429 burst. So does a 429 read within a tenth of the clean record.
+func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
+	span := time.Minute
+	for _, tc := range []struct {
+		name    string
+		reading float64
+		refuted bool
+		relax   bool
+	}{
+		{"Refuted", 850, true, false},
+		{"Consistent", 850, false, true},
+		// Within a tenth of the clean record: the record overstated.
+		{"NearTheCleanRecord", 920, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLearner(1000, true, t0)
+			l.cleanMax = 1000 // a window at 1000 passed clean
+			l.on429(t0.Add(10*time.Second), tc.reading, 0, tc.refuted, span)
+			if l.trigger != tc.reading {
+				t.Fatalf("trigger %v, want the reading %v", l.trigger, tc.reading)
+			}
+			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+span+span/2), span)
+			if moved != tc.relax {
+				t.Fatalf("relaxed %v (trigger %v, clean record %v), want %v", moved, l.trigger, l.cleanMax, tc.relax)
+			}
+		})
+	}
+}
+
+// The first trigger (here from a start at twice the truth) is one reading and
+// reads low; once it has bound the budget for two windows without a 429 it
+// gets one step up. A 429 answering the step takes it back, and there is no
+// second fast step: only the slow re-probe moves a trigger after that.
+func TestFirstTriggerGetsOneProbe(t *testing.T) {
+	span := time.Minute
+	l := newLearner(2000, true, t0)
+	// The first trigger; the refused call reached 100 above it.
+	l.on429(t0.Add(30*time.Second), 900, 100, false, span)
+	if l.trigger != 900 || l.quota != 900 {
+		t.Fatalf("trigger %v quota %v, want both at the reading 900", l.trigger, l.quota)
+	}
+	// A window after it: too soon.
+	if _, moved := l.onTokenBlocked(t0.Add(30*time.Second+span), span); moved {
+		t.Fatalf("probed a window after the first trigger (trigger %v)", l.trigger)
+	}
+	// Two windows after it: one step.
+	at := t0.Add(30*time.Second + 2*span)
+	if st, moved := l.onTokenBlocked(at, span); !moved || l.trigger != 945 {
+		t.Fatalf("step %+v moved %v, trigger %v: want one step to 945", st, moved, l.trigger)
+	}
+	// Refused within the step's two windows: back to 900.
+	l.on429(at.Add(10*time.Second), 930, 0, false, span)
+	if l.trigger != 900 {
+		t.Fatalf("trigger %v after the step was refused, want 900", l.trigger)
+	}
+	// No second fast step, however long it binds.
+	for w := 3; w < 20; w++ {
+		if _, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {
+			t.Fatalf("window %d: probed again (trigger %v)", w, l.trigger)
+		}
+	}
+}
+
+// A first trigger whose bracket is narrow — the refused call and the reading's
+// spread reach less than one step above it — is already as close as a step
+// would get: no fast step.
+func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
+	span := time.Minute
+	l := newLearner(2000, true, t0)
+	l.on429(t0.Add(30*time.Second), 900, 40, false, span) // 40 < 5% of 900
+	for w := 1; w < 20; w++ {
+		if st, moved := l.onTokenBlocked(t0.Add(30*time.Second+time.Duration(w)*span), span); moved {
+			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
+		}
+	}
+}
+
+// A first trigger set when a probe of the quota was refused is no single
+// reading (the level below the step passed): it gets no fast step.
+func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	st, moved := l.onTokenBlocked(t0.Add(span), span) // the quota probes to 1050
+	if !moved || st.Kind != "probe" {
+		t.Fatalf("no probe: %+v", st)
+	}
+	l.on429(t0.Add(span+10*time.Second), 1040, 500, false, span)
+	for w := 2; w < 20; w++ {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
+			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
+		}
+	}
+}
