@@ -33,7 +33,7 @@ var redisSchema = &schema[redisstore.Options]{
 	fields: []setting[redisstore.Options]{
 		strField("url", "redis://[user:password@]host:port[/db], or rediss:// for TLS; a password here is never logged", checkRedisURL,
 			func(o *redisstore.Options) *string { return &o.URL }).req(""),
-		strField("keyPrefix", "prepended to every key and channel; instances share state only under the same prefix", nil,
+		strField("keyPrefix", "prepended to every key and channel; instances share state only under the same prefix. No braces (the keys' hash tag is {provider/model}) nor glob characters (*?[]\\)", redisstore.CheckKeyPrefix,
 			func(o *redisstore.Options) *string { return &o.KeyPrefix }),
 		durField("timeout", "deadline of every Redis call; past it the call counts as failed and onError decides", positive,
 			func(o *redisstore.Options) *time.Duration { return &o.Timeout }),

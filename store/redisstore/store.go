@@ -63,6 +63,20 @@ func DefaultOptions() Options {
 	return Options{KeyPrefix: DefaultKeyPrefix, Timeout: DefaultTimeout, OnError: FailOpen}
 }
 
+// keyPrefixForbidden are the characters a key prefix must not hold: braces
+// would make the prefix the hash tag of every key (and the notifications, read
+// back by their {…} part, would be misparsed and dropped), and glob characters
+// would widen the PSUBSCRIBE pattern to other prefixes' channels.
+const keyPrefixForbidden = "{}*?[]\\"
+
+// CheckKeyPrefix returns why prefix cannot be a key prefix, or "".
+func CheckKeyPrefix(prefix string) string {
+	if strings.ContainsAny(prefix, keyPrefixForbidden) {
+		return "must not contain any of " + keyPrefixForbidden
+	}
+	return ""
+}
+
 // learnedTTL is how long a learned quota outlives its last change: a day of
 // silence is long enough that learning again is safer than trusting it.
 const learnedTTL = 24 * time.Hour
@@ -123,6 +137,9 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	}
 	if opts.OnError != FailOpen && opts.OnError != FailClosed {
 		return nil, fmt.Errorf("redisstore: onError must be one of %s (got %q)", strings.Join(Policies, ", "), opts.OnError)
+	}
+	if msg := CheckKeyPrefix(opts.KeyPrefix); msg != "" {
+		return nil, fmt.Errorf("redisstore: keyPrefix %s (got %q)", msg, opts.KeyPrefix)
 	}
 	c, addr, err := newClient(opts)
 	if err != nil {

@@ -408,3 +408,27 @@ func TestLedgerWithRedisDown(t *testing.T) {
 		t.Fatalf("failClosed, degraded: Admit %v, want ErrStoreUnavailable at once", err)
 	}
 }
+
+// A key prefix with braces or glob characters is refused before anything
+// connects: braces would make the prefix every key's hash tag and the
+// notifications would be read back under the wrong name (and dropped), glob
+// characters would subscribe to other prefixes' channels.
+func TestOpenRefusesKeyPrefixThatBreaksTagsOrPattern(t *testing.T) {
+	for _, p := range []string{"app{1}:", "app}", "app*:", "a?", "a[b]", `a\b`} {
+		if s, err := Open(Options{URL: "redis://127.0.0.1:1", KeyPrefix: p}, nil); err == nil {
+			s.Close()
+			t.Errorf("Open with keyPrefix %q: no error", p)
+		} else if !strings.Contains(err.Error(), "keyPrefix") {
+			t.Errorf("Open with keyPrefix %q: %v, want it to name keyPrefix", p, err)
+		}
+	}
+	// The notifications are parsed by their {…} part: a prefix without braces
+	// keeps a mark's channel recognisable.
+	s := &Store{opts: Options{KeyPrefix: "app:1:"}, instance: "me"}
+	var got []string
+	s.on.Marked = func(p string, _ time.Time) { got = append(got, p) }
+	s.dispatch(s.marksChannel(), "m other 1000 openai")
+	if len(got) != 1 || got[0] != "openai" {
+		t.Fatalf("mark dispatched to %v, want [openai]", got)
+	}
+}
