@@ -432,3 +432,32 @@ func TestOpenRefusesKeyPrefixThatBreaksTagsOrPattern(t *testing.T) {
 		t.Fatalf("mark dispatched to %v, want [openai]", got)
 	}
 }
+
+// The notifications go on after Redis restarts under a listening store: the
+// client subscribes again by itself (what docs/redis.md and Notify promise).
+func TestNotifyResubscribesAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	got := make(chan gate.LearnedQuota, 8)
+	b.Notify(Handlers{Learned: func(p, m string, q gate.LearnedQuota) { got <- q }})
+	waitSubscribed(t, srv)
+	srv.Kill()
+	srv.Restart()
+	waitSubscribed(t, srv) // the restarted Redis knows no subscription until b's client makes it again
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Degraded() { // a's first call after the restart may have found Redis gone
+		if time.Now().After(deadline) {
+			t.Fatal("a did not recover within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.Save("p", "m", gate.LearnedQuota{Quota: 4321})
+	select {
+	case q := <-got:
+		if q.Quota != 4321 {
+			t.Fatalf("notified %+v", q)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification within 5s of a save after the restart")
+	}
+}
