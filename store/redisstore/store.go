@@ -91,7 +91,7 @@ var ErrDegraded = errors.New("redisstore: Redis unavailable (degraded)")
 type Store struct {
 	opts     Options
 	c        redis.UniversalClient
-	addr     string // host:port of the node (seed nodes, for a cluster), without credentials
+	addr     string // host:port of the node (the nodes named, for a cluster), without credentials
 	log      hclog.Logger
 	instance string // tells this process's own notifications from others'
 
@@ -159,7 +159,7 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 }
 
 // newClient connects to one node, or to a Redis Cluster (opts.Cluster: the URL
-// names a seed node, more with ?addr=host:port). Every call has the deadline
+// names one node, more with ?addr=host:port). Every call has the deadline
 // and no retry: a retry doubles a slow answer, and the policy decides instead.
 func newClient(opts Options) (redis.UniversalClient, string, error) {
 	if opts.Cluster {
