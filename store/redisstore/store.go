@@ -165,7 +165,7 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	if opts.Cluster {
 		co, err := redis.ParseClusterURL(opts.URL)
 		if err != nil {
-			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseClusterURL(u); return err }))
 		}
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 		co.ContextTimeoutEnabled = true
@@ -175,7 +175,7 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	}
 	ro, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseURL(u); return err }))
 	}
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 	ro.ContextTimeoutEnabled = true
@@ -184,13 +184,21 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	return redis.NewClient(ro), ro.Addr, nil
 }
 
-// redactURL keeps a password in the URL out of an error message.
-func redactURL(err error, url string) error {
-	msg := err.Error()
-	if i := strings.Index(url, "@"); i > 0 {
-		msg = strings.ReplaceAll(msg, url[:i], "redis://…")
+// redactURL keeps a password in the URL out of an error message. The parser's
+// message quotes the URL (escaped, so a search for the password's text would
+// miss it), so a URL with a user:password part is parsed again without it: the
+// message is about the rest, or says only that the user:password part is bad.
+func redactURL(err error, url string, parse func(string) error) error {
+	i := strings.LastIndex(url, "@")
+	if i < 0 {
+		return err
 	}
-	return errors.New(msg)
+	scheme, _, _ := strings.Cut(url, "://")
+	bare := scheme + "://" + url[i+1:]
+	if perr := parse(bare); perr != nil {
+		return perr
+	}
+	return errors.New("the user:password part is not valid (not shown: it may hold a password)")
 }
 
 // Options returns the options the store runs with (defaults filled in).

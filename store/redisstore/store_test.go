@@ -461,3 +461,25 @@ func TestNotifyResubscribesAfterRestart(t *testing.T) {
 		t.Fatal("no notification within 5s of a save after the restart")
 	}
 }
+
+// A URL that does not parse never brings its password into the error, however
+// the password is spelled (the parser quotes the URL with escapes).
+func TestOpenURLErrorHidesPassword(t *testing.T) {
+	for _, tc := range []struct{ url, secret, want string }{
+		{`redis://:se"cret@host:notaport/0`, `cret`, "invalid port"},
+		{`redis://:sec@ret@host:notaport/0`, `sec`, "invalid port"},
+		{`redis://:sécret@host:bad/0`, `cret`, "invalid port"},
+		{`redis://:ab%zzcd@host:1/0`, `zz`, "user:password"},
+		{`redis://user:secret@host:bad/0`, `secret`, "invalid port"},
+	} {
+		for _, cluster := range []bool{false, true} {
+			_, err := Open(Options{URL: tc.url, Cluster: cluster}, nil)
+			if err == nil {
+				t.Fatalf("%s: no error", tc.url)
+			}
+			if strings.Contains(err.Error(), tc.secret) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s (cluster %v): %v: want %q named and %q not shown", tc.url, cluster, err, tc.want, tc.secret)
+			}
+		}
+	}
+}
