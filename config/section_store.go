@@ -33,11 +33,11 @@ var redisSchema = &schema[redisstore.Options]{
 	fields: []setting[redisstore.Options]{
 		strField("url", "redis://[user:password@]host:port[/db], or rediss:// for TLS; a password here is never logged", checkRedisURL,
 			func(o *redisstore.Options) *string { return &o.URL }).req(""),
-		strField("keyPrefix", "prepended to every key and channel; instances share state only under the same prefix", nil,
+		strField("keyPrefix", "prepended to every key and channel; instances share state only under the same prefix. No braces (the keys' hash tag is {provider/model}) nor glob characters (*?[]\\)", redisstore.CheckKeyPrefix,
 			func(o *redisstore.Options) *string { return &o.KeyPrefix }),
 		durField("timeout", "deadline of every Redis call; past it the call counts as failed and onError decides", positive,
 			func(o *redisstore.Options) *time.Duration { return &o.Timeout }),
-		boolField("cluster", "connect as a Redis Cluster client: url names a seed node, more with ?addr=host:port; a model's keys share one hash slot (the {provider/model} tag)",
+		boolField("cluster", "connect as a Redis Cluster client: url names one node, more with ?addr=host:port; a model's keys share one hash slot (the {provider/model} tag)",
 			func(o *redisstore.Options) *bool { return &o.Cluster }),
 		choiceField("onError", "when Redis fails or is slow: failOpen admits with this process's own gate (logged and counted as degraded), failClosed answers 503", redisstore.Policies,
 			func(o *redisstore.Options) *string { return &o.OnError }),

@@ -21,6 +21,8 @@ func TestStoreRedis(t *testing.T) {
 		{"no url", "store:\n  redis:\n    keyPrefix: x\n", []string{"3: store.redis.url: is required"}},
 		{"bad scheme", "store:\n  redis:\n    url: http://x\n", []string{"3: store.redis.url: must start with redis://"}},
 		{"bad policy", "store:\n  redis:\n    url: redis://x:1\n    onError: ignore\n", []string{"4: store.redis.onError:"}},
+		{"brace in keyPrefix", "store:\n  redis:\n    url: redis://x:1\n    keyPrefix: \"app{1}:\"\n", []string{"4: store.redis.keyPrefix: must not contain any of"}},
+		{"glob in keyPrefix", "store:\n  redis:\n    url: redis://x:1\n    keyPrefix: \"app*\"\n", []string{"4: store.redis.keyPrefix: must not contain any of"}},
 		{"bad timeout", "store:\n  redis:\n    url: redis://x:1\n    timeout: 0s\n", []string{"4: store.redis.timeout:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrs(t, tc.src, tc.want) })

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -77,5 +78,33 @@ func TestEventsBatchDelay(t *testing.T) {
 		if got := eventsBatchDelay(c.streams); got != c.want {
 			t.Errorf("%d streams: %v, want %v", c.streams, got, c.want)
 		}
+	}
+}
+
+// The ring's edges: a stream exactly eventsLog behind loses nothing and reads
+// the records in order across the wrap; further behind loses exactly the oldest ones.
+func TestEventsStreamRingEdges(t *testing.T) {
+	b := NewBusCap(0)
+	exact, _ := b.SubscribeStream(nil)
+	past, _ := b.SubscribeStream(nil)
+	for i := range eventsLog + 7 { // wraps the ring before the streams read
+		if i == 7 {
+			exact.cursor = b.next // exact starts here: eventsLog records follow
+		}
+		b.Publish(Event{Type: "wait", Data: i})
+	}
+	recs, dropped, _ := exact.take()
+	if len(recs) != eventsLog || dropped != 0 {
+		t.Fatalf("exactly %d behind: took %d, dropped %d", eventsLog, len(recs), dropped)
+	}
+	if !strings.Contains(string(recs[0]), `"data":7}`) || !strings.Contains(string(recs[eventsLog-1]), fmt.Sprintf(`"data":%d}`, eventsLog+6)) {
+		t.Fatalf("first %q, last %q: want events 7 and %d", recs[0], recs[eventsLog-1], eventsLog+6)
+	}
+	recs, dropped, _ = past.take()
+	if len(recs) != eventsLog || dropped != 7 || !strings.Contains(string(recs[0]), `"data":7}`) {
+		t.Fatalf("%d behind: took %d, dropped %d, first %q", eventsLog+7, len(recs), dropped, recs[0])
+	}
+	if recs, dropped, _ := exact.take(); len(recs) != 0 || dropped != 0 {
+		t.Fatalf("caught up: took %d, dropped %d", len(recs), dropped)
 	}
 }

@@ -1,8 +1,12 @@
 package gate
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Every field of the learner a shared store carries survives snapshot and
@@ -31,4 +35,62 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	if c.quota != 9500 || c.trigger != 9000 || c.cleanMax != 7000 || c.probeRun != 3 || !c.lastProbe.Equal(t0) {
 		t.Fatalf("an older record: quota %v trigger %v cleanMax %v probeRun %d lastProbe %v", c.quota, c.trigger, c.cleanMax, c.probeRun, c.lastProbe)
 	}
+}
+
+// blockingLearnedStore holds Load of one model until release is closed: a
+// shared store (Redis) that is slow to answer for it.
+type blockingLearnedStore struct {
+	MemoryLearnedStore
+	model   string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingLearnedStore) Load(provider, model string) (LearnedQuota, bool) {
+	if model == s.model {
+		close(s.entered)
+		<-s.release
+	}
+	return s.MemoryLearnedStore.Load(provider, model)
+}
+
+// A new model's learned state is loaded outside the ledger's shard lock: a
+// store slow to answer for one new model must not hold the admissions of the
+// other models in its shard (with Redis, up to store.redis.timeout each).
+func TestNewBucketLoadsOutsideShardLock(t *testing.T) {
+	st := &blockingLearnedStore{model: "slow", entered: make(chan struct{}), release: make(chan struct{})}
+	l, err := NewLedger(DefaultConfig(), engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A model in the same shard as the slow one.
+	other := ""
+	for i := range 10000 {
+		if m := fmt.Sprintf("m%d", i); l.shardOf("p", m) == l.shardOf("p", "slow") {
+			other = m
+			break
+		}
+	}
+	if other == "" {
+		t.Fatal("no model in the slow one's shard")
+	}
+	go l.BucketStatus(t0, "p", "slow")
+	<-st.entered
+	done := make(chan error, 1)
+	go func() {
+		tk, err := l.Admit(context.Background(), Request{Provider: "p", Model: other, InputTokens: 10, MaxTokens: 10})
+		if err == nil {
+			err = l.Settle(t0, tk, Usage{InputTokens: 10, OutputTokens: 10})
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // a deadline for a deadlock, not a timing bound
+		t.Fatal("an admission on another model of the shard waited for the slow store's Load")
+	}
+	close(st.release)
 }

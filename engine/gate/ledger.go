@@ -230,16 +230,18 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 			return l.bucketFor(provider, OtherModel, now)
 		}
 	}
-	ps := l.providerState(provider)
+	// Built outside the shard's lock: it loads what the model learned, which with
+	// a shared store is a network round trip that must not hold the other models
+	// of the shard. Two callers may build one each; the first to insert wins.
+	nb := newBucket(l, provider, model, l.providerState(provider), now)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b = sh.m[k]; b != nil {
 		return b
 	}
-	b = newBucket(l, provider, model, ps, now)
-	sh.m[k] = b
+	sh.m[k] = nb
 	l.nBuckets.Add(1)
-	return b
+	return nb
 }
 
 // lockedBucketFor is bucketFor with the bucket locked, never an evicted one.

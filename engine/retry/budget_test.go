@@ -108,7 +108,7 @@ func TestBudgetSurvivesReconnect(t *testing.T) {
 	}
 }
 
-// TestBudgetPersistBeforeWait checks seed 003's first invariant: the planned retry is
+// TestBudgetPersistBeforeWait checks the first invariant of persistence: the planned retry is
 // on record before anything starts waiting — for RATE_LIMIT, before the gate's
 // cooldown starts; for the others, before Plan returns.
 func TestBudgetPersistBeforeWait(t *testing.T) {

@@ -103,8 +103,8 @@ func freePort(t testing.TB) int {
 }
 
 // StartCluster runs a Redis Cluster of n masters (no replicas) on loopback and
-// waits until it serves every slot. It returns the nodes; the first one's URL
-// seeds a cluster client.
+// waits until it serves every slot. It returns the nodes; a cluster client can
+// start from the first one's URL.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	path := testenv.Tool(t, "redis-server", "apt-get install -y redis-server")

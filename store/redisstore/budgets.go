@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/gatectl/gatectl/engine/retry"
@@ -30,8 +31,11 @@ func (s *Store) Budgets(local retry.BudgetStore) *Budgets { return &Budgets{s: s
 
 // Each named turn has its own record, so concurrent turns of one session never
 // reset each other's rounds; provider names are config identifiers (no ':').
+// The session is the client's, so its "}" (and "%", to keep that reversible) is
+// escaped: the first "}" then ends it, and no session and turn can spell
+// another's key.
 func (s *Store) budgetKey(k retry.BudgetKey) string {
-	key := s.opts.KeyPrefix + "budget:{" + k.Session + "}:" + k.Provider
+	key := s.opts.KeyPrefix + "budget:{" + sessionEscaper.Replace(k.Session) + "}:" + k.Provider
 	if k.Turn != "" {
 		key += ":turn:" + k.Turn
 	}
@@ -107,6 +111,8 @@ func (b *Budgets) Spend(k retry.BudgetKey, sp retry.BudgetSpend) (retry.Budget, 
 	}
 	return bud, ok, nil
 }
+
+var sessionEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
 func boolArg(v bool) string {
 	if v {

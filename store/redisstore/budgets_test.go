@@ -160,3 +160,23 @@ func TestBudgetTurnsKeptApart(t *testing.T) {
 		t.Fatalf("interleaved turns spent %v, want %d each", spent, rounds)
 	}
 }
+
+// Session and turn ids are the client's: a session id holding "}" and a turn
+// name must not spell another session's turn record, or one client could spend
+// another's retry rounds.
+func TestBudgetKeysDoNotCollide(t *testing.T) {
+	srv := redistest.Start(t)
+	b := open(t, srv, FailOpen).Budgets(retry.NewMemoryBudgetStore())
+	mine := retry.BudgetKey{Session: "a}:p:turn:x", Provider: "p"}
+	theirs := retry.BudgetKey{Session: "a", Provider: "p", Turn: "x}:p"}
+	sp := retry.BudgetSpend{Counter: "rounds", Limit: 1, KindLimit: -1, Now: t0}
+	if _, ok, err := b.Spend(mine, sp); !ok || err != nil {
+		t.Fatalf("spend: %v %v", ok, err)
+	}
+	if got, ok, _ := b.Load(theirs); ok {
+		t.Fatalf("session %q turn %q reads %+v, the record of session %q", theirs.Session, theirs.Turn, got, mine.Session)
+	}
+	if _, ok, err := b.Spend(theirs, sp); !ok || err != nil {
+		t.Fatalf("the other session's only round was spent by the first: %v %v", ok, err)
+	}
+}

@@ -57,11 +57,10 @@ func (x *Sessions) SaveSession(id string, rec pool.SessionRecord) error {
 	raw, _ := json.Marshal(rec)
 	_ = x.s.call(func(ctx context.Context) error {
 		p := x.s.c.Pipeline()
-		if rec.IsZero() {
-			p.Del(ctx, x.s.sessionKey(id))
-		} else {
-			p.Set(ctx, x.s.sessionKey(id), raw, sessionTTL)
-		}
+		// A cleared session keeps its (empty) record rather than none: with none,
+		// an instance that set the session earlier would read its own state
+		// file's older record back (LoadSession's fallback for Redis's absence).
+		p.Set(ctx, x.s.sessionKey(id), raw, sessionTTL)
 		p.Publish(ctx, x.s.sessionsChannel(), "x "+x.s.instance+" "+id)
 		_, err := p.Exec(ctx)
 		return err

@@ -40,3 +40,21 @@ func TestSessionsShared(t *testing.T) {
 		t.Fatalf("an instance started later reads %+v", rec)
 	}
 }
+
+// A session's settings cleared through one instance stay cleared on the
+// instance that set them: its own state file's older record must not come
+// back when Redis answers that the session has none.
+func TestSessionClearedElsewhereStaysCleared(t *testing.T) {
+	srv := redistest.Start(t)
+	a := open(t, srv, FailOpen).Sessions(&pool.MemorySessionStore{})
+	b := open(t, srv, FailOpen).Sessions(&pool.MemorySessionStore{})
+	if err := a.SaveSession("s1", pool.SessionRecord{Switch: "off"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SaveSession("s1", pool.SessionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := a.LoadSession("s1"); err != nil || !rec.IsZero() {
+		t.Fatalf("A reads %+v (%v) after B cleared the session, want nothing", rec, err)
+	}
+}

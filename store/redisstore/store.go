@@ -63,6 +63,20 @@ func DefaultOptions() Options {
 	return Options{KeyPrefix: DefaultKeyPrefix, Timeout: DefaultTimeout, OnError: FailOpen}
 }
 
+// keyPrefixForbidden are the characters a key prefix must not hold: braces
+// would make the prefix the hash tag of every key (and the notifications, read
+// back by their {…} part, would be misparsed and dropped), and glob characters
+// would widen the PSUBSCRIBE pattern to other prefixes' channels.
+const keyPrefixForbidden = "{}*?[]\\"
+
+// CheckKeyPrefix returns why prefix cannot be a key prefix, or "".
+func CheckKeyPrefix(prefix string) string {
+	if strings.ContainsAny(prefix, keyPrefixForbidden) {
+		return "must not contain any of " + keyPrefixForbidden
+	}
+	return ""
+}
+
 // learnedTTL is how long a learned quota outlives its last change: a day of
 // silence is long enough that learning again is safer than trusting it.
 const learnedTTL = 24 * time.Hour
@@ -77,7 +91,7 @@ var ErrDegraded = errors.New("redisstore: Redis unavailable (degraded)")
 type Store struct {
 	opts     Options
 	c        redis.UniversalClient
-	addr     string // host:port of the node (seed nodes, for a cluster), without credentials
+	addr     string // host:port of the node (the nodes named, for a cluster), without credentials
 	log      hclog.Logger
 	instance string // tells this process's own notifications from others'
 
@@ -124,6 +138,9 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	if opts.OnError != FailOpen && opts.OnError != FailClosed {
 		return nil, fmt.Errorf("redisstore: onError must be one of %s (got %q)", strings.Join(Policies, ", "), opts.OnError)
 	}
+	if msg := CheckKeyPrefix(opts.KeyPrefix); msg != "" {
+		return nil, fmt.Errorf("redisstore: keyPrefix %s (got %q)", msg, opts.KeyPrefix)
+	}
 	c, addr, err := newClient(opts)
 	if err != nil {
 		return nil, err
@@ -142,13 +159,13 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 }
 
 // newClient connects to one node, or to a Redis Cluster (opts.Cluster: the URL
-// names a seed node, more with ?addr=host:port). Every call has the deadline
+// names one node, more with ?addr=host:port). Every call has the deadline
 // and no retry: a retry doubles a slow answer, and the policy decides instead.
 func newClient(opts Options) (redis.UniversalClient, string, error) {
 	if opts.Cluster {
 		co, err := redis.ParseClusterURL(opts.URL)
 		if err != nil {
-			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseClusterURL(u); return err }))
 		}
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 		co.ContextTimeoutEnabled = true
@@ -158,7 +175,7 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	}
 	ro, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL))
+		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseURL(u); return err }))
 	}
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 	ro.ContextTimeoutEnabled = true
@@ -167,13 +184,21 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	return redis.NewClient(ro), ro.Addr, nil
 }
 
-// redactURL keeps a password in the URL out of an error message.
-func redactURL(err error, url string) error {
-	msg := err.Error()
-	if i := strings.Index(url, "@"); i > 0 {
-		msg = strings.ReplaceAll(msg, url[:i], "redis://…")
+// redactURL keeps a password in the URL out of an error message. The parser's
+// message quotes the URL (escaped, so a search for the password's text would
+// miss it), so a URL with a user:password part is parsed again without it: the
+// message is about the rest, or says only that the user:password part is bad.
+func redactURL(err error, url string, parse func(string) error) error {
+	i := strings.LastIndex(url, "@")
+	if i < 0 {
+		return err
 	}
-	return errors.New(msg)
+	scheme, _, _ := strings.Cut(url, "://")
+	bare := scheme + "://" + url[i+1:]
+	if perr := parse(bare); perr != nil {
+		return perr
+	}
+	return errors.New("the user:password part is not valid (not shown: it may hold a password)")
 }
 
 // Options returns the options the store runs with (defaults filled in).

@@ -408,3 +408,78 @@ func TestLedgerWithRedisDown(t *testing.T) {
 		t.Fatalf("failClosed, degraded: Admit %v, want ErrStoreUnavailable at once", err)
 	}
 }
+
+// A key prefix with braces or glob characters is refused before anything
+// connects: braces would make the prefix every key's hash tag and the
+// notifications would be read back under the wrong name (and dropped), glob
+// characters would subscribe to other prefixes' channels.
+func TestOpenRefusesKeyPrefixThatBreaksTagsOrPattern(t *testing.T) {
+	for _, p := range []string{"app{1}:", "app}", "app*:", "a?", "a[b]", `a\b`} {
+		if s, err := Open(Options{URL: "redis://127.0.0.1:1", KeyPrefix: p}, nil); err == nil {
+			s.Close()
+			t.Errorf("Open with keyPrefix %q: no error", p)
+		} else if !strings.Contains(err.Error(), "keyPrefix") {
+			t.Errorf("Open with keyPrefix %q: %v, want it to name keyPrefix", p, err)
+		}
+	}
+	// The notifications are parsed by their {…} part: a prefix without braces
+	// keeps a mark's channel recognisable.
+	s := &Store{opts: Options{KeyPrefix: "app:1:"}, instance: "me"}
+	var got []string
+	s.on.Marked = func(p string, _ time.Time) { got = append(got, p) }
+	s.dispatch(s.marksChannel(), "m other 1000 openai")
+	if len(got) != 1 || got[0] != "openai" {
+		t.Fatalf("mark dispatched to %v, want [openai]", got)
+	}
+}
+
+// The notifications go on after Redis restarts under a listening store: the
+// client subscribes again by itself (what docs/redis.md and Notify promise).
+func TestNotifyResubscribesAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	got := make(chan gate.LearnedQuota, 8)
+	b.Notify(Handlers{Learned: func(p, m string, q gate.LearnedQuota) { got <- q }})
+	waitSubscribed(t, srv)
+	srv.Kill()
+	srv.Restart()
+	waitSubscribed(t, srv) // the restarted Redis knows no subscription until b's client makes it again
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Degraded() { // a's first call after the restart may have found Redis gone
+		if time.Now().After(deadline) {
+			t.Fatal("a did not recover within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.Save("p", "m", gate.LearnedQuota{Quota: 4321})
+	select {
+	case q := <-got:
+		if q.Quota != 4321 {
+			t.Fatalf("notified %+v", q)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification within 5s of a save after the restart")
+	}
+}
+
+// A URL that does not parse never brings its password into the error, however
+// the password is spelled (the parser quotes the URL with escapes).
+func TestOpenURLErrorHidesPassword(t *testing.T) {
+	for _, tc := range []struct{ url, secret, want string }{
+		{`redis://:se"cret@host:notaport/0`, `cret`, "invalid port"},
+		{`redis://:sec@ret@host:notaport/0`, `sec`, "invalid port"},
+		{`redis://:sécret@host:bad/0`, `cret`, "invalid port"},
+		{`redis://:ab%zzcd@host:1/0`, `zz`, "user:password"},
+		{`redis://user:secret@host:bad/0`, `secret`, "invalid port"},
+	} {
+		for _, cluster := range []bool{false, true} {
+			_, err := Open(Options{URL: tc.url, Cluster: cluster}, nil)
+			if err == nil {
+				t.Fatalf("%s: no error", tc.url)
+			}
+			if strings.Contains(err.Error(), tc.secret) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s (cluster %v): %v: want %q named and %q not shown", tc.url, cluster, err, tc.want, tc.secret)
+			}
+		}
+	}
+}
