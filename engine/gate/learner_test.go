@@ -184,7 +184,7 @@ func TestLearnerNeverProbesAboveTrigger(t *testing.T) {
 	}
 }
 
-// Seed 000's gap 2: a trigger set by traffic from outside the ledger must not
+// The outside-traffic gap: a trigger set by traffic from outside the ledger must not
 // tighten a model forever.
 // A trigger set by a reading below what the provider carried cleanly before
 // (outside traffic, a late count) must not tighten a model forever.
@@ -340,7 +340,7 @@ func TestLearnedQuotaSharedThroughStore(t *testing.T) {
 
 // A trigger below every reservation (outside traffic at the 429) makes every call
 // over budget; that pressure must still reach the relax rules, or the gate would
-// stop pacing the model for good (seed 000's gap 2, worst case).
+// stop pacing the model for good (the outside-traffic gap, worst case).
 // A 429 read when the window holds little (an RPM limit, another client, a
 // reported failure) must not become the model's limit: below the floor it never
 // does; below a clean window it does only when it repeats in the next window.

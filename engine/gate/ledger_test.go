@@ -312,7 +312,7 @@ func TestFailOpen(t *testing.T) {
 	})
 }
 
-// Seed 000's two regression cases: a reservation larger than the whole budget is
+// The two over-budget regression cases: a reservation larger than the whole budget is
 // admitted at once (never burns maxWait), but still waits out a cooldown.
 func TestOverBudgetReservation(t *testing.T) {
 	t.Run("AdmittedWithoutWindowWait", func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestQuotaOnQuota walks the decision of seed 004's "what happens to a session"
+// TestQuotaOnQuota walks the decision of the routing design's "what happens to a session"
 // step by step: one QUOTA failure, from a known state.
 func TestQuotaOnQuota(t *testing.T) {
 	maxA, maxB := engine.Route{Provider: "a", Model: "max"}, engine.Route{Provider: "b", Model: "max"}
@@ -265,7 +265,7 @@ func TestQuotaLongTermDelaySetting(t *testing.T) {
 	if d.Wait != 30*time.Minute {
 		t.Errorf("wait %s", d.Wait)
 	}
-	// Zero durations take the seed's defaults.
+	// Zero durations take the design's defaults.
 	f = newPoolFixture(t, twoPools(), Settings{DefaultEnabled: true})
 	if got := f.q.Settings(); got.LongTermDelay != time.Hour || got.ExhaustedCooldown != time.Hour {
 		t.Errorf("defaults %+v", got)

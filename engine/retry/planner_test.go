@@ -316,7 +316,7 @@ func TestPlannerCurve(t *testing.T) {
 				{req: retryReq(engine.ClassOverloaded, nil), kind: ActionRetry, delay: 20 * s, round: 3, rounds: 10, budget: "retry"},
 				{req: retryReq(engine.ClassTimeout, nil), kind: ActionRetry, delay: 16 * s, round: 4, rounds: 10, budget: "retry", reason: "backoff curve"},
 				{req: retryReq(engine.ClassOverloaded, retryMs(7000)), kind: ActionRetry, delay: 7 * s, round: 5, rounds: 10, budget: "retry", reason: "hint"},
-				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 160 * s, round: 6, rounds: 10, budget: "retry"}, // over maxDelay: seed 002's own range
+				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 160 * s, round: 6, rounds: 10, budget: "retry"}, // over maxDelay: the cooldown-retry design's own range
 				{req: retryReq(engine.ClassServer, nil), kind: ActionRetry, delay: 300 * s, round: 7, rounds: 10, budget: "retry"}, // clamped to hintClamp.max
 			},
 		},
