@@ -182,7 +182,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
-	t0 := time.Now()
+	t0, c0 := time.Now(), s.clock.Now()
 	var t gate.Ticket
 	var queued atomic.Pointer[gate.Waiter]
 	maxWait := s.ledger.Config().MaxWait
@@ -202,6 +202,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	if capped || err != nil {
+		x.waited += s.clock.Now().Sub(c0) // the access log's gate_wait_ms counts a wait cut short too
 		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
 	}
 	x.waited += t.Waited

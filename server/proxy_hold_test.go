@@ -259,4 +259,8 @@ gate:
 	if st := f.status("pa", "m"); st.Waiting != 0 {
 		t.Fatalf("the cut waiter is still queued: %+v", st)
 	}
+	// The 429 says how long the request was held: the cut wait counts.
+	if w := r.resp.Header.Get("X-Gate-Waited-Ms"); w != "10000" {
+		t.Errorf("X-Gate-Waited-Ms %q, want 10000 (held 10s on the fake clock)", w)
+	}
 }
