@@ -202,8 +202,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	if capped || err != nil {
-		x.waited += s.clock.Now().Sub(c0) // the access log's gate_wait_ms counts a wait cut short too
-		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
+		// The client went away while waiting, or was answered at the hold limit:
+		// nothing is held. The access log's gate_wait_ms counts the wait all the same.
+		x.waited += s.clock.Now().Sub(c0)
+		return nil, true
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved
