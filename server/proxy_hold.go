@@ -245,7 +245,9 @@ func (x *exchange) failInStream(status int, msg string, body []byte) {
 	errObj := upstreamErrorObject(body)
 	if errObj == nil {
 		o := map[string]any{"message": msg, "type": streamErrorType(status)}
-		if x.pr.ep.kind != kindAnthropic {
+		if x.pr.ep.kind == kindAnthropic {
+			o["type"] = anthropicErrorType(status) // the type the same status gets outside a stream
+		} else {
 			o["code"] = status
 		}
 		errObj, _ = json.Marshal(o)

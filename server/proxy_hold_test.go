@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,5 +263,33 @@ gate:
 	// The 429 says how long the request was held: the cut wait counts.
 	if w := r.resp.Header.Get("X-Gate-Waited-Ms"); w != "10000" {
 		t.Errorf("X-Gate-Waited-Ms %q, want 10000 (held 10s on the fake clock)", w)
+	}
+}
+
+// TestFailInStreamAnthropicTypes: gatectl's own error event on a held Anthropic
+// stream carries the error type Anthropic's API (and writeAnthropicError) gives
+// the status, so an SDK reads a timeout as timeout_error whether or not the
+// stream's headers were out.
+func TestFailInStreamAnthropicTypes(t *testing.T) {
+	for status, want := range map[int]string{504: "timeout_error", 413: "request_too_large", 404: "not_found_error",
+		429: "rate_limit_error", 529: "overloaded_error", 502: "api_error", 400: "invalid_request_error"} {
+		rec := httptest.NewRecorder()
+		x := &exchange{w: rec, pr: &proxyRequest{ep: &endpoint{kind: kindAnthropic}}}
+		x.failInStream(status, "gatectl: failed", nil)
+		var ev struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		body := rec.Body.String()
+		data, ok := strings.CutPrefix(body, "event: error\ndata: ")
+		if !ok || json.Unmarshal([]byte(data), &ev) != nil || ev.Type != "error" || ev.Error.Type != want || ev.Error.Message != "gatectl: failed" {
+			t.Errorf("status %d: %q, want an error event of type %s", status, body, want)
+		}
+		if want != anthropicErrorType(status) {
+			t.Errorf("status %d: the table disagrees with anthropicErrorType (%s)", status, anthropicErrorType(status))
+		}
 	}
 }
