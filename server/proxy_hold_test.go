@@ -293,3 +293,35 @@ func TestFailInStreamAnthropicTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldStreamClientGone: a client that leaves a held stream after its
+// headers leaves nothing behind: no queued call, nothing in flight, no upstream
+// call, no planner turn; and its access line says it went away (its status is
+// the 200 of the held headers).
+func TestHoldStreamClientGone(t *testing.T) {
+	up := newFakeUpstream(t, streamingChat)
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  holdNotice: 50ms\n  holdNoticeEvery: 50ms")+"log: {access: true}\n", false)
+	f.coolDown("pa", "m", 30*time.Second) // within gate.maxWait: the gate holds it
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp := f.post(ctx, "/v1/chat/completions", chatReq("pa/m", "stream", true))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Gate-Held") != "true" {
+		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, ": gatectl waiting") {
+		t.Fatalf("first line %q (%v)", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	waitFor(t, "the access line", func() bool { return strings.Contains(f.logs.String(), "gatectl.access: proxied") })
+	if st := f.status("pa", "m"); st.Waiting != 0 || st.InFlight != 0 || st.Reserved != 0 {
+		t.Errorf("the gone client left state behind: %+v", st)
+	}
+	if up.n() != 0 || f.srv.Planner().OneShotTurns() != 0 {
+		t.Errorf("%d upstream calls, %d one-shot turns", up.n(), f.srv.Planner().OneShotTurns())
+	}
+	if logs := f.logs.String(); !strings.Contains(logs, "status=200") || !strings.Contains(logs, "client_gone=true") {
+		t.Errorf("access line does not say the client went away:\n%s", logs)
+	}
+}
