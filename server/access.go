@@ -15,7 +15,8 @@ import (
 const maxLoggedModel = 256
 
 // logAccess writes the access line of one proxied call. status is what the
-// client was answered (0: nothing, the client went away first); pr and x are
+// client was answered (0: nothing); client_gone says the client went away
+// before the answer was over; pr and x are
 // nil when the request was refused before being read or routed.
 func (s *Server) logAccess(r *http.Request, ep *endpoint, status int, pr *proxyRequest, x *exchange, total time.Duration) {
 	face := "openai"
@@ -49,7 +50,9 @@ func (s *Server) logAccess(r *http.Request, ep *endpoint, status int, pr *proxyR
 	if pr != nil && pr.session != "" {
 		args = append(args, "session", pr.session)
 	}
-	if status == 0 && r.Context().Err() != nil {
+	// The handler is still running, so an ended context is the client gone: before
+	// any answer (status 0) or during a held stream, whose 200 went out early.
+	if r.Context().Err() != nil {
 		args = append(args, "client_gone", true)
 	}
 	s.accessLog.Info("proxied", args...)

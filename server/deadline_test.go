@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,4 +90,43 @@ func TestProxyUpstreamDeadlines(t *testing.T) {
 			t.Fatalf("a stream that started was retried: %d attempts", up.n())
 		}
 	})
+}
+
+// TestProxyStreamSilentAnthropicErrorEvent: on the Anthropic face, a stream that
+// falls silent after it started ends with one `event: error` whose type is
+// Anthropic's for a timeout, naming the deadline.
+func TestProxyStreamSilentAnthropicErrorEvent(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  a: {kind: anthropic, baseURL: %s}
+upstream: {streamIdleTimeout: 300ms}
+`, up.URL), false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp := f.post(ctx, "/v1/messages", map[string]any{"model": "a/claude", "max_tokens": 5, "stream": true,
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("the stream did not end: %v", err)
+	}
+	body := string(b)
+	if strings.Count(body, "event: error\n") != 1 {
+		t.Fatalf("want exactly one error event: %q", body)
+	}
+	_, last, _ := strings.Cut(body, "event: error\ndata: ")
+	var ev struct {
+		Type  string                         `json:"type"`
+		Error struct{ Type, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(last)), &ev); err != nil || ev.Type != "error" ||
+		ev.Error.Type != "timeout_error" || !strings.Contains(ev.Error.Message, "upstream.streamIdleTimeout") {
+		t.Fatalf("error event %q (%v)", last, err)
+	}
 }

@@ -3,7 +3,9 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -180,4 +182,39 @@ func TestCountTokens(t *testing.T) {
 	if !strings.Contains(f.logs.String(), `path=/v1/messages/count_tokens face=anthropic model=claude-sonnet-4-5 route=anthropic/claude-sonnet-4-5 status=200 attempts=1`) {
 		t.Errorf("no access line for count_tokens:\n%s", f.logs.String())
 	}
+}
+
+// TestCountTokensAnswerInBodyBudget: count_tokens reads its answer within the
+// body budget like every other answer, so concurrent calls cannot hold their
+// megabyte each beyond server.maxBufferedBytes.
+func TestCountTokensAnswerInBodyBudget(t *testing.T) {
+	t.Setenv("GATECTL_TEST_OPENAI_KEY", "sk-test-openai")
+	t.Setenv("GATECTL_TEST_ANTHROPIC_KEY", "sk-test-anthropic")
+	const size = 900_000
+	proceed := make(chan struct{})
+	an := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(`{"input_tokens":42,"pad":"`))
+		http.NewResponseController(w).Flush()
+		select { // the rest only once the test has looked at the budget
+		case <-proceed:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte(strings.Repeat("x", size-len(`{"input_tokens":42,"pad":"`)-2) + `"}`))
+	})
+	f := newPxFixture(t, aliasConfig("http://127.0.0.1:1", an.URL, ""), true)
+	release := sync.OnceFunc(func() { close(proceed) })
+	t.Cleanup(release) // before the servers close, should the test fail first
+	res := f.callAsync("/v1/messages/count_tokens", map[string]any{"model": "claude-sonnet-4-5",
+		"messages": []any{map[string]any{"role": "user", "content": "hello"}}})
+	waitFor(t, "the answer's bytes in the body budget", func() bool { return f.srv.bodies.inUse() >= size })
+	release()
+	r := <-res
+	if r.resp.StatusCode != 200 || !strings.HasPrefix(r.body, `{"input_tokens":42`) || len(r.body) != size {
+		t.Fatalf("status %d, %d bytes", r.resp.StatusCode, len(r.body))
+	}
+	waitFor(t, "the budget released", func() bool { return f.srv.bodies.inUse() == 0 })
 }

@@ -5,8 +5,7 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -56,15 +55,20 @@ func (x *exchange) passOnce() {
 	}
 	defer resp.Body.Close()
 	resp.Body = &idleBody{ReadCloser: resp.Body, dl: dl}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody+1))
+	// Within the body budget like every other answer: concurrent calls must not
+	// hold their megabyte each beyond server.maxBufferedBytes.
+	res, err := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, false, "the answer")
+	defer s.bodies.release(res.charged)
+	b := res.b
 	x.upstream += time.Since(u0)
-	if err == nil && len(b) > maxErrorBody {
-		err = fmt.Errorf("the answer is over %d bytes", maxErrorBody)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			x.fail(http.StatusBadGateway, "", "gatectl: reading the answer of "+route.String()+": "+transportText(err))
-		}
+	switch {
+	case ctx.Err() != nil:
+		return
+	case errors.Is(err, errBudgetFull):
+		x.budgetFull()
+		return
+	case err != nil:
+		x.fail(http.StatusBadGateway, "", "gatectl: reading the answer of "+route.String()+": "+transportText(err))
 		return
 	}
 	rd := x.redactor() // an echo of gatectl's key goes back as [redacted]

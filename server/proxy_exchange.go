@@ -182,7 +182,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
-	t0 := time.Now()
+	t0, c0 := time.Now(), s.clock.Now()
 	var t gate.Ticket
 	var queued atomic.Pointer[gate.Waiter]
 	maxWait := s.ledger.Config().MaxWait
@@ -202,7 +202,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	if capped || err != nil {
-		return nil, true // the client went away while waiting, or was answered at the hold limit: nothing is held
+		// The client went away while waiting, or was answered at the hold limit:
+		// nothing is held. The access log's gate_wait_ms counts the wait all the same.
+		x.waited += s.clock.Now().Sub(c0)
+		return nil, true
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved

@@ -68,6 +68,7 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 		return false, err
 	}
 	clock := x.s.clock
+	c0 := clock.Now()
 	deadline := x.clockStart.Add(x.holdLimit())
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -103,15 +104,16 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 		<-watching
 	}
 	if in := fired.Load(); err != nil && in != nil && ctx.Err() == nil {
-		x.tooLong(*in)
+		x.tooLong(*in, clock.Now().Sub(c0))
 		return true, nil
 	}
 	return false, err
 }
 
 // tooLong answers a non-streamed request held past its limit: 429, Retry-After
-// the expected rest of the wait, and the reason.
-func (x *exchange) tooLong(in holdInfo) {
+// the expected rest of the wait, and the reason. holding is how long the wait
+// that was cut had lasted: x.waited counts only the waits that ended before it.
+func (x *exchange) tooLong(in holdInfo, holding time.Duration) {
 	s := x.s
 	now := s.clock.Now()
 	rest := time.Duration(0)
@@ -124,7 +126,7 @@ func (x *exchange) tooLong(in holdInfo) {
 	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(rest.Seconds())), 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(rest.Milliseconds(), 10))
 	h.Set("X-Should-Retry", "true")
-	h.Set("X-Gate-Waited-Ms", strconv.FormatInt(x.waited.Milliseconds(), 10))
+	h.Set("X-Gate-Waited-Ms", strconv.FormatInt((x.waited+holding).Milliseconds(), 10))
 	msg := fmt.Sprintf("gatectl: held %s, the most this request may wait (proxy.maxHold %s, or X-Gate-Max-Wait), and the wait goes on: %s, about %s more; retry after that, stream the request to wait with progress, or send X-Gate-Max-Wait to wait longer",
 		held, x.holdLimit(), in.why, rest.Round(time.Second))
 	s.proxyLog.Info("hold limit reached: answering 429", "route", x.res.route.String(), "session", x.pr.session,
@@ -243,7 +245,9 @@ func (x *exchange) failInStream(status int, msg string, body []byte) {
 	errObj := upstreamErrorObject(body)
 	if errObj == nil {
 		o := map[string]any{"message": msg, "type": streamErrorType(status)}
-		if x.pr.ep.kind != kindAnthropic {
+		if x.pr.ep.kind == kindAnthropic {
+			o["type"] = anthropicErrorType(status) // the type the same status gets outside a stream
+		} else {
 			o["code"] = status
 		}
 		errObj, _ = json.Marshal(o)

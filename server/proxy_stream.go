@@ -4,7 +4,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -71,7 +70,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 			}
 			clean = false
 			if ctx.Err() == nil {
-				x.midStreamError(route, err.Error(), nil)
+				x.midStreamError(route, err, nil)
 			}
 			break
 		}
@@ -86,7 +85,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 		if isErr {
 			clean = false
-			x.midStreamError(route, "", ev.data)
+			x.midStreamError(route, nil, ev.data)
 			break
 		}
 	}
@@ -100,25 +99,21 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 }
 
 // midStreamError ends a stream that failed after its first byte: it cannot be
-// retried. text is gatectl's description of a transport failure (the protocol's
-// error event is written for it); upstreamErr is an error event the upstream
-// sent itself (already passed on). Either way the failure is classified, so a
-// rate limit still starts the model's cooldown.
-func (x *exchange) midStreamError(route engine.Route, text string, upstreamErr []byte) {
+// retried. readErr is the transport failure (gatectl writes the protocol's error
+// event for it, as for any failure after the headers: 504 for a deadline, else
+// 502, so the Anthropic face gets one of Anthropic's error types); upstreamErr
+// is an error event the upstream sent itself (already passed on). Either way
+// the failure is classified, so a rate limit still starts the model's cooldown.
+func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr []byte) {
 	s := x.s
-	if upstreamErr == nil {
-		msg, _ := json.Marshal(map[string]any{"message": "gatectl: the upstream stream failed after it started: " + text, "type": "upstream_error"})
-		var ev string
-		if x.pr.ep.kind == kindAnthropic {
-			ev = `event: error` + "\n" + `data: {"type":"error","error":` + string(msg) + "}\n\n"
-		} else {
-			ev = `data: {"error":` + string(msg) + "}\n\n"
-		}
-		_, _ = io.WriteString(x.w, ev)
-		_ = http.NewResponseController(x.w).Flush()
-	}
 	f := engine.Failure{Status: http.StatusOK, Body: string(upstreamErr), Provider: route.Provider, Model: route.Model}
 	if upstreamErr == nil {
+		text := transportText(readErr)
+		code := http.StatusBadGateway
+		if de := (*deadlineError)(nil); errors.As(readErr, &de) {
+			code = http.StatusGatewayTimeout
+		}
+		x.failInStream(code, "gatectl: the upstream stream failed after it started: "+text, nil)
 		f.Body, f.ErrorKind = text, "reset"
 	}
 	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(x.r.Context()), &f)
