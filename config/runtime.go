@@ -89,8 +89,24 @@ func WithSection(c *Config, section string, partial map[string]any) (*Config, Er
 	rs.decode(v, doc.Content[0], &out)
 	v.crossCheck()
 	if len(d.errs) > 0 {
-		return nil, nil, d.errs
+		return nil, nil, withoutLines(d.errs)
 	}
-	out.Warnings = append(append([]*Error(nil), c.Warnings...), d.warn...)
-	return &out, d.warn, nil
+	warns := withoutLines(d.warn)
+	out.Warnings = append(append([]*Error(nil), c.Warnings...), warns...)
+	return &out, warns, nil
+}
+
+// withoutLines drops the line numbers the decoder gave es: they count lines of
+// the object encoded for it ("line 1"), which nobody wrote.
+func withoutLines(es Errors) Errors {
+	if len(es) == 0 {
+		return es
+	}
+	out := make(Errors, len(es))
+	for i, e := range es {
+		c := *e
+		c.Line = 0
+		out[i] = &c
+	}
+	return out
 }

@@ -334,7 +334,9 @@ func (b *Book) Report(now time.Time, since time.Duration) Report {
 	sum := b.life
 	if since > 0 && since <= Retention {
 		from = now.Add(-since)
-		r.From = from
+		if from.After(b.start) { // a period reaching before the start begins with it
+			r.From = from
+		}
 		sum = map[string]*counts{}
 		lo := from.Truncate(Slot)
 		for i := range b.slots {

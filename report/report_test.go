@@ -189,3 +189,40 @@ func BenchmarkObserve(b *testing.B) {
 		bk.Observe(e)
 	}
 }
+
+// A line longer than maxLogLine (a huge warning, say) is skipped and counted;
+// the gate lines around it are still read.
+func TestReadLogSkipsLongLines(t *testing.T) {
+	gateLine := func(at time.Time) string {
+		return `{"@timestamp":"` + at.Format(time.RFC3339Nano) + `","event":"rate-limited","model":"p/m"}` + "\n"
+	}
+	huge := `{"@message":"` + strings.Repeat("x", 2*maxLogLine) + `"}` + "\n"
+	in := gateLine(t0) + huge + gateLine(t0.Add(time.Second)) + strings.Repeat("y", maxLogLine+5) // the last without a newline
+	b := New(time.Time{})
+	read, skipped, err := ReadLog(b, strings.NewReader(in))
+	if err != nil || read != 2 || skipped != 2 {
+		t.Fatalf("ReadLog: %d read, %d skipped, %v", read, skipped, err)
+	}
+	if r := b.Report(b.Last(), 0); len(r.Models) != 1 || r.Models[0].RateLimited != 2 {
+		t.Fatalf("report: %+v", r)
+	}
+	// a line of exactly maxLogLine is read
+	exact := `{"event":"rate-limited","model":"p/m","pad":"`
+	exact += strings.Repeat("z", maxLogLine-len(exact)-2) + `"}`
+	if read, skipped, err := ReadLog(New(time.Time{}), strings.NewReader(exact+"\n")); err != nil || read != 1 || skipped != 0 {
+		t.Fatalf("a line of maxLogLine bytes: %d read, %d skipped, %v", read, skipped, err)
+	}
+}
+
+// A period reaching back before the counters start says it starts with them.
+func TestReportFromNotBeforeStart(t *testing.T) {
+	b := New(t0)
+	b.Observe(Event{Kind: KindRateLimited, At: t0.Add(time.Minute), Model: "p/m"})
+	now := t0.Add(2 * time.Minute)
+	if r := b.Report(now, 30*time.Minute); !r.From.Equal(t0) || r.Events != 1 {
+		t.Fatalf("since 30m, 2m after the start: from %s, %d events", r.From, r.Events)
+	}
+	if r := b.Report(now, time.Minute); !r.From.Equal(now.Add(-time.Minute)) {
+		t.Fatalf("since 1m: from %s", r.From)
+	}
+}

@@ -2,11 +2,11 @@ package report
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
@@ -24,30 +24,50 @@ const maxLogLine = 1 << 20
 
 // ReadLog feeds b the gate's lines of a JSON log (`log: {format: json}`): the
 // lines whose "event" field names a gate event, timed by their "@timestamp".
-// Other lines, and lines that are not JSON (a text log mixed in), are skipped and
-// counted. It returns how many gate lines it read and how many it skipped.
+// Other lines, lines that are not JSON (a text log mixed in) and lines longer
+// than maxLogLine are skipped and counted. It returns how many gate lines it
+// read and how many it skipped.
 func ReadLog(b *Book, r io.Reader) (read, skipped int, err error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLogLine)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		e, ok := parseLogLine([]byte(line))
-		if !ok {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, long, err := readLogLine(br)
+		if long {
 			skipped++
-			continue
+		} else if line = bytes.TrimSpace(line); len(line) > 0 {
+			if e, ok := parseLogLine(line); !ok {
+				skipped++
+			} else if e.Kind != "" {
+				b.Observe(e)
+				read++
+			}
 		}
-		if e.Kind != "" {
-			b.Observe(e)
-			read++
+		if err == io.EOF {
+			return read, skipped, nil
+		}
+		if err != nil {
+			return read, skipped, fmt.Errorf("reading the log: %w", err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return read, skipped, fmt.Errorf("reading the log: %w", err)
+}
+
+// readLogLine returns the next line without its newline. A line longer than
+// maxLogLine is read through and dropped (long=true): one huge line must not end
+// the report, nor be held in memory whole.
+func readLogLine(br *bufio.Reader) (line []byte, long bool, err error) {
+	var buf []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !long {
+			if len(buf)+len(frag) > maxLogLine+1 { // +1: the newline
+				long, buf = true, nil
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			return bytes.TrimSuffix(buf, []byte("\n")), long, err
+		}
 	}
-	return read, skipped, nil
 }
 
 // parseLogLine decodes one hclog JSON line; ok=false when it is not JSON.

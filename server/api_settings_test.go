@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
@@ -250,5 +254,68 @@ func TestSettingsFileWinsOnReload(t *testing.T) {
 	_ = json.Unmarshal(b, &over)
 	if over["initialDelay"] != nil || over["rounds"] != 5.0 {
 		t.Fatalf("event overrides: %v", over)
+	}
+}
+
+// PUTs and resets of the settings while the file is reloaded over and over: a
+// PUT holds the book's write lock and takes the snapshot manager's in its
+// rebuild, a reload holds the manager's and takes the book's own; were one of
+// them to take the other's lock the other way round, this would hang. The
+// deadline only catches such a hang (it is far beyond what the calls take).
+func TestSettingsPutDuringReloadsDoesNotDeadlock(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 25
+	errs := make(chan error, 4*n)
+	var wg sync.WaitGroup
+	for _, sec := range []string{"retry", "gate", "quota"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := map[string]string{"retry": `{"jitter": 0.1}`, "gate": `{"learn": false}`, "quota": `{"longTermDelay": "20m"}`}[sec]
+			for i := range n {
+				path, method, b := "/gate/v1/settings/"+sec, http.MethodPut, body
+				if i%3 == 2 {
+					path, method, b = path+"/reset", http.MethodPost, ""
+				}
+				// Straight to the handler, not through the test's HTTP server:
+				// were it to hang, the server's Close would wait for it for ever.
+				rec := httptest.NewRecorder()
+				e.srv.Handler().ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(b)))
+				if rec.Code != http.StatusOK {
+					errs <- fmt.Errorf("%s %s: %d %s", method, path, rec.Code, rec.Body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			writeConfig(t, e.config, strings.Replace(apiTestConfig, "window: 60s", fmt.Sprintf("window: %ds", 50+i%2*10), 1))
+			if err := e.mgr.Reload(ctx); err != nil {
+				errs <- fmt.Errorf("reload %d: %w", i, err)
+				return
+			}
+		}
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		buf := make([]byte, 1<<20)
+		t.Fatalf("settings changes and reloads hung:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// what the API says is in force is what the planner runs
+	got := e.get("/gate/v1/settings/retry", http.StatusOK)
+	if j := got["effective"].(map[string]any)["jitter"].(float64); j != e.srv.Planner().Policy().Jitter {
+		t.Fatalf("effective jitter %v, planner %v", j, e.srv.Planner().Policy().Jitter)
 	}
 }

@@ -51,7 +51,7 @@ func (a *api) handleStats(w http.ResponseWriter, r *http.Request) {
 			out.Turns = append(out.Turns, ts)
 			out.TurnsTotal = 1
 		}
-		out.Lifetime = a.s.planner.Stats().Lifetime
+		out.Lifetime = a.s.planner.LifetimeStats()
 		writeJSON(w, http.StatusOK, out)
 		return
 	}

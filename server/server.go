@@ -187,7 +187,7 @@ func New(o Options) (*Server, error) {
 		Name: "gatectl_buffered_bytes",
 		Help: "Bytes of request and response bodies held in memory now; at most server.maxBufferedBytes.",
 	}, func() float64 { return float64(s.bodies.inUse()) }))
-	s.metrics.RetryStats(func() retry.Stats { return s.planner.Stats().Lifetime })
+	s.metrics.RetryStats(func() retry.Stats { return s.planner.LifetimeStats() })
 	s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gatectl_server_connections",
 		Help: "Client connections open now; at most server.maxConnections (new ones wait in the accept queue past it).",

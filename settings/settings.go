@@ -78,10 +78,13 @@ type Book struct {
 	// takes mu alone. A Set racing a Reconcile may write back an override the
 	// file took over; Apply never applies it, and the next Reconcile drops it.
 	writeMu sync.Mutex
-	mu      sync.Mutex // guards over
+	mu      sync.Mutex // guards over and inForce
 	// over holds each section's overrides, sorted by key. The map and its slices
 	// are replaced, never changed in place.
 	over map[string][]Override
+	// inForce is the file of the last Reconcile: the server calls it each time
+	// a new file is in force.
+	inForce *config.Config
 }
 
 // Open reads the overrides the store holds. A record it cannot read is logged
@@ -149,7 +152,7 @@ func (b *Book) Apply(file *config.Config) (*config.Config, error) {
 func (b *Book) Reconcile(file *config.Config) []Dropped {
 	b.mu.Lock()
 	_, keep, dropped := plan(file, b.over)
-	b.over = keep
+	b.over, b.inForce = keep, file
 	b.mu.Unlock()
 	changed := map[string]bool{}
 	for _, d := range dropped {
@@ -204,13 +207,25 @@ func (b *Book) Set(file *config.Config, section string, partial map[string]any, 
 		next = append(next, l)
 	}
 	sortOverrides(next)
-	if _, warns, err := config.WithSection(file, section, overlayObject(fileObj, next)); err != nil {
+	_, warns, err := config.WithSection(file, section, overlayObject(fileObj, next))
+	if err != nil {
 		return nil, err
-	} else if err := b.commit(section, old, next, apply); err != nil {
-		return nil, err
-	} else {
-		return warns, nil
 	}
+	if err := b.commit(section, old, next, apply); err != nil {
+		return nil, err
+	}
+	// A reload put another file in force after the caller read file: the
+	// overrides above recorded the older file's values, and Apply leaves out
+	// those the newer one changed. Drop them, as that reload's Reconcile would
+	// have had they been set before it (else one would lie in the book unused,
+	// and come back to force if the file went back to the old value).
+	b.mu.Lock()
+	cur := b.inForce
+	b.mu.Unlock()
+	if cur != nil && cur != file {
+		b.Reconcile(cur)
+	}
+	return warns, nil
 }
 
 // Reset drops section's overrides, runs apply and saves; on failure nothing changes.

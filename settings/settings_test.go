@@ -124,6 +124,7 @@ func TestSectionThatNoLongerFits(t *testing.T) {
 	if d := b.Reconcile(file2); len(d) != 1 || d[0].Reason != "the file changed this key" {
 		t.Fatalf("dropped %+v", d)
 	}
+	b.Reconcile(file) // the file back as it was
 	if _, err := b.Set(file, "gate", map[string]any{"maxWait": "90s"}, noop); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,8 @@ func TestSectionThatNoLongerFits(t *testing.T) {
 	if cfg.Gate.MaxWait != 120*time.Second {
 		t.Fatalf("maxWait %s", cfg.Gate.MaxWait)
 	}
-	if d := b.Reconcile(file3); len(d) != 1 || !strings.Contains(d[0].Reason, "no longer fit") {
+	// the reason is the file's message without a line: the object set at runtime has none
+	if d := b.Reconcile(file3); len(d) != 1 || !strings.Contains(d[0].Reason, "no longer fit the file: gate.maxWait: must be at least") {
 		t.Fatalf("dropped %+v", d)
 	}
 }
@@ -173,4 +175,27 @@ func TestConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A PUT that read the file before a reload put a newer one in force: the
+// override of a key the newer file changed recorded the older value, so it is
+// dropped at once (the rebuild leaves it out already), not kept unused until it
+// would come back to force when the file returns to the old value.
+func TestSetAgainstAFileAReloadReplaced(t *testing.T) {
+	b, _ := open(t, t.TempDir())
+	old := parse(t, fileYAML)
+	b.Reconcile(old) // at start
+	newer := parse(t, strings.Replace(fileYAML, "rounds: 3", "rounds: 4", 1))
+	b.Reconcile(newer) // the reload, between the caller's read of the file and Set
+	if _, err := b.Set(old, "retry", map[string]any{"rounds": 7, "jitter": 0.1}, noop); err != nil {
+		t.Fatal(err)
+	}
+	over := b.Overrides("retry")
+	if _, ok := over["rounds"]; ok || over["jitter"] == nil {
+		t.Fatalf("overrides %v: want jitter kept, rounds (set against rounds: 3, now 4) dropped", over)
+	}
+	// the file back at the old value does not bring it back
+	if cfg, _ := b.Apply(old); cfg.Retry.Rounds != 3 {
+		t.Fatalf("rounds %d after the file went back", cfg.Retry.Rounds)
+	}
 }

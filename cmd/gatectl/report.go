@@ -88,7 +88,7 @@ func reportFromLog(file string, since time.Duration, errw io.Writer) (report.Rep
 		return report.Report{}, fmt.Errorf("%s: no gate events in the file%s", file, hint)
 	}
 	if skipped > 0 {
-		fmt.Fprintf(errw, "report: skipped %d lines of %s that are not JSON\n", skipped, file)
+		fmt.Fprintf(errw, "report: skipped %d lines of %s that are not JSON (or over 1 MiB)\n", skipped, file)
 	}
 	return b.Report(b.Last(), since), nil
 }

@@ -258,6 +258,10 @@ func (p *Planner) sinceCapacity(now time.Time, req *Request) (time.Duration, boo
 // Stats returns a copy of the counters: lifetime and each session's current turn.
 func (p *Planner) Stats() StatsSnapshot { return p.stats.snapshot() }
 
+// LifetimeStats returns the counters since the planner started, without the
+// sessions' turns that Stats copies too.
+func (p *Planner) LifetimeStats() Stats { return p.stats.lifetime() }
+
 // TurnStats returns the counters of session's current turn; ok=false when the
 // planner has made no decision for the session (or pruned it).
 func (p *Planner) TurnStats(session string) (TurnStats, bool) { return p.stats.session(session) }

@@ -223,6 +223,14 @@ func (b *retryStatsBook) snapshot() StatsSnapshot {
 	return s
 }
 
+// lifetime copies the lifetime counters alone: /metrics reads them on every
+// scrape, and copying every session's turn for that would cost O(sessions).
+func (b *retryStatsBook) lifetime() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.life.clone()
+}
+
 func (b *retryStatsBook) session(sess string) (TurnStats, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -76,6 +76,9 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 	if got := pl.Stats().Lifetime.Retries; got != 4 {
 		t.Errorf("lifetime retries = %d, want 4", got)
 	}
+	if life := pl.LifetimeStats(); life.Retries != 4 || life.ByProvider["nuaa"] != 4 || life.Last == nil {
+		t.Errorf("LifetimeStats = %+v", life)
+	}
 	if _, ok := pl.TurnStats("nobody"); ok {
 		t.Error("TurnStats found an unknown session")
 	}
@@ -85,6 +88,12 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 	snap.Lifetime.Last.Provider = "changed"
 	if again := pl.Stats(); again.Lifetime.ByProvider["nuaa"] != 4 || again.Lifetime.Last.Provider == "changed" {
 		t.Errorf("changing a snapshot changed the planner: %+v", again.Lifetime)
+	}
+	life = pl.LifetimeStats()
+	life.ByProvider["nuaa"] = 99
+	life.Last.Provider = "changed"
+	if again := pl.LifetimeStats(); again.ByProvider["nuaa"] != 4 || again.Last.Provider == "changed" {
+		t.Errorf("changing LifetimeStats' copy changed the planner: %+v", again)
 	}
 }
 
