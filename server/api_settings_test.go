@@ -20,6 +20,7 @@ import (
 	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/snapshot"
+	"github.com/gatectl/gatectl/state"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -317,5 +318,52 @@ func TestSettingsPutDuringReloadsDoesNotDeadlock(t *testing.T) {
 	got := e.get("/gate/v1/settings/retry", http.StatusOK)
 	if j := got["effective"].(map[string]any)["jitter"].(float64); j != e.srv.Planner().Policy().Jitter {
 		t.Fatalf("effective jitter %v, planner %v", j, e.srv.Planner().Policy().Jitter)
+	}
+}
+
+// A stored override this build rejects (here a retry.rounds past the most the
+// planner takes) must not keep the server from starting: it is dropped from the
+// book and the state file, logged at warn with its section and key, and the
+// file's value applies.
+func TestSettingsRejectedOverrideDroppedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	cfg, stateDir := filepath.Join(dir, "gatectl.yaml"), filepath.Join(dir, "state")
+	writeConfig(t, cfg, apiTestConfig)
+	st, err := state.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"overrides":[{"key":["rounds"],"value":5000,"file":3,"setAt":"2026-01-01T00:00:00Z"}]}`
+	if err := st.SaveSettings("retry", []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	var logs bytes.Buffer
+	e := newSettingsEnv(t, cfg, stateDir, &logs)
+	if got := e.srv.Planner().Policy().Rounds; got != 3 {
+		t.Fatalf("rounds %d, want the file's 3", got)
+	}
+	if over := e.get("/gate/v1/settings/retry", http.StatusOK)["overrides"].(map[string]any); len(over) != 0 {
+		t.Fatalf("the rejected override is still in the book: %v", over)
+	}
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"@level":"warn"`) && strings.Contains(line, `"section":"retry"`) && strings.Contains(line, `"key":"rounds"`) {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("the drop is not logged at warn naming section and key:\n%s", logs.String())
+	}
+	e.http.Close()
+	e.srv.Close()
+	st, err = state.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if recs, err := st.LoadSettings(); err != nil || len(recs["retry"]) != 0 {
+		t.Fatalf("the state file still holds the override: %q (%v)", recs["retry"], err)
 	}
 }

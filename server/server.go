@@ -17,10 +17,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gatectl/gatectl/config"
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/engine/pool"
@@ -252,7 +254,28 @@ func (s *Server) openSettings(m *snapshot.Manager) error {
 	if book.Empty() {
 		return nil
 	}
-	return m.Rebuild(context.Background())
+	err = m.Rebuild(context.Background())
+	if err == nil || errors.Is(err, snapshot.ErrClosed) {
+		return err
+	}
+	// The gate must never become the outage: start on the file's settings, and
+	// drop the overrides that could not be built (here and in the state file).
+	for _, sec := range config.RuntimeSections {
+		ovs := book.List(sec)
+		if len(ovs) == 0 {
+			continue
+		}
+		keys := make([]string, len(ovs))
+		for i, o := range ovs {
+			keys[i] = strings.Join(o.Key, ".")
+		}
+		s.logger.Warn("runtime settings dropped at start: the snapshot could not be built with them; the config file's values apply",
+			"section", sec, "keys", keys, "error", err)
+		if rerr := book.Reset(sec, func() error { return nil }); rerr != nil {
+			s.logger.Warn("removing the dropped runtime settings from the state file failed", "section", sec, "error", rerr)
+		}
+	}
+	return nil
 }
 
 // applySnapshot reconfigures the long-lived objects after a reload or a change

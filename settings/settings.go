@@ -147,7 +147,8 @@ func (b *Book) Apply(file *config.Config) (*config.Config, error) {
 }
 
 // Reconcile drops, for good, the overrides file has taken over (see Apply), logs
-// each at info and returns them. The server calls it once a snapshot of file is
+// each (at info when the file changed the key, at warn when the value no longer
+// validates) and returns them. The server calls it once a snapshot of file is
 // in force, and at start.
 func (b *Book) Reconcile(file *config.Config) []Dropped {
 	b.mu.Lock()
@@ -157,8 +158,11 @@ func (b *Book) Reconcile(file *config.Config) []Dropped {
 	changed := map[string]bool{}
 	for _, d := range dropped {
 		changed[d.Section] = true
-		b.logger.Info("runtime setting dropped: the config file wins for the keys it changes",
-			"section", d.Section, "key", strings.Join(d.Key, "."), "value", string(d.Value),
+		msg, log := "runtime setting dropped: the config file wins for the keys it changes", b.logger.Info
+		if d.Reason != reasonFileChanged { // the value itself is refused: someone should look
+			msg, log = "runtime setting dropped: the config refuses it; the file's value applies", b.logger.Warn
+		}
+		log(msg, "section", d.Section, "key", strings.Join(d.Key, "."), "value", string(d.Value),
 			"file_was", rawText(d.File), "file_now", rawText(d.Now), "reason", d.Reason)
 	}
 	for sec := range changed {
@@ -287,6 +291,10 @@ func (b *Book) save(section string, ovs []Override) error {
 	return b.store.SaveSettings(section, v)
 }
 
+// reasonFileChanged is the Reason of an override dropped because the file
+// changed its key (the expected case, logged at info).
+const reasonFileChanged = "the file changed this key"
+
 // plan applies over to file section by section. keep holds the overrides that
 // apply; dropped those the file took over. cfg is file when nothing applies.
 func plan(file *config.Config, over map[string][]Override) (cfg *config.Config, keep map[string][]Override, dropped []Dropped) {
@@ -305,7 +313,7 @@ func plan(file *config.Config, over map[string][]Override) (cfg *config.Config, 
 				nowRaw = mustJSON(now)
 			}
 			if !sameJSON(o.File, nowRaw) {
-				dropped = append(dropped, Dropped{Section: sec, Override: o, Now: nowRaw, Reason: "the file changed this key"})
+				dropped = append(dropped, Dropped{Section: sec, Override: o, Now: nowRaw, Reason: reasonFileChanged})
 				continue
 			}
 			apply = append(apply, o)
