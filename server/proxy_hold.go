@@ -140,7 +140,8 @@ func (x *exchange) tooLong(in holdInfo, holding time.Duration) {
 // startNotices sends the notices of a streamed request while it is held: the
 // headers once it has been held proxy.holdNotice, then a comment line every
 // proxy.holdNoticeEvery. stop ends them and returns once nothing more is
-// written, so the caller owns the ResponseWriter again.
+// written, so the caller owns the ResponseWriter again (a notice write blocked
+// by a client that does not read gives up at its deadline; see notice).
 func (x *exchange) startNotices(ctx context.Context, info func() holdInfo) (stop func()) {
 	clock := x.s.clock
 	if in := info(); !x.sseStarted && !in.latest().IsZero() && !in.latest().After(x.clockStart.Add(x.cfg.Proxy.HoldNotice)) {
@@ -201,11 +202,21 @@ func (x *exchange) notice(in holdInfo) error {
 		line += ", about " + in.until.Sub(now).Round(time.Second).String() + " left"
 	}
 	line += ")\n\n"
+	// A client that stays connected but stops reading would block this write,
+	// and stop (so the admitted call) with it: the write gives up at a deadline,
+	// which is lifted after so the stream that follows is not bound by it.
+	rc := http.NewResponseController(x.w)
+	_ = rc.SetWriteDeadline(time.Now().Add(max(x.cfg.Proxy.HoldNoticeEvery, minNoticeWriteTime)))
+	defer rc.SetWriteDeadline(time.Time{})
 	if _, err := io.WriteString(x.w, line); err != nil {
 		return err
 	}
-	return http.NewResponseController(x.w).Flush()
+	return rc.Flush()
 }
+
+// minNoticeWriteTime is the least a notice's write may take before the client
+// counts as not reading (the deadline is proxy.holdNoticeEvery when longer).
+const minNoticeWriteTime = 2 * time.Second
 
 // admissionHold describes an admission wait from the gate's waiter (nil: the
 // call has not been queued yet).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -320,5 +321,52 @@ func TestHoldStreamClientGone(t *testing.T) {
 	}
 	if logs := f.logs.String(); !strings.Contains(logs, "status=200") || !strings.Contains(logs, "client_gone=true") {
 		t.Errorf("access line does not say the client went away:\n%s", logs)
+	}
+}
+
+// smallSendBuffers gives every accepted connection the smallest send buffer
+// the kernel allows, so a client that stops reading blocks the server's writes
+// after a few kilobytes instead of megabytes.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(1)
+	}
+	return c, err
+}
+
+// TestHoldStalledClientDoesNotBlockTheCall: a streamed client that stays
+// connected but stops reading fills the connection with notices until a write
+// blocks; that write gives up at its deadline, so the request ends (the client
+// counts as gone) rather than holding its admitted call forever.
+func TestHoldStalledClientDoesNotBlockTheCall(t *testing.T) {
+	up := newFakeUpstream(t, streamingChat)
+	f := newPxFixture(t, holdConfig(up.URL, up.URL, "  holdNotice: 1ms\n  holdNoticeEvery: 1ms"), false)
+	served := make(chan struct{})
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(served)
+		f.srv.Handler().ServeHTTP(w, r)
+	}))
+	hs.Listener = smallSendBuffers{hs.Listener}
+	hs.Start()
+	defer hs.Close()
+	f.coolDown("pa", "m", 1500*time.Millisecond)
+
+	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(1)
+	body, _ := json.Marshal(chatReq("pa/m", "stream", true))
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gatectl\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// never read: the notices pile up until the server's writes block
+
+	select {
+	case <-served:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request never finished: stopping the notices waits on a write the client never takes")
 	}
 }
