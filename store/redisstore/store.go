@@ -100,6 +100,10 @@ type Store struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	closed   sync.Once
+	// bgMu guards stopping: no background goroutine is added (wg.Add) once
+	// Close has begun waiting for them.
+	bgMu     sync.Mutex
+	stopping bool
 
 	on Handlers
 }
@@ -221,7 +225,10 @@ func (s *Store) Errors() int64 { return s.errs.Load() }
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
+		s.bgMu.Lock()
+		s.stopping = true
 		close(s.stop)
+		s.bgMu.Unlock()
 		s.wg.Wait()
 		err = s.c.Close()
 	})
@@ -236,12 +243,25 @@ func (s *Store) fail(err error) {
 		return
 	}
 	s.log.Warn("shared store degraded: Redis does not answer", "policy", s.opts.OnError, "error", err)
+	s.background(s.recover)
+}
+
+// background runs f in a goroutine Close waits for, unless Close has begun.
+func (s *Store) background(f func()) bool {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.stopping {
+		return false
+	}
 	s.wg.Add(1)
-	go s.recover()
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
 }
 
 func (s *Store) recover() {
-	defer s.wg.Done()
 	t := time.NewTicker(pingEvery)
 	defer t.Stop()
 	for {
@@ -423,9 +443,7 @@ func (s *Store) Notify(h Handlers) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := s.c.PSubscribe(ctx, s.opts.KeyPrefix+"{*}:ev")
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	started := s.background(func() {
 		defer cancel()
 		defer ps.Close()
 		ch := ps.Channel()
@@ -440,7 +458,11 @@ func (s *Store) Notify(h Handlers) {
 				s.dispatch(m.Channel, m.Payload)
 			}
 		}
-	}()
+	})
+	if !started { // closed meanwhile
+		ps.Close()
+		cancel()
+	}
 }
 
 // dispatch hands one notification to the ledger.

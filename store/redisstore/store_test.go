@@ -483,3 +483,25 @@ func TestOpenURLErrorHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// A first failure racing Close must not start background work Close no longer
+// waits for (sync.WaitGroup forbids an Add concurrent with its Wait); run with
+// -race, which reports that Add.
+func TestFailRacingClose(t *testing.T) {
+	srv := redistest.Start(t)
+	for range 200 {
+		s, err := Open(Options{URL: srv.URL(), KeyPrefix: "test:", Timeout: time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.fail(errors.New("injected: Redis does not answer"))
+		}()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
+}
