@@ -367,3 +367,60 @@ func TestSettingsRejectedOverrideDroppedAtStart(t *testing.T) {
 		t.Fatalf("the state file still holds the override: %q (%v)", recs["retry"], err)
 	}
 }
+
+// When the snapshot cannot be rebuilt with the stored overrides at start (here a
+// rules file broke between the manager's build and the server's), the server
+// still starts, on the file's settings: the overrides are dropped from the book
+// and the state file, logged at warn with their section and keys.
+func TestSettingsUnbuildableAtStartDropped(t *testing.T) {
+	dir := t.TempDir()
+	cfg, stateDir, rules := filepath.Join(dir, "gatectl.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "rules.yaml")
+	writeConfig(t, rules, "name: mine\nrules:\n  - {name: busy, when: 'status == 503', class: SERVER}\n")
+	writeConfig(t, cfg, apiTestConfig+fmt.Sprintf("classifiers:\n  - rules: %q\n", rules))
+	st, err := state.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"overrides":[{"key":["rounds"],"value":5,"file":3,"setAt":"2026-01-01T00:00:00Z"}]}`
+	if err := st.SaveSettings("retry", []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	var logs bytes.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info, JSONFormat: true})
+	clock := engine.NewFakeClock(apiT0)
+	m, err := snapshot.NewManager(context.Background(), cfg, snapshot.Options{Clock: clock, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, rules, "name: mine\nrules: [") // the rebuild cannot load it
+	srv, err := New(Options{Manager: m, Clock: clock, StateDir: stateDir, Logger: logger})
+	if err != nil {
+		t.Fatalf("the server refused to start: %v", err)
+	}
+	if got := srv.Planner().Policy().Rounds; got != 3 {
+		t.Errorf("rounds %d, want the file's 3", got)
+	}
+	if over := srv.settings.List("retry"); len(over) != 0 {
+		t.Errorf("the overrides are still in the book: %v", over)
+	}
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"@level":"warn"`) && strings.Contains(line, `"section":"retry"`) && strings.Contains(line, `"keys":["rounds"]`) {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("the drop is not logged at warn naming section and keys:\n%s", logs.String())
+	}
+	srv.Close()
+	st, err = state.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if recs, err := st.LoadSettings(); err != nil || len(recs["retry"]) != 0 {
+		t.Fatalf("the state file still holds the override: %q (%v)", recs["retry"], err)
+	}
+}
