@@ -142,9 +142,13 @@ func (a *api) retryBudgets(id string, it APISessionListItem, pol retry.Policy) [
 	for _, p := range slices.Sorted(maps.Keys(providers)) {
 		b := APIRetryBudget{Provider: p, Rounds: pol.Rounds, Left: pol.Rounds, MislabeledLeft: pol.Mislabeled.Rounds}
 		// A record of another turn is a budget the current turn has not touched.
+		// Without a record (a one-shot turn's ended with its request) the turn's
+		// counters still tell what it spent on the provider.
 		if rec, ok := a.s.planner.Budget(retry.BudgetKey{Session: id, Provider: p, Turn: it.Turn.Turn}); ok && rec.Turn == it.Turn.Turn {
 			b.Left = max(pol.Rounds-rec.Rounds, 0)
 			b.MislabeledLeft = max(pol.Mislabeled.Rounds-rec.Mislabeled, 0)
+		} else if !ok {
+			b.Left = max(pol.Rounds-int(it.Turn.Stats.ByProvider[p]), 0)
 		}
 		out = append(out, b)
 	}

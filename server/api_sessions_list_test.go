@@ -34,7 +34,9 @@ func TestSessionsListFromProxiedCalls(t *testing.T) {
 	up := newFakeUpstream(t,
 		chatOK(3, 1, 0), // s-old
 		jsonAnswer(500, `{"error":{"message":"internal error"}}`), // s-retried, retried once
-		chatOK(3, 1, 0)) // s-retried, then s-new
+		chatOK(3, 1, 0), // s-retried
+		jsonAnswer(500, `{"error":{"message":"internal error"}}`), // s-oneshot, retried once
+		chatOK(3, 1, 0)) // s-oneshot, then s-new
 	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3\n  initialDelay: 2s\n  jitter: 0"), true)
 
 	var empty APISessionList
@@ -53,6 +55,19 @@ func TestSessionsListFromProxiedCalls(t *testing.T) {
 	if r := <-res; r.resp.StatusCode != 200 {
 		t.Fatalf("s-retried: %d %s", r.resp.StatusCode, r.body)
 	}
+	// Without X-Gate-Turn the request is its turn: its budget lives while it runs.
+	f.clock.Advance(time.Second)
+	res = f.callAsync("/v1/chat/completions", chatReq("pa/m"), "X-Gate-Session", "s-oneshot")
+	waitFor(t, "s-oneshot's retry delay", func() bool { return up.n() == 4 && f.clock.Timers() == 1 })
+	var mid APISessionList
+	f.getJSON("/gate/v1/sessions", http.StatusOK, &mid)
+	if o := mid.Sessions[0]; o.Session != "s-oneshot" || len(o.Budgets) != 1 || o.Budgets[0].Left != 2 {
+		t.Fatalf("while s-oneshot waits to retry: %+v, want it first with 2 of 3 left", o)
+	}
+	f.clock.Advance(2 * time.Second)
+	if r := <-res; r.resp.StatusCode != 200 {
+		t.Fatalf("s-oneshot: %d %s", r.resp.StatusCode, r.body)
+	}
 	f.clock.Advance(time.Second)
 	if r, b := f.call("/v1/chat/completions", chatReq("pa/m"), "X-Gate-Session", "s-new"); r.StatusCode != 200 {
 		t.Fatalf("s-new: %d %s", r.StatusCode, b)
@@ -64,13 +79,17 @@ func TestSessionsListFromProxiedCalls(t *testing.T) {
 	for _, s := range l.Sessions {
 		order = append(order, s.Session)
 	}
-	if l.Total != 3 || fmt.Sprint(order) != "[s-new s-retried s-old]" {
-		t.Fatalf("sessions %v (total %d), want [s-new s-retried s-old], the most recent first", order, l.Total)
+	if l.Total != 4 || fmt.Sprint(order) != "[s-new s-oneshot s-retried s-old]" {
+		t.Fatalf("sessions %v (total %d), want [s-new s-oneshot s-retried s-old], the most recent first", order, l.Total)
 	}
-	if got := l.Sessions[2].LastActive; !got.Equal(pxT0) {
+	// The one-shot turn ended with its request; its counters still show the retry.
+	if o := l.Sessions[1]; o.Turn == nil || o.Turn.Stats.Retries != 1 || len(o.Budgets) != 1 || o.Budgets[0].Left != 2 {
+		t.Fatalf("s-oneshot after its request: turn %+v budgets %+v, want 1 retry, 2 of 3 left", o.Turn, o.Budgets)
+	}
+	if got := l.Sessions[3].LastActive; !got.Equal(pxT0) {
 		t.Fatalf("s-old last active %v, want %v", got, pxT0)
 	}
-	r := l.Sessions[1]
+	r := l.Sessions[2]
 	if r.Turn == nil || r.Turn.Turn != "t1" || r.Turn.Stats.Retries != 1 {
 		t.Fatalf("s-retried turn %+v, want turn t1 with 1 retry", r.Turn)
 	}
@@ -87,8 +106,8 @@ func TestSessionsListFromProxiedCalls(t *testing.T) {
 
 	var one APISessionList
 	f.getJSON("/gate/v1/sessions?limit=1", http.StatusOK, &one)
-	if one.Total != 3 || one.Limit != 1 || len(one.Sessions) != 1 || one.Sessions[0].Session != "s-new" {
-		t.Fatalf("limit=1: %+v, want s-new alone of 3", one)
+	if one.Total != 4 || one.Limit != 1 || len(one.Sessions) != 1 || one.Sessions[0].Session != "s-new" {
+		t.Fatalf("limit=1: %+v, want s-new alone of 4", one)
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=1&limit=2", "session=s-new"} {
 		var e struct {
