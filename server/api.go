@@ -63,6 +63,7 @@ func (a *api) mount(mux *http.ServeMux) {
 		{"status", map[string]http.HandlerFunc{http.MethodGet: a.handleStatus}},
 		{"routes", map[string]http.HandlerFunc{http.MethodGet: a.handleRoutes}},
 		{"pools/{pool}/pick", map[string]http.HandlerFunc{http.MethodGet: a.handlePick}},
+		{"sessions", map[string]http.HandlerFunc{http.MethodGet: a.handleSessionsList}},
 		{"sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: a.handleSessionGet, http.MethodPut: a.handleSessionPut}},
 		{"events", map[string]http.HandlerFunc{http.MethodGet: a.handleEvents}},
 		{"models/{provider}/{model...}", map[string]http.HandlerFunc{http.MethodPost: a.handleModel}}, // {model}/reset; see handleModel

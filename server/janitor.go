@@ -14,7 +14,7 @@ import (
 //     for the router's session idle time (a day, or two long-term delays), in
 //     memory and in the state file (retry.Planner.Prune);
 //   - the pools' session routes and finished long-term entries idle as long
-//     (pool.Router.Sweep);
+//     (pool.Router.Sweep), and the sessions GET /gate/v1/sessions lists;
 //   - decision-API tickets past their time (released, "ticket-expired").
 //
 // Before, the prunes had no caller and tickets were swept only when another API
@@ -54,6 +54,7 @@ func (s *Server) sweep(now time.Time) {
 		s.logger.Warn("janitor: pruning retry budgets failed; trying again next pass", "error", err)
 	}
 	s.quota.Sweep(now)
+	s.seen.prune(now.Add(-idle))
 	s.api.sweepTickets(now)
 	if len(evicted) > 0 || pruned > 0 {
 		s.logger.Debug("janitor swept", "buckets", len(evicted), "budgets", pruned)

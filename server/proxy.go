@@ -186,6 +186,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 	if pr.session == "" {
 		pr.session = defaultSession(r.Header, r.RemoteAddr)
 	}
+	s.seen.note(pr.session, s.clock.Now())
 	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())

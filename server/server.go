@@ -67,6 +67,7 @@ type Server struct {
 	planner  *retry.Planner
 	quota    *pool.Router
 	sessions *pool.Sessions
+	seen     *seenSessions // when each session last called, for GET /gate/v1/sessions
 	store    *state.Store
 	shared   *redisstore.Store // nil: the gate's state lives in this process only
 	settings *settings.Book    // runtime settings over the config file's
@@ -155,6 +156,7 @@ func New(o Options) (*Server, error) {
 		sessionStore = s.shared.Sessions(store)
 	}
 	s.sessions = pool.NewSessions(sessionStore)
+	s.seen = newSeenSessions()
 	var routes pool.RouteStore
 	if s.shared != nil { // a session goes on one route, whichever instance its calls reach
 		routes = s.shared.Routes()

@@ -497,6 +497,27 @@ func TestConsole(t *testing.T) {
 		if d := fail("curve-reset"); d != 2000 {
 			t.Fatalf("round 1 waits %v ms after the reset, want 2000 again", d)
 		}
+		// Saving one changed key creates that override alone: the other four stay
+		// with the file.
+		rounds := `#retry-form input[name="rounds"]`
+		b.run(t, "typing 6 rounds and saving", 10*time.Second,
+			chromedp.WaitVisible(`#retry-save:enabled`, chromedp.ByQuery),
+			clearInput(rounds),
+			chromedp.SendKeys(rounds, "6", chromedp.ByQuery),
+			chromedp.Click(`#retry-save`, chromedp.ByQuery),
+			chromedp.WaitVisible(`//span[@id="retry-result"][contains(@class, "ok")][starts-with(., "saved")]`, chromedp.BySearch),
+		)
+		ov := e.call(http.MethodGet, "/gate/v1/settings/retry", "", http.StatusOK)["overrides"].(map[string]any)
+		if len(ov) != 1 || ov["rounds"] != 6.0 {
+			t.Fatalf("overrides after saving rounds alone: %v, want {rounds: 6} only", ov)
+		}
+		b.run(t, "resetting again", 10*time.Second,
+			chromedp.Click(`#retry-reset`, chromedp.ByQuery),
+			chromedp.WaitVisible(`//span[@id="retry-result"][contains(@class, "ok")][starts-with(., "reset")]`, chromedp.BySearch),
+		)
+		if ov := e.call(http.MethodGet, "/gate/v1/settings/retry", "", http.StatusOK)["overrides"].(map[string]any); len(ov) != 0 {
+			t.Fatalf("overrides after the reset: %v, want none", ov)
+		}
 	})
 
 	// The editor draws the curve the planner uses: the page's curve() against
@@ -551,7 +572,9 @@ func TestConsole(t *testing.T) {
 		b.run(t, "opening the sessions", 10*time.Second,
 			chromedp.Navigate(e.url+"/ui#sessions"),
 			chromedp.WaitVisible(`article.session[data-session="mover"]`, chromedp.ByQuery),
-			chromedp.SetValue(`form.session[data-session="mover"] select[name="switch"]`, "off", chromedp.ByQuery),
+			// As a person picks an option: the value and its change event at once
+			// (the change holds the refreshing list still until the save).
+			chromedp.Evaluate(`(() => { const s = document.querySelector('form.session[data-session="mover"] select[name="switch"]'); s.value = "off"; s.dispatchEvent(new Event("change", {bubbles: true})); })()`, nil),
 			chromedp.Click(`form.session[data-session="mover"] button`, chromedp.ByQuery),
 			chromedp.WaitVisible(`form.session[data-session="mover"] .result.ok`, chromedp.ByQuery),
 		)
@@ -571,6 +594,48 @@ func TestConsole(t *testing.T) {
 		b.eval(t, `Object.fromEntries([...document.querySelectorAll('article.session[data-session="curve-before"] dl.turn div')].map(d => [d.querySelector("dt").textContent, d.querySelector("dd").textContent.trim()]))`, &facts)
 		if facts["turn"] != "t1" || facts["retries"] != "1 of 4" || facts["budget left"] != "3" {
 			t.Fatalf("curve-before's turn in the page: %v, want turn t1, 1 of 4 retries, 3 left", facts)
+		}
+	})
+
+	// The Sessions view lists what GET /gate/v1/sessions answers, refreshing:
+	// a session that only called through the proxy appears while the view is
+	// open, without being looked up.
+	t.Run("SessionsListed", func(t *testing.T) {
+		b.run(t, "opening the sessions", 10*time.Second,
+			chromedp.Navigate(e.url+"/ui#sessions"),
+			chromedp.WaitVisible(`//p[@id="session-count"][contains(., "most recently active first") or starts-with(., "no session")]`, chromedp.BySearch),
+		)
+		// The gate may hold the call (the earlier traffic filled the fake's
+		// window): the session is known from the moment it calls.
+		body := `{"model":"fake/small","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Gate-Session", "proxied-only")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		card := `article.session[data-session="proxied-only"]`
+		b.run(t, "waiting for the proxied session in the list", 10*time.Second, chromedp.WaitVisible(card, chromedp.ByQuery))
+		var looked bool
+		b.eval(t, `!!document.querySelector('article.session[data-session="proxied-only"] .badge:not(.warm)')`, &looked)
+		if looked {
+			t.Fatal("proxied-only is marked looked up; it should come from the list")
+		}
+		if c := b.text(t, `#session-count`); !strings.Contains(c, "most recently active first") {
+			t.Fatalf("the count line %q, want how many sessions and their order", c)
+		}
+		// The newest session is on top.
+		var first string
+		b.eval(t, `document.querySelector("#session-list article.session")?.dataset.session ?? ""`, &first)
+		if first != "proxied-only" {
+			t.Fatalf("first card %q, want proxied-only (the most recently active)", first)
 		}
 	})
 

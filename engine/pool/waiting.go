@@ -13,8 +13,11 @@ type SessionWait struct {
 }
 
 // LongTermWaits returns every open long-term entry (a session whose quota ran
-// out with no route left to move to), sorted by the next attempt, the soonest
-// first; entries with no attempt armed come last. It only reads.
+// out with no route left to move to). The Waits view reads it top down, so the
+// armed waits (Pending) come first, the soonest next attempt first: that is what
+// happens next. The entries with no attempt armed (a retry is on the wire, or the
+// client left and the next QUOTA failure re-arms it) have no next attempt to
+// count down to; they come last, by session. It only reads.
 func (q *Router) LongTermWaits() []SessionWait {
 	q.mu.Lock()
 	out := make([]SessionWait, 0, len(q.entries))
@@ -25,13 +28,14 @@ func (q *Router) LongTermWaits() []SessionWait {
 	q.mu.Unlock()
 	slices.SortFunc(out, func(a, b SessionWait) int {
 		switch {
-		case a.Pending != b.Pending:
-			if a.Pending {
-				return -1
-			}
+		case a.Pending && !b.Pending: // armed before not armed
+			return -1
+		case !a.Pending && b.Pending:
 			return 1
-		case !a.NextAttemptAt.Equal(b.NextAttemptAt):
-			return a.NextAttemptAt.Compare(b.NextAttemptAt)
+		case a.Pending: // both armed: the soonest attempt first
+			if c := a.NextAttemptAt.Compare(b.NextAttemptAt); c != 0 {
+				return c
+			}
 		}
 		return strings.Compare(a.Session, b.Session)
 	})

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -27,5 +28,28 @@ func TestLongTermWaitsListsOpenEntries(t *testing.T) {
 	f.q.OnSuccess("soon")
 	if got := f.q.LongTermWaits(); len(got) != 1 || got[0].Session != "late" {
 		t.Fatalf("after soon's success LongTermWaits = %+v, want only late", got)
+	}
+}
+
+// An entry with no attempt armed (its client left mid-wait) has no next attempt
+// to count down to: the Waits view lists it after every armed wait, however far
+// off those are.
+func TestLongTermWaitsUnarmedComeLast(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	left := f.q.ArmLongTerm(QuotaFailure{Session: "a-left", Route: rX}, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.q.Wait(ctx, left); err == nil {
+		t.Fatal("Wait with a cancelled context = nil, want its error")
+	}
+	f.q.ArmLongTerm(QuotaFailure{Session: "z-late", Route: rX}, 3*time.Hour)
+	f.q.ArmLongTerm(QuotaFailure{Session: "m-soon", Route: rX}, 5*time.Minute)
+	got := f.q.LongTermWaits()
+	var order []string
+	for _, w := range got {
+		order = append(order, w.Session)
+	}
+	if len(got) != 3 || order[0] != "m-soon" || order[1] != "z-late" || order[2] != "a-left" || got[2].Pending {
+		t.Fatalf("LongTermWaits order = %v (%+v), want m-soon, z-late (armed, soonest first), then a-left (not armed)", order, got)
 	}
 }

@@ -441,9 +441,13 @@ func (p *Planner) reportStore(op string, k BudgetKey, err error) {
 	}
 }
 
-// Budget returns the budget the store holds for k (for status pages); ok=false when
-// none is saved.
+// Budget returns the budget saved for k (for status pages): a one-shot turn's from
+// the planner's memory while its request runs, any other from the store; ok=false
+// when none is saved.
 func (p *Planner) Budget(k BudgetKey) (Budget, bool) {
+	if b, ok := p.oneShot.load(k); ok {
+		return b, true
+	}
 	mu := p.lockFor(k)
 	mu.Lock()
 	defer mu.Unlock()

@@ -8,7 +8,8 @@ import { curve, validate } from "/ui/curve.js";
 import { setToken } from "/ui/token.js";
 
 const historyPoints = 360; // per model: 12 minutes at one status poll every 2 s
-const maxSessions = 200;
+const maxLookups = 20; // sessions looked up by id, kept on the Sessions view
+const sessionsPage = 100; // sessions the Sessions view lists (GET /gate/v1/sessions?limit=)
 const maxModels = 200; // charts kept; the gate itself bounds its models (gate.maxModels)
 
 const state = {
@@ -20,7 +21,9 @@ const state = {
   rateLimits: new Ring(100), // rate-limited events
   poolEvents: new Ring(100), // failover, entered, left
   recent: new Ring(50), // every event, for the live strip
-  sessions: new Map(), // session id -> last seen (ms), bounded
+  sessions: null, // GET /gate/v1/sessions: the sessions the gate knows, newest first
+  retryRounds: undefined, // retry.rounds in force, for a session with no turn yet
+  lookups: [], // session ids looked up by hand, newest first, bounded
   unavailable: new Set(), // endpoints this server does not have (404)
   connected: false,
 };
@@ -34,12 +37,6 @@ function key(p, m) {
   return p + "/" + m;
 }
 
-function seeSession(id) {
-  if (!id) return;
-  state.sessions.delete(id);
-  state.sessions.set(id, Date.now());
-  if (state.sessions.size > maxSessions) state.sessions.delete(state.sessions.keys().next().value);
-}
 
 async function refreshStatus() {
   const st = await get("/gate/v1/status");
@@ -59,8 +56,6 @@ async function refreshStatus() {
 async function refreshWaits() {
   state.waits = await get("/gate/v1/waits");
   state.waitsAt = Date.now();
-  for (const h of state.waits.held) seeSession(h.session);
-  for (const l of state.waits.longTerm || []) seeSession(l.session);
   const n = state.waits.held.length + (state.waits.longTerm || []).length;
   const pill = document.getElementById("waits-count");
   pill.hidden = n === 0;
@@ -71,7 +66,18 @@ async function refreshRoutes() {
   state.routes = await get("/gate/v1/routes");
 }
 
-const refreshers = { models: [refreshStatus, refreshWaits], waits: [refreshWaits], pools: [refreshRoutes] };
+async function refreshSessions() {
+  state.sessions = await get(`/gate/v1/sessions?limit=${sessionsPage}`);
+  if (!state.unavailable.has("settings")) {
+    try {
+      state.retryRounds = (await get("/gate/v1/settings/retry")).effective?.rounds;
+    } catch (e) {
+      if (e.status === 404) state.unavailable.add("settings");
+    }
+  }
+}
+
+const refreshers = { models: [refreshStatus, refreshWaits], waits: [refreshWaits], pools: [refreshRoutes], sessions: [refreshSessions] };
 
 // refresh runs the view's refreshers and re-renders it. The status and the
 // waits are read whatever the view: the waits count in the nav, and the
@@ -142,7 +148,6 @@ function onEvent(type, ev) {
   const e = data && data.type === type ? data : { type, at: new Date().toISOString(), data };
   const d = e.data || {};
   state.recent.push({ type, at: e.at, data: d });
-  seeSession(d.session);
   if (type === "rate-limited") state.rateLimits.push({ at: e.at, ...d });
   if (type === "failover" || type === "entered" || type === "left") state.poolEvents.push({ type, at: e.at, ...d });
   if (type === "settings" && current === "retry" && d.section === "retry") retryView.external(d);
@@ -152,7 +157,7 @@ function onEvent(type, ev) {
 
 // --- rendering ------------------------------------------------------------
 
-const liveViews = new Set(["models", "waits", "pools", "failures"]);
+const liveViews = new Set(["models", "waits", "pools", "sessions", "failures"]);
 
 function render() {
   const f = views[current];
@@ -325,41 +330,58 @@ const views = {
 // --- sessions ---------------------------------------------------------------
 
 const sessionsView = {
+  // render draws the lookup form once per visit and the list from state. A
+  // session's form being edited (changed, not yet saved) or focused holds the
+  // list still, so a refresh never throws away a choice in progress.
   async render() {
-    view.innerHTML = `<section class="head"><h1>Sessions</h1><p class="meta">sessions seen by the console (in events and waits); look one up by id to see or change it</p></section>
-      <form id="session-find" class="inline"><label>Session id <input id="session-id" required maxlength="256"></label><button class="primary">Show</button></form>
-      <div id="session-list" class="cards"></div>`;
-    document.getElementById("session-find").addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const id = document.getElementById("session-id").value.trim();
-      if (!id) return;
-      seeSession(id);
-      this.render();
-    });
-    const ids = [...state.sessions.keys()].reverse().slice(0, 50);
-    // The retry budget is retry.rounds per (session, turn, provider).
-    this.rounds = undefined;
-    if (!state.unavailable.has("settings")) {
+    if (!document.getElementById("session-list")) {
+      view.innerHTML = `<section class="head"><h1>Sessions</h1><p class="meta" id="session-count">loading…</p></section>
+        <form id="session-find" class="inline"><label>Session id <input id="session-id" required maxlength="256" autocomplete="off" spellcheck="false"></label><button class="primary">Show</button></form>
+        <div id="session-list" class="cards"></div>`;
+      document.getElementById("session-find").addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const id = document.getElementById("session-id").value.trim();
+        if (!id) return;
+        state.lookups = [id, ...state.lookups.filter((x) => x !== id)].slice(0, maxLookups);
+        this.draw(true);
+      });
+    }
+    if (!state.sessions) {
       try {
-        this.rounds = (await get("/gate/v1/settings/retry")).effective?.rounds;
+        await refreshSessions();
       } catch (e) {
-        if (e.status === 404) state.unavailable.add("settings");
+        document.getElementById("session-list").innerHTML = `<p class="error">${esc(e.message)}</p>`;
+        return;
       }
     }
-    const list = document.getElementById("session-list");
-    if (!ids.length) {
-      list.innerHTML = empty("No session seen yet. Sessions appear when their calls wait, fail over or are looked up here.");
-      return;
-    }
-    // Ask for the first session alone: a server without the stats API answers
-    // 404 once, and the others are not asked.
-    const rows = [await this.load(ids[0]), ...(await Promise.all(ids.slice(1).map((id) => this.load(id))))];
-    if (current !== "sessions") return;
-    list.innerHTML = rows.join("");
-    for (const f of list.querySelectorAll("form.session")) f.addEventListener("submit", (ev) => this.save(ev));
+    await this.draw(false);
   },
 
-  async load(id) {
+  async draw(force) {
+    const list = document.getElementById("session-list");
+    if (!list || !state.sessions) return;
+    const typing = list.contains(document.activeElement) && document.activeElement.matches("select, input");
+    if (!force && (list.querySelector("form.dirty") || typing)) return;
+    const l = state.sessions;
+    const listed = new Map(l.sessions.map((s) => [s.session, s]));
+    // Looked-up sessions the page does not list come first, read one by one.
+    const extra = state.lookups.filter((id) => !listed.has(id));
+    const looked = await Promise.all(extra.map((id) => this.lookup(id)));
+    if (current !== "sessions" || (!force && list.querySelector("form.dirty"))) return;
+    document.getElementById("session-count").textContent = l.total
+      ? `${l.sessions.length < l.total ? `the ${l.sessions.length} most recently active of ${l.total} sessions` : `${l.total} session${l.total === 1 ? "" : "s"}`}, most recently active first · look one up by id to see or change it`
+      : "no session has called yet · look one up by id to see or change it";
+    const cards = [...looked, ...l.sessions.map((s) => this.card(s, state.lookups.includes(s.session)))];
+    list.innerHTML = cards.length ? cards.join("") : empty("No session has called through the gate yet. Calls with X-Gate-Session (or the decision API) make them appear here.");
+    for (const f of list.querySelectorAll("form.session")) {
+      f.addEventListener("change", () => f.classList.add("dirty"));
+      f.addEventListener("submit", (ev) => this.save(ev));
+    }
+  },
+
+  // lookup reads a session the list does not hold (GET /gate/v1/sessions/{id}
+  // answers any id: one with no settings shows the defaults).
+  async lookup(id) {
     const enc = encodeURIComponent(id);
     let s;
     try {
@@ -367,26 +389,30 @@ const sessionsView = {
     } catch (e) {
       return `<article class="card"><h2>${esc(id)}</h2><p class="error">${esc(e.message)}</p></article>`;
     }
-    let stats = "";
     if (!state.unavailable.has("stats")) {
       try {
-        const st = await get(`/gate/v1/stats?session=${enc}`);
-        stats = turnSummary(st.turn, this.rounds);
+        s.turn = (await get(`/gate/v1/stats?session=${enc}`)).turn;
       } catch (e) {
         if (e.status === 404) state.unavailable.add("stats");
       }
     }
+    return this.card(s, true);
+  },
+
+  card(s, looked) {
+    const id = s.session;
     const opt = (v, cur, label = v) => `<option value="${esc(v)}"${v === cur ? " selected" : ""}>${esc(label)}</option>`;
     const sw = s.switch || "default";
     const pl = s.poolSetting || "default";
+    const badges = (s.longTerm ? `<span class="badge warm">long-term wait</span>` : "") + (looked ? `<span class="badge">looked up</span>` : "");
     return `<article class="card session" data-session="${esc(id)}">
-      <header><h2>${esc(id)}</h2>${s.longTerm ? `<span class="badge warm">long-term wait</span>` : ""}</header>
+      <header><h2>${esc(id)}</h2>${badges}${s.lastActive ? `<span class="muted when" title="${esc(s.lastActive)}">active ${ago(s.lastActive)}</span>` : ""}</header>
       <dl class="facts">
         <div><dt>quota retry</dt><dd>${s.enabled ? "on" : "off"} <span class="muted">(${esc(s.source)})</span></dd></div>
         <div><dt>pool</dt><dd>${esc(s.pool ?? "none")} <span class="muted">(${esc(s.poolSource)})</span></dd></div>
         <div><dt>route</dt><dd>${s.route ? esc(s.route.provider + "/" + s.route.model) : `<span class="muted">not started</span>`}</dd></div>
       </dl>
-      ${stats}
+      ${turnSummary(s.turn, state.retryRounds, s.budgets)}
       <form class="session inline" data-session="${esc(id)}">
         <label>switch <select name="switch">${opt("default", sw)}${opt("on", sw)}${opt("off", sw)}</select></label>
         <label>pool <select name="pool">${opt("default", pl)}${opt("off", pl)}${(s.pools || []).map((p) => opt(p, pl)).join("")}</select></label>
@@ -402,9 +428,14 @@ const sessionsView = {
     const out = f.querySelector(".result");
     try {
       await put(`/gate/v1/sessions/${encodeURIComponent(f.dataset.session)}`, { switch: f.elements.switch.value, pool: f.elements.pool.value });
+      f.classList.remove("dirty");
       out.className = "result ok";
       out.textContent = "saved";
-      setTimeout(() => current === "sessions" && this.render(), 600);
+      setTimeout(async () => {
+        if (current !== "sessions") return;
+        await refreshSessions().catch(noteError);
+        this.draw(true);
+      }, 600);
     } catch (e) {
       out.className = "result error";
       out.textContent = e.message;
@@ -413,17 +444,19 @@ const sessionsView = {
 };
 
 // turnSummary shows a session's current turn from the retry statistics: what
-// its retries cost, and what is left of the budget (retry.rounds for each
-// provider the turn runs on; left is for the provider that used the most when
-// the turn used one).
-function turnSummary(turn, rounds) {
-  if (!turn) return `<p class="meta">no retry decision for this session yet${rounds !== undefined ? ` · budget ${rounds} retries a turn and provider` : ""}</p>`;
+// its retries cost, and what is left of the budget. The list answers budgets
+// per provider (retry.rounds each for a turn and provider); a session looked up
+// by id has none, and shows rounds less its retries.
+function turnSummary(turn, rounds, budgets) {
+  if (!turn) return `<p class="meta">no retry decision in this turn yet${rounds !== undefined ? ` · budget ${rounds} retries a turn and provider` : ""}</p>`;
   const s = turn.stats || {};
-  const left = rounds !== undefined ? Math.max(rounds - (s.retries || 0), 0) : undefined;
+  let left = rounds !== undefined ? String(Math.max(rounds - (s.retries || 0), 0)) : "–";
+  if (budgets && budgets.length === 1) left = String(budgets[0].left);
+  else if (budgets && budgets.length > 1) left = budgets.map((b) => `${esc(b.provider)} ${b.left}`).join(" · ");
   return `<dl class="facts turn">
     <div><dt>turn</dt><dd>${esc(turn.turn || "–")}</dd></div>
     <div><dt>retries</dt><dd>${num(s.retries || 0)}${rounds !== undefined ? ` <span class="muted">of ${rounds}</span>` : ""}</dd></div>
-    <div><dt>budget left</dt><dd>${left === undefined ? "–" : left}</dd></div>
+    <div><dt>budget left</dt><dd>${left}</dd></div>
     <div><dt>waited</dt><dd>${dur(s.waitedMs || 0)}</dd></div>
     <div><dt>gave up</dt><dd>${num(s.gaveUp || 0)}</dd></div>
     <div><dt>failovers</dt><dd>${num(s.failovers || 0)}</dd></div>
@@ -507,13 +540,21 @@ const retryView = {
   async save() {
     const { values, errors } = validate(this.text());
     if (Object.keys(errors).length) return;
-    const body = {
-      rounds: values.rounds,
-      initialDelay: goDuration(values.initialDelay),
-      multiplier: values.multiplier,
-      maxDelay: goDuration(values.maxDelay),
-      jitter: values.jitter,
-    };
+    // Only what the user changed is sent: a key left as it was stays with the
+    // file (or its earlier override) instead of becoming a new override.
+    const eff = this.loaded?.effective || {};
+    const { values: base } = validate(Object.fromEntries(fields.map(([k]) => [k, String(eff[k] ?? "")])));
+    const body = {};
+    for (const [k] of fields) {
+      if (values[k] === base[k]) continue;
+      body[k] = k === "initialDelay" || k === "maxDelay" ? goDuration(values[k]) : values[k];
+    }
+    if (!Object.keys(body).length) {
+      const out = document.getElementById("retry-result");
+      out.className = "result";
+      out.textContent = "nothing changed";
+      return;
+    }
     await this.send(() => put("/gate/v1/settings/retry", body), "saved: the next failure plans on this curve");
   },
 
