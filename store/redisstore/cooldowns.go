@@ -44,11 +44,15 @@ func (s *Store) ProviderCooldown(provider string, now, until time.Time) error {
 var _ gate.SharedProviderCooldowns = (*Store)(nil)
 
 // providerCooldowns reads the provider-wide cooldowns recorded.
-func (s *Store) providerCooldowns() map[string]time.Time {
+func (s *Store) providerCooldowns() map[string]time.Time { return s.timesIn(s.cooldownsKey()) }
+
+// timesIn reads a hash of provider → unix milliseconds (the cooldowns, the
+// marks); nil when Redis does not answer.
+func (s *Store) timesIn(key string) map[string]time.Time {
 	var all map[string]string
 	if err := s.call(func(ctx context.Context) error {
 		var err error
-		all, err = s.c.HGetAll(ctx, s.cooldownsKey()).Result()
+		all, err = s.c.HGetAll(ctx, key).Result()
 		return err
 	}); err != nil {
 		return nil

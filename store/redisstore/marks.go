@@ -55,23 +55,7 @@ return 1
 `)
 
 // marks reads every recorded mark.
-func (s *Store) marks() map[string]time.Time {
-	var all map[string]string
-	if err := s.call(func(ctx context.Context) error {
-		var err error
-		all, err = s.c.HGetAll(ctx, s.marksKey()).Result()
-		return err
-	}); err != nil {
-		return nil
-	}
-	out := make(map[string]time.Time, len(all))
-	for p, v := range all {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-			out[p] = time.UnixMilli(ms)
-		}
-	}
-	return out
-}
+func (s *Store) marks() map[string]time.Time { return s.timesIn(s.marksKey()) }
 
 // dispatchMark hands another instance's mark ("m …") or unmark ("u …") to the handler.
 func (s *Store) dispatchMark(payload string) {
