@@ -1,35 +1,17 @@
 package balance
 
 import (
-	"bytes"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/gatectl/gatectl/internal/testlog"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // traceLogger logs everything, at every level, into the returned buffer.
-func traceLogger() (hclog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func traceLogger() (hclog.Logger, *testlog.Buffer) {
+	buf := &testlog.Buffer{}
 	return hclog.New(&hclog.LoggerOptions{Name: "test", Output: buf, Level: hclog.Trace}), buf
 }
 

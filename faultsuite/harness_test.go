@@ -10,11 +10,11 @@ package faultsuite
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,27 +108,8 @@ type gate struct {
 	base string
 	cfg  string
 	dir  string
-	logs *lockedBuffer // the process's log (stderr)
+	logs *testlog.Buffer // the process's log (stderr)
 	done chan struct{}
-}
-
-// lockedBuffer is a bytes.Buffer the process's output goroutine writes while a
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startGate runs gatectl serve on cfgText in dir (a new temp dir when ""); env
@@ -148,7 +129,7 @@ func startGate(t *testing.T, dir, cfgText string, env ...string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

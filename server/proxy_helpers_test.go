@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,25 +31,7 @@ type pxFixture struct {
 	srv   *Server
 	url   string
 	clock *engine.FakeClock // nil: the system clock
-	logs  *pxLogBuffer
-}
-
-// pxLogBuffer collects log output safely across goroutines.
-type pxLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *pxLogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *pxLogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs  *testlog.Buffer
 }
 
 // newPxFixture starts gatectl on cfg. fake selects a fake clock.
@@ -69,7 +52,7 @@ func newPxFixtureWith(t *testing.T, cfg string, fake *engine.FakeClock) *pxFixtu
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := &pxFixture{t: t, logs: &pxLogBuffer{}}
+	f := &pxFixture{t: t, logs: &testlog.Buffer{}}
 	var clock engine.Clock = engine.SystemClock{}
 	if fake != nil {
 		f.clock = fake

@@ -1,33 +1,14 @@
 package snapshot
 
 import (
-	"bytes"
 	"context"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // loggerNames lists the names of the loggers that wrote to out, once each.
 func loggerNames(out string) map[string]bool {
@@ -50,7 +31,7 @@ balances:
   - provider: beta
     script: [sh, -c, 'echo ''{"remaining": 5}''']
 `)
-	buf := &syncBuffer{}
+	buf := &testlog.Buffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Debug, Output: buf})
 	s, err := Load(context.Background(), cfg, Options{Logger: logger})
 	if err != nil {

@@ -1,11 +1,10 @@
 package wasm
 
 import (
-	"bytes"
 	"context"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,35 +15,17 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (a logger's output).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testHost is a host on a fake clock, logging into a buffer, closed with the test.
 type testHost struct {
 	*Host
 	clock *engine.FakeClock
-	log   *syncBuffer
-	out   *syncBuffer // modules' stdout and stderr
+	log   *testlog.Buffer
+	out   *testlog.Buffer // modules' stdout and stderr
 }
 
 func newTestHost(t testing.TB, cacheDir string) *testHost {
 	t.Helper()
-	th := &testHost{clock: engine.NewFakeClock(t0), log: &syncBuffer{}, out: &syncBuffer{}}
+	th := &testHost{clock: engine.NewFakeClock(t0), log: &testlog.Buffer{}, out: &testlog.Buffer{}}
 	lg := hclog.New(&hclog.LoggerOptions{Output: th.log, Level: hclog.Trace})
 	h, err := NewHost(HostOptions{CacheDir: cacheDir, Logger: lg, Clock: th.clock, Stderr: th.out})
 	if err != nil {

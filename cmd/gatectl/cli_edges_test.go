@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"net"
 	"os"
 	"path/filepath"
@@ -175,7 +176,7 @@ func TestServeWarnsAboutUnsetKeyVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Unsetenv("GATECTL_TEST_ALPHA_KEY")
-	var logs syncBuffer
+	var logs testlog.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

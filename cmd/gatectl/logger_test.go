@@ -1,34 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/gatectl/gatectl/internal/testlog"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 
 	"github.com/gatectl/gatectl/snapshot"
 	"github.com/hashicorp/go-hclog"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The daemon's wiring names each component's logger once: the wasm host logs
 // under gatectl.wasm and a balance source under gatectl.balance, never
@@ -55,7 +37,7 @@ balances:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	buf := &syncBuffer{}
+	buf := &testlog.Buffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Debug, Output: buf})
 	ctx := context.Background()
 	hook := pluginHook(logger)
