@@ -106,14 +106,6 @@ func (rd *redactor) bytes(b []byte) []byte {
 	return []byte(rd.r.Replace(string(b)))
 }
 
-// string returns s with every secret replaced.
-func (rd *redactor) string(s string) string {
-	if rd == nil || rd.r == nil {
-		return s
-	}
-	return rd.r.Replace(s)
-}
-
 func (rd *redactor) containsAny(b []byte) bool {
 	for _, s := range rd.secrets {
 		if bytes.Contains(b, []byte(s)) {

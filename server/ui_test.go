@@ -84,7 +84,6 @@ type consoleEnv struct {
 	srv     *Server
 	stop    func()
 	fake    *httptest.Server
-	mu      sync.Mutex
 	pending sync.WaitGroup
 }
 

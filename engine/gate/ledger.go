@@ -5,7 +5,6 @@ import (
 	"errors"
 	"github.com/gatectl/gatectl/engine"
 	"hash/maphash"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -528,5 +527,3 @@ func sortWaiters(ws []*Waiter) {
 		return 0
 	})
 }
-
-func ceilInt64(f float64) int64 { return int64(math.Ceil(f)) }
