@@ -69,6 +69,10 @@ type bucket struct {
 	paceTokens float64
 	paceAt     int64
 
+	agedAt int64 // unix nanos of the last ageLocked pass
+	// Calls in flight that asked max_tokens: how many, and the output they reserved.
+	askedOpen, askedOpenOutput int64
+
 	// With a shared window (shared.go): the tokens the other instances held at
 	// the last answer, and the refusal that holds calls at least holdNeed large
 	// until holdUntil unless a release notification lifts it first.
@@ -351,14 +355,16 @@ func (b *bucket) reservation(req Request) sizing {
 	if guessed {
 		in = b.est.input(req.InputBytes)
 	}
-	out := b.est.outputReserve(req.MaxTokens)
+	aging := b.agingLocked()
+	out := b.est.outputReserve(req.MaxTokens, aging)
 	asked := req.MaxTokens > 0
 	return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed,
-		variance: b.est.callVariance(in, guessed, asked)}
+		variance: b.est.callVariance(in, guessed, asked, aging)}
 }
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	b.expireLocked(now)
+	b.ageLocked(now)
 	b.lastUsed = now
 	sz := b.reservation(req)
 	res := sz.total
@@ -426,6 +432,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 		return
 	}
 	b.expireLocked(now)
+	b.ageLocked(now)
 	sortWaiters(b.waiters)
 	var held *Waiter
 	for _, w := range b.waiters {
@@ -562,6 +569,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
 	b.openVar += sz.variance
+	if sz.asked {
+		b.askedOpen++
+		b.askedOpenOutput += out
+	}
 	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
@@ -617,6 +628,10 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
+	if s.asked {
+		b.askedOpen--
+		b.askedOpenOutput -= s.output
+	}
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
 	}
@@ -729,7 +744,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 	// view's error — the calls in flight counted at their expected output in the
 	// arrival view; the settled calls are exact, only the network delay and
 	// rounding blur the completion view.
-	callVar := b.est.callVariance(0, false, false)
+	callVar := b.est.callVariance(0, false, false, b.agingLocked())
 	callSlack := float64(b.marginOf(callVar))
 	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
 	doneSlack := callSlack + baseMargin*b.learn.budget()
@@ -897,6 +912,10 @@ func (b *bucket) providerViewLocked() float64 {
 // arrivalViewLocked is providerViewLocked for a provider that counts on arrival.
 func (b *bucket) arrivalViewLocked() float64 {
 	view := b.win.tokens
+	if b.agingLocked() {
+		// calls without max_tokens hold their expected output already
+		return float64(view - max(0, b.askedOpenOutput-b.askedOpen*b.est.meanOutput()))
+	}
 	if expected := b.est.meanOutput(); expected >= 0 {
 		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
 	}

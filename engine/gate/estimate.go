@@ -54,6 +54,8 @@ type estimator struct {
 	// error against the real input (exponentially weighted).
 	inErrSq float64
 	nInErr  int
+
+	model outputModel
 }
 
 func newEstimator(configuredReserve int) estimator {
@@ -99,9 +101,16 @@ func (e *estimator) bytesPerToken() float64 {
 // (the model may write that much, and providers that count at arrival count it
 // whole), else the expected output once enough outputs were seen, else the
 // configured reserve.
-func (e *estimator) outputReserve(maxTokens int) int64 {
+//
+// With aging (the calls' reservations follow their age, see aging.go) a call
+// without max_tokens reserves the plain mean output: it starts at age 0.
+func (e *estimator) outputReserve(maxTokens int, aging bool) int64 {
 	if maxTokens > 0 {
 		return min(int64(maxTokens), maxReservation) // a library caller's absurd max_tokens must not wrap the window's sums
+	}
+	if aging {
+		m, _ := e.model.moments(0)
+		return max(1, int64(math.Ceil(m)))
 	}
 	if e.nWeighted >= reserveMinSamples {
 		return max(1, int64(math.Ceil(e.outMean)))
@@ -113,9 +122,12 @@ func (e *estimator) outputReserve(maxTokens int) int64 {
 // output out) will really cost: the output's spread when it reserved the
 // expected output, and the input estimate's error when the input was guessed
 // from its size.
-func (e *estimator) callVariance(in int64, inputGuessed, asked bool) float64 {
+func (e *estimator) callVariance(in int64, inputGuessed, asked, aging bool) float64 {
 	var v float64
-	if !asked && e.nWeighted >= reserveMinSamples {
+	if !asked && aging {
+		_, mv := e.model.moments(0)
+		v += mv
+	} else if !asked && e.nWeighted >= reserveMinSamples {
 		v += e.outVar
 	}
 	if inputGuessed && e.nInErr > 0 {
@@ -152,6 +164,7 @@ func (e *estimator) observeOutput(output int64, inFlight float64, asked bool) {
 	if asked {
 		return
 	}
+	e.model.observe(output, inFlight)
 	w := math.Max(inFlight, 0.001)
 	o := float64(output)
 	i := e.nWeighted % reserveSamples

@@ -68,3 +68,30 @@ func BenchmarkAdmitSettleParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAdmitSettleAging: admit + settle with 32 calls in flight whose
+// reservations follow their age (outputs that take time to write), one bucket,
+// 1 ms between admissions: an aging pass every 100 admissions.
+func BenchmarkAdmitSettleAging(b *testing.B) {
+	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	const open = 32
+	var ring [open]Ticket
+	now := t0
+	for i := range 200 { // teach the pace: 0.5 s + 10 ms per output token
+		tk, _ := l.Submit(now, r)
+		out := int64(100 + 50*(i%20))
+		l.Settle(now.Add(500*time.Millisecond+time.Duration(out)*10*time.Millisecond), tk, Usage{InputTokens: 900, OutputTokens: out})
+	}
+	for i := range ring {
+		ring[i], _ = l.Submit(now, r)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		j := i % open
+		l.Settle(now, ring[j], Usage{InputTokens: 900, OutputTokens: 200})
+		ring[j], _ = l.Submit(now, r)
+	}
+}

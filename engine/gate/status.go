@@ -63,7 +63,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
-		OutputReserve: b.est.outputReserve(0), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
+		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
 		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival",
 	}
 	if b.atCompletion {

@@ -188,3 +188,23 @@ func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
 func (w *slidingWindow) leaves(e windowEntry, now time.Time) time.Duration {
 	return time.Duration(e.at + int64(w.span) - now.UnixNano())
 }
+
+// resize changes the reservation of entry seq, a call still in flight, to tokens
+// of which output is output. It returns false when the entry left the window.
+func (w *slidingWindow) resize(seq uint64, tokens, output int64) bool {
+	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
+		return false
+	}
+	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
+	if e.open == 0 {
+		return false
+	}
+	if seq < w.tailEnd {
+		w.tailTokens += tokens - e.tokens
+	}
+	w.tokens += tokens - e.tokens
+	e.tokens = tokens
+	w.openOutput += output - (e.open - 1)
+	e.open = output + 1
+	return true
+}

@@ -1,0 +1,154 @@
+package gate
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// agingOutputs trains l on calls whose outputs are lognormal (median 400, p99
+// 3,000) and whose time in flight is 0.5 s + 10 ms per output token, as a model
+// writing at a steady pace does. It returns the time after the last settle.
+func agingOutputs(t *testing.T, l *Ledger, now time.Time, n int) time.Time {
+	t.Helper()
+	r := rand.New(rand.NewPCG(7, 7))
+	sigma := math.Log(3000.0/400) / 2.326
+	for i := 0; i < n; i++ {
+		out := int64(math.Exp(math.Log(400) + sigma*r.NormFloat64()))
+		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10})
+		now = now.Add(500*time.Millisecond + time.Duration(out)*10*time.Millisecond)
+		if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: out}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return now
+}
+
+func TestAgingReservationFollowsTheCallsAge(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
+	l, _, _ := newTestLedger(t, c)
+	now := agingOutputs(t, l, t0, 200)
+
+	// A fresh call reserves the plain mean output, not the mean of calls caught in
+	// flight (a long answer's mean: about twice it on these outputs).
+	fresh := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10})
+	if fresh.ReservedOutput < 400 || fresh.ReservedOutput > 800 {
+		t.Fatalf("a fresh call reserved %d output tokens, want the plain mean (~580)", fresh.ReservedOutput)
+	}
+	// 30.5 s later it has written at least 3,000 tokens: it reserves more than that.
+	later := now.Add(30500 * time.Millisecond)
+	l.Submit(later, Request{Provider: "p", Model: "m", InputTokens: 10}) // any admission ages the calls in flight
+	st := l.BucketStatus(later, "p", "m")
+	if st.Reserved < 10+3000+10+400 {
+		t.Fatalf("after 30.5 s in flight the reservations hold %d, want the first above 3,010", st.Reserved)
+	}
+	// settling it replaces the aged reservation by what it really cost
+	if err := l.Settle(later, fresh, Usage{InputTokens: 10, OutputTokens: 3100}); err != nil {
+		t.Fatal(err)
+	}
+	b := l.bucketFor("p", "m", later)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.askedOpen != 0 || b.inFlight != 1 {
+		t.Fatalf("in flight %d, asked %d after the settle", b.inFlight, b.askedOpen)
+	}
+}
+
+func TestAgingMarginCoversAResidual(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
+	l, _, _ := newTestLedger(t, c)
+	now := agingOutputs(t, l, t0, 200)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, plainVar := b.est.model.moments(0)
+	if b.est.outVar < 2*plainVar {
+		t.Fatalf("latency-weighted variance %.0f vs plain %.0f: the fixture lost its long tail", b.est.outVar, plainVar)
+	}
+	// Halfway through a typical answer, what is left to write spreads less than a
+	// fresh call's output.
+	_, mid := b.est.model.moments(b.est.model.floorAt(0.5 + 4.0))
+	if mid >= b.est.outVar {
+		t.Fatalf("variance given 400 written %.0f, not below the latency-weighted %.0f", mid, b.est.outVar)
+	}
+	_ = now
+}
+
+func TestAgingPaceFit(t *testing.T) {
+	var m outputModel
+	for i := 0; i < 100; i++ {
+		o := int64(100 + 37*(i%50))
+		m.observe(o, 0.25+0.02*float64(o))
+	}
+	base, per, ok := m.pace()
+	if !ok || math.Abs(base-0.25) > 1e-6 || math.Abs(per-0.02) > 1e-9 {
+		t.Fatalf("pace fit base %g per token %g ok %v, want 0.25 and 0.02", base, per, ok)
+	}
+	if k := m.floorAt(0.25 + 0.02*1000); math.Abs(k-1000) > 1e-6 {
+		t.Fatalf("floor after 1,000 tokens' time: %g", k)
+	}
+	// A provider that answers in the same time whatever it writes: ages say nothing.
+	var flat outputModel
+	for i := 0; i < 100; i++ {
+		flat.observe(int64(100+37*(i%50)), 2+0.1*float64(i%3))
+	}
+	if _, _, ok := flat.pace(); ok {
+		t.Fatal("a duration unrelated to the output was taken for a pace")
+	}
+}
+
+func TestAgingMomentsOfTheLognormal(t *testing.T) {
+	var m outputModel
+	r := rand.New(rand.NewPCG(3, 3))
+	for i := 0; i < 5000; i++ {
+		m.observe(int64(math.Exp(6+0.8*r.NormFloat64())), 1)
+	}
+	mean, _ := m.moments(0)
+	if want := math.Exp(6 + 0.32); math.Abs(mean-want)/want > 0.1 {
+		t.Fatalf("plain mean %g, want ≈ %g", mean, want)
+	}
+	prev := mean
+	for _, k := range []float64{200, 400, 1000, 3000, 1e5} {
+		cm, cv := m.moments(k)
+		if cm < k || cm < prev || cv < 0 || math.IsNaN(cv) {
+			t.Fatalf("E[X | X > %g] = %g (var %g): must be ≥ k, grow with k, and have a variance", k, cm, cv)
+		}
+		prev = cm
+	}
+}
+
+func TestAgingOffWithASharedWindow(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
+	l, _, _ := newTestLedger(t, c)
+	now := agingOutputs(t, l, t0, 200)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	aging := b.agingLocked()
+	l.shared = nopShared{}
+	shared := b.agingLocked()
+	reserve := b.est.outputReserve(0, shared)
+	b.mu.Unlock()
+	l.shared = nil
+	if !aging || shared {
+		t.Fatalf("aging %v alone, %v with a shared window: want on, off", aging, shared)
+	}
+	if float64(reserve) < b.est.outMean-1 {
+		t.Fatalf("with a shared window a call reserves %d, below the latency-weighted mean %.0f", reserve, b.est.outMean)
+	}
+	_ = now
+}
+
+// nopShared is a SharedWindow that is never asked: the test only looks at
+// whether the bucket would use ages with one.
+type nopShared struct{}
+
+func (nopShared) Reserve(SharedReserve) (SharedGrant, error) { return SharedGrant{}, nil }
+func (nopShared) Settle(string, string, string, int64) error { return nil }
+func (nopShared) Cooldown(string, string, time.Time, time.Time, time.Duration) (int64, error) {
+	return 0, nil
+}
+func (nopShared) Available() error { return nil }
