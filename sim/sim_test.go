@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestStartTwiceTheTruth(t *testing.T) {
 	r := run(t, loadScenario(t, "start-2x.yaml"))
 	g := r.Modes[ModeGate]
 	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 3 {
-		t.Fatalf("converged after %v windows, want ≤ 3", g.ConvergedAfterWindows)
+		t.Fatalf("converged after %s windows, want ≤ 3", windows(g.ConvergedAfterWindows))
 	}
 	if g.RateLimited > 3 || g.Lost != 0 {
 		t.Fatalf("%d 429s, %d lost: want ≤ 3 and none", g.RateLimited, g.Lost)
@@ -80,7 +81,7 @@ func TestStartHalfTheTruth(t *testing.T) {
 	r := run(t, loadScenario(t, "start-half.yaml"))
 	g := r.Modes[ModeGate]
 	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 {
-		t.Fatalf("converged after %v windows, want ≤ 10", g.ConvergedAfterWindows)
+		t.Fatalf("converged after %s windows, want ≤ 10", windows(g.ConvergedAfterWindows))
 	}
 	if g.RateLimited > 3 || g.Lost != 0 {
 		t.Fatalf("%d 429s, %d lost", g.RateLimited, g.Lost)
@@ -146,4 +147,30 @@ func TestExamplesParse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A token bucket refuses only once its reserve is spent, at a sliding reading
+// far above its rate; the gate started at twice the rate learns the rate from
+// what it spent since the reserve was full, in one 429, instead of stepping
+// down one reading at a time (seven 429s and 17 windows without it).
+func TestTokenBucketFromTwiceTheRate(t *testing.T) {
+	r := run(t, loadScenario(t, "token-bucket-2x.yaml"))
+	g := r.Modes[ModeGate]
+	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 3 {
+		t.Errorf("converged after %s windows, want ≤ 3", windows(g.ConvergedAfterWindows))
+	}
+	if g.RateLimited > 3 || g.Lost != 0 {
+		t.Errorf("%d 429s, %d lost: want ≤ 3 and none", g.RateLimited, g.Lost)
+	}
+	if g.Utilization < 0.9 {
+		t.Errorf("gate utilization %.3f of the bucket's rate, want ≥ 0.9", g.Utilization)
+	}
+}
+
+// windows prints a convergence window, or "never".
+func windows(w *int) string {
+	if w == nil {
+		return "never"
+	}
+	return strconv.Itoa(*w)
 }

@@ -140,6 +140,7 @@ func (b *bucket) ageLocked(now time.Time) {
 			d := out - s.output
 			b.win.resize(s.seq, s.reserved+d, out)
 			b.reservedOpen += d
+			b.spent += float64(d)
 			s.reserved += d
 			s.output = out
 		}

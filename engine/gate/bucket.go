@@ -70,6 +70,12 @@ type bucket struct {
 	paceAt     int64
 
 	agedAt int64 // unix nanos of the last ageLocked pass
+
+	// What the calls admitted so far cost, all told (at their reservation while
+	// in flight), and samples of it over the last windows: see rateSpentLocked.
+	spent   float64
+	spentAt [spentSamples]spentSample
+	nSpent  int
 	// Calls in flight that asked max_tokens: how many, and the output they reserved.
 	askedOpen, askedOpenOutput int64
 
@@ -554,6 +560,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	if b.est.meanOutput() >= 0 {
 		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
 	}
+	b.noteSpentLocked(now, float64(res))
 	seq := b.win.add(now, res, out)
 	var idx int32
 	if n := len(b.free); n > 0 {
@@ -624,6 +631,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	b.expireLocked(now)
 	b.lastUsed = now
 	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
+	b.spent += float64(tokens - s.reserved)
 	if tokens > 0 {
 		b.done.addSettled(now, tokens)
 	}
@@ -677,11 +685,18 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
-	refuted := false
+	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled {
-		refuted = b.voteLocked(now, sig.Tokens)
+		refuted, bothRefuted = b.voteLocked(now, sig.Tokens)
 	}
 	reading := b.providerViewLocked()
+	// No sliding window explains a 429 that refutes both views; when it also
+	// comes at a level the gate had held for a window (not a probe's or a
+	// relax's overshoot), it is a drained reserve, and what was spent tells the
+	// limit (rate.go).
+	rate, rateOK := b.rateSpentLocked(now)
+	steady := now.Sub(maxTime(b.learn.lastProbe, b.learn.lastRelax)) >= cfg.Window
+	byRate := bothRefuted && rateOK && rate < reading && steady
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
 	e.Reason = axis.String()
@@ -691,7 +706,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	case axis == engine.AxisRequests:
 		b.rpmLimitedLocked(now)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
-	case b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
+	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
 		// The provider held more than the reading by up to the refused call, and
@@ -699,6 +714,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		slack := float64(sig.Tokens)
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
+		}
+		if byRate {
+			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
+			reading = rate
 		}
 		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)
 	}
@@ -732,8 +751,9 @@ func (b *bucket) typicalCallLocked() float64 {
 // it held: a reading far below that is still suspect.
 //
 // It reports whether the 429 refuted the view the bucket uses after the vote:
-// the provider refused below a level it served in that view within two windows.
-func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
+// the provider refused below a level it served in that view within two windows;
+// and whether it refuted both.
+func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRefuted bool) {
 	span := b.l.conf().Window
 	// The views as the provider's own window holds them: without what the
 	// gate's count guard keeps past the window.
@@ -753,6 +773,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 	doneRefuted := float64(b.servedDone.max(now, span)) > completion+r+doneSlack
 	arrivalRaw, doneRaw := arrivalRefuted, doneRefuted
 	defer func() {
+		bothRefuted = arrivalRaw && doneRaw
 		refutedInUse = arrivalRaw
 		if b.atCompletion {
 			refutedInUse = doneRaw
@@ -777,7 +798,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
 	case arrivalRefuted && doneRecentlyRefuted:
-		return refutedInUse
+		return
 	case arrivalRefuted:
 		b.modeVotes = switchVotes
 	case doneRefuted:
@@ -787,7 +808,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 	case arrival > 1.1*completion:
 		b.modeVotes = min(b.modeVotes, 0) - 1
 	default:
-		return refutedInUse
+		return
 	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
@@ -797,7 +818,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse bool) {
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
 		b.l.emit(e)
 	}
-	return refutedInUse
+	return
 }
 
 // refuteMemory is how many windows a refutation of the completion view keeps the
