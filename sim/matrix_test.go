@@ -58,6 +58,12 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// atTruthFloor is each provider model's least utilization of the true TPM at the
+// truth without outside traffic, in the seed-1 matrix.
+var atTruthFloor = map[string]float64{
+	LimitSlidingArrival: 0.87, LimitSlidingCompletion: 0.88, LimitTokenBucket: 0.92, LimitFixedWindow: 0.89,
+}
+
 // The matrix's regression floors: what the gate's timing rules bought on the
 // built-in scenario (docs/benchmarks.md, "The matrix against the issue's
 // targets"). A change that loses them must say why.
@@ -78,14 +84,14 @@ func TestMatrixFloors(t *testing.T) {
 			met++
 		}
 		rateLimited[r.Model] += r.RateLimited
-		if r.Model == LimitSlidingCompletion && r.Start == 1 && r.Outside == 0 && r.Utilization < 0.85 {
-			t.Errorf("sliding-completion at the truth (latency %v): utilization %.3f, want ≥ 0.85", r.Latency, r.Utilization)
+		if floor := atTruthFloor[r.Model]; r.Start == 1 && r.Outside == 0 && r.Utilization < floor {
+			t.Errorf("%s at the truth (latency %v): utilization %.3f, want ≥ %.2f", r.Model, r.Latency, r.Utilization, floor)
 		}
 	}
-	if met < 9 {
-		t.Errorf("%d of %d rows meet every target, want ≥ 9", met, len(rows))
+	if met < 12 {
+		t.Errorf("%d of %d rows meet every target, want ≥ 12", met, len(rows))
 	}
-	for model, most := range map[string]int{LimitSlidingCompletion: 50, LimitTokenBucket: 85} {
+	for model, most := range map[string]int{LimitSlidingCompletion: 50, LimitTokenBucket: 50} {
 		if n := rateLimited[model]; n > most {
 			t.Errorf("%s: %d 429s in its %d runs, want ≤ %d", model, n, len(rows)/len(LimitModels), most)
 		}
