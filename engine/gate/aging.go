@@ -45,6 +45,12 @@ type outputModel struct {
 	n                int64
 	mo, md, moo, mod float64 // of output o, time in flight d (s), o², o·d
 	mdd              float64 // of d²
+
+	// What the admission path reads, refreshed on each observation: the pace
+	// line, and the plain mean and variance of an output (a fresh call's).
+	paceOK           bool
+	base, perToken   float64
+	mean0, variance0 float64
 }
 
 const outputModelSamples = 64
@@ -64,11 +70,13 @@ func (m *outputModel) observe(output int64, inFlight float64) {
 	m.mod += a * (o*inFlight - m.mod)
 	m.mdd += a * (inFlight*inFlight - m.mdd)
 	m.n++
+	m.base, m.perToken, m.paceOK = m.fitPace()
+	m.mean0, m.variance0 = m.moments(0)
 }
 
-// pace is the fitted base time and time per output token (seconds); ok is
+// fitPace is the fitted base time and time per output token (seconds); ok is
 // false before reserveMinSamples calls, or when the line explains little.
-func (m *outputModel) pace() (base, perToken float64, ok bool) {
+func (m *outputModel) fitPace() (base, perToken float64, ok bool) {
 	if m.n < reserveMinSamples {
 		return 0, 0, false
 	}
@@ -83,11 +91,10 @@ func (m *outputModel) pace() (base, perToken float64, ok bool) {
 
 // floorAt is the output a call in flight for age seconds has written at least.
 func (m *outputModel) floorAt(age float64) float64 {
-	base, per, ok := m.pace()
-	if !ok || age <= base {
+	if !m.paceOK || age <= m.base {
 		return 0
 	}
-	return (age - base) / per
+	return (age - m.base) / m.perToken
 }
 
 // moments are E[X | X > k] and Var[X | X > k] under the fitted lognormal
@@ -114,13 +121,7 @@ func (m *outputModel) moments(k float64) (mean, variance float64) {
 func upperTail(z float64) float64 { return 0.5 * math.Erfc(z/math.Sqrt2) }
 
 // agingLocked says whether reservations follow the calls' age.
-func (b *bucket) agingLocked() bool {
-	if b.l.shared != nil {
-		return false
-	}
-	_, _, ok := b.est.model.pace()
-	return ok
-}
+func (b *bucket) agingLocked() bool { return b.l.shared == nil && b.est.model.paceOK }
 
 // ageLocked brings the reservation of every call in flight without max_tokens
 // up to its age, at most once per ageRefresh.

@@ -109,8 +109,7 @@ func (e *estimator) outputReserve(maxTokens int, aging bool) int64 {
 		return min(int64(maxTokens), maxReservation) // a library caller's absurd max_tokens must not wrap the window's sums
 	}
 	if aging {
-		m, _ := e.model.moments(0)
-		return max(1, int64(math.Ceil(m)))
+		return max(1, int64(math.Ceil(e.model.mean0)))
 	}
 	if e.nWeighted >= reserveMinSamples {
 		return max(1, int64(math.Ceil(e.outMean)))
@@ -125,8 +124,7 @@ func (e *estimator) outputReserve(maxTokens int, aging bool) int64 {
 func (e *estimator) callVariance(in int64, inputGuessed, asked, aging bool) float64 {
 	var v float64
 	if !asked && aging {
-		_, mv := e.model.moments(0)
-		v += mv
+		v += e.model.variance0
 	} else if !asked && e.nWeighted >= reserveMinSamples {
 		v += e.outVar
 	}

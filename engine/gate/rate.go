@@ -17,10 +17,10 @@ import "time"
 // (nothing spends more than the limit in a window), so it never reads high.
 
 // spentSamples is how many samples of the spend are kept, one per
-// window ÷ spentPerWindow at most: 16 windows of history.
+// window ÷ spentPerWindow at most: 16 windows of history in 1 KiB.
 const (
-	spentSamples   = 128
-	spentPerWindow = 8
+	spentSamples   = 64
+	spentPerWindow = 4
 )
 
 type spentSample struct {
