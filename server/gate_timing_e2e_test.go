@@ -67,13 +67,25 @@ type timingCase struct {
 	start   int  // gate.defaults.tpm
 	headers bool // the provider sends x-ratelimit-*
 	target  timingTarget
+	// free: the calls send no max_tokens, and their outputs are heavy-tailed
+	// (timingFreeOutputSigma) and take timingFreePerToken each to write: the
+	// gate reserves what a call of its age is expected to write.
+	free bool
 }
 
 var timingCases = []timingCase{
-	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
-	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}},
-	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
+	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false},
+	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false},
+	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false},
+	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true},
 }
+
+// The free case's outputs: log-normal, median timingOutputMedian, p99 about
+// 7.5 × the median (σ 0.87), written at 5 ms a token.
+const (
+	timingFreeOutputSigma = 0.87
+	timingFreePerToken    = 5 * time.Millisecond
+)
 
 // timingResult is one case's measurement.
 type timingResult struct {
@@ -119,7 +131,7 @@ func TestGateTimingE2E(t *testing.T) {
 		st := run.prov.Stats()
 		served, tokens = served+st.Served, tokens+st.Tokens
 	}
-	t.Logf("gate over real HTTP: %d sessions × %s per case, hidden limit %d tokens / %s, Retry-After %s, calls of %d tokens on average (max_tokens %d)",
+	t.Logf("gate over real HTTP: %d sessions × %s per case, hidden limit %d tokens / %s, Retry-After %s, calls of %d tokens on average (max_tokens %d; none in the NoMaxTokens case)",
 		timingSessions, timingDuration, timingLimit, timingWindow, timingWindow, tokens/max(served, 1), timingMaxTokens)
 	t.Log("| case | start | headers | calls | 429s | 429s after w3 | utilization | once learned | lost | cut | p50 | p99 | learned quota / trigger / budget |")
 	t.Log("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -146,12 +158,16 @@ type timingRun struct {
 // newTimingRun starts the case's provider and server on 127.0.0.1.
 func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	t.Helper()
-	prov := fakeprovider.New(fakeprovider.Config{
+	pc := fakeprovider.Config{
 		Tokens: timingLimit, Window: timingWindow, Requests: 1000, // the request limit never binds
 		RetryAfter: timingWindow, Headers: tc.headers,
 		Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
 		OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
-	})
+	}
+	if tc.free {
+		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingFreePerToken
+	}
+	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)
 	f := newPxFixtureWith(t, fmt.Sprintf(`
@@ -183,7 +199,7 @@ func (run *timingRun) load() {
 			rng := rand.New(rand.NewPCG(uint64(s), 42))
 			session := fmt.Sprintf("s%02d", s)
 			for i := 0; i < timingMaxPerSession && time.Now().Before(stopAt); i++ {
-				body := timingBody(session, i, rng)
+				body := timingBody(session, i, rng, !run.tc.free)
 				t0 := time.Now()
 				out, detail := timingCall(ctx, run.client, run.f.url, session, i, body)
 				d := time.Since(t0)
@@ -352,12 +368,15 @@ func timingCall(ctx context.Context, client *http.Client, base, session string, 
 
 // timingBody is a call of about timingInputTokens ± timingInputSpread input
 // tokens (4 bytes each at the provider), different for every session and turn.
-func timingBody(session string, turn int, rng *rand.Rand) []byte {
+func timingBody(session string, turn int, rng *rand.Rand, maxTokens bool) []byte {
 	tokens := timingInputTokens - timingInputSpread + rng.IntN(2*timingInputSpread+1)
 	head := fmt.Sprintf("%s turn %d: ", session, turn)
 	text := head + strings.Repeat("lorem ", max(0, tokens*4-len(head)-20)/6)
-	b, _ := json.Marshal(map[string]any{"model": "fake/gpt-fake", "max_tokens": timingMaxTokens,
-		"messages": []any{map[string]any{"role": "user", "content": text}}})
+	req := map[string]any{"model": "fake/gpt-fake", "messages": []any{map[string]any{"role": "user", "content": text}}}
+	if maxTokens {
+		req["max_tokens"] = timingMaxTokens
+	}
+	b, _ := json.Marshal(req)
 	return b
 }
 

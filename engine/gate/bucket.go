@@ -462,6 +462,13 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			}
 			continue
 		}
+		if !w.size.asked && w.size.output == int64(b.est.configuredReserve) && b.est.calibrated() {
+			// Sized at a cold start, with the configured output reserve, before
+			// any output was learned: a queue formed then would hold it for
+			// every call it lets through.
+			w.size = b.reservation(w.req)
+			w.reserved = w.size.total
+		}
 		reason, wait, capped := b.block(now, w.reserved, w.size.variance, w.req.Session)
 		var id string
 		if wait == 0 && !capped {

@@ -117,6 +117,10 @@ func (e *estimator) outputReserve(maxTokens int, aging bool) int64 {
 	return int64(e.configuredReserve)
 }
 
+// calibrated says whether a call without max_tokens reserves a learned
+// output, not the configured reserve.
+func (e *estimator) calibrated() bool { return e.nWeighted >= reserveMinSamples }
+
 // callVariance is the variance of what a call reserving (input estimate in,
 // output out) will really cost: the output's spread when it reserved the
 // expected output, and the input estimate's error when the input was guessed

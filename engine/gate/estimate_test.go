@@ -75,3 +75,44 @@ func TestOutputReserveCalibration(t *testing.T) {
 		t.Fatalf("reserve %d, want the outputs' 100000", st.OutputReserve)
 	}
 }
+
+// A queue formed at a cold start was sized with the configured output reserve;
+// once outputs are learned its calls are sized again, or a queue of them would
+// go through at the configured reserve each (over real HTTP: a quarter of the
+// limit for the first four windows).
+func TestColdStartQueueResizedOnceCalibrated(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM = 12000
+	c.OutputReserveTokens = 8192
+	l, _, _ := newTestLedger(t, c)
+	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 100}
+	for i := 0; i < reserveMinSamples-1; i++ {
+		tk := mustAdmit(t, l, t0, r)
+		if tk.ReservedOutput != 8192 {
+			t.Fatalf("cold start reserved %d, want the configured 8192", tk.ReservedOutput)
+		}
+		l.Settle(t0, tk, Usage{InputTokens: 100, OutputTokens: 50})
+	}
+	// Calls with max_tokens take 2,600 of the 12,000; the eighth call without
+	// it is in flight at the configured reserve, and another arrives: it waits.
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "t", InputTokens: 100, MaxTokens: 2500})
+	eighth := mustAdmit(t, l, t0, r)
+	_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "u", InputTokens: 100})
+	if w == nil {
+		t.Fatal("the call after the eighth was admitted at once; want it queued at the configured reserve")
+	}
+	// The eighth settles: outputs are learned, and the queued call now reserves
+	// 100 + 50, which fits; at the configured reserve it would not (1,200 +
+	// 2,600 + 8,292 > 12,000).
+	now := t0.Add(time.Second)
+	if err := l.Settle(now, eighth, Usage{InputTokens: 100, OutputTokens: 50}); err != nil {
+		t.Fatal(err)
+	}
+	tk, ok := w.Ticket()
+	if !ok {
+		t.Fatalf("the queued call still waits (%s until %s) with %d reserved", w.reason, w.Next().Sub(t0), w.reserved)
+	}
+	if tk.ReservedOutput > 100 {
+		t.Fatalf("the queued call went with %d output reserved, want the learned ≈ 50", tk.ReservedOutput)
+	}
+}
