@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/internal/fakeprovider"
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // The gate measured over real HTTP (issue 9, "Over real HTTP"): a fake provider
@@ -107,6 +108,7 @@ type timingResult struct {
 }
 
 func TestGateTimingE2E(t *testing.T) {
+	testenv.RealTiming(t)
 	// Every case gets its own provider and server, and their loads run side by
 	// side in plain goroutines (t.Parallel would be bounded by -parallel, which
 	// is GOMAXPROCS: two CPUs would run the cases one after another).

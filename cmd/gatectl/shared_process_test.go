@@ -20,6 +20,7 @@ import (
 
 	"github.com/gatectl/gatectl/internal/fakeprovider"
 	"github.com/gatectl/gatectl/internal/redistest"
+	"github.com/gatectl/gatectl/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -230,6 +231,7 @@ func TestSharedGateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
+	testenv.RealTiming(t)
 	rs := redistest.Start(t)
 	dir := t.TempDir()
 	bin := buildBinary(t, dir, "./cmd/gatectl", "gatectl")

@@ -34,8 +34,22 @@ import (
 const ageRefresh = 100 * time.Millisecond
 
 // agingMinCorrelation is the least correlation of time in flight with output
-// for the pace line to be used.
-const agingMinCorrelation = 0.5
+// for the pace line to be used; agingMinPerToken the least time per token it
+// may say (a million tokens a second), so a floor never runs away.
+const (
+	agingMinCorrelation = 0.5
+	agingMinPerToken    = 1e-6
+)
+
+// agingFitRatio bounds how far the lognormal's mean may lie from the outputs'
+// own (either way), and agingFitVar how far above their variance its variance
+// may lie, for the lognormal to be trusted with the tail: a mix of very short
+// and long outputs (classifications and essays) spreads ln(output) so wide that
+// its lognormal mean is several times the real one.
+const (
+	agingFitRatio = 1.5
+	agingFitVar   = 10
+)
 
 // outputModel fits outputs (of calls without max_tokens) and their pace. The
 // fits are exponentially weighted over about outputModelSamples calls; the
@@ -46,8 +60,10 @@ type outputModel struct {
 	mo, md, moo, mod float64 // of output o, time in flight d (s), o², o·d
 	mdd              float64 // of d²
 
-	// What the admission path reads, refreshed on each observation: the pace
-	// line, and the plain mean and variance of an output (a fresh call's).
+	// What the admission path reads, refreshed on each observation: whether
+	// ages are used (the pace line explains the durations and the lognormal
+	// describes the outputs), the pace line, and the plain mean and variance of
+	// an output (a fresh call's).
 	paceOK           bool
 	base, perToken   float64
 	mean0, variance0 float64
@@ -72,6 +88,9 @@ func (m *outputModel) observe(output int64, inFlight float64) {
 	m.n++
 	m.base, m.perToken, m.paceOK = m.fitPace()
 	m.mean0, m.variance0 = m.moments(0)
+	if ev := m.moo - m.mo*m.mo; m.mean0 > agingFitRatio*m.mo || m.mean0*agingFitRatio < m.mo || m.variance0 > agingFitVar*ev+1 {
+		m.paceOK = false
+	}
 }
 
 // fitPace is the fitted base time and time per output token (seconds); ok is
@@ -86,6 +105,9 @@ func (m *outputModel) fitPace() (base, perToken float64, ok bool) {
 		return 0, 0, false
 	}
 	perToken = cov / vo
+	if perToken < agingMinPerToken {
+		return 0, 0, false
+	}
 	return math.Max(0, m.md-perToken*m.mo), perToken, true
 }
 
@@ -111,10 +133,10 @@ func (m *outputModel) moments(k float64) (mean, variance float64) {
 	p := upperTail(z)
 	if p < 1e-9 {
 		// Far past anything the fit has seen: at least k, spread like its size.
-		return 1.5 * k, k * k / 4
+		return math.Min(1.5*k, maxReservation), math.Min(k*k/4, maxReservation)
 	}
-	mean = math.Max(k, m1*upperTail(z-s)/p)
-	return mean, math.Max(0, m2*upperTail(z-2*s)/p-mean*mean)
+	mean = math.Min(math.Max(k, m1*upperTail(z-s)/p), maxReservation)
+	return mean, math.Min(math.Max(0, m2*upperTail(z-2*s)/p-mean*mean), maxReservation)
 }
 
 // upperTail is P(Z > z) for a standard normal Z.
@@ -145,6 +167,7 @@ func (b *bucket) ageLocked(now time.Time) {
 			s.reserved += d
 			s.output = out
 		}
+		v += s.inputVar // the input estimate's error stays what it was
 		b.openVar += v - s.variance
 		s.variance = v
 	}

@@ -51,8 +51,8 @@ func TestAgingReservationFollowsTheCallsAge(t *testing.T) {
 	b := l.bucketFor("p", "m", later)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.askedOpen != 0 || b.inFlight != 1 {
-		t.Fatalf("in flight %d, asked %d after the settle", b.inFlight, b.askedOpen)
+	if b.win.askedCount != 0 || b.inFlight != 1 {
+		t.Fatalf("in flight %d, asked %d after the settle", b.inFlight, b.win.askedCount)
 	}
 }
 

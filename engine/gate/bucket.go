@@ -76,8 +76,6 @@ type bucket struct {
 	spent   float64
 	spentAt [spentSamples]spentSample
 	nSpent  int
-	// Calls in flight that asked max_tokens: how many, and the output they reserved.
-	askedOpen, askedOpenOutput int64
 
 	// With a shared window (shared.go): the tokens the other instances held at
 	// the last answer, and the refusal that holds calls at least holdNeed large
@@ -103,6 +101,8 @@ type ticketSlot struct {
 	guessed  bool    // the input was estimated from the request's size
 	input    int64   // the input estimate
 	variance float64 // the call's cost variance, in openVar while open
+	inputVar float64 // of it, the input estimate's share (what aging keeps)
+	output0  int64   // the output reserved at admission (output follows the call's age)
 	admitted int64   // unix nanos
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
@@ -350,7 +350,8 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 type sizing struct {
 	total, output, input int64
 	asked, guessed       bool
-	variance             float64
+	variance             float64 // of the whole cost
+	inputVar             float64 // of it, the input estimate's share
 }
 
 // reservation sizes a request: estimated input + output reserve, and the
@@ -365,7 +366,8 @@ func (b *bucket) reservation(req Request) sizing {
 	out := b.est.outputReserve(req.MaxTokens, aging)
 	asked := req.MaxTokens > 0
 	return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed,
-		variance: b.est.callVariance(in, guessed, asked, aging)}
+		variance: b.est.callVariance(in, guessed, asked, aging),
+		inputVar: b.est.callVariance(in, guessed, true, false)}
 }
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
@@ -568,7 +570,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
 	}
 	b.noteSpentLocked(now, float64(res))
-	seq := b.win.add(now, res, out)
+	seq := b.win.add(now, res, out, sz.asked)
 	var idx int32
 	if n := len(b.free); n > 0 {
 		idx = b.free[n-1]
@@ -580,13 +582,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s := &b.slots[idx]
 	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, sz.asked, req.InputBytes, req.Session
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
+	s.inputVar, s.output0 = sz.inputVar, out
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
 	b.openVar += sz.variance
-	if sz.asked {
-		b.askedOpen++
-		b.askedOpenOutput += out
-	}
 	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
@@ -643,10 +642,6 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
-	if s.asked {
-		b.askedOpen--
-		b.askedOpenOutput -= s.output
-	}
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
 	}
@@ -658,7 +653,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	}
 	if u != nil {
 		in := u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens
-		b.est.observe(s.bytes, in, u.OutputTokens, s.output, s.asked)
+		b.est.observe(s.bytes, in, u.OutputTokens, s.output0, s.asked)
 		b.est.observeOutput(u.OutputTokens, float64(now.UnixNano()-s.admitted)/1e9, s.asked)
 		if s.guessed {
 			b.est.observeInput(s.input, in)
@@ -703,7 +698,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// limit (rate.go).
 	rate, rateOK := b.rateSpentLocked(now)
 	steady := now.Sub(maxTime(b.learn.lastProbe, b.learn.lastRelax)) >= cfg.Window
-	byRate := bothRefuted && rateOK && rate < reading && steady
+	// Not with a shared window: the spend is this instance's, the reading everyone's.
+	// And never below a few ordinary calls, like any reading the learner believes.
+	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&
+		rate >= lowCallsAlone*b.typicalCallLocked()
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
 	e.Reason = axis.String()
@@ -915,6 +913,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.atCompletion, b.modeVotes = false, 0
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
+	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	cfg := b.l.conf()
 	b.setRPMLocked()
 	b.setSpanLocked(cfg)
@@ -942,7 +941,7 @@ func (b *bucket) arrivalViewLocked() float64 {
 	view := b.win.tokens
 	if b.agingLocked() {
 		// calls without max_tokens hold their expected output already
-		return float64(view - max(0, b.askedOpenOutput-b.askedOpen*b.est.meanOutput()))
+		return float64(view - max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput()))
 	}
 	if expected := b.est.meanOutput(); expected >= 0 {
 		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)

@@ -145,9 +145,9 @@ func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
 func TestWindowTailIsWhatOnlyTheGuardHolds(t *testing.T) {
 	w := newSlidingWindow(61 * time.Second)
 	w.inner = 60 * time.Second
-	a := w.add(t0, 100, 50)
-	w.add(t0.Add(500*time.Millisecond), 10, 0)
-	w.add(t0.Add(2*time.Second), 1, 0)
+	a := w.add(t0, 100, 50, false)
+	w.add(t0.Add(500*time.Millisecond), 10, 0, false)
+	w.add(t0.Add(2*time.Second), 1, 0, false)
 	w.expire(t0.Add(60 * time.Second))
 	if got := w.tail(); got != 100 {
 		t.Fatalf("tail %d at 60 s, want the entry of 0 s (100)", got)

@@ -166,7 +166,9 @@ func (e *estimator) observeOutput(output int64, inFlight float64, asked bool) {
 	if asked {
 		return
 	}
-	e.model.observe(output, inFlight)
+	if inFlight > 0 { // a clock that stepped back says nothing of the pace
+		e.model.observe(output, inFlight)
+	}
 	w := math.Max(inFlight, 0.001)
 	o := float64(output)
 	i := e.nWeighted % reserveSamples

@@ -70,28 +70,44 @@ func BenchmarkAdmitSettleParallel(b *testing.B) {
 }
 
 // BenchmarkAdmitSettleAging: admit + settle with 32 calls in flight whose
-// reservations follow their age (outputs that take time to write), one bucket,
-// 1 ms between admissions: an aging pass every 100 admissions.
+// reservations follow their age (outputs written at 100 µs a token), one
+// bucket, 1–3 ms between admissions: an aging pass every 50 admissions. Each
+// call writes what its time in flight allows at the pace it was taught, so ages
+// stay in use throughout (checked at the end).
 func BenchmarkAdmitSettleAging(b *testing.B) {
 	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
 	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
 	const open = 32
 	var ring [open]Ticket
 	now := t0
-	for i := range 200 { // teach the pace: 0.5 s + 10 ms per output token
+	for i := range 200 { // teach the pace: 100 µs a token
 		tk, _ := l.Submit(now, r)
 		out := int64(100 + 50*(i%20))
-		l.Settle(now.Add(500*time.Millisecond+time.Duration(out)*10*time.Millisecond), tk, Usage{InputTokens: 900, OutputTokens: out})
+		now = now.Add(time.Duration(out) * 100 * time.Microsecond)
+		l.Settle(now, tk, Usage{InputTokens: 900, OutputTokens: out})
 	}
+	var admitted [open]time.Time
 	for i := range ring {
 		ring[i], _ = l.Submit(now, r)
+		admitted[i] = now
+		now = now.Add(time.Millisecond)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		now = now.Add(time.Millisecond)
+		now = now.Add(time.Duration(1+i%3) * time.Millisecond)
 		j := i % open
-		l.Settle(now, ring[j], Usage{InputTokens: 900, OutputTokens: 200})
+		out := int64(now.Sub(admitted[j]) / (100 * time.Microsecond)) // on the pace it was taught
+		l.Settle(now, ring[j], Usage{InputTokens: 900, OutputTokens: out})
 		ring[j], _ = l.Submit(now, r)
+		admitted[j] = now
+	}
+	b.StopTimer()
+	bk := l.bucketFor("deepseek", "deepseek-chat", now)
+	bk.mu.Lock()
+	aging := bk.agingLocked()
+	bk.mu.Unlock()
+	if !aging {
+		b.Fatal("ages were not in use: the benchmark measured the path without them")
 	}
 }

@@ -21,7 +21,11 @@ type slidingWindow struct {
 	// they reserved (the learner's readings count them at their expected output).
 	openCount  int
 	openOutput int64
-	last       int64 // latest entry time (unix nanos), to clamp a clock going backwards
+	// Of those, the calls that asked max_tokens: how many, and the output they
+	// reserved (the arrival view counts them at the expected output instead).
+	askedCount  int
+	askedOutput int64
+	last        int64 // latest entry time (unix nanos), to clamp a clock going backwards
 	// The provider's own window (span less the count guard; 0: the same), and the
 	// entries older than it that only the guard keeps: those before sequence
 	// tailEnd, holding tailTokens. Kept as time moves, so reading it is O(1).
@@ -35,7 +39,9 @@ type slidingWindow struct {
 type windowEntry struct {
 	at     int64
 	tokens int64
-	open   int64 // 1 + the output reserved while the call is in flight; 0 once settled
+	// open is 1 + the output reserved while the call is in flight, negated for a
+	// call that asked max_tokens; 0 once settled.
+	open int64
 }
 
 func newSlidingWindow(span time.Duration) slidingWindow {
@@ -87,16 +93,23 @@ func (w *slidingWindow) advanceTail(now time.Time) {
 func (w *slidingWindow) tail() int64 { return w.tailTokens }
 
 func (w *slidingWindow) closeEntry(e *windowEntry) {
-	if e.open > 0 {
-		w.openCount--
-		w.openOutput -= e.open - 1
-		e.open = 0
+	if e.open == 0 {
+		return
 	}
+	out := max(e.open, -e.open) - 1
+	w.openCount--
+	w.openOutput -= out
+	if e.open < 0 {
+		w.askedCount--
+		w.askedOutput -= out
+	}
+	e.open = 0
 }
 
 // add appends the entry of a call in flight (tokens reserved, output of them the
-// output reserve) and returns its sequence number.
-func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
+// output reserve; asked: the reserve is the call's max_tokens) and returns its
+// sequence number.
+func (w *slidingWindow) add(now time.Time, tokens, output int64, asked bool) uint64 {
 	at := now.UnixNano()
 	if at < w.last {
 		at = w.last // keep entries ordered when the clock steps back
@@ -105,7 +118,13 @@ func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
 	if w.n == len(w.entries) {
 		w.grow()
 	}
-	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens, open: output + 1}
+	open := output + 1
+	if asked {
+		open = -open
+		w.askedCount++
+		w.askedOutput += output
+	}
+	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens, open: open}
 	w.n++
 	w.tokens += tokens
 	w.openCount++
@@ -116,7 +135,7 @@ func (w *slidingWindow) add(now time.Time, tokens, output int64) uint64 {
 // addSettled appends the entry of a call that is already settled: it counts
 // tokens and is not in flight.
 func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
-	w.add(now, tokens, 0)
+	w.add(now, tokens, 0, false)
 	e := &w.entries[(w.head+w.n-1)%len(w.entries)]
 	w.closeEntry(e)
 }
@@ -189,14 +208,15 @@ func (w *slidingWindow) leaves(e windowEntry, now time.Time) time.Duration {
 	return time.Duration(e.at + int64(w.span) - now.UnixNano())
 }
 
-// resize changes the reservation of entry seq, a call still in flight, to tokens
-// of which output is output. It returns false when the entry left the window.
+// resize changes the reservation of entry seq, a call still in flight that did
+// not ask max_tokens, to tokens of which output is output. It returns false when
+// the entry left the window (or is not such a call).
 func (w *slidingWindow) resize(seq uint64, tokens, output int64) bool {
 	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
 		return false
 	}
 	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
-	if e.open == 0 {
+	if e.open <= 0 {
 		return false
 	}
 	if seq < w.tailEnd {

@@ -36,3 +36,16 @@ func Tool(t testing.TB, name, install string) string {
 	}
 	return p
 }
+
+// RealTiming marks a test whose claims rest on wall-clock timing over real
+// sockets (429s, utilization). CI runs those in a step of their own, without the
+// race detector and without other packages' tests sharing the two cores: its
+// `go test -race ./...` step sets GATECTL_REAL_TIMING=later, and then the test
+// is deferred (skipped there, and run in the next step). Anywhere else it runs
+// with the rest.
+func RealTiming(t testing.TB) {
+	t.Helper()
+	if os.Getenv("GATECTL_REAL_TIMING") == "later" {
+		t.Skip("deferred to CI's real-timing step (GATECTL_REAL_TIMING=later)")
+	}
+}
