@@ -72,13 +72,17 @@ type timingCase struct {
 	// (timingFreeOutputSigma) and take timingFreePerToken each to write: the
 	// gate reserves what a call of its age is expected to write.
 	free bool
+	// bucket: the provider's limit is a token bucket (a reserve of the limit,
+	// refilled at the limit per window), not a sliding window.
+	bucket bool
 }
 
 var timingCases = []timingCase{
-	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false},
-	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false},
-	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false},
-	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true},
+	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false},
+	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false},
+	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false},
+	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false},
+	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, true},
 }
 
 // The free case's outputs: log-normal, median timingOutputMedian, p99 about
@@ -169,6 +173,7 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	if tc.free {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingFreePerToken
 	}
+	pc.Bucket = tc.bucket
 	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)

@@ -3,7 +3,9 @@
 //
 // The limit is a sliding window of Tokens per Window (40,000 per 10 s by
 // default), counted when a request arrives at the whole cost of the call: its
-// prompt tokens plus the completion tokens it will write. Optionally a request
+// prompt tokens plus the completion tokens it will write. With Bucket, it is a
+// token bucket instead: a reserve of Tokens, refilled continuously at Tokens per
+// Window and full at the start, that a call must find its whole cost in. Optionally a request
 // limit (Requests per Window) as well. A call that does not fit is answered 429
 // with Retry-After and an OpenAI-style body, and does not count.
 //
@@ -68,6 +70,8 @@ type Config struct {
 	RetryAfter time.Duration
 	// Headers sends the OpenAI x-ratelimit-* headers on every answer.
 	Headers bool
+	// Bucket makes the token limit a token bucket (see the package comment).
+	Bucket bool
 
 	Latency        time.Duration // every answer takes at least this long
 	Jitter         time.Duration // plus a uniform share of this
@@ -95,6 +99,9 @@ type Provider struct {
 	entries []entry // the sliding window, oldest first
 	head    int     // entries[head:] are live
 	used    int64   // tokens in the window
+	// With Bucket: the reserve, and when it was last refilled (zero: full).
+	level   float64
+	levelAt time.Time
 
 	epoch       time.Time
 	windows     []WindowStats // windows[i] is window firstWindow+i
@@ -267,6 +274,9 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 		p.entries, p.head = p.entries[:n], 0
 	}
 	v := verdict{used: p.used, requests: int64(len(p.entries) - p.head)}
+	if p.c.Bucket {
+		return p.admitBucketLocked(now, tokens, v)
+	}
 	switch {
 	case p.used+tokens > p.c.Tokens:
 	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
@@ -281,6 +291,37 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 	if n := len(p.entries); n > p.head {
 		v.resetToken = p.entries[n-1].at.Add(p.c.Window).Sub(now)
 	}
+	return p.recordLocked(now, tokens, v)
+}
+
+// admitBucketLocked is admit for a token bucket: the request limit stays a
+// sliding window (its entries count requests only).
+func (p *Provider) admitBucketLocked(now time.Time, tokens int64, v verdict) verdict {
+	rate := float64(p.c.Tokens) / p.c.Window.Seconds()
+	if p.levelAt.IsZero() {
+		p.level = float64(p.c.Tokens)
+	} else if d := now.Sub(p.levelAt).Seconds(); d > 0 {
+		p.level = math.Min(float64(p.c.Tokens), p.level+rate*d)
+	}
+	p.levelAt = now
+	switch {
+	case p.level < float64(tokens):
+	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
+		v.rpm = true
+	default:
+		v.ok = true
+		p.level -= float64(tokens)
+		p.entries = append(p.entries, entry{now, 0})
+	}
+	v.remaining = int64(p.level)
+	v.used = p.c.Tokens - v.remaining // as OpenAI states it: the limit less what is left
+	v.remReqs = max(0, p.c.Requests-int64(len(p.entries)-p.head))
+	v.resetToken = time.Duration((float64(p.c.Tokens) - p.level) / rate * float64(time.Second))
+	return p.recordLocked(now, tokens, v)
+}
+
+// recordLocked counts the answer in the records.
+func (p *Provider) recordLocked(now time.Time, tokens int64, v verdict) verdict {
 	w := p.windowLocked(now)
 	if w == nil {
 		return v

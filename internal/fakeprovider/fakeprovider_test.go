@@ -99,6 +99,36 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+// TestBucket: with Bucket a call must find its whole cost in a reserve of
+// Tokens that refills at Tokens per Window, full at the start.
+func TestBucket(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Bucket: true, Now: c.Now})
+	body := bodyOf(t, 1200, "") // 400
+	steps := []struct {
+		after time.Duration
+		ok    bool
+	}{
+		{0, true},                       // 1000 → 600
+		{0, true},                       // → 200
+		{0, false},                      // 200 < 400
+		{2 * time.Second, true},         // +200 refilled: 400 → 0
+		{time.Second, false},            // 100 < 400
+		{3 * time.Second, true},         // 400 → 0
+		{time.Minute, true},             // full again, not more: 1000 → 600
+		{0, true},                       // → 200
+		{500 * time.Millisecond, false}, // 250 < 400
+	}
+	now := t0
+	for i, s := range steps {
+		now = now.Add(s.after)
+		c.Set(now)
+		if got := send(p, body).Code == http.StatusOK; got != s.ok {
+			t.Fatalf("step %d at +%s: ok=%v, want %v", i, now.Sub(t0), got, s.ok)
+		}
+	}
+}
+
 // TestRefusal: a 429 states Retry-After and OpenAI's wording, per minute.
 func TestRefusal(t *testing.T) {
 	c := &clock{now: t0}
