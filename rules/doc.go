@@ -45,9 +45,9 @@
 // for every field and function). In short: status, provider, model, errorKind,
 // body, text, headers, sinceCapacityMs, evidenceMs, capacityRecent; has(),
 // words(), hasAll(), match(), header(), code(), hint(), hintIn(), dur(), jstr(),
-// jnum(), json(), limitWindow(); and the predefined lists minuteWords,
-// minuteAbbr, hourWords, hourAbbr, dayWords, dayAbbr, weekWords, weekAbbr,
-// monthWords, monthAbbr.
+// jnum(), json(), limitWindow(), requestOverLimit(); and the predefined lists
+// minuteWords, minuteAbbr, hourWords, hourAbbr, dayWords, dayAbbr, weekWords,
+// weekAbbr, monthWords, monthAbbr.
 //
 // Phrases are matched on the body lowercased with whitespace, '_' and '-'
 // removed, so one phrase covers "rate limit", "rate_limit_exceeded", "RateLimit"

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,12 @@ import (
 //	json(path)      the value at path (nil when absent)
 //	limitWindow()   the limit's window named in the body: "month", "week", "day",
 //	                "hour", "minute", or ""
+//	requestOverLimit()
+//	                the body reports a limit and a request larger than it, as
+//	                OpenAI and Groq word them ("Limit 7000, Used 0, Requested
+//	                12903", "limit: 7,000, used: 0, requested: 12,903", "Limit
+//	                30000, Requested 50034"); false when it reports no such pair
+//	                or the request fits ("Limit 240000, Used 0, Requested 1049")
 type Env struct {
 	Status          int               `expr:"status"`
 	Provider        string            `expr:"provider"`
@@ -75,6 +82,7 @@ type Env struct {
 	JNum        func(path string) float64 `expr:"jnum"`
 	JSON        func(path string) any     `expr:"json"`
 	LimitWindow func() string             `expr:"limitWindow"`
+	OverLimit   func() bool               `expr:"requestOverLimit"`
 
 	// Targets of the calls the compiler rewrites; not for rules to call.
 	XHas     func(group int) bool       `expr:"__has"`
@@ -105,6 +113,8 @@ type evalState struct {
 	hintOK   bool
 	code     int
 	codeOK   bool
+	over     bool
+	overOK   bool
 }
 
 func newEvalState() *evalState {
@@ -118,6 +128,7 @@ func newEvalState() *evalState {
 	st.env.JNum = st.jnum
 	st.env.JSON = st.json
 	st.env.LimitWindow = st.limitWindow
+	st.env.OverLimit = st.requestOverLimit
 	st.env.XHas = st.has
 	st.env.XMatch = st.match
 	st.env.XMatchOn = st.matchOn
@@ -127,7 +138,7 @@ func newEvalState() *evalState {
 // reset points the state at a new failure.
 func (st *evalState) reset(rs *RuleSet, f *engine.Failure, now time.Time) {
 	st.rs, st.f, st.now = rs, f, now
-	st.scanned, st.lowerOK, st.textOK, st.rootOK, st.hintOK, st.codeOK = false, false, false, false, false, false
+	st.scanned, st.lowerOK, st.textOK, st.rootOK, st.hintOK, st.codeOK, st.overOK = false, false, false, false, false, false, false
 	st.lowerStr, st.text, st.root = "", "", nil
 	e := &st.env
 	e.Status, e.Provider, e.Model, e.ErrorKind, e.Body, e.Headers = f.Status, f.Provider, f.Model, f.ErrorKind, f.Body, f.Headers
@@ -316,6 +327,36 @@ func (st *evalState) limitWindow() string {
 		}
 	}
 	return ""
+}
+
+// limitRequested is a limit and a request as OpenAI and Groq report them, on the
+// lowered, collapsed text: "limit 7000, used 0, requested 12903", "limit: 7,000,
+// used: 0, requested: 12,903", "limit 30000, requested 50034".
+var limitRequested = regexp.MustCompile(`limit:? ?([0-9]+(?:,[0-9]{3})*)[,;]? (?:used:? ?[0-9][0-9,]*[,;]? )?requested:? ?([0-9]+(?:,[0-9]{3})*)`)
+
+// requestOverLimit reports whether the body names a request larger than its limit:
+// such a request can never pass, while one that fits is only waiting for the
+// window ("Limit 240000, Used 0, Requested 1049" from a counter that reads 0).
+func (st *evalState) requestOverLimit() bool {
+	if !st.overOK {
+		st.over = false
+		for _, m := range limitRequested.FindAllStringSubmatch(st.collapsed(), -1) {
+			limit, lok := commaNumber(m[1])
+			requested, rok := commaNumber(m[2])
+			if lok && rok && requested > limit {
+				st.over = true
+				break
+			}
+		}
+		st.overOK = true
+	}
+	return st.over
+}
+
+// commaNumber reads digits with optional thousands commas ("12,903").
+func commaNumber(s string) (float64, bool) {
+	f, err := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64)
+	return f, err == nil
 }
 
 // effectiveCode is the status, or the status the body reports when the HTTP status
