@@ -117,18 +117,29 @@ func (d *decoder) pairs(n *yaml.Node, path string) []field {
 	n = deref(n)
 	var out []field
 	seen := map[string]bool{}
+	// Mappings being expanded: an anchor merged into itself (&a {<<: *a}) would
+	// otherwise expand forever.
+	active := map[*yaml.Node]bool{}
 	var walk func(m *yaml.Node, merged bool)
 	walk = func(m *yaml.Node, merged bool) {
+		active[m] = true
+		defer delete(active, m)
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			k, v := deref(m.Content[i]), m.Content[i+1]
 			if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
 				v = deref(v)
+				if active[v] {
+					d.errorf(k, path, "merge key << merges a mapping into itself (an anchor that refers to itself)")
+					continue
+				}
 				switch v.Kind {
 				case yaml.MappingNode:
 					walk(v, true)
 				case yaml.SequenceNode:
 					for _, e := range v.Content {
-						if e = deref(e); e.Kind == yaml.MappingNode {
+						if e = deref(e); e.Kind == yaml.MappingNode && active[e] {
+							d.errorf(k, path, "merge key << merges a mapping into itself (an anchor that refers to itself)")
+						} else if e.Kind == yaml.MappingNode {
 							walk(e, true)
 						}
 					}

@@ -302,6 +302,8 @@ func TestValidationErrors(t *testing.T) {
 			`6: balances[1].wasm: needs module and url`}},
 		{"non-string key", "gate: {[a]: 1}\n", []string{`1: gate: keys must be strings, got a list`}},
 		{"bad merge", "gate:\n  <<: 3\n", []string{`2: gate: merge key << needs a mapping or a list of mappings, got the number 3`}},
+		{"self merge", "gate: &a {<<: *a, window: 10s}\n", []string{`1: gate: merge key << merges a mapping into itself (an anchor that refers to itself)`}},
+		{"self merge in a list", "gate: &a {<<: [*a], window: 10s}\n", []string{`1: gate: merge key << merges a mapping into itself (an anchor that refers to itself)`}},
 
 		// quota
 		{"quota", "quota:\n  longTermDelay: 0s\n  exhaustedCooldown: -1h\n  failOpen: maybe\n  nativeRetryFirstProviders: [qwen, qwen]\n", []string{
