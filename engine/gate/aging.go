@@ -24,10 +24,11 @@ import (
 // Both moments come from a lognormal fitted to recent outputs; base and
 // perToken from a line fitted to (output, time in flight) of recent calls.
 // When that line explains little (the duration hardly grows with the output:
-// a provider that buffers whole answers, or outputs all alike), ages say
-// nothing and calls reserve the latency-weighted mean as before. With a shared
-// window the reservations on the store are fixed at admission, so ages are not
-// used there either.
+// a provider that buffers whole answers, or outputs all alike), or the
+// lognormal does not describe the outputs (agingFitRatio), ages say nothing and
+// calls reserve the latency-weighted mean as before. With a shared window the
+// reservations on the store are fixed at admission, so ages are not used there
+// either.
 
 // ageRefresh is how often, at most, the reservations of the calls in flight
 // are brought up to their age: each pass is O(calls in flight).
@@ -64,7 +65,7 @@ type outputModel struct {
 	// ages are used (the pace line explains the durations and the lognormal
 	// describes the outputs), the pace line, and the plain mean and variance of
 	// an output (a fresh call's).
-	paceOK           bool
+	agesOK           bool
 	base, perToken   float64
 	mean0, variance0 float64
 }
@@ -86,10 +87,10 @@ func (m *outputModel) observe(output int64, inFlight float64) {
 	m.mod += a * (o*inFlight - m.mod)
 	m.mdd += a * (inFlight*inFlight - m.mdd)
 	m.n++
-	m.base, m.perToken, m.paceOK = m.fitPace()
+	m.base, m.perToken, m.agesOK = m.fitPace()
 	m.mean0, m.variance0 = m.moments(0)
 	if ev := m.moo - m.mo*m.mo; m.mean0 > agingFitRatio*m.mo || m.mean0*agingFitRatio < m.mo || m.variance0 > agingFitVar*ev+1 {
-		m.paceOK = false
+		m.agesOK = false
 	}
 }
 
@@ -113,7 +114,7 @@ func (m *outputModel) fitPace() (base, perToken float64, ok bool) {
 
 // floorAt is the output a call in flight for age seconds has written at least.
 func (m *outputModel) floorAt(age float64) float64 {
-	if !m.paceOK || age <= m.base {
+	if !m.agesOK || age <= m.base {
 		return 0
 	}
 	return (age - m.base) / m.perToken
@@ -143,7 +144,7 @@ func (m *outputModel) moments(k float64) (mean, variance float64) {
 func upperTail(z float64) float64 { return 0.5 * math.Erfc(z/math.Sqrt2) }
 
 // agingLocked says whether reservations follow the calls' age.
-func (b *bucket) agingLocked() bool { return b.l.shared == nil && b.est.model.paceOK }
+func (b *bucket) agingLocked() bool { return b.l.shared == nil && b.est.model.agesOK }
 
 // ageLocked brings the reservation of every call in flight without max_tokens
 // up to its age, at most once per ageRefresh.

@@ -87,9 +87,9 @@ func TestAgingRegressionLognormalOnBimodalOutputs(t *testing.T) {
 		e.observeOutput(o, d, false)
 	}
 	mean, v := m.moments(0)
-	t.Logf("paceOK %v; lognormal mean %.0f sd %.0f; true mean %.0f; latency-weighted outMean %.0f sd %.0f",
-		m.paceOK, mean, math.Sqrt(v), sum/200, e.outMean, math.Sqrt(e.outVar))
-	if m.paceOK && mean > 3*sum/200 {
+	t.Logf("agesOK %v; lognormal mean %.0f sd %.0f; true mean %.0f; latency-weighted outMean %.0f sd %.0f",
+		m.agesOK, mean, math.Sqrt(v), sum/200, e.outMean, math.Sqrt(e.outVar))
+	if m.agesOK && mean > 3*sum/200 {
 		t.Fatalf("a fresh call reserves %.0f output tokens, %.1f× the true mean %.0f; margin sd %.0f per call", mean, mean/(sum/200), sum/200, math.Sqrt(v))
 	}
 }

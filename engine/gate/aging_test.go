@@ -83,7 +83,7 @@ func TestAgingPaceFit(t *testing.T) {
 		o := int64(100 + 37*(i%50))
 		m.observe(o, 0.25+0.02*float64(o))
 	}
-	base, per, ok := m.base, m.perToken, m.paceOK
+	base, per, ok := m.base, m.perToken, m.agesOK
 	if !ok || math.Abs(base-0.25) > 1e-6 || math.Abs(per-0.02) > 1e-9 {
 		t.Fatalf("pace fit base %g per token %g ok %v, want 0.25 and 0.02", base, per, ok)
 	}
@@ -95,7 +95,7 @@ func TestAgingPaceFit(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		flat.observe(int64(100+37*(i%50)), 2+0.1*float64(i%3))
 	}
-	if flat.paceOK {
+	if flat.agesOK {
 		t.Fatal("a duration unrelated to the output was taken for a pace")
 	}
 }

@@ -13,11 +13,13 @@ import "time"
 // gate does not know when the reserve was last full, but for any s the spend
 // over [s, t] ÷ (t − s + window) is at most the rate, and equals it at the
 // last time it was full: the largest such figure over the last windows is the
-// estimate. For a sliding or fixed window it is a lower bound on the limit too
-// (nothing spends more than the limit in a window), so it never reads high.
+// estimate. For a sliding or fixed window it is about a lower bound on the limit
+// too (nothing spends more than the limit in a window; the spend counts calls in
+// flight at their reservation until they settle), and the rule that uses it
+// only ever lowers a reading with it.
 
 // spentSamples is how many samples of the spend are kept, one per
-// window ÷ spentPerWindow at most: 16 windows of history in 1 KiB.
+// window ÷ spentPerWindow at most: at least 16 windows of history in 1 KiB.
 const (
 	spentSamples   = 64
 	spentPerWindow = 4
