@@ -36,6 +36,7 @@ stateDir: state
 pluginsDir: plugins
 classifiers:
   - wasm: octafuse.wasm
+    limits: {timeout: 1s} # the default 2 ms is a production bound; under -race on a loaded CI machine a first call can exceed it
     cases:
       - input: {status: 200, body: '{"code":"OCTA_BUSY","wait_ms":7}'}
         expect: {class: OVERLOADED, retryAfterMs: 7}
@@ -92,6 +93,7 @@ classifiers:
 	os.WriteFile(cfgPath, []byte(`
 classifiers:
   - wasm: octafuse.wasm
+    limits: {timeout: 1s} # the default 2 ms is a production bound; under -race on a loaded CI machine a first call can exceed it
     cases:
       - input: {status: 200, body: '{"code":"OCTA_BUSY"}'}
         expect: {class: QUOTA}
