@@ -120,8 +120,13 @@ func (d *decoder) pairs(n *yaml.Node, path string) []field {
 	// Mappings being expanded: an anchor merged into itself (&a {<<: *a}) would
 	// otherwise expand forever.
 	active := map[*yaml.Node]bool{}
+	done := map[*yaml.Node]bool{} // merged mappings already walked: nothing new in them
 	var walk func(m *yaml.Node, merged bool)
 	walk = func(m *yaml.Node, merged bool) {
+		if merged && done[m] {
+			return
+		}
+		done[m] = true
 		active[m] = true
 		defer delete(active, m)
 		for i := 0; i+1 < len(m.Content); i += 2 {

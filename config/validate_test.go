@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,22 @@ classifiers:
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// A mapping merged through many paths (&aN {<<: [*aN-1 ×10]}, twelve deep: 10¹²
+// paths in a few hundred bytes) is walked once, not once per path: without that,
+// parsing this file would not end.
+func TestMergeThroughManyPathsWalkedOnce(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x0: &a0 {window: 10s}\n")
+	for i := 1; i <= 12; i++ {
+		refs := strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10)
+		fmt.Fprintf(&b, "x%d: &a%d {<<: [%s]}\n", i, i, strings.TrimSuffix(refs, ", "))
+	}
+	b.WriteString("gate: {<<: *a12}\n")
+	_, err := Parse([]byte(b.String()), "merges.yaml")
+	if err == nil || !strings.Contains(err.Error(), `unknown key "x0"`) {
+		t.Fatalf("err = %v, want the x… keys reported as unknown and nothing else going wrong", err)
 	}
 }

@@ -332,7 +332,8 @@ func (st *evalState) limitWindow() string {
 // limitRequested is a limit and a request as OpenAI and Groq report them, on the
 // lowered, collapsed text: "limit 7000, used 0, requested 12903", "limit: 7,000,
 // used: 0, requested: 12,903", "limit 30000, requested 50034".
-var limitRequested = regexp.MustCompile(`limit:? ?([0-9]+(?:,[0-9]{3})*)[,;]? (?:used:? ?[0-9][0-9,]*[,;]? )?requested:? ?([0-9]+(?:,[0-9]{3})*)`)
+// Digit groups may be of any size ("1,00,000"): the commas are dropped.
+var limitRequested = regexp.MustCompile(`limit:? ?([0-9](?:[0-9]|,[0-9])*)[,;]? (?:used:? ?[0-9][0-9,]*[,;]? )?requested:? ?([0-9](?:[0-9]|,[0-9])*)`)
 
 // requestOverLimit reports whether the body names a request larger than its limit:
 // such a request can never pass, while one that fits is only waiting for the
@@ -353,7 +354,7 @@ func (st *evalState) requestOverLimit() bool {
 	return st.over
 }
 
-// commaNumber reads digits with optional thousands commas ("12,903").
+// commaNumber reads digits with optional grouping commas ("12,903", "1,00,000").
 func commaNumber(s string) (float64, bool) {
 	f, err := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64)
 	return f, err == nil

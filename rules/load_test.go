@@ -248,6 +248,8 @@ func TestHelpers(t *testing.T) {
 		{"requestOverLimit without used", `requestOverLimit()`, engine.Failure{Body: "Request too large (TPM): Limit 30000, Requested 50034."}, true},
 		{"requestOverLimit across a line break", `requestOverLimit()`, engine.Failure{Body: "LIMIT 7000,\n  Used 0, Requested 12903"}, true},
 		{"requestOverLimit a request that fits", `requestOverLimit()`, engine.Failure{Body: "Limit 240000, Used 0, Requested 1049."}, false},
+		{"requestOverLimit with lakh grouping", `requestOverLimit()`, engine.Failure{Body: "Limit 1,00,000, Used 0, Requested 2,00,000."}, true},
+		{"requestOverLimit with lakh grouping that fits", `requestOverLimit()`, engine.Failure{Body: "Limit 2,00,000, Used 0, Requested 1,00,000."}, false},
 		{"requestOverLimit commas compare as numbers", `requestOverLimit()`, engine.Failure{Body: "limit: 12,000, used: 0, requested: 9,999"}, false},
 		{"requestOverLimit equal fits", `requestOverLimit()`, engine.Failure{Body: "Limit 7000, Used 0, Requested 7000"}, false},
 		{"requestOverLimit no numbers", `requestOverLimit()`, engine.Failure{Body: "rate limit reached, requested too much"}, false},

@@ -299,11 +299,13 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 func (p *Provider) admitBucketLocked(now time.Time, tokens int64, v verdict) verdict {
 	rate := float64(p.c.Tokens) / p.c.Window.Seconds()
 	if p.levelAt.IsZero() {
-		p.level = float64(p.c.Tokens)
+		p.level, p.levelAt = float64(p.c.Tokens), now
 	} else if d := now.Sub(p.levelAt).Seconds(); d > 0 {
+		// Requests are timed before the lock: one timed earlier than the last
+		// refill must not move the refill back (the interval would count twice).
 		p.level = math.Min(float64(p.c.Tokens), p.level+rate*d)
+		p.levelAt = now
 	}
-	p.levelAt = now
 	switch {
 	case p.level < float64(tokens):
 	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
@@ -498,7 +500,7 @@ func (p *Provider) refuse(w http.ResponseWriter, model string, v verdict, cost i
 			model, p.perMinute(p.c.Requests), p.perMinute(v.requests), secs)
 	} else {
 		msg = fmt.Sprintf("Rate limit reached for %s in organization org-fake on tokens per min (TPM): Limit %d, Used %d, Requested %d. Please try again in %ds.",
-			model, p.perMinute(p.c.Tokens), p.perMinute(v.used), cost, secs)
+			model, p.perMinute(p.c.Tokens), p.perMinute(v.used), p.perMinute(cost), secs)
 	}
 	typ := "tokens"
 	if v.rpm {

@@ -145,7 +145,7 @@ func TestRefusal(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
 		t.Fatal(err)
 	}
-	if want := "tokens per min (TPM): Limit 6000, Used 4200, Requested 700."; !strings.Contains(e.Error.Message, want) || e.Error.Code != "rate_limit_exceeded" {
+	if want := "tokens per min (TPM): Limit 6000, Used 4200, Requested 4200."; !strings.Contains(e.Error.Message, want) || e.Error.Code != "rate_limit_exceeded" {
 		t.Fatalf("body %s, want a message with %q", w.Body, want)
 	}
 	if w.Header().Get("X-Ratelimit-Limit-Tokens") != "" {
