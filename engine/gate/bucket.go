@@ -365,9 +365,9 @@ func (b *bucket) reservation(req Request) sizing {
 	aging := b.agingLocked()
 	out := b.est.outputReserve(req.MaxTokens, aging)
 	asked := req.MaxTokens > 0
+	inVar := b.est.inputVariance(in, guessed)
 	return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed,
-		variance: b.est.callVariance(in, guessed, asked, aging),
-		inputVar: b.est.callVariance(in, guessed, true, false)}
+		variance: b.est.outputVariance(asked, aging) + inVar, inputVar: inVar}
 }
 
 func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
@@ -769,7 +769,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	// view's error — the calls in flight counted at their expected output in the
 	// arrival view; the settled calls are exact, only the network delay and
 	// rounding blur the completion view.
-	callVar := b.est.callVariance(0, false, false, b.agingLocked())
+	callVar := b.est.outputVariance(false, b.agingLocked())
 	callSlack := float64(b.marginOf(callVar))
 	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
 	doneSlack := callSlack + baseMargin*b.learn.budget()

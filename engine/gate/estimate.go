@@ -121,21 +121,28 @@ func (e *estimator) outputReserve(maxTokens int, aging bool) int64 {
 // output, not the configured reserve.
 func (e *estimator) calibrated() bool { return e.nWeighted >= reserveMinSamples }
 
-// callVariance is the variance of what a call reserving (input estimate in,
-// output out) will really cost: the output's spread when it reserved the
-// expected output, and the input estimate's error when the input was guessed
-// from its size.
-func (e *estimator) callVariance(in int64, inputGuessed, asked, aging bool) float64 {
-	var v float64
-	if !asked && aging {
-		v += e.model.variance0
-	} else if !asked && e.nWeighted >= reserveMinSamples {
-		v += e.outVar
+// outputVariance is the variance of what a call's output will really be, when
+// it reserved the expected output (not max_tokens): a fresh call's under ages,
+// else the latency-weighted one.
+func (e *estimator) outputVariance(asked, aging bool) float64 {
+	switch {
+	case asked:
+		return 0
+	case aging:
+		return e.model.variance0
+	case e.nWeighted >= reserveMinSamples:
+		return e.outVar
 	}
-	if inputGuessed && e.nInErr > 0 {
-		v += e.inErrSq * float64(in) * float64(in)
+	return 0
+}
+
+// inputVariance is the variance of an input estimate in made from the
+// request's size (0 when the input was given).
+func (e *estimator) inputVariance(in int64, inputGuessed bool) float64 {
+	if !inputGuessed || e.nInErr == 0 {
+		return 0
 	}
-	return v
+	return e.inErrSq * float64(in) * float64(in)
 }
 
 // observeInput learns how far an input estimate made from the request's size
