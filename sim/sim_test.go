@@ -167,6 +167,22 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 	}
 }
 
+// Started at the bucket's rate, the gate's probes pass on the lent reserve and
+// its trigger comes to bind; the 429 that drains the reserve comes at a level
+// the gate had held, and it reads the rate there. (Before, a window the trigger
+// held calls back counted as a probe, the rate was never read: six 429s,
+// converged after 39 windows.)
+func TestTokenBucketAtTheRate(t *testing.T) {
+	r := run(t, loadScenario(t, "token-bucket-1x.yaml"))
+	g := r.Modes[ModeGate]
+	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 {
+		t.Errorf("converged after %s windows, want ≤ 10", windows(g.ConvergedAfterWindows))
+	}
+	if g.RateLimited > 3 || g.Lost != 0 {
+		t.Errorf("%d 429s, %d lost: want ≤ 3 and none", g.RateLimited, g.Lost)
+	}
+}
+
 // windows prints a convergence window, or "never".
 func windows(w *int) string {
 	if w == nil {

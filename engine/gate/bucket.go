@@ -697,7 +697,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// relax's overshoot), it is a drained reserve, and what was spent tells the
 	// limit (rate.go).
 	rate, rateOK := b.rateSpentLocked(now)
-	steady := now.Sub(maxTime(b.learn.lastProbe, b.learn.lastRelax)) >= cfg.Window
+	// Held: nothing raised the budget within a window. (Not lastProbe: it also
+	// moves each window the trigger holds a call back without a step.)
+	steady := now.Sub(b.learn.lastRaise) >= cfg.Window
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&

@@ -80,6 +80,7 @@ type learner struct {
 	lastProbe time.Time // last probe step (or the learner's birth)
 	last429   time.Time // last 429 of any kind
 	lastRelax time.Time // last slow re-probe of the trigger
+	lastRaise time.Time // last probe or relax step that raised the budget (lastProbe also marks windows without one)
 
 	probeRun int       // windows in the current run of probes (slow start)
 	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
@@ -369,6 +370,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		}
 		l.quota = math.Max(l.quota, l.trigger)
 		l.preProbe = 0
+		l.lastRaise = now
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
@@ -383,6 +385,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if l.stated > 0 && l.quota > l.stated {
 		l.quota = l.stated
 	}
+	l.lastRaise = now
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
 }
 

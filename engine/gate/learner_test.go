@@ -416,3 +416,29 @@ func TestLearnerNoFalseLeakFromReserves(t *testing.T) {
 		t.Fatalf("%d leak warnings for the same load read two ways", n)
 	}
 }
+
+// A window in which the trigger holds calls back without a step is not a raise:
+// the rate rule asks whether the level was held for a window, and a trigger
+// that binds for good holds it.
+func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	l.trigger, l.cleanMax = 900, 900 // bound by the trigger; nothing to relax toward
+	l.lastRelax, l.last429 = t0, t0
+	for i := 1; i <= 5; i++ {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(i)*span), span); moved {
+			t.Fatalf("window %d: step %+v, want none", i, st)
+		}
+	}
+	if !l.lastRaise.IsZero() {
+		t.Fatalf("lastRaise %v after windows without a step", l.lastRaise)
+	}
+	if !l.lastProbe.After(t0) {
+		t.Fatal("lastProbe did not move: the test no longer shows the difference")
+	}
+	// A probe step is a raise.
+	l2 := newLearner(1000, true, t0)
+	if _, moved := l2.onTokenBlocked(t0.Add(span), span); !moved || !l2.lastRaise.Equal(t0.Add(span)) {
+		t.Fatalf("probe moved %v, lastRaise %v", moved, l2.lastRaise)
+	}
+}
