@@ -25,6 +25,7 @@ type LearnedQuota struct {
 	PreProbe    float64   `json:"preProbe,omitempty"`   // the quota before the last probe
 	PrevCut     time.Time `json:"prevCut,omitzero"`     // the previous trusted burst's first 429
 	LastRelax   time.Time `json:"lastRelax,omitzero"`   // the last slow re-probe of the trigger
+	LastRaise   time.Time `json:"lastRaise,omitzero"`   // the last probe or relax step that raised the budget
 	Relaxed     bool      `json:"relaxed,omitempty"`    // relaxed toward the clean record since the last trusted 429
 	LastSuspect time.Time `json:"lastSuspect,omitzero"` // the first 429 of the current suspect series
 	Suspects    int       `json:"suspects,omitempty"`   // 429s in that series, on every instance
@@ -87,7 +88,7 @@ func (l *learner) restore(q LearnedQuota) {
 		return // a record without the per-window flags
 	}
 	l.cleanMax, l.lastProbe, l.probeRun, l.preProbe = q.CleanMax, q.LastProbe, q.ProbeRun, q.PreProbe
-	l.prevCut, l.lastRelax, l.relaxed = q.PrevCut, q.LastRelax, q.Relaxed
+	l.prevCut, l.lastRelax, l.relaxed, l.lastRaise = q.PrevCut, q.LastRelax, q.Relaxed, q.LastRaise
 	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
 	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
 	// last429 came along: a window another instance saw a 429 in is not clean here.
@@ -96,7 +97,7 @@ func (l *learner) restore(q LearnedQuota) {
 func (l *learner) snapshot() LearnedQuota {
 	return LearnedQuota{Quota: l.quota, Trigger: l.trigger, LastCut: l.lastCut, Last429: l.last429,
 		CleanMax: l.cleanMax, LastProbe: l.lastProbe, ProbeRun: l.probeRun, PreProbe: l.preProbe,
-		PrevCut: l.prevCut, LastRelax: l.lastRelax, Relaxed: l.relaxed,
+		PrevCut: l.prevCut, LastRelax: l.lastRelax, LastRaise: l.lastRaise, Relaxed: l.relaxed,
 		LastSuspect: l.lastSuspect, Suspects: l.suspects,
 		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed}
 }

@@ -16,7 +16,7 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	a := newLearner(10000, true, t0)
 	a.quota, a.trigger, a.lastCut, a.last429 = 9000, 8500, t0.Add(time.Second), t0.Add(2*time.Second)
 	a.cleanMax, a.lastProbe, a.probeRun, a.preProbe = 8700, t0.Add(3*time.Second), 2, 8600
-	a.prevCut, a.lastRelax, a.relaxed = t0.Add(4*time.Second), t0.Add(5*time.Second), true
+	a.prevCut, a.lastRelax, a.relaxed, a.lastRaise = t0.Add(4*time.Second), t0.Add(5*time.Second), true, t0.Add(7*time.Second)
 	a.lastSuspect, a.suspects = t0.Add(6*time.Second), 2
 	a.firstProbe, a.firstFrom, a.firstUsed = firstProbeInFlight, 8400, true
 	q := a.snapshot()

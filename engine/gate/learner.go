@@ -245,7 +245,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	level := l.budget()
 	// Refused where the gate itself had held the level for a while (not a
 	// probe's first window, not over-budget calls far above it).
-	probing := !l.lastProbe.IsZero() && l.preProbe > 0 && now.Sub(l.lastProbe) < span
+	probing := l.preProbe > 0 && !l.lastRaise.IsZero() && now.Sub(l.lastRaise) < span
 	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	hadTrigger := l.trigger > 0

@@ -442,3 +442,30 @@ func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
 		t.Fatalf("probe moved %v, lastRaise %v", moved, l2.lastRaise)
 	}
 }
+
+// A 429 two windows after the last probe step, with the trigger binding in
+// between, is a 429 at a held level: not the probe's overshoot, which would take
+// the quota back to where it was before the step.
+func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	l.trigger, l.cleanMax = 1040, 1040
+	l.lastRelax, l.last429 = t0, t0
+	now := t0.Add(span)
+	if st, moved := l.onTokenBlocked(now, span); !moved || st.Kind != "probe" || l.quota != 1040 {
+		t.Fatalf("step %+v moved %v quota %g, want a probe capped at the trigger 1040", st, moved, l.quota)
+	}
+	now = now.Add(span)
+	if _, moved := l.onTokenBlocked(now, span); moved { // the trigger binds
+		t.Fatal("a step with the trigger binding")
+	}
+	steps := l.on429(now.Add(span/2), 1030, 0, false, span)
+	for _, st := range steps {
+		if st.Kind == "revert" {
+			t.Fatalf("steps %+v: a 429 at the held level reverted the probe of two windows ago", steps)
+		}
+	}
+	if l.quota < 1000 || l.budget() < 1000 {
+		t.Fatalf("quota %g budget %g, want the reading 1030 to set them", l.quota, l.budget())
+	}
+}
