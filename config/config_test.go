@@ -31,7 +31,7 @@ func wantDefaults() *Config {
 		Gate: Gate{
 			Window: 60 * time.Second, MaxWait: 120 * time.Second, FallbackCooldown: 60 * time.Second,
 			OutputReserveTokens: 8192, Learn: true,
-			Defaults: ModelLimits{TPM: 1000000, RPM: 60}, Jitter: 0.1, CountGuard: 0.005, MarginSigmas: 5, Pace: 2, PaceBurst: 0.1, MaxModels: 1000,
+			Defaults: ModelLimits{TPM: 1000000, RPM: 60}, Jitter: 0.1, CountGuard: 0.005, MarginSigmas: 5, Pace: 3, PaceBurst: 0.07, MaxModels: 1000,
 		},
 		Retry: Retry{
 			Rounds: 8, InitialDelay: 2 * time.Second, Multiplier: 2, MaxDelay: 60 * time.Second, Jitter: 0.2,

@@ -82,14 +82,15 @@ var timingCases = []timingCase{
 	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false},
 	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false},
 	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false},
-	// The bucket's 429 target is that of Start2xNoHeaders (≤ 3). It is a known
-	// miss after window 3 (one 429 every 20–25 s: docs/benchmarks.md), which the
-	// refusal times logged show; checking it would fail every run or flake at the
-	// floor, so it is not checked. Its utilization is logged, not checked either:
+	// The bucket's 429 targets are those of Start2xNoHeaders (≤ 3, none from
+	// window 3 on). The gate reads the bucket's rate from what it spent at the
+	// 429 where the reserve runs dry, usually the second, at about 25 s; in one
+	// run of four that 429 did not refute both views and a third came at 60 s
+	// (docs/benchmarks.md). Its utilization is logged, not checked:
 	// served ÷ (limit × windows) counts what the reserve lends back after each
 	// cooldown (1.1–1.4 in one window, 0.4 in the next), and the issue sets its
 	// utilization targets for the sliding window.
-	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: -1, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true},
+	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true},
 }
 
 // The free case's outputs: log-normal, median timingOutputMedian, p99 about

@@ -58,42 +58,61 @@ func TestTargets(t *testing.T) {
 	}
 }
 
-// atTruthFloor is each provider model's least utilization of the true TPM at the
-// truth without outside traffic, in the seed-1 matrix.
+// atTruthFloor is each provider model's least mean utilization of the true TPM
+// at the truth without outside traffic, over the matrices of seeds 1–3 (six
+// runs each). A mean over seeds: one run's figure moves by several points with
+// any change that shifts when a 429 lands.
 var atTruthFloor = map[string]float64{
-	LimitSlidingArrival: 0.87, LimitSlidingCompletion: 0.85, LimitTokenBucket: 0.92, LimitFixedWindow: 0.89,
+	LimitSlidingArrival: 0.88, LimitSlidingCompletion: 0.83, LimitTokenBucket: 0.92, LimitFixedWindow: 0.89,
 }
 
 // The matrix's regression floors: what the gate's timing rules bought on the
-// built-in scenario (docs/benchmarks.md, "The matrix against the issue's
-// targets"). A change that loses them must say why.
+// built-in scenario, seeds 1–3 (docs/benchmarks.md, "The matrix against the
+// issue's targets"). A change that loses them must say why.
 func TestMatrixFloors(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("the whole matrix: a few seconds of CPU, minutes under the race detector")
 	}
-	base := DefaultScenario()
-	base.Duration = Duration(MatrixDuration) // as gatectl sim --matrix runs it
-	rows, err := Matrix(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	met := 0
+	met, runs := 0, 0
 	rateLimited := map[string]int{}
-	for _, r := range rows {
-		if len(r.Misses) == 0 {
-			met++
+	atTruth := map[string][]float64{}
+	for seed := uint64(1); seed <= 3; seed++ {
+		base := DefaultScenario()
+		base.Seed = seed
+		base.Duration = Duration(MatrixDuration) // as gatectl sim --matrix runs it
+		rows, err := Matrix(base)
+		if err != nil {
+			t.Fatal(err)
 		}
-		rateLimited[r.Model] += r.RateLimited
-		if floor := atTruthFloor[r.Model]; r.Start == 1 && r.Outside == 0 && r.Utilization < floor {
-			t.Errorf("%s at the truth (latency %v): utilization %.3f, want ≥ %.2f", r.Model, r.Latency, r.Utilization, floor)
+		for _, r := range rows {
+			runs++
+			if len(r.Misses) == 0 {
+				met++
+			}
+			rateLimited[r.Model] += r.RateLimited
+			if r.Start == 1 && r.Outside == 0 {
+				atTruth[r.Model] = append(atTruth[r.Model], r.Utilization)
+			}
 		}
 	}
-	if met < 12 {
-		t.Errorf("%d of %d rows meet every target, want ≥ 12", met, len(rows))
+	for model, floor := range atTruthFloor {
+		us := atTruth[model]
+		mean := 0.0
+		for _, u := range us {
+			mean += u / float64(len(us))
+		}
+		t.Logf("%s at the truth: mean utilization %.3f over %d runs (floor %.2f)", model, mean, len(us), floor)
+		if len(us) == 0 || mean < floor {
+			t.Errorf("%s at the truth: mean utilization %.3f over %d runs, want ≥ %.2f", model, mean, len(us), floor)
+		}
 	}
-	for model, most := range map[string]int{LimitSlidingCompletion: 55, LimitTokenBucket: 55} {
+	t.Logf("%d of %d runs meet every target; 429s %v", met, runs, rateLimited)
+	if met < 40 {
+		t.Errorf("%d of %d runs meet every target, want ≥ 40", met, runs)
+	}
+	for model, most := range map[string]int{LimitSlidingCompletion: 125, LimitTokenBucket: 120} {
 		if n := rateLimited[model]; n > most {
-			t.Errorf("%s: %d 429s in its %d runs, want ≤ %d", model, n, len(rows)/len(LimitModels), most)
+			t.Errorf("%s: %d 429s in its %d runs, want ≤ %d", model, n, runs/len(LimitModels), most)
 		}
 	}
 }

@@ -169,17 +169,32 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 
 // Started at the bucket's rate, the gate's probes pass on the lent reserve and
 // its trigger comes to bind; the 429 that drains the reserve comes at a level
-// the gate had held, and it reads the rate there. (Before, a window the trigger
-// held calls back counted as a probe, the rate was never read: six 429s,
-// converged after 39 windows.)
+// the gate had held, and it reads the rate there. Before, a window in which the
+// trigger held calls back counted as a probe, so the rate was never read once a
+// trigger bound: over seeds 1–8, 41 429s, two runs that never converged and four
+// that took 26–54 windows. Now 30 429s, every run within 19 windows.
 func TestTokenBucketAtTheRate(t *testing.T) {
-	r := run(t, loadScenario(t, "token-bucket-1x.yaml"))
-	g := r.Modes[ModeGate]
-	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 {
-		t.Errorf("converged after %s windows, want ≤ 10", windows(g.ConvergedAfterWindows))
+	base := loadScenario(t, "token-bucket-1x.yaml")
+	total := 0
+	for seed := uint64(1); seed <= 8; seed++ {
+		s := base
+		s.Seed = seed
+		r, err := Run(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := r.Modes[ModeGate]
+		t.Logf("seed %d: %d 429s, converged after %s windows, utilization %.3f", seed, g.RateLimited, windows(g.ConvergedAfterWindows), g.Utilization)
+		if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 20 {
+			t.Errorf("seed %d: converged after %s windows, want ≤ 20", seed, windows(g.ConvergedAfterWindows))
+		}
+		if g.Lost != 0 {
+			t.Errorf("seed %d: %d calls lost", seed, g.Lost)
+		}
+		total += g.RateLimited
 	}
-	if g.RateLimited > 3 || g.Lost != 0 {
-		t.Errorf("%d 429s, %d lost: want ≤ 3 and none", g.RateLimited, g.Lost)
+	if total > 34 {
+		t.Errorf("%d 429s over eight seeds, want ≤ 34", total)
 	}
 }
 

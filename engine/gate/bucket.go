@@ -726,7 +726,11 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
 			reading = rate
 		}
+		inBurst := b.learn.inBurst(now, cfg.Window)
 		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)
+		if byRate && inBurst {
+			steps = append(steps, b.learn.rateInBurst(reading)...)
+		}
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)

@@ -39,7 +39,7 @@ type Config struct {
 	// summed cost the budget keeps free (5). 0 keeps none.
 	MarginSigmas float64
 	// Pace spaces grants: tokens are granted at most at Pace × the token budget
-	// per window, with a burst of PaceBurst × the budget at once (2 and 0.1).
+	// per window, with a burst of PaceBurst × the budget at once (3 and 0.07).
 	// Without it, the whole queue is granted in the instant the window drains,
 	// while a provider that counted the previous calls a few milliseconds later
 	// than the gate still holds them. Pace 0 turns pacing off.
@@ -62,8 +62,8 @@ func DefaultConfig() Config {
 		SafetyFactor:        0,
 		CountGuard:          0.005,
 		MarginSigmas:        5,
-		Pace:                2,
-		PaceBurst:           0.1,
+		Pace:                3,
+		PaceBurst:           0.07,
 		MaxWait:             120 * time.Second,
 		FallbackCooldown:    60 * time.Second,
 		OutputReserveTokens: 8192,

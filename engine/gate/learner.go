@@ -241,7 +241,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	if !l.enabled {
 		return nil
 	}
-	inBurst := !l.burstStart.IsZero() && now.Sub(l.burstStart) < span
+	inBurst := l.inBurst(now, span)
 	level := l.budget()
 	// Refused where the gate itself had held the level for a while (not a
 	// probe's first window, not over-budget calls far above it).
@@ -317,6 +317,27 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	l.lastCut = now
 	l.lastProbe = now // the next probe needs a full window without a 429
 	return append(steps, learnStep{Kind: kind, From: from, To: l.quota, Trigger: l.trigger})
+}
+
+// inBurst reports whether a 429 at now belongs to the burst of the last trusted
+// 429 (within a window of its first).
+func (l *learner) inBurst(now time.Time, span time.Duration) bool {
+	return !l.burstStart.IsZero() && now.Sub(l.burstStart) < span
+}
+
+// rateInBurst lets a rate reading (see rate.go) that came after the first 429
+// of a burst lower the trigger and the quota, which on429 skips for a later 429
+// of a burst: those read a window the burst's refusals emptied, but the rate is
+// read from what was spent, which a refusal does not change.
+func (l *learner) rateInBurst(rate float64) []learnStep {
+	if !l.enabled || rate <= 0 || l.trigger <= 0 || rate >= l.trigger {
+		return nil
+	}
+	st := learnStep{Kind: "trigger", From: l.trigger, To: rate, Reading: rate}
+	l.trigger = rate
+	l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
+	l.cleanMax = math.Min(l.cleanMax, l.trigger)
+	return []learnStep{st}
 }
 
 // onTokenBlocked is called when the token budget — not RPM, not a cooldown — held a

@@ -469,3 +469,26 @@ func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 		t.Fatalf("quota %g budget %g, want the reading 1030 to set them", l.quota, l.budget())
 	}
 }
+
+// A later 429 of a burst can only raise the trigger (its window was emptied by
+// the burst's refusals), but a rate read from what was spent is not such a
+// reading: it lowers trigger and quota even within the burst.
+func TestLearnerRateInBurstLowers(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	l.on429(t0.Add(10*time.Second), 950, 0, false, span) // the burst's first 429
+	if l.trigger != 950 {
+		t.Fatalf("trigger %g, want 950", l.trigger)
+	}
+	l.on429(t0.Add(10*time.Second+20*time.Millisecond), 800, 0, false, span)
+	if l.trigger != 950 {
+		t.Fatalf("trigger %g: a later 429 of the burst lowered it", l.trigger)
+	}
+	steps := l.rateInBurst(800)
+	if l.trigger != 800 || l.quota != 800 || len(steps) != 1 {
+		t.Fatalf("trigger %g quota %g steps %+v, want both at the rate 800", l.trigger, l.quota, steps)
+	}
+	if steps := l.rateInBurst(900); steps != nil || l.trigger != 800 {
+		t.Fatalf("a rate above the trigger moved it: %+v, trigger %g", steps, l.trigger)
+	}
+}
