@@ -60,7 +60,7 @@ func TestTargets(t *testing.T) {
 
 // atTruthFloor is each provider model's least mean utilization of the true TPM
 // at the truth without outside traffic, over the matrices of seeds 1–3 (six
-// runs each). A mean over seeds: one run's figure moves by several points with
+// runs per model). A mean over seeds: one run's figure moves by several points with
 // any change that shifts when a 429 lands.
 var atTruthFloor = map[string]float64{
 	LimitSlidingArrival: 0.88, LimitSlidingCompletion: 0.83, LimitTokenBucket: 0.92, LimitFixedWindow: 0.89,
@@ -71,7 +71,7 @@ var atTruthFloor = map[string]float64{
 // issue's targets"). A change that loses them must say why.
 func TestMatrixFloors(t *testing.T) {
 	if testing.Short() || raceEnabled {
-		t.Skip("the whole matrix: a few seconds of CPU, minutes under the race detector")
+		t.Skip("three whole matrices: about ten seconds of CPU, many minutes under the race detector")
 	}
 	met, runs := 0, 0
 	rateLimited := map[string]int{}

@@ -102,12 +102,22 @@ func runServe(ctx context.Context, p serveParams) error {
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
 	}
+	if p.Reload {
+		// The watcher is armed before the server says it listens: an edit made
+		// right after that line is seen (before, one made while the watcher was
+		// still starting was lost until the next edit).
+		armed := make(chan struct{})
+		go func() { _ = m.Watch(ctx, snapshot.WatchOptions{Ready: func() { close(armed) }}) }()
+		select {
+		case <-armed:
+		case <-time.After(2 * time.Second): // never hold the server back for it
+		}
+	}
 	if p.Out != nil {
 		fmt.Fprintf(p.Out, "gatectl listening on http://%s\n", ln.Addr())
 		fmt.Fprintf(p.Out, "console: http://%s/ui\n", ln.Addr())
 	}
 	if p.Reload {
-		go func() { _ = m.Watch(ctx, snapshot.WatchOptions{}) }()
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)

@@ -725,6 +725,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if byRate {
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
 			reading = rate
+			b.learn.rateAt = now
 		}
 		inBurst := b.learn.inBurst(now, cfg.Window)
 		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)

@@ -18,9 +18,10 @@ type LearnedQuota struct {
 	// instance would otherwise probe once per window, compounding the step).
 	// LastProbe is never zero in a record that carries them (the learner's
 	// birth counts as a probe); an older record without them leaves them as
-	// they are.
+	// they are. A record from before LastRaise takes the later of LastProbe and
+	// LastRelax for it (what "held for a window" asked of then).
 	CleanMax    float64   `json:"cleanMax,omitempty"`   // the clean-window record
-	LastProbe   time.Time `json:"lastProbe,omitzero"`   // the last probe step
+	LastProbe   time.Time `json:"lastProbe,omitzero"`   // the last probe step, trusted 429 or trigger-bound window
 	ProbeRun    int       `json:"probeRun,omitempty"`   // windows in the current run of probes
 	PreProbe    float64   `json:"preProbe,omitempty"`   // the quota before the last probe
 	PrevCut     time.Time `json:"prevCut,omitzero"`     // the previous trusted burst's first 429
@@ -89,6 +90,9 @@ func (l *learner) restore(q LearnedQuota) {
 	}
 	l.cleanMax, l.lastProbe, l.probeRun, l.preProbe = q.CleanMax, q.LastProbe, q.ProbeRun, q.PreProbe
 	l.prevCut, l.lastRelax, l.relaxed, l.lastRaise = q.PrevCut, q.LastRelax, q.Relaxed, q.LastRaise
+	if l.lastRaise.IsZero() {
+		l.lastRaise = maxTime(q.LastProbe, q.LastRelax)
+	}
 	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
 	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
 	// last429 came along: a window another instance saw a 429 in is not clean here.

@@ -35,6 +35,15 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	if c.quota != 9500 || c.trigger != 9000 || c.cleanMax != 7000 || c.probeRun != 3 || !c.lastProbe.Equal(t0) {
 		t.Fatalf("an older record: quota %v trigger %v cleanMax %v probeRun %d lastProbe %v", c.quota, c.trigger, c.cleanMax, c.probeRun, c.lastProbe)
 	}
+	// A record from before LastRaise: the later of its probe and relax stands
+	// for it, not zero (which would make a probe's overshoot look held).
+	pre := a.snapshot()
+	pre.LastRaise = time.Time{}
+	d := newLearner(10000, true, t0.Add(time.Hour))
+	d.restore(pre)
+	if want := maxTime(pre.LastProbe, pre.LastRelax); !d.lastRaise.Equal(want) {
+		t.Fatalf("lastRaise %v from a record without it, want %v", d.lastRaise, want)
+	}
 }
 
 // blockingLearnedStore holds Load of one model until release is closed: a

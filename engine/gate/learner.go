@@ -66,8 +66,8 @@ const (
 // Invariants: floor ≤ quota; trigger is 0 (unobserved) or > 0 (a reading, or a
 // relax or step from one); budget() =
 // min(quota, trigger) when a trigger is set; stated, when > 0, bounds quota from
-// above. lastCut, lastProbe, last429 and burstStart are zero until the event
-// first happens.
+// above. lastCut, last429 and burstStart are zero until the event first
+// happens; lastProbe and lastRaise start at the learner's birth.
 type learner struct {
 	enabled bool
 	start   float64 // the configured (or stated) TPM: a starting point, not the truth
@@ -77,10 +77,11 @@ type learner struct {
 	stated  float64 // the provider's stated limit for one window; 0 when none
 
 	lastCut   time.Time // last cut (a trusted 429 burst's first 429)
-	lastProbe time.Time // last probe step (or the learner's birth)
+	lastProbe time.Time // last probe step, trusted 429, or window the trigger held calls back (or the learner's birth)
 	last429   time.Time // last 429 of any kind
 	lastRelax time.Time // last slow re-probe of the trigger
-	lastRaise time.Time // last probe or relax step that raised the budget (lastProbe also marks windows without one)
+	lastRaise time.Time // last probe or relax step that raised the budget (or the learner's birth)
+	rateAt    time.Time // last 429 read by the rate a drained reserve implies (see rate.go)
 
 	probeRun int       // windows in the current run of probes (slow start)
 	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
@@ -116,6 +117,7 @@ func newLearner(start int, enabled bool, now time.Time) learner {
 		quota:          s,
 		floor:          math.Max(s/learnFloorDivisor, math.Min(learnFloorMin, s)),
 		lastProbe:      now,
+		lastRaise:      now,
 		curWindowStart: now,
 	}
 }
@@ -257,7 +259,10 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 		if !inBurst && repeated && atLevel {
 			t = math.Min(t, level) * stepDown
 		}
-		if !inBurst || t > l.trigger {
+		// A burst whose trigger came from the rate keeps it: a later 429's
+		// sliding reading is what the rate rule replaced.
+		rateBurst := inBurst && !l.rateAt.IsZero() && !l.rateAt.Before(l.burstStart)
+		if !inBurst || (t > l.trigger && !rateBurst) {
 			steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: t, Reading: reading})
 			l.trigger = t
 		}

@@ -430,8 +430,8 @@ func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
 			t.Fatalf("window %d: step %+v, want none", i, st)
 		}
 	}
-	if !l.lastRaise.IsZero() {
-		t.Fatalf("lastRaise %v after windows without a step", l.lastRaise)
+	if !l.lastRaise.Equal(t0) {
+		t.Fatalf("lastRaise %v after windows without a step, want the birth %v", l.lastRaise, t0)
 	}
 	if !l.lastProbe.After(t0) {
 		t.Fatal("lastProbe did not move: the test no longer shows the difference")
@@ -443,8 +443,8 @@ func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
 	}
 }
 
-// A 429 two windows after the last probe step, with the trigger binding in
-// between, is a 429 at a held level: not the probe's overshoot, which would take
+// A 429 a window and a half after the last probe step, with the trigger binding
+// in between, is a 429 at a held level: not the probe's overshoot, which would take
 // the quota back to where it was before the step.
 func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 	span := time.Minute
@@ -465,8 +465,8 @@ func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 			t.Fatalf("steps %+v: a 429 at the held level reverted the probe of two windows ago", steps)
 		}
 	}
-	if l.quota < 1000 || l.budget() < 1000 {
-		t.Fatalf("quota %g budget %g, want the reading 1030 to set them", l.quota, l.budget())
+	if l.trigger != 1030 || l.quota != 1030 {
+		t.Fatalf("trigger %g quota %g, want the reading 1030 to set both", l.trigger, l.quota)
 	}
 }
 
@@ -490,5 +490,27 @@ func TestLearnerRateInBurstLowers(t *testing.T) {
 	}
 	if steps := l.rateInBurst(900); steps != nil || l.trigger != 800 {
 		t.Fatalf("a rate above the trigger moved it: %+v, trigger %g", steps, l.trigger)
+	}
+}
+
+// A burst whose first 429 was read by the rate keeps the rate: a later 429 of
+// the burst, read in the sliding view the rate replaced, does not raise it.
+func TestLearnerRateBurstNotUndone(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	at := t0.Add(10 * time.Second)
+	l.rateAt = at // as the bucket marks a rate reading
+	l.on429(at, 700, 0, false, span)
+	l.on429(at.Add(20*time.Millisecond), 950, 0, false, span)
+	if l.trigger != 700 {
+		t.Fatalf("trigger %g, want the rate 700 kept through the burst", l.trigger)
+	}
+	// Without a rate reading the burst's later, higher reading raises it (the
+	// rule the rate is an exception to).
+	l2 := newLearner(1000, true, t0)
+	l2.on429(at, 700, 0, false, span)
+	l2.on429(at.Add(20*time.Millisecond), 950, 0, false, span)
+	if l2.trigger != 950 {
+		t.Fatalf("trigger %g, want the burst's higher reading 950", l2.trigger)
 	}
 }
