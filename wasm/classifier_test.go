@@ -557,7 +557,9 @@ func ExampleClassifier() {
 		panic(err)
 	}
 	defer host.Close(ctx)
-	c, err := NewClassifier(ctx, host, "../testdata/plugins/octafuse-wat.wasm", ClassifierOptions{Name: "octafuse.wasm"})
+	// Limits left out take the production defaults (2 ms a call); a test run
+	// under the race detector can be slower than that, so this one allows 1 s.
+	c, err := NewClassifier(ctx, host, "../testdata/plugins/octafuse-wat.wasm", ClassifierOptions{Name: "octafuse.wasm", Limits: Limits{Timeout: time.Second}})
 	if err != nil {
 		fmt.Println(err)
 		return
