@@ -247,7 +247,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 	level := l.budget()
 	// Refused where the gate itself had held the level for a while (not a
 	// probe's first window, not over-budget calls far above it).
-	probing := l.preProbe > 0 && !l.lastRaise.IsZero() && now.Sub(l.lastRaise) < span
+	probing := l.preProbe > 0 && now.Sub(l.lastRaise) < span
 	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	hadTrigger := l.trigger > 0
@@ -261,7 +261,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 		}
 		// A burst whose trigger came from the rate keeps it: a later 429's
 		// sliding reading is what the rate rule replaced.
-		rateBurst := inBurst && !l.rateAt.IsZero() && !l.rateAt.Before(l.burstStart)
+		rateBurst := inBurst && !l.rateAt.Before(l.burstStart)
 		if !inBurst || (t > l.trigger && !rateBurst) {
 			steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: t, Reading: reading})
 			l.trigger = t
