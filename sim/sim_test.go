@@ -198,6 +198,22 @@ func TestTokenBucketAtTheRate(t *testing.T) {
 	}
 }
 
+// A provider that counts a call when it completes, met first in the arrival
+// view: its 429s read low there, and before the view switched (three votes) a
+// trigger read at 0.77 of the limit pulled the clean record down with it, so it
+// never relaxed: 0.692 of the limit for the hour. The clean record now stays
+// while the votes lean to completion (0.826).
+func TestCompletionTriggerRelaxesWhileTheViewIsInDoubt(t *testing.T) {
+	s := DefaultScenario()
+	s.Seed, s.Sessions, s.Demand = 2, 31, 1.6
+	s.Provider.Model = LimitSlidingCompletion
+	s.Duration = Duration(time.Hour)
+	r := run(t, s)
+	if g := r.Modes[ModeGate]; g.Utilization < 0.78 || g.Lost != 0 {
+		t.Errorf("gate utilization %.3f of the true limit, %d lost: want ≥ 0.78 and none", g.Utilization, g.Lost)
+	}
+}
+
 // windows prints a convergence window, or "never".
 func windows(w *int) string {
 	if w == nil {

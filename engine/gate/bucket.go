@@ -727,8 +727,11 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			reading = rate
 			b.learn.rateAt = now
 		}
+		// Read on arrival while the votes lean to completion (not a rate, which
+		// no view reads).
+		inDoubt := b.modeVotes > 0 && !b.atCompletion && !byRate
 		inBurst := b.learn.inBurst(now, cfg.Window)
-		steps = b.learn.on429(now, reading, slack, refuted, cfg.Window)
+		steps = b.learn.on429(now, reading, slack, refuted, inDoubt, cfg.Window)
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}

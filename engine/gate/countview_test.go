@@ -184,7 +184,7 @@ func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLearner(1000, true, t0)
 			l.cleanMax = 1000 // a window at 1000 passed clean
-			l.on429(t0.Add(10*time.Second), tc.reading, 0, tc.refuted, span)
+			l.on429(t0.Add(10*time.Second), tc.reading, 0, tc.refuted, false, span)
 			if l.trigger != tc.reading {
 				t.Fatalf("trigger %v, want the reading %v", l.trigger, tc.reading)
 			}
@@ -204,7 +204,7 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 	span := time.Minute
 	l := newLearner(2000, true, t0)
 	// The first trigger; the refused call reached 100 above it.
-	l.on429(t0.Add(30*time.Second), 900, 100, false, span)
+	l.on429(t0.Add(30*time.Second), 900, 100, false, false, span)
 	if l.trigger != 900 || l.quota != 900 {
 		t.Fatalf("trigger %v quota %v, want both at the reading 900", l.trigger, l.quota)
 	}
@@ -218,7 +218,7 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 		t.Fatalf("step %+v moved %v, trigger %v: want one step to 945", st, moved, l.trigger)
 	}
 	// Refused within the step's two windows: back to 900.
-	l.on429(at.Add(10*time.Second), 930, 0, false, span)
+	l.on429(at.Add(10*time.Second), 930, 0, false, false, span)
 	if l.trigger != 900 {
 		t.Fatalf("trigger %v after the step was refused, want 900", l.trigger)
 	}
@@ -236,7 +236,7 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 	span := time.Minute
 	l := newLearner(2000, true, t0)
-	l.on429(t0.Add(30*time.Second), 900, 40, false, span) // 40 < 5% of 900
+	l.on429(t0.Add(30*time.Second), 900, 40, false, false, span) // 40 < 5% of 900
 	for w := 1; w < 20; w++ {
 		if st, moved := l.onTokenBlocked(t0.Add(30*time.Second+time.Duration(w)*span), span); moved {
 			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
@@ -253,7 +253,7 @@ func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
 	if !moved || st.Kind != "probe" {
 		t.Fatalf("no probe: %+v", st)
 	}
-	l.on429(t0.Add(span+10*time.Second), 1040, 500, false, span)
+	l.on429(t0.Add(span+10*time.Second), 1040, 500, false, false, span)
 	for w := 2; w < 20; w++ {
 		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
 			t.Fatalf("window %d: the trigger moved (%+v)", w, st)

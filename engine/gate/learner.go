@@ -235,8 +235,11 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // falls in [reading, reading + slack] too, it is the better estimate of the limit.
 // refuted says the provider refused below a level it served within two windows
 // (see bucket.voteLocked): the clean windows above the reading then describe a
-// reserve it has spent, not a level it carries.
-func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, span time.Duration) (steps []learnStep) {
+// reserve it has spent, not a level it carries. viewInDoubt says the votes lean
+// to the other view of the window: the reading may be of the wrong thing, so it
+// does not pull the clean record down to it (which would keep a trigger read low
+// there from ever relaxing back).
+func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDoubt bool, span time.Duration) (steps []learnStep) {
 	l.observeAdmit(now, 0, span) // close the clean window, if one ended
 	l.last429 = now
 	l.curWindowMax = 0 // this window saw a 429: it is not clean
@@ -305,7 +308,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted bool, spa
 		l.quota = math.Max(l.floor, math.Min(l.quota, l.trigger))
 	}
 	nearClean := reading > 0 && reading >= nearCleanShare*l.cleanMax
-	if (repeated || l.relaxed || refuted || nearClean) && l.trigger > 0 {
+	if (repeated || l.relaxed || refuted || nearClean) && l.trigger > 0 && !viewInDoubt {
 		// Refused twice within two windows, after relaxing toward the clean
 		// record, below a level served within two windows, or within a tenth
 		// of the clean record: the clean windows above this reading describe

@@ -459,7 +459,7 @@ func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 	if _, moved := l.onTokenBlocked(now, span); moved { // the trigger binds
 		t.Fatal("a step with the trigger binding")
 	}
-	steps := l.on429(now.Add(span/2), 1030, 0, false, span)
+	steps := l.on429(now.Add(span/2), 1030, 0, false, false, span)
 	for _, st := range steps {
 		if st.Kind == "revert" {
 			t.Fatalf("steps %+v: a 429 at the held level reverted the probe of two windows ago", steps)
@@ -476,11 +476,11 @@ func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 func TestLearnerRateInBurstLowers(t *testing.T) {
 	span := time.Minute
 	l := newLearner(1000, true, t0)
-	l.on429(t0.Add(10*time.Second), 950, 0, false, span) // the burst's first 429
+	l.on429(t0.Add(10*time.Second), 950, 0, false, false, span) // the burst's first 429
 	if l.trigger != 950 {
 		t.Fatalf("trigger %g, want 950", l.trigger)
 	}
-	l.on429(t0.Add(10*time.Second+20*time.Millisecond), 800, 0, false, span)
+	l.on429(t0.Add(10*time.Second+20*time.Millisecond), 800, 0, false, false, span)
 	if l.trigger != 950 {
 		t.Fatalf("trigger %g: a later 429 of the burst lowered it", l.trigger)
 	}
@@ -500,17 +500,38 @@ func TestLearnerRateBurstNotUndone(t *testing.T) {
 	l := newLearner(1000, true, t0)
 	at := t0.Add(10 * time.Second)
 	l.rateAt = at // as the bucket marks a rate reading
-	l.on429(at, 700, 0, false, span)
-	l.on429(at.Add(20*time.Millisecond), 950, 0, false, span)
+	l.on429(at, 700, 0, false, false, span)
+	l.on429(at.Add(20*time.Millisecond), 950, 0, false, false, span)
 	if l.trigger != 700 {
 		t.Fatalf("trigger %g, want the rate 700 kept through the burst", l.trigger)
 	}
 	// Without a rate reading the burst's later, higher reading raises it (the
 	// rule the rate is an exception to).
 	l2 := newLearner(1000, true, t0)
-	l2.on429(at, 700, 0, false, span)
-	l2.on429(at.Add(20*time.Millisecond), 950, 0, false, span)
+	l2.on429(at, 700, 0, false, false, span)
+	l2.on429(at.Add(20*time.Millisecond), 950, 0, false, false, span)
 	if l2.trigger != 950 {
 		t.Fatalf("trigger %g, want the burst's higher reading 950", l2.trigger)
+	}
+}
+
+// A 429 read in a view the votes lean away from does not pull the clean record
+// down to its reading: the record is what lets the trigger relax back once the
+// view switches (or the reading proves a timing artefact).
+func TestLearnerViewInDoubtKeepsTheCleanRecord(t *testing.T) {
+	span := time.Minute
+	for _, doubt := range []bool{false, true} {
+		l := newLearner(1000, true, t0)
+		l.trigger, l.cleanMax, l.relaxed = 950, 950, true // relaxed toward the record
+		l.on429(t0.Add(10*time.Second), 800, 0, false, doubt, span)
+		switch {
+		case doubt && l.cleanMax != 950:
+			t.Fatalf("in doubt: clean record %g, want 950 kept", l.cleanMax)
+		case !doubt && l.cleanMax != 800:
+			t.Fatalf("not in doubt: clean record %g, want lowered to the trigger 800", l.cleanMax)
+		}
+		if l.trigger != 800 {
+			t.Fatalf("doubt %v: trigger %g, want the reading 800 either way", doubt, l.trigger)
+		}
 	}
 }
