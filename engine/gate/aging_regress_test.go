@@ -17,12 +17,8 @@ import (
 // win.tokens, so its excess over the expected output must not be subtracted from
 // the arrival view any more (it was, when asked calls were counted per ticket).
 func TestAgingRegressionAskedCallPastTheWindowUnderreadsArrival(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
-	long := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10, MaxTokens: 32000})
-	_ = long
+	l, now := agingLedger(t, nil)
+	mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10, MaxTokens: 32000})
 	now = now.Add(61 * time.Second) // the asked call is still streaming; its entry left the 60 s window
 	small := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 1000})
 	_ = small
@@ -44,10 +40,7 @@ func TestAgingRegressionAskedCallPastTheWindowUnderreadsArrival(t *testing.T) {
 // ageLocked replaces s.variance (output + input-estimate variance) by the
 // output's conditional variance alone.
 func TestAgingRegressionAgingDropsTheInputVariance(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
+	l, now := agingLedger(t, nil)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	b.est.inErrSq, b.est.nInErr = 0.04, 1                             // input estimates off by 20% (rms)
@@ -97,11 +90,7 @@ func TestAgingRegressionLognormalOnBimodalOutputs(t *testing.T) {
 // Window sums stay consistent under aging with a count guard, settles,
 // releases, and the clock stepping back.
 func TestAgingRegressionAgingKeepsWindowSums(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	c.CountGuard = 0.02
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
+	l, now := agingLedger(t, func(c *Config) { c.CountGuard = 0.02 })
 	r := rand.New(rand.NewPCG(1, 2))
 	var open []Ticket
 	for i := 0; i < 3000; i++ {

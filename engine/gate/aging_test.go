@@ -7,6 +7,19 @@ import (
 	"time"
 )
 
+// agingLedger is a ledger whose limits never bind, tuned by tune (nil: none),
+// after 200 outputs of the sim's distribution (agingOutputs): ages are on.
+func agingLedger(t *testing.T, tune func(*Config)) (*Ledger, time.Time) {
+	t.Helper()
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
+	if tune != nil {
+		tune(&c)
+	}
+	l, _, _ := newTestLedger(t, c)
+	return l, agingOutputs(t, l, t0, 200)
+}
+
 // agingOutputs trains l on calls whose outputs are lognormal (median 400, p99
 // 3,000) and whose time in flight is 0.5 s + 10 ms per output token, as a model
 // writing at a steady pace does. It returns the time after the last settle.
@@ -26,10 +39,7 @@ func agingOutputs(t *testing.T, l *Ledger, now time.Time, n int) time.Time {
 }
 
 func TestAgingReservationFollowsTheCallsAge(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
+	l, now := agingLedger(t, nil)
 
 	// A fresh call reserves the plain mean output, not the mean of calls caught in
 	// flight (a long answer's mean: about twice it on these outputs).
@@ -57,10 +67,7 @@ func TestAgingReservationFollowsTheCallsAge(t *testing.T) {
 }
 
 func TestAgingMarginCoversAResidual(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
+	l, now := agingLedger(t, nil)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -121,10 +128,7 @@ func TestAgingMomentsOfTheLognormal(t *testing.T) {
 }
 
 func TestAgingOffWithASharedWindow(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 1<<30, 1<<20
-	l, _, _ := newTestLedger(t, c)
-	now := agingOutputs(t, l, t0, 200)
+	l, now := agingLedger(t, nil)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	aging := b.agingLocked()
