@@ -58,7 +58,9 @@ type Metrics struct {
 	// trigger), stays within ±5% of the capacity left to the gate (the true TPM
 	// less the outside share); null when it never settles.
 	ConvergedAfterWindows *int `json:"convergedAfterWindows,omitempty"`
-	// Gate only: 429s from the convergence window on, and per hour of that span.
+	// Gate only: 429s after convergence, and per hour from the convergence
+	// window on. In the convergence window itself, only 429s that came with the
+	// quota already in the band count (rateLimitedSince).
 	RateLimitedAfterConvergence        *int     `json:"rateLimitedAfterConvergence,omitempty"`
 	RateLimitedPerHourAfterConvergence *float64 `json:"rateLimitedPerHourAfterConvergence,omitempty"`
 	// Gate only: the lowest trigger seen at the end of any window ÷ the capacity
@@ -226,6 +228,11 @@ type runner struct {
 	sessions []*session
 	waits    []time.Duration
 	times429 []time.Time // when each session 429 reached the gate
+	// settled429 says, for each of times429 in gate mode, whether the learned
+	// quota was already within the convergence band when that 429 arrived: a
+	// 429 that brings the quota into the band is the last of its discovery, not
+	// one after it.
+	settled429 []bool
 	lost     int
 	done     int
 	learned  []float64
@@ -443,6 +450,10 @@ func (r *runner) send(now time.Time, s *session) {
 // refused handles a 429 that has reached the gate at now.
 func (r *runner) refused(now time.Time, s *session) {
 	r.times429 = append(r.times429, now)
+	if r.mode == ModeGate {
+		learned, _, _ := r.gate.learned(now)
+		r.settled429 = append(r.settled429, math.Abs(learned/r.capacity-1) <= convergedBand)
+	}
 	ref := s.pending
 	if r.gate != nil {
 		ax := axisNone
@@ -543,12 +554,7 @@ func (r *runner) metrics() Metrics {
 		if c, ok := convergedAfter(r.learned); ok {
 			m.ConvergedAfterWindows = &c
 			from := r.start.Add(time.Duration(c) * time.Duration(r.s.Window))
-			n := 0
-			for _, t := range r.times429 {
-				if !t.Before(from) {
-					n++
-				}
-			}
+			n := rateLimitedSince(r.times429, r.settled429, from, time.Duration(r.s.Window))
 			span := r.end.Sub(from).Hours()
 			perHour := 0.0
 			if span > 0 {
@@ -558,6 +564,21 @@ func (r *runner) metrics() Metrics {
 		}
 	}
 	return m
+}
+
+// rateLimitedSince counts the 429s after convergence, which the samples at
+// window ends place somewhere in the window [from, from+window): a 429 in that
+// window counts only if the learned quota was in the band already when it came
+// (settled[i]); the one that brought it there ended the discovery. Every 429
+// from the next window on counts.
+func rateLimitedSince(times []time.Time, settled []bool, from time.Time, window time.Duration) int {
+	n := 0
+	for i, t := range times {
+		if !t.Before(from.Add(window)) || (!t.Before(from) && settled[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // convergedAfter returns the first window after which every sample stays within

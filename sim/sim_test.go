@@ -221,3 +221,26 @@ func windows(w *int) string {
 	}
 	return strconv.Itoa(*w)
 }
+
+// A 429 in the window where the quota converged counts only when the quota was
+// in the band already: the one that brought it there ended the discovery.
+func TestRateLimitedSinceConvergence(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := time.Minute
+	from := t0.Add(8 * w)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	times := []time.Time{
+		at(7*w + 30*time.Second), // before the window: never
+		at(8*w + 51*time.Second), // in it, the quota still out of the band: the converging 429
+		at(8*w + 55*time.Second), // in it, the quota in the band: counts
+		at(9 * w),                // the next window on: counts
+		at(30 * w),
+	}
+	settled := []bool{false, false, true, false, false}
+	if n := rateLimitedSince(times, settled, from, w); n != 3 {
+		t.Fatalf("counted %d 429s after convergence, want 3", n)
+	}
+	if n := rateLimitedSince(times, []bool{true, true, true, true, true}, from, w); n != 4 {
+		t.Fatalf("all settled: counted %d, want 4 (the one before the window never counts)", n)
+	}
+}
