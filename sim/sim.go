@@ -233,10 +233,10 @@ type runner struct {
 	// 429 that brings the quota into the band is the last of its discovery, not
 	// one after it.
 	settled429 []bool
-	lost     int
-	done     int
-	learned  []float64
-	capacity float64 // tokens per window left to the gate: true TPM less the outside share
+	lost       int
+	done       int
+	learned    []float64
+	capacity   float64 // tokens per window left to the gate: true TPM less the outside share
 	// lowestTrigger is the lowest non-zero trigger seen at a window sample.
 	lowestTrigger float64
 }

@@ -259,8 +259,22 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
 			t = l.cleanMax
 		}
+		if probing && !hadTrigger && l.preProbe > t && reading+slack >= l.preProbe {
+			// The first trigger, from a refused probe step: when the level
+			// before the step — which held a whole window without a 429 — lies
+			// within what this reading allows, the level is the better
+			// estimate. The reading counts the calls in flight at their
+			// estimates and reads a few percent low; taken as the trigger, it
+			// would leave the gate below a level that held for the hours until
+			// the trigger is re-probed. (Not a later trigger: a token bucket's
+			// reserve lets a level hold for a while that it does not sustain,
+			// and by then the 429s that read it are the evidence.)
+			t = l.preProbe
+		}
 		if !inBurst && repeated && atLevel {
-			t = math.Min(t, level) * stepDown
+			// At least stepDown below the level refused; a reading already
+			// further below it stands.
+			t = math.Min(t, level*stepDown)
 		}
 		// A burst whose trigger came from the rate keeps it: a later 429's
 		// sliding reading is what the rate rule replaced.

@@ -535,3 +535,48 @@ func TestLearnerViewInDoubtKeepsTheCleanRecord(t *testing.T) {
 		}
 	}
 }
+
+// A probe step refused before any trigger: when the level before the step lies within what the
+// reading allows (reading + slack), that level — which held a whole window — is
+// the trigger, not the reading, which counts the calls in flight at their
+// estimates. A reading too far below the level (another client, noise) is the
+// trigger as before.
+func TestLearnerRefusedProbeKeepsTheLevelThatHeld(t *testing.T) {
+	span := time.Minute
+	for _, c := range []struct {
+		reading, slack, want float64
+	}{
+		{990, 30, 1000}, // 990 + 30 reaches the level 1000: the level
+		{900, 30, 900},  // 930 does not: the reading
+		{1020, 30, 1020},
+	} {
+		l := newLearner(1000, true, t0)
+		if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.Kind != "probe" || l.preProbe != 1000 {
+			t.Fatalf("step %+v moved %v preProbe %g, want a probe from 1000", st, moved, l.preProbe)
+		}
+		steps := l.on429(t0.Add(span+20*time.Second), c.reading, c.slack, false, false, span)
+		if l.trigger != c.want || l.quota != 1000 {
+			t.Fatalf("reading %g slack %g: trigger %g quota %g (steps %+v), want trigger %g and the quota back at 1000",
+				c.reading, c.slack, l.trigger, l.quota, steps, c.want)
+		}
+	}
+}
+
+// Refused again within two windows at the level the gate held, the trigger goes
+// at least stepDown below that level; a reading already further below it stands
+// (it was stepped down once more before).
+func TestLearnerStepDownIsBelowTheLevel(t *testing.T) {
+	span := time.Minute
+	for _, c := range []struct{ reading, want float64 }{
+		{990, 970}, // refused at the level: 3% below it
+		{930, 930}, // refused 7% below it: the reading
+	} {
+		l := newLearner(1000, true, t0)
+		l.trigger, l.quota, l.cleanMax = 1000, 1000, 1000
+		l.prevCut, l.burstStart, l.last429 = t0, t0, t0 // the previous burst, a window and a half ago
+		l.on429(t0.Add(span+span/2), c.reading, 0, false, false, span)
+		if math.Abs(l.trigger-c.want) > 1e-9 {
+			t.Fatalf("reading %g: trigger %g, want %g", c.reading, l.trigger, c.want)
+		}
+	}
+}
