@@ -63,6 +63,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	}
 	fresh := newLearner(int(q), b.learn.enabled, now)
 	b.learn.start, b.learn.quota, b.learn.floor, b.learn.trigger = fresh.start, fresh.quota, fresh.floor, 0
+	b.learn.preProbe = 0 // a probe step from before the stated limit is not one to revert to
 	b.learn.stated = q
 	b.limits.TPM = int(q)
 	if b.l.quotas != nil {

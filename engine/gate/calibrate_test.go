@@ -157,3 +157,19 @@ func TestLedgerCalibrateSurvivesReconfigure(t *testing.T) {
 		})
 	}
 }
+
+// A limit stated in the middle of a probe step ends the step: a 429 after it is
+// not the step's overshoot, and nothing reverts to the level from before it.
+func TestCalibrateEndsAProbeStep(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	b.learn.preProbe, b.learn.quota, b.learn.lastRaise = 1000, 1050, t0 // a probe step 1000 → 1050, just taken
+	b.mu.Unlock()
+	l.Calibrate(t0.Add(time.Second), "p", "m", 900, 800, -1, -1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.learn.preProbe != 0 || b.learn.stated != 900 {
+		t.Fatalf("preProbe %g stated %g after a stated limit, want 0 and 900", b.learn.preProbe, b.learn.stated)
+	}
+}

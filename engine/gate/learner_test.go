@@ -536,28 +536,49 @@ func TestLearnerViewInDoubtKeepsTheCleanRecord(t *testing.T) {
 	}
 }
 
-// A probe step refused before any trigger: when the level before the step lies within what the
-// reading allows (reading + slack), that level — which held a whole window — is
-// the trigger, not the reading, which counts the calls in flight at their
-// estimates. A reading too far below the level (another client, noise) is the
-// trigger as before.
+// A single probe step refused before any trigger: when the level before the
+// step lies within what the reading allows (reading + slack), that level —
+// which held a whole window — is the trigger, not the reading, which counts the
+// calls in flight at their estimates. A reading too far below the level
+// (another client, noise) is the trigger as before; so is any reading after a
+// slow start's larger steps or once a trigger exists (a token bucket's reserve
+// lets such levels hold), and never above a limit the provider stated.
 func TestLearnerRefusedProbeKeepsTheLevelThatHeld(t *testing.T) {
 	span := time.Minute
 	for _, c := range []struct {
+		name                 string
+		steps                int     // probe steps before the 429 (a slow start from the second on)
+		trigger, stated      float64 // set before the probes (0: none)
 		reading, slack, want float64
 	}{
-		{990, 30, 1000}, // 990 + 30 reaches the level 1000: the level
-		{900, 30, 900},  // 930 does not: the reading
-		{1020, 30, 1020},
+		{"within reach", 1, 0, 0, 990, 30, 1000},
+		{"out of reach", 1, 0, 0, 900, 30, 900},
+		{"above the level", 1, 0, 0, 1020, 30, 1020},
+		{"slow start", 2, 0, 0, 1040, 30, 1040},     // the level before the ×1.1025 step was 1050
+		{"had a trigger", 1, 2000, 0, 990, 30, 990}, // not the first trigger
+		{"stated", 1, 0, 995, 990, 30, 995},
 	} {
 		l := newLearner(1000, true, t0)
-		if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.Kind != "probe" || l.preProbe != 1000 {
-			t.Fatalf("step %+v moved %v preProbe %g, want a probe from 1000", st, moved, l.preProbe)
+		l.trigger, l.stated = c.trigger, c.stated
+		if c.stated > 0 {
+			l.stated = 0 // let the probe step above it, as if the limit was stated during it
 		}
-		steps := l.on429(t0.Add(span+20*time.Second), c.reading, c.slack, false, false, span)
-		if l.trigger != c.want || l.quota != 1000 {
-			t.Fatalf("reading %g slack %g: trigger %g quota %g (steps %+v), want trigger %g and the quota back at 1000",
-				c.reading, c.slack, l.trigger, l.quota, steps, c.want)
+		now := t0
+		for i := 0; i < c.steps; i++ {
+			now = now.Add(span)
+			if st, moved := l.onTokenBlocked(now, span); !moved || st.Kind != "probe" {
+				t.Fatalf("%s: step %d %+v moved %v, want a probe", c.name, i+1, st, moved)
+			}
+		}
+		l.stated = c.stated
+		pre := l.preProbe
+		if c.stated > 0 {
+			pre = math.Min(pre, c.stated)
+		}
+		steps := l.on429(now.Add(20*time.Second), c.reading, c.slack, false, false, span)
+		if l.trigger != c.want || l.quota != pre {
+			t.Fatalf("%s: reading %g slack %g: trigger %g quota %g (steps %+v), want trigger %g and the quota back at %g",
+				c.name, c.reading, c.slack, l.trigger, l.quota, steps, c.want, pre)
 		}
 	}
 }
