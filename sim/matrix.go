@@ -150,3 +150,39 @@ func Targets(r MatrixRow) []string {
 	}
 	return miss
 }
+
+// TargetLabels are the labels Targets gives, in the order it checks them.
+var TargetLabels = []string{"util≥.93", "≤1/h", "lost=0", "conv≤3", "429s≤3", "conv≤10", "remaining≥.90", "no-false-trigger"}
+
+// MatrixTally sums a matrix against the targets: how many runs meet them all,
+// and how many runs miss each one.
+type MatrixTally struct {
+	Runs, Met int
+	Misses    []TargetMisses // TargetLabels order, targets no run missed left out
+}
+
+// TargetMisses is how many runs of a matrix miss one target.
+type TargetMisses struct {
+	Target string
+	Runs   int
+}
+
+// Tally sums rows against the targets.
+func Tally(rows []MatrixRow) MatrixTally {
+	t := MatrixTally{Runs: len(rows)}
+	n := map[string]int{}
+	for _, r := range rows {
+		if len(r.Misses) == 0 {
+			t.Met++
+		}
+		for _, m := range r.Misses {
+			n[m]++
+		}
+	}
+	for _, label := range TargetLabels {
+		if n[label] > 0 {
+			t.Misses = append(t.Misses, TargetMisses{label, n[label]})
+		}
+	}
+	return t
+}

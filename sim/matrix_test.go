@@ -116,3 +116,35 @@ func TestMatrixFloors(t *testing.T) {
 		}
 	}
 }
+
+// Every label Targets gives is one Tally counts, and the tally adds up.
+func TestTally(t *testing.T) {
+	one, two := 1, 2.0
+	rows := []MatrixRow{
+		{Start: 1, Utilization: 0.9, ConvergedAfterWindows: &one, RateLimitedPerHourAfterConvergence: &two, Lost: 1},
+		{Start: 2, ConvergedAfterWindows: &one, RateLimited: 5},
+		{Start: 0.5, Outside: 0.1, RemainingUtilization: 0.5, LowestTrigger: 0.5},
+		{Start: 2, ConvergedAfterWindows: &one, RateLimited: 1},
+	}
+	for i := range rows {
+		rows[i].Misses = Targets(rows[i])
+	}
+	got := Tally(rows)
+	want := MatrixTally{Runs: 4, Met: 1, Misses: []TargetMisses{
+		{"util≥.93", 1}, {"≤1/h", 1}, {"lost=0", 1}, {"429s≤3", 1}, {"conv≤10", 1}, {"remaining≥.90", 1}, {"no-false-trigger", 1},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Tally = %+v, want %+v", got, want)
+	}
+	labels := map[string]bool{}
+	for _, l := range TargetLabels {
+		labels[l] = true
+	}
+	for _, r := range rows {
+		for _, m := range r.Misses {
+			if !labels[m] {
+				t.Errorf("Targets gave %q, which TargetLabels does not list", m)
+			}
+		}
+	}
+}

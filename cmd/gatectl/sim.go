@@ -153,7 +153,8 @@ func simIf(on bool, s string) string {
 	return ""
 }
 
-// writeMatrixText prints one row per matrix run.
+// writeMatrixText prints one row per matrix run, then how many runs meet every
+// target and how many miss each.
 func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 	fmt.Fprintf(w, "matrix: %s per run, %s window, %d TPM / %d RPM true limit, %s, %.0f%% max_tokens, headers %v, Retry-After %s\n",
 		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, marginText(base.Gate.SafetyFactor),
@@ -179,6 +180,16 @@ func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 			r.Sessions, r.Demand, r.OracleUtilization, r.Utilization, r.RemainingUtilization, r.RateLimited, perHour, conv, r.Lost, misses)
 	}
 	tw.Flush()
+	t := sim.Tally(rows)
+	fmt.Fprintf(w, "\n%d of %d runs meet every target", t.Met, t.Runs)
+	if len(t.Misses) > 0 {
+		parts := make([]string, len(t.Misses))
+		for i, m := range t.Misses {
+			parts[i] = fmt.Sprintf("%s %d", m.Target, m.Runs)
+		}
+		fmt.Fprintf(w, "; runs missing each: %s", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
 }
 
 // marginText names the gate's margin: a safety factor the scenario set, or the
