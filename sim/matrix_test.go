@@ -136,15 +136,23 @@ func TestTally(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Tally = %+v, want %+v", got, want)
 	}
-	labels := map[string]bool{}
-	for _, l := range TargetLabels {
-		labels[l] = true
-	}
-	for _, r := range rows {
-		for _, m := range r.Misses {
-			if !labels[m] {
-				t.Errorf("Targets gave %q, which TargetLabels does not list", m)
-			}
+}
+
+// TargetLabels lists exactly the labels Targets gives: rows that miss every
+// target of their start, with and without outside traffic, give them all.
+func TestTargetLabelsAreTargets(t *testing.T) {
+	gave := map[string]bool{}
+	for _, start := range MatrixStarts {
+		r := MatrixRow{Start: start, Outside: 0.1, Utilization: 0.5, RemainingUtilization: 0.5, RateLimited: 9, LowestTrigger: 0.5, Lost: 1}
+		for _, m := range Targets(r) {
+			gave[m] = true
 		}
+	}
+	listed := map[string]bool{}
+	for _, l := range TargetLabels {
+		listed[l] = true
+	}
+	if !reflect.DeepEqual(gave, listed) {
+		t.Fatalf("Targets gives %v, TargetLabels lists %v", gave, listed)
 	}
 }

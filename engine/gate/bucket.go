@@ -134,6 +134,14 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		}
 		b.learn.quota = max(b.learn.quota, b.learn.floor)
 	}
+	if b.statedTokens > 0 {
+		// The stated limit in this window's units: what the learner may never
+		// exceed (a window change rescales it), and no probe step from before
+		// the reload to revert to.
+		b.learn.stated, b.learn.preProbe = float64(lim.TPM), 0
+		b.learn.quota = min(b.learn.quota, b.learn.stated)
+		b.learn.trigger = min(b.learn.trigger, b.learn.stated)
+	}
 	b.est.configuredReserve = cfg.OutputReserveTokens
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:

@@ -58,6 +58,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	q := float64(scaleLimit(limitTokens, span))
 	from := b.learn.budget()
 	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {
+		b.learn.stated, b.learn.preProbe = q, 0 // the start was right: it is now a stated cap
 		b.dispatchLocked(now)
 		return
 	}

@@ -154,6 +154,15 @@ func TestLedgerCalibrateSurvivesReconfigure(t *testing.T) {
 			if st.Quota != tc.wantQuota || st.Start != tc.wantStart || st.RPMBudget != tc.wantRPM {
 				t.Fatalf("after reload: quota %v start %v rpm %d; want %v %v %d (the stated limits)", st.Quota, st.Start, st.RPMBudget, tc.wantQuota, tc.wantStart, tc.wantRPM)
 			}
+			// The cap the learner keeps is the stated limit in the new window's
+			// units too (before, it kept the old window's figure).
+			b := l.bucketFor("p", "m", now)
+			b.mu.Lock()
+			stated := b.learn.stated
+			b.mu.Unlock()
+			if stated != tc.wantStart {
+				t.Fatalf("after reload: the learner's stated cap %v, want %v", stated, tc.wantStart)
+			}
 		})
 	}
 }
@@ -171,5 +180,22 @@ func TestCalibrateEndsAProbeStep(t *testing.T) {
 	defer b.mu.Unlock()
 	if b.learn.preProbe != 0 || b.learn.stated != 900 {
 		t.Fatalf("preProbe %g stated %g after a stated limit, want 0 and 900", b.learn.preProbe, b.learn.stated)
+	}
+}
+
+// A stated limit equal to the configured start is still a stated cap: no probe
+// goes above it.
+func TestCalibrateAtTheStartStatesTheCap(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	start := l.BucketStatus(t0, "p", "m").Start
+	l.Calibrate(t0, "p", "m", int64(start), int64(start)/2, -1, -1)
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.learn.stated != start {
+		t.Fatalf("stated %g after a stated limit equal to the start %g, want it recorded", b.learn.stated, start)
+	}
+	if _, moved := b.learn.onTokenBlocked(t0.Add(2*time.Minute), time.Minute); moved {
+		t.Fatalf("a probe above the stated limit: quota %g", b.learn.quota)
 	}
 }

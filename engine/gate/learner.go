@@ -259,17 +259,17 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
 			t = l.cleanMax
 		}
-		if probing && !hadTrigger && l.probeRun <= 1 && l.preProbe > t && reading+slack >= l.preProbe {
-			// The first trigger, from a refused single probe step: when the
-			// level before the step — which held a whole window without a 429
-			// — lies within what this reading allows, the level is the better
-			// estimate. The reading counts the calls in flight at their
-			// estimates and reads a few percent low; taken as the trigger, it
-			// would leave the gate below a level that held for the hours until
-			// the trigger is re-probed. Not after a slow start's larger steps,
-			// nor for a later trigger: a token bucket's reserve lets a level
-			// hold for a while that the bucket does not sustain (a start at
-			// its rate climbs to 1.34× it on the reserve), and there the
+		if probing && !hadTrigger && l.preProbe == l.start && l.preProbe > t && reading+slack >= l.preProbe {
+			// The first trigger, from a refused step above the start (the
+			// configured or stated limit): when the start — which held a whole
+			// window without a 429 — lies within what this reading allows, it
+			// is the better estimate. The reading counts the calls in flight at
+			// their estimates and reads a few percent low; taken as the
+			// trigger, it would leave the gate below a level that held for the
+			// hours until the trigger is re-probed. Not for a level the probes
+			// reached, nor for a later trigger: a token bucket's reserve lets a
+			// level hold for a while that the bucket does not sustain (a start
+			// at its rate climbs to 1.34× it on the reserve), and there the
 			// readings are the better evidence.
 			t = l.preProbe
 		}
@@ -319,9 +319,6 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// before it, not to half — the level below it had passed cleanly.
 		kind = "revert"
 		l.quota = math.Max(l.floor, l.preProbe)
-		if l.stated > 0 {
-			l.quota = math.Min(l.quota, l.stated)
-		}
 	case reading <= 0:
 		l.quota = math.Max(l.floor, l.quota*learnCutFactor) // nothing to read: AIMD's cut
 	default:

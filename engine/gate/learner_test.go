@@ -536,50 +536,56 @@ func TestLearnerViewInDoubtKeepsTheCleanRecord(t *testing.T) {
 	}
 }
 
-// A single probe step refused before any trigger: when the level before the
-// step lies within what the reading allows (reading + slack), that level —
-// which held a whole window — is the trigger, not the reading, which counts the
-// calls in flight at their estimates. A reading too far below the level
-// (another client, noise) is the trigger as before; so is any reading after a
-// slow start's larger steps or once a trigger exists (a token bucket's reserve
-// lets such levels hold), and never above a limit the provider stated.
+// A probe step above the start refused before any trigger: when the start lies
+// within what the reading allows (reading + slack), the start — which held a
+// whole window — is the trigger, not the reading, which counts the calls in
+// flight at their estimates. A reading too far below it (another client, noise)
+// is the trigger as before; so is any reading once the probes have moved the
+// level (a slow start's larger steps, or a step after a lull from a level they
+// reached: a token bucket's reserve lets such levels hold) or once a trigger
+// exists.
 func TestLearnerRefusedProbeKeepsTheLevelThatHeld(t *testing.T) {
 	span := time.Minute
 	for _, c := range []struct {
 		name                 string
-		steps                int     // probe steps before the 429 (a slow start from the second on)
-		trigger, stated      float64 // set before the probes (0: none)
+		steps                []int   // windows between the probe steps before the 429
+		trigger              float64 // set before the probes (0: none)
 		reading, slack, want float64
 	}{
-		{"within reach", 1, 0, 0, 990, 30, 1000},
-		{"out of reach", 1, 0, 0, 900, 30, 900},
-		{"above the level", 1, 0, 0, 1020, 30, 1020},
-		{"slow start", 2, 0, 0, 1040, 30, 1040},     // the level before the ×1.1025 step was 1050
-		{"had a trigger", 1, 2000, 0, 990, 30, 990}, // not the first trigger
-		{"stated", 1, 0, 995, 990, 30, 995},
+		{"within reach", []int{1}, 0, 990, 30, 1000},
+		{"out of reach", []int{1}, 0, 900, 30, 900},
+		{"above the start", []int{1}, 0, 1020, 30, 1020},
+		{"slow start", []int{1, 1}, 0, 1040, 30, 1040},      // the level before the ×1.1025 step was 1050
+		{"after a lull", []int{1, 1, 4}, 0, 1150, 30, 1150}, // one ×1.05 step from the 1157.6 a slow start reached
+		{"had a trigger", []int{1}, 2000, 990, 30, 990},     // not the first trigger
 	} {
 		l := newLearner(1000, true, t0)
-		l.trigger, l.stated = c.trigger, c.stated
-		if c.stated > 0 {
-			l.stated = 0 // let the probe step above it, as if the limit was stated during it
-		}
+		l.trigger = c.trigger
 		now := t0
-		for i := 0; i < c.steps; i++ {
-			now = now.Add(span)
+		for i, gap := range c.steps {
+			now = now.Add(time.Duration(gap) * span)
 			if st, moved := l.onTokenBlocked(now, span); !moved || st.Kind != "probe" {
 				t.Fatalf("%s: step %d %+v moved %v, want a probe", c.name, i+1, st, moved)
 			}
 		}
-		l.stated = c.stated
 		pre := l.preProbe
-		if c.stated > 0 {
-			pre = math.Min(pre, c.stated)
-		}
 		steps := l.on429(now.Add(20*time.Second), c.reading, c.slack, false, false, span)
 		if l.trigger != c.want || l.quota != pre {
 			t.Fatalf("%s: reading %g slack %g: trigger %g quota %g (steps %+v), want trigger %g and the quota back at %g",
 				c.name, c.reading, c.slack, l.trigger, l.quota, steps, c.want, pre)
 		}
+	}
+}
+
+// A trigger is never set above a limit the provider stated, not even from a
+// clean window read before the limit was stated.
+func TestLearnerTriggerNeverAboveTheStatedLimit(t *testing.T) {
+	span := time.Minute
+	l := newLearner(950, true, t0)
+	l.stated, l.cleanMax = 950, 1000 // the record of a window that passed before the provider stated 950
+	l.on429(t0.Add(10*time.Second), 940, 100, false, false, span)
+	if l.trigger != 950 {
+		t.Fatalf("trigger %g, want the stated 950 (the clean record 1000 lies within the reading's reach)", l.trigger)
 	}
 }
 
