@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -103,5 +104,37 @@ func TestLedgerEvictsIdleEmptyBuckets(t *testing.T) {
 	// The freed room counts toward MaxModels again.
 	if n := l.Buckets(); n != 4 {
 		t.Fatalf("Buckets() = %d, want 4", n)
+	}
+}
+
+// Callers racing with new names cannot all pass the MaxModels check at the last
+// free place: a name takes its place before its bucket is built. (It was checked
+// first and counted after the build: the fault suite once saw 202 buckets for a
+// bound of 200.)
+func TestLedgerMaxModelsHoldsUnderConcurrentNames(t *testing.T) {
+	cfg := testGate()
+	cfg.MaxModels = 20
+	l, clk, _ := newTestLedger(t, cfg)
+	now := clk.Now()
+	const callers, names = 16, 40
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < names; i++ {
+				l.BucketStatus(now, "p", fmt.Sprintf("m-%d-%d", c, i))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := l.Buckets(); n > cfg.MaxModels+1 { // the (other) bucket besides
+		t.Fatalf("%d buckets after %d names from %d callers; MaxModels is %d", n, callers*names, callers, cfg.MaxModels)
+	}
+	if n := len(statusKeys(l, now)); n > cfg.MaxModels+1 {
+		t.Fatalf("%d models in the status; MaxModels is %d", n, cfg.MaxModels)
 	}
 }

@@ -224,9 +224,17 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 		return b
 	}
 	cfg := l.conf()
-	if model != OtherModel && cfg.MaxModels > 0 && l.nBuckets.Load() >= int64(cfg.MaxModels) {
+	// A name the config does not list takes its place in MaxModels before the
+	// bucket is built: checked and counted in one step, so that callers racing
+	// with new names cannot all pass the check at the last free place.
+	counted := false
+	if model != OtherModel && cfg.MaxModels > 0 {
 		if _, listed := cfg.Models[provider+"/"+model]; !listed {
-			return l.bucketFor(provider, OtherModel, now)
+			if l.nBuckets.Add(1) > int64(cfg.MaxModels) {
+				l.nBuckets.Add(-1)
+				return l.bucketFor(provider, OtherModel, now)
+			}
+			counted = true
 		}
 	}
 	// Built outside the shard's lock: it loads what the model learned, which with
@@ -236,10 +244,15 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b = sh.m[k]; b != nil {
+		if counted {
+			l.nBuckets.Add(-1)
+		}
 		return b
 	}
 	sh.m[k] = nb
-	l.nBuckets.Add(1)
+	if !counted {
+		l.nBuckets.Add(1)
+	}
 	return nb
 }
 
