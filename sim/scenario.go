@@ -48,6 +48,8 @@ import (
 //	  callTokens: 2000       # the size of each outside call
 //	  every: 60s             # bursts only: the burst period (default: the window)
 //	                         # a refused outside call is sent again 1 s later until it passes
+//	  warm: false            # true: it was already spending before the run, so the provider's
+//	                         #   window starts with its last window of calls (not counted as served)
 //	gate:                    # the gate's configured start, possibly wrong
 //	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given)
 //	  tpm: 0                 # absolute start in tokens per window; overrides start
@@ -120,6 +122,10 @@ type OutsideSpec struct {
 	Pattern    string   `yaml:"pattern" json:"pattern"`
 	CallTokens int      `yaml:"callTokens" json:"callTokens"`
 	Every      Duration `yaml:"every" json:"every"`
+	// Warm: the client was already spending when the run starts, so the
+	// provider's window holds its last window of calls at the start (else it
+	// starts with the run, and its share of the window fills during the first).
+	Warm bool `yaml:"warm" json:"warm"`
 }
 
 // GateSpec is the gate's configured start, possibly wrong.

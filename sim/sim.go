@@ -299,6 +299,9 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 		r.push(start.Add(time.Duration(s.Window)), evSample, nil)
 	}
 	if s.Outside.Share > 0 {
+		if s.Outside.Warm {
+			r.warmOutside(start)
+		}
 		r.push(start.Add(r.outsidePeriod()/2), evOutsideTick, nil)
 	}
 	return r, nil
@@ -507,20 +510,48 @@ func (r *runner) outsideRequestsPerWindow() float64 {
 // outsideTick sends the outside client's next call (smooth) or burst. A burst
 // carries share × tpm × every ÷ window tokens in calls of callTokens, the last
 // one smaller.
-func (r *runner) outsideTick(now time.Time) {
-	o := r.s.Outside
+// warmOutside gives the provider the outside client's calls of the window
+// before start, at the times its ticks would have sent them: the limiter holds
+// them (and, counting on completion, their completions, up to start), but they
+// are not counted as served in the run.
+func (r *runner) warmOutside(start time.Time) {
 	period := r.outsidePeriod()
-	if o.Pattern == OutsideBursts {
-		left := int64(math.Round(o.Share * float64(r.s.Provider.TPM) * float64(period) / float64(r.s.Window)))
-		for left > 0 {
-			c := min(left, int64(o.CallTokens))
-			r.pushTokens(now, evOutsideCall, nil, c)
-			left -= c
+	n := int(time.Duration(r.s.Window) / period)
+	for k := n; k >= 1; k-- {
+		at := start.Add(period/2 - time.Duration(k)*period)
+		for _, c := range r.outsideCalls() {
+			if ax, _ := r.provider.lim.offer(at, c); ax == axisNone {
+				done := at.Add(time.Duration(r.s.Response.Base))
+				if done.After(start) {
+					done = start
+				}
+				r.provider.lim.done(done, c)
+			}
 		}
-	} else {
-		r.pushTokens(now, evOutsideCall, nil, int64(o.CallTokens))
 	}
-	r.push(now.Add(period), evOutsideTick, nil)
+}
+
+// outsideCalls are the calls one outside tick sends.
+func (r *runner) outsideCalls() []int64 {
+	o := r.s.Outside
+	if o.Pattern != OutsideBursts {
+		return []int64{int64(o.CallTokens)}
+	}
+	var calls []int64
+	left := int64(math.Round(o.Share * float64(r.s.Provider.TPM) * float64(r.outsidePeriod()) / float64(r.s.Window)))
+	for left > 0 {
+		c := min(left, int64(o.CallTokens))
+		calls = append(calls, c)
+		left -= c
+	}
+	return calls
+}
+
+func (r *runner) outsideTick(now time.Time) {
+	for _, c := range r.outsideCalls() {
+		r.pushTokens(now, evOutsideCall, nil, c)
+	}
+	r.push(now.Add(r.outsidePeriod()), evOutsideTick, nil)
 }
 
 func (r *runner) metrics() Metrics {

@@ -244,3 +244,28 @@ func TestRateLimitedSinceConvergence(t *testing.T) {
 		t.Fatalf("all settled: counted %d, want 4 (the one before the window never counts)", n)
 	}
 }
+
+// A warm outside client was already spending before the run: the provider's
+// window starts with its last window of calls, which are not counted as served.
+func TestOutsideWarm(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		s := DefaultScenario()
+		s.Outside.Share, s.Outside.Warm = 0.1, warm
+		r, err := newRunner(s, ModeGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, _ := r.provider.lim.remaining(r.start)
+		held := int64(s.Provider.TPM) - left
+		want := int64(0)
+		if warm {
+			want = int64(0.1 * float64(s.Provider.TPM)) // 20,000: ten 2,000-token calls
+		}
+		if held != want {
+			t.Errorf("warm %v: the provider's window holds %d tokens at the start, want %d", warm, held, want)
+		}
+		if r.provider.served[fromOutside] != 0 {
+			t.Errorf("warm %v: %d outside tokens counted as served before the run", warm, r.provider.served[fromOutside])
+		}
+	}
+}
