@@ -507,9 +507,6 @@ func (r *runner) outsideRequestsPerWindow() float64 {
 	return r.s.Outside.Share * float64(r.s.Provider.TPM) / float64(max(1, r.s.Outside.CallTokens))
 }
 
-// outsideTick sends the outside client's next call (smooth) or burst. A burst
-// carries share × tpm × every ÷ window tokens in calls of callTokens, the last
-// one smaller.
 // warmOutside gives the provider the outside client's calls of the window
 // before start, at the times its ticks would have sent them: the limiter holds
 // them (and, counting on completion, their completions, up to start), but they
@@ -531,7 +528,9 @@ func (r *runner) warmOutside(start time.Time) {
 	}
 }
 
-// outsideCalls are the calls one outside tick sends.
+// outsideCalls are the calls one outside tick sends: one of callTokens
+// (smooth), or a burst of share × tpm × every ÷ window tokens in calls of
+// callTokens, the last one smaller.
 func (r *runner) outsideCalls() []int64 {
 	o := r.s.Outside
 	if o.Pattern != OutsideBursts {
@@ -547,6 +546,7 @@ func (r *runner) outsideCalls() []int64 {
 	return calls
 }
 
+// outsideTick sends the outside client's next call (smooth) or burst.
 func (r *runner) outsideTick(now time.Time) {
 	for _, c := range r.outsideCalls() {
 		r.pushTokens(now, evOutsideCall, nil, c)
