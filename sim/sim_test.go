@@ -172,11 +172,16 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 // the gate had held, and it reads the rate there. Before, a window in which the
 // trigger held calls back counted as a probe, so the rate was never read once a
 // trigger bound: over seeds 1–8, 41 429s, two runs that never converged and four
-// that took 26–54 windows. Now 30 429s, every run within 19 windows.
+// that took 26–54 windows. Now 25 429s, every run within 15 windows.
+//
+// Seeds 9–24 must converge within the hour: runs that never did came from two
+// readings of the clean record where it describes the lent reserve — a 429 at
+// the trigger the previous one set, lifted back to the clean record each time
+// (seeds 3 and 12), and a rate read from the spend replaced by it (seed 24).
 func TestTokenBucketAtTheRate(t *testing.T) {
 	base := loadScenario(t, "token-bucket-1x.yaml")
 	total := 0
-	for seed := uint64(1); seed <= 8; seed++ {
+	for seed := uint64(1); seed <= 24; seed++ {
 		s := base
 		s.Seed = seed
 		r, err := Run(s)
@@ -185,13 +190,18 @@ func TestTokenBucketAtTheRate(t *testing.T) {
 		}
 		g := r.Modes[ModeGate]
 		t.Logf("seed %d: %d 429s, converged after %s windows, utilization %.3f", seed, g.RateLimited, windows(g.ConvergedAfterWindows), g.Utilization)
-		if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 20 {
-			t.Errorf("seed %d: converged after %s windows, want ≤ 20", seed, windows(g.ConvergedAfterWindows))
+		switch {
+		case g.ConvergedAfterWindows == nil:
+			t.Errorf("seed %d: never converged", seed)
+		case seed <= 8 && *g.ConvergedAfterWindows > 20:
+			t.Errorf("seed %d: converged after %d windows, want ≤ 20", seed, *g.ConvergedAfterWindows)
 		}
 		if g.Lost != 0 {
 			t.Errorf("seed %d: %d calls lost", seed, g.Lost)
 		}
-		total += g.RateLimited
+		if seed <= 8 {
+			total += g.RateLimited
+		}
 	}
 	if total > 34 {
 		t.Errorf("%d 429s over eight seeds, want ≤ 34", total)

@@ -69,6 +69,14 @@ type bucket struct {
 	paceTokens float64
 	paceAt     int64
 
+	// A step above the level that held (a probe or a relax) is tried one call
+	// at a time: for a window after the raise, a call the old budget (stepHeld)
+	// would have held back goes only once the one before it had time to be
+	// refused (stepNext). stepHeld is 0 when no step is being tried.
+	stepHeld  int64
+	stepUntil time.Time
+	stepNext  time.Time
+
 	agedAt int64 // unix nanos of the last ageLocked pass
 
 	// What the calls admitted so far cost, all told (at their reservation while
@@ -124,6 +132,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	b.limits = lim
 	b.setRPMLocked()
 	b.setSpanLocked(cfg)
+	b.stepHeld = 0 // held in the old window's units
 	b.learn.enabled = cfg.Learn
 	if start := float64(lim.TPM); start != b.learn.start {
 		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
@@ -278,6 +287,35 @@ func (b *bucket) marginOf(v float64) int64 {
 	return int64(math.Ceil(z * math.Sqrt(v)))
 }
 
+// aboveHeldLocked reports whether a reservation of res (variance v) goes above
+// the level that held before the budget's last raise, while that step is
+// being tried: a call the old budget would have held back.
+func (b *bucket) aboveHeldLocked(now time.Time, res int64, v float64) bool {
+	if b.stepHeld <= 0 || !now.Before(b.stepUntil) {
+		return false
+	}
+	if b.atCompletion {
+		return b.done.tokens+res+b.marginOf(v) > b.stepHeld
+	}
+	return b.win.tokens+res+b.margin(v) > b.stepHeld
+}
+
+// stepGapLocked is how long a call above the level that held goes alone: 1.5 ×
+// the longest recent admission→429 delay, so that if the provider refuses it,
+// the 429 is back before the next such call goes — the step risks one call,
+// never a cohort. stepGapMin before any delay was measured.
+func (b *bucket) stepGapLocked() time.Duration {
+	var longest time.Duration
+	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
+		longest = max(longest, d)
+	}
+	return max(longest*3/2, stepGapMin)
+}
+
+// stepGapMin spaces the calls of a step before any 429 told how late the
+// provider answers: a round trip to a distant provider and its check.
+const stepGapMin = 100 * time.Millisecond
+
 // guardFor is how long past the window an entry stays: the configured share of
 // the window, or 1.5 × the longest recent admission→429 delay, at most 2% of
 // the window — and never so long that a drain wait exceeds maxWait.
@@ -324,6 +362,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	var pace time.Duration
 	if res <= budget { // an over-budget call goes at once (it could never fit): no pacing either
 		pace = b.paceWaitLocked(now, res, budget)
+		if b.aboveHeldLocked(now, res, variance) {
+			pace = max(pace, b.stepNext.Sub(now))
+		}
 	}
 	wait = max(cd, tpm, rpm, pace)
 	switch {
@@ -348,6 +389,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// small to hold it at all (a trigger set by outside traffic can shrink it
 		// below every reservation: the relax rules must still see the pressure)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
+			b.stepHeld, b.stepUntil, b.stepNext = budget, now.Add(b.l.conf().Window), time.Time{}
 			b.emitLearn(now, st)
 		}
 	}
@@ -563,6 +605,9 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
+	if b.aboveHeldLocked(now, res, sz.variance) {
+		b.stepNext = now.Add(b.stepGapLocked())
+	}
 	// The clean-window record counts calls at their expected output, like the 429
 	// reading; before any output was seen there is no expectation, and a reading
 	// made of reserves would overstate it (and later raise a false leak warning).
@@ -687,6 +732,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.sharedCooldownLocked(now, now.Add(retryAfter))
 	b.rateLimited++
 	b.last429 = now
+	b.stepHeld = 0 // the step, if one was tried, is answered
 	b.lastUsed = now
 	cfg := b.l.conf()
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
@@ -734,6 +780,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
 			reading = rate
 			b.learn.rateAt = now
+			// Not a window reading: no refused call or calls in flight bracket
+			// it, and the clean windows above it were the reserve it lent.
+			slack = 0
 		}
 		// Read on arrival while the votes lean to completion (not a rate, which
 		// no view reads).
@@ -927,6 +976,7 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 // provider's instruction, not something learned.
 func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
+	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
 	b.atCompletion, b.modeVotes = false, 0
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}

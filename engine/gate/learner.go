@@ -46,6 +46,10 @@ const (
 	// a 60 s window. The
 	// count is of windows since the last 429 or relax, loaded or not.
 	triggerReprobeWindows = 180
+	// refusedAgainWindows: a second 429 at the trigger the previous one set,
+	// within this many windows, is read as it is — not lifted to the clean
+	// record (see on429). Noise at a right trigger comes about once an hour.
+	refusedAgainWindows = 10
 )
 
 // The first trigger's one probe step (learner.firstProbe). It waits
@@ -83,9 +87,11 @@ type learner struct {
 	lastRaise time.Time // last probe or relax step that raised the budget (or the learner's birth)
 	rateAt    time.Time // last 429 read by the rate a drained reserve implies (see rate.go)
 
-	probeRun int       // windows in the current run of probes (slow start)
-	preProbe float64   // quota before the last probe step; a 429 within a window of it reverts to it
-	prevCut  time.Time // the previous trusted burst's first 429
+	probeRun int     // windows in the current run of probes (slow start)
+	preProbe float64 // quota before the last probe step; a 429 within a window of it reverts to it
+	// refusedLevel is the trigger the last trusted 429 set (see on429).
+	refusedLevel float64
+	prevCut      time.Time // the previous trusted burst's first 429
 
 	relaxed bool // the trigger was relaxed toward the clean record since the last trusted 429
 	// The first trigger is one reading, and it reads low: the limit lies
@@ -256,7 +262,13 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 	hadTrigger := l.trigger > 0
 	if reading > 0 {
 		t := reading
-		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack {
+		// Not when the level refused is the trigger an earlier 429 set, within
+		// refusedAgainWindows, and nothing moved since: refused there twice,
+		// the clean windows above the reading describe a level the provider
+		// no longer carries (a token bucket refuses at a level above its rate
+		// each time its reserve runs dry again, minutes apart).
+		again := hadTrigger && l.trigger == l.refusedLevel && level == l.trigger && now.Sub(l.prevCut) < refusedAgainWindows*span
+		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack && !again {
 			t = l.cleanMax
 		}
 		if probing && !hadTrigger && l.preProbe == l.start && l.preProbe > t && reading+slack >= l.preProbe {
@@ -339,6 +351,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.cleanMax = math.Min(l.cleanMax, l.trigger)
 	}
 	l.relaxed = false
+	l.refusedLevel = l.trigger
 	l.prevCut = now
 	l.preProbe, l.probeRun = 0, 0
 	l.lastCut = now

@@ -607,3 +607,35 @@ func TestLearnerStepDownIsBelowTheLevel(t *testing.T) {
 		}
 	}
 }
+
+// A clean window's reading within the bracket of a 429 stands for the limit —
+// but not when the level refused is the trigger the previous 429 set and
+// nothing moved since: refused there twice within refusedAgainWindows, the
+// clean windows above describe a level the provider no longer carries. A token
+// bucket refuses a level above its rate each time its reserve runs dry again,
+// minutes apart; lifted back to the clean record each time, the trigger never
+// moved (token-bucket-1x.yaml, seed 12: a 429 every six minutes at the same
+// level for half an hour).
+func TestLearnerRefusedAgainAtTheSameTrigger(t *testing.T) {
+	span := time.Minute
+	for _, c := range []struct {
+		name          string
+		since         time.Duration // from the previous 429
+		trigger, want float64
+	}{
+		{"first at this level", 6 * time.Minute, 950, 1000},   // the previous 429 set another trigger: lifted to the clean record
+		{"again, six windows on", 6 * time.Minute, 1000, 940}, // refused at the trigger it set: the reading
+		{"again, an hour on", time.Hour, 1000, 1000},          // noise at a right trigger: lifted as before
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLearner(1200, true, t0)
+			l.trigger, l.quota, l.cleanMax = c.trigger, c.trigger, 1000
+			l.prevCut, l.burstStart, l.last429, l.lastRaise = t0, t0, t0, t0
+			l.refusedLevel = 1000 // what the previous 429 set
+			l.on429(t0.Add(c.since), 940, 80, false, false, span)
+			if math.Abs(l.trigger-c.want) > 1e-9 {
+				t.Fatalf("trigger %g, want %g", l.trigger, c.want)
+			}
+		})
+	}
+}

@@ -397,3 +397,59 @@ func TestGuardNeverPushesPastMaxWait(t *testing.T) {
 		t.Fatal("failed open at once")
 	}
 }
+
+// A probe step above the level that held risks one call, never a cohort: for a
+// window after the raise, a call the old budget would have held back goes only
+// once the one before it had time to be refused — 1.5 × the longest measured
+// admission→429 delay, stepGapMin before any was measured. Over real HTTP a
+// backlog filled a 5% step with two calls in the same millisecond, and both were
+// refused.
+func TestProbeStepGoesOneCallAtATime(t *testing.T) {
+	small := func(s string) Request {
+		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1} // 10 tokens
+	}
+	fill := func(t *testing.T, l *Ledger, at time.Time) {
+		for i := 0; i < 100; i++ { // the whole budget of 1000
+			mustAdmit(t, l, at, small("a"))
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration // an earlier 429's admission→429 delay (0: none)
+		gap   time.Duration
+	}{
+		{"no delay measured", 0, stepGapMin},
+		{"measured 400ms", 400 * time.Millisecond, 600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testGate()
+			c.Defaults.RPM = 100_000
+			l, _, _ := newTestLedger(t, c)
+			if tc.delay > 0 { // as an earlier 429 measured it
+				b := l.bucketFor("p", "m", t0)
+				b.mu.Lock()
+				b.delays[0], b.nDelay = tc.delay, 1
+				b.mu.Unlock()
+			}
+			start := t0
+			fill(t, l, start)
+			t1 := start.Add(61 * time.Second) // the first fill left the window; a full window without a 429
+			fill(t, l, t1)
+			// Held by the full budget, the call steps it up 5% and goes: the
+			// step's first call.
+			mustAdmit(t, l, t1, small("b"))
+			if st := l.BucketStatus(t1, "p", "m"); st.TokenBudget != 1050 {
+				t.Fatalf("budget %d after the probe, want 1050", st.TokenBudget)
+			}
+			// the next call above 1000 waits until the first had time to be refused
+			w2 := mustWait(t, l, t1, small("c"), "pace", t1.Add(tc.gap).Sub(t0))
+			if _, ok := w2.Poll(t1.Add(tc.gap - time.Millisecond)); ok {
+				t.Fatal("granted before the gap")
+			}
+			if _, ok := w2.Poll(t1.Add(tc.gap)); !ok {
+				t.Fatal("not granted after the gap")
+			}
+			mustWait(t, l, t1.Add(tc.gap), small("d"), "pace", t1.Add(2*tc.gap).Sub(t0))
+		})
+	}
+}
