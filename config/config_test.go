@@ -259,7 +259,7 @@ gate:
   learn: false
   defaults: {rpm: 100}
   models:
-    deepseek/deepseek-chat: {tpm: 5000, safetyFactor: 0.5}
+    deepseek/deepseek-chat: {tpm: 5000, safetyFactor: 0.5, countsAt: completion}
     claude/claude-sonnet-4-5: {rpm: 10}
 retry:
   rounds: 0
@@ -337,7 +337,7 @@ quota:
 		g.OutputReserveTokens != 0 || g.Learn || g.Defaults != (ModelLimits{TPM: 1000000, RPM: 100}) {
 		t.Errorf("gate = %+v", g)
 	}
-	if got := g.Limits("deepseek/deepseek-chat"); got != (ModelLimits{TPM: 5000, RPM: 100, SafetyFactor: 0.5}) {
+	if got := g.Limits("deepseek/deepseek-chat"); got != (ModelLimits{TPM: 5000, RPM: 100, SafetyFactor: 0.5, CountsAt: "completion"}) {
 		t.Errorf("Limits(deepseek/deepseek-chat) = %+v", got)
 	}
 	if got := g.Limits("claude/claude-sonnet-4-5"); got != (ModelLimits{TPM: 1000000, RPM: 10, SafetyFactor: 1}) {

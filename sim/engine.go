@@ -30,6 +30,7 @@ type gateLimits struct {
 	tpm, rpm     int
 	safetyFactor float64
 	learn        bool
+	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
@@ -37,7 +38,7 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.Window = lim.window
 	cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
 	cfg.SafetyFactor = lim.safetyFactor
-	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm}
+	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt}
 	cfg.Learn = lim.learn
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
 	if trace != nil {

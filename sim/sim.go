@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 // Modes, in report order.
@@ -273,6 +274,9 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			lim.tpm = int(r.capacity)
 			lim.rpm = max(1, s.Provider.RPM-int(math.Ceil(r.outsideRequestsPerWindow())))
 			lim.learn = false
+			if s.Provider.Model == LimitSlidingCompletion {
+				lim.countsAt = gate.CountsAtCompletion // how it counts is part of the truth
+			}
 		}
 		var trace io.Writer
 		if mode == ModeGate {

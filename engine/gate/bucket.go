@@ -130,6 +130,11 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		lim.RPM = int(scaleLimit(b.statedRequests, cfg.Window))
 	}
 	b.limits = lim
+	if lim.CountsAt != "" && (lim.CountsAt == CountsAtCompletion) != b.atCompletion {
+		// the user says how the provider counts: readings of the other view go
+		b.atCompletion, b.modeVotes = lim.CountsAt == CountsAtCompletion, 0
+		b.learn.forgetReadings()
+	}
 	b.setRPMLocked()
 	b.setSpanLocked(cfg)
 	b.stepHeld = 0 // held in the old window's units
@@ -175,6 +180,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		est:      newEstimator(l.conf().OutputReserveTokens),
 		lastUsed: now,
 	}
+	b.atCompletion = lim.CountsAt == CountsAtCompletion
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
@@ -863,6 +869,9 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	if doneRefuted {
 		b.doneRefutedAt = now
 	}
+	if b.limits.CountsAt != "" {
+		return // the user said how the provider counts
+	}
 	// A provider that a sliding window does not describe (a token bucket, fixed
 	// windows) refutes each view in turn. Arrival, the default, counts the calls in
 	// flight and is the safe one there: completion is adopted only if no 429 of
@@ -978,7 +987,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
-	b.atCompletion, b.modeVotes = false, 0
+	b.atCompletion, b.modeVotes = b.limits.CountsAt == CountsAtCompletion, 0
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it

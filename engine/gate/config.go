@@ -12,7 +12,17 @@ type ModelLimits struct {
 	TPM          int     // tokens per window: the learner's starting point, not the truth
 	RPM          int     // requests per window
 	SafetyFactor float64 // share of the budget the gate spends, (0, 1]
+	// CountsAt is when the provider counts a call, when the user knows it:
+	// CountsAtArrival or CountsAtCompletion. "" (the default): the gate learns it
+	// from where 429s fall; set, the gate uses that view and never switches.
+	CountsAt string
 }
+
+// The provider's ways of counting a call (ModelLimits.CountsAt).
+const (
+	CountsAtArrival    = "arrival"
+	CountsAtCompletion = "completion"
+)
 
 // Config configures the Ledger. The zero value is not usable: start from
 // DefaultConfig.
@@ -108,12 +118,26 @@ func (c Config) Validate() error {
 	case c.Jitter < 0 || c.Jitter > 1:
 		return fmt.Errorf("gate.jitter: must be in [0, 1] (got %g)", c.Jitter)
 	}
+	if err := checkCountsAt("gate.defaults", c.Defaults.CountsAt); err != nil {
+		return err
+	}
 	for k, m := range c.Models {
 		if m.TPM < 0 || m.RPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
 			return fmt.Errorf("gate.models[%q]: tpm, rpm must not be negative and safetyFactor must be in (0, 1]", k)
 		}
+		if err := checkCountsAt(fmt.Sprintf("gate.models[%q]", k), m.CountsAt); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+func checkCountsAt(where, v string) error {
+	switch v {
+	case "", CountsAtArrival, CountsAtCompletion:
+		return nil
+	}
+	return fmt.Errorf("%s.countsAt: must be %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, v)
 }
 
 // Limits returns the effective limits of model key "provider/model": its entry in
@@ -133,6 +157,9 @@ func (c Config) Limits(key string) ModelLimits {
 		}
 		if m.SafetyFactor > 0 {
 			l.SafetyFactor = m.SafetyFactor
+		}
+		if m.CountsAt != "" {
+			l.CountsAt = m.CountsAt
 		}
 	}
 	return l

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,66 @@ func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
 		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
 			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
 		}
+	}
+}
+
+// A user who knows how the provider counts says so (countsAt): the bucket uses
+// that view from its first call, and 429s never switch it — not even one that
+// refutes it, which would switch a learning bucket at once. A reset keeps it.
+func TestConfiguredCountView(t *testing.T) {
+	for _, tc := range []struct {
+		countsAt string
+		want     string // the view after the refuting 429 and after a reset
+		switches int
+	}{
+		{"", "completion", 1}, // learned: the refutation switches it
+		{CountsAtArrival, "arrival", 0},
+		{CountsAtCompletion, "completion", 0},
+	} {
+		t.Run("countsAt="+tc.countsAt, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.RPM = 100
+			c.Models = map[string]ModelLimits{"p/m": {CountsAt: tc.countsAt}}
+			l, _, ev := newTestLedger(t, c)
+			first := "arrival"
+			if tc.countsAt == CountsAtCompletion {
+				first = "completion"
+			}
+			if st := l.BucketStatus(t0, "p", "m"); st.CountsAt != first {
+				t.Fatalf("counts at %q before any 429, want %q", st.CountsAt, first)
+			}
+			servedThenRefused(t, l, 63*time.Second) // refutes the arrival view
+			if got := countModeSwitches(ev); len(got) != tc.switches {
+				t.Fatalf("count-mode steps %v, want %d", got, tc.switches)
+			}
+			at := t0.Add(63 * time.Second)
+			if st := l.BucketStatus(at, "p", "m"); st.CountsAt != tc.want {
+				t.Fatalf("counts at %q after the 429, want %q", st.CountsAt, tc.want)
+			}
+			l.Reset(at, "p", "m")
+			want := first // a reset forgets a learned view, not a configured one
+			if st := l.BucketStatus(at, "p", "m"); st.CountsAt != want {
+				t.Fatalf("counts at %q after a reset, want %q", st.CountsAt, want)
+			}
+		})
+	}
+}
+
+// A configured completion view leaves the calls in flight out of the window: a
+// call is admitted while another of the whole budget is still in flight.
+func TestConfiguredCompletionViewAdmitsPastCallsInFlight(t *testing.T) {
+	c := testGate()
+	c.Defaults.RPM = 100
+	c.Defaults.CountsAt = CountsAtCompletion
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 900, MaxTokens: 100}) // the whole 1000, in flight
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 400, MaxTokens: 100})
+}
+
+func TestConfigRefusesAnUnknownCountView(t *testing.T) {
+	c := testGate()
+	c.Models = map[string]ModelLimits{"p/m": {CountsAt: "sometimes"}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `gate.models["p/m"].countsAt`) {
+		t.Fatalf("err = %v, want one naming gate.models[\"p/m\"].countsAt", err)
 	}
 }
