@@ -77,8 +77,8 @@ var limitsSchema = &schema[ModelLimits]{
 			func(l *ModelLimits) *int { return &l.RPM }),
 		numField("safetyFactor", "overrides gate.safetyFactor for the model", unitFactor,
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor }),
-		choiceField("countsAt", "when the provider counts a call, if you know it: arrival, or completion (a call in flight is not in its window until it ends); left out, the gate learns it from where 429s fall",
-			[]string{gate.CountsAtArrival, gate.CountsAtCompletion}, func(l *ModelLimits) *string { return &l.CountsAt }),
+		choiceField("countsAt", "when the provider counts a call, if you know it: arrival, or completion (a call in flight is not in its window until it ends); learn (a model's way back under defaults that set one), or left out: the gate learns it from where 429s fall",
+			[]string{gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn}, func(l *ModelLimits) *string { return &l.CountsAt }),
 	},
 }
 

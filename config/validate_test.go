@@ -147,7 +147,7 @@ func TestValidationErrors(t *testing.T) {
 			`6: gate.models["deepseek/chat"].safetyFactor: must be in (0, 1] (got 2)`,
 			`6: gate.models["deepseek/chat"].burst: unknown key "burst" (valid: tpm, rpm, safetyFactor, countsAt)`}},
 		{"model countsAt", twoProviders + "gate:\n  models:\n    deepseek/chat: {countsAt: sometimes}\n", []string{
-			`6: gate.models["deepseek/chat"].countsAt: unknown value "sometimes" (valid: arrival, completion)`}},
+			`6: gate.models["deepseek/chat"].countsAt: unknown value "sometimes" (valid: arrival, completion, learn)`}},
 		{"model key without provider", twoProviders + "gate:\n  models:\n    deepseek-chat: {rpm: 5}\n",
 			[]string{`6: gate.models.deepseek-chat: model keys are provider/model`}},
 		{"model key unknown provider", twoProviders + "gate:\n  models:\n    opencode/x: {rpm: 5}\n",

@@ -20,8 +20,8 @@ type bucket struct {
 	win slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
 	// done holds settled calls keyed by when they settled: what a provider that
 	// counts a call when it completes holds. atCompletion says which of the two
-	// the provider behaves like (learned from 429s, see voteLocked); the
-	// admission check and the learner's readings use that one.
+	// the provider behaves like (configured as countsAt, or learned from 429s:
+	// see voteLocked); the admission check and the learner's readings use that one.
 	done         slidingWindow
 	atCompletion bool
 	modeVotes    int // > 0: 429s the completion view explained better; < 0: the arrival view
@@ -130,14 +130,18 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		lim.RPM = int(scaleLimit(b.statedRequests, cfg.Window))
 	}
 	b.limits = lim
-	if lim.CountsAt != "" && (lim.CountsAt == CountsAtCompletion) != b.atCompletion {
-		// the user says how the provider counts: readings of the other view go
-		b.atCompletion, b.modeVotes = lim.CountsAt == CountsAtCompletion, 0
-		b.learn.forgetReadings()
+	if atCompletion, set := lim.countView(); set {
+		b.modeVotes = 0 // the user says how the provider counts: no votes
+		if atCompletion != b.atCompletion {
+			b.atCompletion = atCompletion
+			b.learn.forgetReadings() // read in the other view
+		}
 	}
 	b.setRPMLocked()
+	if b.win.inner != cfg.Window {
+		b.stepHeld = 0 // held in the old window's units
+	}
 	b.setSpanLocked(cfg)
-	b.stepHeld = 0 // held in the old window's units
 	b.learn.enabled = cfg.Learn
 	if start := float64(lim.TPM); start != b.learn.start {
 		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
@@ -180,7 +184,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		est:      newEstimator(l.conf().OutputReserveTokens),
 		lastUsed: now,
 	}
-	b.atCompletion = lim.CountsAt == CountsAtCompletion
+	b.atCompletion, _ = lim.countView()
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
@@ -188,7 +192,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	}
 	if l.quotas != nil && l.conf().Learn {
 		if q, ok := l.quotas.Load(provider, model); ok {
-			b.learn.restore(q)
+			b.restoreLocked(q)
 		}
 	}
 	return b
@@ -301,21 +305,48 @@ func (b *bucket) aboveHeldLocked(now time.Time, res int64, v float64) bool {
 		return false
 	}
 	if b.atCompletion {
-		return b.done.tokens+res+b.marginOf(v) > b.stepHeld
+		return b.done.tokens+b.sharedOthers+res+b.marginOf(v) > b.stepHeld
 	}
-	return b.win.tokens+res+b.margin(v) > b.stepHeld
+	return b.win.tokens+b.sharedOthers+res+b.margin(v) > b.stepHeld
 }
 
 // stepGapLocked is how long a call above the level that held goes alone: 1.5 ×
 // the longest recent admission→429 delay, so that if the provider refuses it,
 // the 429 is back before the next such call goes — the step risks one call,
-// never a cohort. stepGapMin before any delay was measured.
+// never a cohort. stepGapMin before any delay was measured; at most 2% of the
+// window, like the count guard the same delays set (one slow 429 must not
+// spread a step over the whole window, whose end would release the rest at once).
 func (b *bucket) stepGapLocked() time.Duration {
 	var longest time.Duration
 	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
 		longest = max(longest, d)
 	}
-	return max(longest*3/2, stepGapMin)
+	return min(max(longest*3/2, stepGapMin), b.l.conf().Window/50)
+}
+
+// raisedLocked starts the spacing of a step: the budget rose from held.
+func (b *bucket) raisedLocked(now time.Time, held int64) {
+	b.stepHeld, b.stepUntil, b.stepNext = held, now.Add(b.l.conf().Window), time.Time{}
+}
+
+// snapshotLocked is what the learned store keeps of the model: the learner's
+// state and the view it was read in.
+func (b *bucket) snapshotLocked() LearnedQuota {
+	q := b.learn.snapshot()
+	q.AtCompletion = b.atCompletion
+	return q
+}
+
+// restoreLocked adopts a stored state. Readings taken in a view other than the
+// one the user configured are dropped; without a configured view, the stored
+// one comes with them.
+func (b *bucket) restoreLocked(q LearnedQuota) {
+	b.learn.restore(q)
+	if atCompletion, set := b.limits.countView(); !set {
+		b.atCompletion = q.AtCompletion
+	} else if q.AtCompletion != atCompletion && q.Trigger > 0 {
+		b.learn.forgetReadings()
+	}
 }
 
 // stepGapMin spaces the calls of a step before any 429 told how late the
@@ -395,7 +426,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// small to hold it at all (a trigger set by outside traffic can shrink it
 		// below every reservation: the relax rules must still see the pressure)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
-			b.stepHeld, b.stepUntil, b.stepNext = budget, now.Add(b.l.conf().Window), time.Time{}
+			b.raisedLocked(now, budget)
 			b.emitLearn(now, st)
 		}
 	}
@@ -611,7 +642,9 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	if b.aboveHeldLocked(now, res, sz.variance) {
+	if res <= b.tokenBudget() && b.aboveHeldLocked(now, res, sz.variance) {
+		// (an over-budget call is not spaced, so it does not space others; a
+		// fail-open grant past maxWait is, like any call above the old level)
 		b.stepNext = now.Add(b.stepGapLocked())
 	}
 	// The clean-window record counts calls at their expected output, like the 429
@@ -869,7 +902,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	if doneRefuted {
 		b.doneRefutedAt = now
 	}
-	if b.limits.CountsAt != "" {
+	if _, set := b.limits.countView(); set {
 		return // the user said how the provider counts
 	}
 	// A provider that a sliding window does not describe (a token bucket, fixed
@@ -987,7 +1020,8 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
-	b.atCompletion, b.modeVotes = b.limits.CountsAt == CountsAtCompletion, 0
+	b.atCompletion, _ = b.limits.countView()
+	b.modeVotes = 0
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
@@ -995,7 +1029,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.setRPMLocked()
 	b.setSpanLocked(cfg)
 	if b.l.quotas != nil {
-		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
 	b.dispatchLocked(now)
 }
@@ -1031,7 +1065,7 @@ func (b *bucket) emitLearn(now time.Time, st learnStep) {
 		return // a retry storm is one sample: nothing moved, nothing to log
 	}
 	if b.l.quotas != nil {
-		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
 	kind := EventLearn
 	if st.Kind == "leak" {

@@ -68,7 +68,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	b.learn.stated = q
 	b.limits.TPM = int(q)
 	if b.l.quotas != nil {
-		b.l.quotas.Save(b.provider, b.model, b.learn.snapshot())
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
 	e := b.newEvent(EventLearn, now, "", "calibrate", 0, 0)
 	e.Step, e.From, e.To = "calibrate", from, q

@@ -13,8 +13,9 @@ type ModelLimits struct {
 	RPM          int     // requests per window
 	SafetyFactor float64 // share of the budget the gate spends, (0, 1]
 	// CountsAt is when the provider counts a call, when the user knows it:
-	// CountsAtArrival or CountsAtCompletion. "" (the default): the gate learns it
-	// from where 429s fall; set, the gate uses that view and never switches.
+	// CountsAtArrival or CountsAtCompletion, and the gate uses that view and
+	// never switches. CountsAtLearn (or "", which inherits, down to learning)
+	// has the gate learn it from where 429s fall.
 	CountsAt string
 }
 
@@ -22,7 +23,20 @@ type ModelLimits struct {
 const (
 	CountsAtArrival    = "arrival"
 	CountsAtCompletion = "completion"
+	CountsAtLearn      = "learn" // a model's way back to learning under defaults that set a view
 )
+
+// countView reports whether the user said how the provider counts, and whether
+// it is at completion.
+func (m ModelLimits) countView() (atCompletion, set bool) {
+	switch m.CountsAt {
+	case CountsAtArrival:
+		return false, true
+	case CountsAtCompletion:
+		return true, true
+	}
+	return false, false
+}
 
 // Config configures the Ledger. The zero value is not usable: start from
 // DefaultConfig.
@@ -134,10 +148,10 @@ func (c Config) Validate() error {
 
 func checkCountsAt(where, v string) error {
 	switch v {
-	case "", CountsAtArrival, CountsAtCompletion:
+	case "", CountsAtArrival, CountsAtCompletion, CountsAtLearn:
 		return nil
 	}
-	return fmt.Errorf("%s.countsAt: must be %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, v)
+	return fmt.Errorf("%s.countsAt: must be %q, %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, CountsAtLearn, v)
 }
 
 // Limits returns the effective limits of model key "provider/model": its entry in

@@ -322,3 +322,39 @@ func TestConfigRefusesAnUnknownCountView(t *testing.T) {
 		t.Fatalf("err = %v, want one naming gate.models[\"p/m\"].countsAt", err)
 	}
 }
+
+// A reload that sets the view the bucket does not use switches it and forgets
+// the readings of the old one (they measured the other thing); a model's
+// countsAt: learn takes it back to learning under defaults that set a view.
+func TestReloadedCountView(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(500))
+	l.RateLimited(t0, "p", "m", time.Millisecond) // a trigger, read in the arrival view
+	if _, trig := quota(l, t0); trig <= 0 {
+		t.Fatal("no trigger to forget")
+	}
+	c.Defaults.CountsAt = CountsAtCompletion
+	if err := l.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(time.Second)
+	if st := l.BucketStatus(at, "p", "m"); st.CountsAt != "completion" || st.Trigger != 0 {
+		t.Fatalf("after the reload: counts at %q, trigger %v; want completion and the arrival reading forgotten", st.CountsAt, st.Trigger)
+	}
+	// A model that opts back into learning keeps the view it has and votes again.
+	c.Models = map[string]ModelLimits{"p/m": {CountsAt: CountsAtLearn}}
+	if err := l.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	if lim := c.Limits("p/m"); lim.CountsAt != CountsAtLearn {
+		t.Fatalf("limits %+v", lim)
+	}
+	l2, _, ev2 := newTestLedger(t, c)
+	servedThenRefused(t, l2, 63*time.Second)
+	if got := countModeSwitches(ev2); len(got) != 1 {
+		t.Fatalf("count-mode steps %v under countsAt: learn, want the refutation's switch", got)
+	}
+	_ = ev
+}

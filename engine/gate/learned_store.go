@@ -35,6 +35,10 @@ type LearnedQuota struct {
 	FirstProbe int     `json:"firstProbe,omitempty"`
 	FirstFrom  float64 `json:"firstFrom,omitempty"`
 	FirstUsed  bool    `json:"firstUsed,omitempty"`
+	// RefusedLevel is the trigger the last trusted 429 set (a second 429 there
+	// is read as it is); AtCompletion, the view the readings were taken in.
+	RefusedLevel float64 `json:"refusedLevel,omitempty"`
+	AtCompletion bool    `json:"atCompletion,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared
@@ -95,6 +99,7 @@ func (l *learner) restore(q LearnedQuota) {
 	}
 	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
 	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
+	l.refusedLevel = q.RefusedLevel
 	// last429 came along: a window another instance saw a 429 in is not clean here.
 }
 
@@ -103,5 +108,5 @@ func (l *learner) snapshot() LearnedQuota {
 		CleanMax: l.cleanMax, LastProbe: l.lastProbe, ProbeRun: l.probeRun, PreProbe: l.preProbe,
 		PrevCut: l.prevCut, LastRelax: l.lastRelax, LastRaise: l.lastRaise, Relaxed: l.relaxed,
 		LastSuspect: l.lastSuspect, Suspects: l.suspects,
-		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed}
+		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed, RefusedLevel: l.refusedLevel}
 }

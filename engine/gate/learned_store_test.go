@@ -19,6 +19,7 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	a.prevCut, a.lastRelax, a.relaxed, a.lastRaise = t0.Add(4*time.Second), t0.Add(5*time.Second), true, t0.Add(7*time.Second)
 	a.lastSuspect, a.suspects = t0.Add(6*time.Second), 2
 	a.firstProbe, a.firstFrom, a.firstUsed = firstProbeInFlight, 8400, true
+	a.refusedLevel = 8500
 	q := a.snapshot()
 	b := newLearner(10000, true, t0.Add(time.Hour))
 	b.restore(q)
@@ -102,4 +103,38 @@ func TestNewBucketLoadsOutsideShardLock(t *testing.T) {
 		t.Fatal("an admission on another model of the shard waited for the slow store's Load")
 	}
 	close(st.release)
+}
+
+// The view the readings were taken in is stored with them. A restart without a
+// configured view takes it back; one whose configured view differs drops the
+// readings (they measured the other thing) and keeps the quota.
+func TestLearnedStoreKeepsTheCountView(t *testing.T) {
+	for _, tc := range []struct {
+		countsAt    string
+		wantView    string
+		wantTrigger float64
+	}{
+		{"", "completion", 900},
+		{CountsAtCompletion, "completion", 900},
+		{CountsAtArrival, "arrival", 0},
+	} {
+		t.Run("countsAt="+tc.countsAt, func(t *testing.T) {
+			st := &MemoryLearnedStore{}
+			st.Save("p", "m", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, AtCompletion: true})
+			c := testGate()
+			c.Defaults.CountsAt = tc.countsAt
+			l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs := l.BucketStatus(t0, "p", "m")
+			wantQuota := 950.0
+			if tc.wantTrigger == 0 {
+				wantQuota = 900
+			}
+			if bs.CountsAt != tc.wantView || bs.Trigger != tc.wantTrigger || bs.Quota != wantQuota {
+				t.Fatalf("counts at %q, trigger %v, quota %v; want %q, %v, %v", bs.CountsAt, bs.Trigger, bs.Quota, tc.wantView, tc.wantTrigger, wantQuota)
+			}
+		})
+	}
 }

@@ -134,8 +134,13 @@ func (l *Ledger) AdoptLearned(provider, model string, q LearnedQuota) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.learn.restore(q)
-	b.dispatchLocked(b.l.clock.Now()) // a raised quota may let waiters through
+	now := b.l.clock.Now()
+	held := b.tokenBudget()
+	b.restoreLocked(q)
+	if b.tokenBudget() > held {
+		b.raisedLocked(now, held) // another instance's step: tried one call at a time here too
+	}
+	b.dispatchLocked(now) // a raised quota may let waiters through
 }
 
 // closeSharedLocked settles or releases the shared entry of a closing slot.

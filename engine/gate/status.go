@@ -27,7 +27,7 @@ type BucketStatus struct {
 	RateLimited    int64   `json:"rateLimited"`   // 429s observed
 	Last429        string  `json:"last429,omitempty"`
 	// CountsAt is when the provider is taken to count a call: "arrival" or
-	// "completion" (learned from where its 429s fall).
+	// "completion" (configured as countsAt, or learned from where its 429s fall).
 	CountsAt string `json:"countsAt"`
 }
 

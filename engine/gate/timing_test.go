@@ -453,3 +453,65 @@ func TestProbeStepGoesOneCallAtATime(t *testing.T) {
 		})
 	}
 }
+
+// The spacing of a step ends with its window, or with the 429 that answers it
+// (the cooldown holds the calls then); and a step adopted from another instance
+// through the shared learner is spaced here too.
+func TestProbeStepSpacingEnds(t *testing.T) {
+	small := func(s string) Request {
+		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1}
+	}
+	setup := func(t *testing.T) (*Ledger, time.Time) {
+		c := testGate()
+		c.Defaults.RPM = 100_000
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, t0, small("a"))
+		}
+		t1 := t0.Add(61 * time.Second)
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, t1, small("a"))
+		}
+		mustAdmit(t, l, t1, small("b")) // the step's first call
+		return l, t1
+	}
+	t.Run("at the window's end", func(t *testing.T) {
+		l, t1 := setup(t)
+		b := l.bucketFor("p", "m", t1)
+		b.mu.Lock()
+		until := b.stepUntil
+		b.stepNext = until.Add(time.Second) // as if spaced past the window's end
+		b.mu.Unlock()
+		if until != t1.Add(time.Minute) {
+			t.Fatalf("step tried until %s, want a window after the raise", until.Sub(t0))
+		}
+		// the window from t1 is still full at its end; past it nothing is spaced
+		at := until.Add(time.Millisecond)
+		for i := 0; i < 100; i++ { // the calls of t1 left the window; refill it
+			mustAdmit(t, l, at, small("c"))
+		}
+	})
+	t.Run("at a 429", func(t *testing.T) {
+		l, t1 := setup(t)
+		l.RateLimitedBy(t1.Add(10*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
+		b := l.bucketFor("p", "m", t1)
+		b.mu.Lock()
+		held := b.stepHeld
+		b.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("step still tried after a 429 (held %d)", held)
+		}
+	})
+	t.Run("adopted from another instance", func(t *testing.T) {
+		c := testGate()
+		c.Defaults.RPM = 100_000
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, t0, small("a"))
+		}
+		q := LearnedQuota{Quota: 1050, LastProbe: t0, LastRaise: t0}
+		l.AdoptLearned("p", "m", q)
+		mustAdmit(t, l, t0, small("b"))
+		mustWait(t, l, t0, small("c"), "pace", stepGapMin)
+	})
+}
