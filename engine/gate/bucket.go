@@ -333,19 +333,31 @@ func (b *bucket) raisedLocked(now time.Time, held int64) {
 // state and the view it was read in.
 func (b *bucket) snapshotLocked() LearnedQuota {
 	q := b.learn.snapshot()
-	q.AtCompletion = b.atCompletion
+	q.CountsAt = CountsAtArrival
+	if b.atCompletion {
+		q.CountsAt = CountsAtCompletion
+	}
 	return q
 }
 
 // restoreLocked adopts a stored state. Readings taken in a view other than the
 // one the user configured are dropped; without a configured view, the stored
-// one comes with them.
+// one comes with them. A record that does not say (from an older build) leaves
+// the bucket's view as it is.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
-	if atCompletion, set := b.limits.countView(); !set {
-		b.atCompletion = q.AtCompletion
-	} else if q.AtCompletion != atCompletion && q.Trigger > 0 {
-		b.learn.forgetReadings()
+	if q.CountsAt != CountsAtArrival && q.CountsAt != CountsAtCompletion {
+		return
+	}
+	stored := q.CountsAt == CountsAtCompletion
+	if _, set := b.limits.countView(); set {
+		if stored != b.atCompletion {
+			b.learn.forgetReadings()
+		}
+		return
+	}
+	if stored != b.atCompletion {
+		b.atCompletion, b.modeVotes = stored, 0
 	}
 }
 

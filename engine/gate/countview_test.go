@@ -343,18 +343,21 @@ func TestReloadedCountView(t *testing.T) {
 	if st := l.BucketStatus(at, "p", "m"); st.CountsAt != "completion" || st.Trigger != 0 {
 		t.Fatalf("after the reload: counts at %q, trigger %v; want completion and the arrival reading forgotten", st.CountsAt, st.Trigger)
 	}
-	// A model that opts back into learning keeps the view it has and votes again.
+	// A model that opts back into learning keeps the view it has, and votes
+	// again: a fresh ledger with the same config switches on a refutation.
 	c.Models = map[string]ModelLimits{"p/m": {CountsAt: CountsAtLearn}}
-	if err := l.Reconfigure(t0, c); err != nil {
+	if err := l.Reconfigure(at, c); err != nil {
 		t.Fatal(err)
 	}
-	if lim := c.Limits("p/m"); lim.CountsAt != CountsAtLearn {
-		t.Fatalf("limits %+v", lim)
+	if st := l.BucketStatus(at, "p", "m"); st.CountsAt != "completion" {
+		t.Fatalf("after countsAt: learn, counts at %q, want the completion view it had", st.CountsAt)
+	}
+	if got := countModeSwitches(ev); len(got) != 0 {
+		t.Fatalf("count-mode steps %v: a configured view is not a learned switch", got)
 	}
 	l2, _, ev2 := newTestLedger(t, c)
 	servedThenRefused(t, l2, 63*time.Second)
 	if got := countModeSwitches(ev2); len(got) != 1 {
 		t.Fatalf("count-mode steps %v under countsAt: learn, want the refutation's switch", got)
 	}
-	_ = ev
 }

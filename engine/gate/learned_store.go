@@ -36,9 +36,11 @@ type LearnedQuota struct {
 	FirstFrom  float64 `json:"firstFrom,omitempty"`
 	FirstUsed  bool    `json:"firstUsed,omitempty"`
 	// RefusedLevel is the trigger the last trusted 429 set (a second 429 there
-	// is read as it is); AtCompletion, the view the readings were taken in.
+	// is read as it is); CountsAt, the view the readings were taken in
+	// (CountsAtArrival or CountsAtCompletion; "" in a record from before it:
+	// the view is then unknown, and the bucket keeps its own).
 	RefusedLevel float64 `json:"refusedLevel,omitempty"`
-	AtCompletion bool    `json:"atCompletion,omitempty"`
+	CountsAt     string  `json:"countsAt,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared

@@ -21,6 +21,9 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	a.firstProbe, a.firstFrom, a.firstUsed = firstProbeInFlight, 8400, true
 	a.refusedLevel = 8500
 	q := a.snapshot()
+	if q.RefusedLevel != 8500 {
+		t.Fatalf("snapshot RefusedLevel %v, want 8500", q.RefusedLevel)
+	}
 	b := newLearner(10000, true, t0.Add(time.Hour))
 	b.restore(q)
 	if got := b.snapshot(); got != q {
@@ -107,20 +110,24 @@ func TestNewBucketLoadsOutsideShardLock(t *testing.T) {
 
 // The view the readings were taken in is stored with them. A restart without a
 // configured view takes it back; one whose configured view differs drops the
-// readings (they measured the other thing) and keeps the quota.
+// readings (they measured the other thing) and keeps the level that held; a
+// record that does not say (an older build's) leaves the bucket's view and
+// readings alone.
 func TestLearnedStoreKeepsTheCountView(t *testing.T) {
 	for _, tc := range []struct {
-		countsAt    string
-		wantView    string
-		wantTrigger float64
+		name, countsAt, stored string
+		wantView               string
+		wantTrigger, wantQuota float64
 	}{
-		{"", "completion", 900},
-		{CountsAtCompletion, "completion", 900},
-		{CountsAtArrival, "arrival", 0},
+		{"learned, restored", "", CountsAtCompletion, "completion", 900, 950},
+		{"configured, same", CountsAtCompletion, CountsAtCompletion, "completion", 900, 950},
+		{"configured, other", CountsAtArrival, CountsAtCompletion, "arrival", 0, 900},
+		{"configured, record does not say", CountsAtCompletion, "", "completion", 900, 950},
+		{"learned, record does not say", "", "", "arrival", 900, 950},
 	} {
-		t.Run("countsAt="+tc.countsAt, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			st := &MemoryLearnedStore{}
-			st.Save("p", "m", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, AtCompletion: true})
+			st.Save("p", "m", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, CountsAt: tc.stored})
 			c := testGate()
 			c.Defaults.CountsAt = tc.countsAt
 			l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
@@ -128,13 +135,32 @@ func TestLearnedStoreKeepsTheCountView(t *testing.T) {
 				t.Fatal(err)
 			}
 			bs := l.BucketStatus(t0, "p", "m")
-			wantQuota := 950.0
-			if tc.wantTrigger == 0 {
-				wantQuota = 900
-			}
-			if bs.CountsAt != tc.wantView || bs.Trigger != tc.wantTrigger || bs.Quota != wantQuota {
-				t.Fatalf("counts at %q, trigger %v, quota %v; want %q, %v, %v", bs.CountsAt, bs.Trigger, bs.Quota, tc.wantView, tc.wantTrigger, wantQuota)
+			if bs.CountsAt != tc.wantView || bs.Trigger != tc.wantTrigger || bs.Quota != tc.wantQuota {
+				t.Fatalf("counts at %q, trigger %v, quota %v; want %q, %v, %v", bs.CountsAt, bs.Trigger, bs.Quota, tc.wantView, tc.wantTrigger, tc.wantQuota)
 			}
 		})
+	}
+}
+
+// What a bucket saves carries its view: a learned switch survives a restart
+// through the store.
+func TestLearnedStoreSavesTheCountView(t *testing.T) {
+	st := &MemoryLearnedStore{}
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servedThenRefused(t, l, 63*time.Second) // switches to completion and saves
+	if q, _ := st.Load("p", "m"); q.CountsAt != CountsAtCompletion {
+		t.Fatalf("saved view %q, want completion", q.CountsAt)
+	}
+	l2, err := NewLedger(c, engine.NewFakeClock(t0.Add(time.Minute)), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs := l2.BucketStatus(t0.Add(time.Minute), "p", "m"); bs.CountsAt != "completion" {
+		t.Fatalf("after a restart counts at %q, want completion", bs.CountsAt)
 	}
 }

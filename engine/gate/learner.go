@@ -459,6 +459,7 @@ func (l *learner) forgetReadings() {
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
 	l.firstProbe, l.firstUsed = firstProbeDone, true
 	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
+	l.refusedLevel = 0
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
 

@@ -137,8 +137,11 @@ func (l *Ledger) AdoptLearned(provider, model string, q LearnedQuota) {
 	now := b.l.clock.Now()
 	held := b.tokenBudget()
 	b.restoreLocked(q)
-	if b.tokenBudget() > held {
+	switch budget := b.tokenBudget(); {
+	case budget > held:
 		b.raisedLocked(now, held) // another instance's step: tried one call at a time here too
+	case budget < held:
+		b.stepHeld = 0 // another instance's cut ends a step, as a 429 here does
 	}
 	b.dispatchLocked(now) // a raised quota may let waiters through
 }

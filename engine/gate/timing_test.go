@@ -479,17 +479,15 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		l, t1 := setup(t)
 		b := l.bucketFor("p", "m", t1)
 		b.mu.Lock()
-		until := b.stepUntil
-		b.stepNext = until.Add(time.Second) // as if spaced past the window's end
+		if b.stepUntil != t1.Add(time.Minute) {
+			t.Errorf("step tried until %s, want a window after the raise", b.stepUntil.Sub(t0))
+		}
+		// A step window cut to one second, and a next call due long after it: the
+		// step's end, not the gap, lets the window's last 40 tokens go.
+		b.stepUntil, b.stepNext = t1.Add(time.Second), t1.Add(30*time.Second)
 		b.mu.Unlock()
-		if until != t1.Add(time.Minute) {
-			t.Fatalf("step tried until %s, want a window after the raise", until.Sub(t0))
-		}
-		// the window from t1 is still full at its end; past it nothing is spaced
-		at := until.Add(time.Millisecond)
-		for i := 0; i < 100; i++ { // the calls of t1 left the window; refill it
-			mustAdmit(t, l, at, small("c"))
-		}
+		mustWait(t, l, t1.Add(500*time.Millisecond), small("c"), "pace", t1.Add(30*time.Second).Sub(t0))
+		mustAdmit(t, l, t1.Add(time.Second), small("d"))
 	})
 	t.Run("at a 429", func(t *testing.T) {
 		l, t1 := setup(t)
@@ -513,5 +511,75 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		l.AdoptLearned("p", "m", q)
 		mustAdmit(t, l, t0, small("b"))
 		mustWait(t, l, t0, small("c"), "pace", stepGapMin)
+	})
+}
+
+// The step's edges: the gap is at most 2% of the window however slow a 429 was
+// measured; the other instances' calls in a shared window count toward the
+// level that held; an over-budget call is not spaced and does not space
+// others; a reload that keeps the window keeps the step.
+func TestProbeStepEdges(t *testing.T) {
+	small := func(s string) Request {
+		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1}
+	}
+	// a step from a held 1000 to 1050, its first call gone, the window at 1010
+	setup := func(t *testing.T) (*Ledger, Config, time.Time, *bucket) {
+		c := testGate()
+		c.Defaults.RPM = 100_000
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, t0, small("a"))
+		}
+		t1 := t0.Add(61 * time.Second)
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, t1, small("a"))
+		}
+		mustAdmit(t, l, t1, small("b"))
+		return l, c, t1, l.bucketFor("p", "m", t1)
+	}
+	t.Run("gap capped", func(t *testing.T) {
+		l, _, t1, b := setup(t)
+		b.mu.Lock()
+		b.delays[0], b.nDelay = 20*time.Second, 1 // one slow 429
+		gap := b.stepGapLocked()
+		b.mu.Unlock()
+		if gap != time.Minute/50 {
+			t.Fatalf("gap %s, want 2%% of the window (1.2s), not 1.5 × 20s", gap)
+		}
+		_, _ = l, t1
+	})
+	t.Run("shared window", func(t *testing.T) {
+		c := testGate()
+		c.Defaults.RPM = 100_000
+		l, _, _ := newTestLedger(t, c)
+		b := l.bucketFor("p", "m", t0)
+		b.mu.Lock()
+		b.raisedLocked(t0, 1000) // a step from 1000; the budget stays 1000 here
+		b.learn.quota = 1050
+		b.sharedOthers = 985 // the other instances' calls
+		b.mu.Unlock()
+		// 985 + 10 ≤ 1000: within the held level, not spaced
+		mustAdmit(t, l, t0, small("a"))
+		// 985 + 10 + 10 > 1000: the step's first call; the next waits the gap
+		mustAdmit(t, l, t0, small("b"))
+		mustWait(t, l, t0, small("c"), "pace", stepGapMin)
+	})
+	t.Run("over budget", func(t *testing.T) {
+		l, _, t1, b := setup(t)
+		next := func() time.Time { b.mu.Lock(); defer b.mu.Unlock(); return b.stepNext }
+		before := next()
+		// far over the budget of 1050: goes at once, and leaves the gap alone
+		mustAdmit(t, l, t1.Add(time.Millisecond), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 5000, MaxTokens: 1})
+		if after := next(); !after.Equal(before) {
+			t.Fatalf("the over-budget call moved the next step call from %s to %s", before.Sub(t0), after.Sub(t0))
+		}
+	})
+	t.Run("reload", func(t *testing.T) {
+		l, c, t1, _ := setup(t)
+		c.Pace = 0 // any change that keeps the window
+		if err := l.Reconfigure(t1, c); err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, l, t1, small("c"), "pace", t1.Add(stepGapMin).Sub(t0))
 	})
 }
