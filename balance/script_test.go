@@ -32,7 +32,8 @@ func printScript(t *testing.T, out, errText string, code int) Spec {
 
 func TestScriptReading(t *testing.T) {
 	t.Parallel()
-	out := `{"remaining": 2.94, "windows": [{"name": "weekly", "remaining": 2.94, "capacity": 35}, {"name": "bad", "remaining": "x"}, 7, {"name": "monthly", "remaining": 37.94}], "resetsAt": "2026-10-01T00:00:00Z"}`
+	// 7654.321 cannot occur in a log line's timestamp (2.94 did: "…:42.941Z").
+	out := `{"remaining": 7654.321, "windows": [{"name": "weekly", "remaining": 7654.321, "capacity": 35}, {"name": "bad", "remaining": "x"}, 7, {"name": "monthly", "remaining": 37.94}], "resetsAt": "2026-10-01T00:00:00Z"}`
 	logger, logs := traceLogger()
 	spec := printScript(t, out, "", 0)
 	spec.Logger = logger
@@ -47,14 +48,14 @@ func TestScriptReading(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	assertReading(t, r, engine.Reading{Remaining: fp(2.94), ResetsAt: "2026-10-01T00:00:00Z", Windows: []engine.WindowReading{
-		{Name: "weekly", Remaining: 2.94, Capacity: fp(35)},
+	assertReading(t, r, engine.Reading{Remaining: fp(7654.321), ResetsAt: "2026-10-01T00:00:00Z", Windows: []engine.WindowReading{
+		{Name: "weekly", Remaining: 7654.321, Capacity: fp(35)},
 		{Name: "monthly", Remaining: 37.94},
 	}})
 	if !strings.Contains(logs.String(), "dropped=2") {
 		t.Errorf("dropped windows not logged at debug: %q", logs.String())
 	}
-	if strings.Contains(logs.String(), "2.94") || strings.Contains(logs.String(), "weekly") {
+	if strings.Contains(logs.String(), "7654.321") || strings.Contains(logs.String(), "weekly") {
 		t.Errorf("the log quotes stdout: %q", logs.String())
 	}
 }
