@@ -398,6 +398,40 @@ func TestGuardNeverPushesPastMaxWait(t *testing.T) {
 	}
 }
 
+// stepCall is a call of 10 tokens (9 in, max_tokens 1) to the test model.
+func stepCall(session string) Request {
+	return Request{Provider: "p", Model: "m", Session: session, InputTokens: 9, MaxTokens: 1}
+}
+
+// stepLedger is a model whose budget has just stepped from a held 1000 to 1050:
+// a window full at t0, another full at t1 = t0 + 61 s (a window without a 429),
+// and the call that the full budget held back, which stepped it up and went —
+// the step's first call. The window holds 1010. delay, when set, is an earlier
+// 429's admission→429 delay.
+func stepLedger(t *testing.T, delay time.Duration) (l *Ledger, c Config, t1 time.Time, b *bucket) {
+	t.Helper()
+	c = testGate()
+	c.Defaults.RPM = 100_000
+	l, _, _ = newTestLedger(t, c)
+	b = l.bucketFor("p", "m", t0)
+	if delay > 0 {
+		b.mu.Lock()
+		b.delays[0], b.nDelay = delay, 1
+		b.mu.Unlock()
+	}
+	t1 = t0.Add(61 * time.Second)
+	for _, at := range []time.Time{t0, t1} {
+		for i := 0; i < 100; i++ {
+			mustAdmit(t, l, at, stepCall("a"))
+		}
+	}
+	mustAdmit(t, l, t1, stepCall("b"))
+	if st := l.BucketStatus(t1, "p", "m"); st.TokenBudget != 1050 {
+		t.Fatalf("budget %d after the probe, want 1050", st.TokenBudget)
+	}
+	return l, c, t1, b
+}
+
 // A probe step above the level that held risks one call, never a cohort: for a
 // window after the raise, a call the old budget would have held back goes only
 // once the one before it had time to be refused — 1.5 × the longest measured
@@ -405,14 +439,6 @@ func TestGuardNeverPushesPastMaxWait(t *testing.T) {
 // backlog filled a 5% step with two calls in the same millisecond, and both were
 // refused.
 func TestProbeStepGoesOneCallAtATime(t *testing.T) {
-	small := func(s string) Request {
-		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1} // 10 tokens
-	}
-	fill := func(t *testing.T, l *Ledger, at time.Time) {
-		for i := 0; i < 100; i++ { // the whole budget of 1000
-			mustAdmit(t, l, at, small("a"))
-		}
-	}
 	for _, tc := range []struct {
 		name  string
 		delay time.Duration // an earlier 429's admission→429 delay (0: none)
@@ -422,34 +448,16 @@ func TestProbeStepGoesOneCallAtATime(t *testing.T) {
 		{"measured 400ms", 400 * time.Millisecond, 600 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := testGate()
-			c.Defaults.RPM = 100_000
-			l, _, _ := newTestLedger(t, c)
-			if tc.delay > 0 { // as an earlier 429 measured it
-				b := l.bucketFor("p", "m", t0)
-				b.mu.Lock()
-				b.delays[0], b.nDelay = tc.delay, 1
-				b.mu.Unlock()
-			}
-			start := t0
-			fill(t, l, start)
-			t1 := start.Add(61 * time.Second) // the first fill left the window; a full window without a 429
-			fill(t, l, t1)
-			// Held by the full budget, the call steps it up 5% and goes: the
-			// step's first call.
-			mustAdmit(t, l, t1, small("b"))
-			if st := l.BucketStatus(t1, "p", "m"); st.TokenBudget != 1050 {
-				t.Fatalf("budget %d after the probe, want 1050", st.TokenBudget)
-			}
+			l, _, t1, _ := stepLedger(t, tc.delay)
 			// the next call above 1000 waits until the first had time to be refused
-			w2 := mustWait(t, l, t1, small("c"), "pace", t1.Add(tc.gap).Sub(t0))
+			w2 := mustWait(t, l, t1, stepCall("c"), "pace", t1.Add(tc.gap).Sub(t0))
 			if _, ok := w2.Poll(t1.Add(tc.gap - time.Millisecond)); ok {
 				t.Fatal("granted before the gap")
 			}
 			if _, ok := w2.Poll(t1.Add(tc.gap)); !ok {
 				t.Fatal("not granted after the gap")
 			}
-			mustWait(t, l, t1.Add(tc.gap), small("d"), "pace", t1.Add(2*tc.gap).Sub(t0))
+			mustWait(t, l, t1.Add(tc.gap), stepCall("d"), "pace", t1.Add(2*tc.gap).Sub(t0))
 		})
 	}
 }
@@ -458,26 +466,8 @@ func TestProbeStepGoesOneCallAtATime(t *testing.T) {
 // (the cooldown holds the calls then); and a step adopted from another instance
 // through the shared learner is spaced here too.
 func TestProbeStepSpacingEnds(t *testing.T) {
-	small := func(s string) Request {
-		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1}
-	}
-	setup := func(t *testing.T) (*Ledger, time.Time) {
-		c := testGate()
-		c.Defaults.RPM = 100_000
-		l, _, _ := newTestLedger(t, c)
-		for i := 0; i < 100; i++ {
-			mustAdmit(t, l, t0, small("a"))
-		}
-		t1 := t0.Add(61 * time.Second)
-		for i := 0; i < 100; i++ {
-			mustAdmit(t, l, t1, small("a"))
-		}
-		mustAdmit(t, l, t1, small("b")) // the step's first call
-		return l, t1
-	}
 	t.Run("at the window's end", func(t *testing.T) {
-		l, t1 := setup(t)
-		b := l.bucketFor("p", "m", t1)
+		l, _, t1, b := stepLedger(t, 0)
 		b.mu.Lock()
 		if b.stepUntil != t1.Add(time.Minute) {
 			t.Errorf("step tried until %s, want a window after the raise", b.stepUntil.Sub(t0))
@@ -486,13 +476,12 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		// step's end, not the gap, lets the window's last 40 tokens go.
 		b.stepUntil, b.stepNext = t1.Add(time.Second), t1.Add(30*time.Second)
 		b.mu.Unlock()
-		mustWait(t, l, t1.Add(500*time.Millisecond), small("c"), "pace", t1.Add(30*time.Second).Sub(t0))
-		mustAdmit(t, l, t1.Add(time.Second), small("d"))
+		mustWait(t, l, t1.Add(500*time.Millisecond), stepCall("c"), "pace", t1.Add(30*time.Second).Sub(t0))
+		mustAdmit(t, l, t1.Add(time.Second), stepCall("d"))
 	})
 	t.Run("at a 429", func(t *testing.T) {
-		l, t1 := setup(t)
+		l, _, t1, b := stepLedger(t, 0)
 		l.RateLimitedBy(t1.Add(10*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
-		b := l.bucketFor("p", "m", t1)
 		b.mu.Lock()
 		held := b.stepHeld
 		b.mu.Unlock()
@@ -505,12 +494,11 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		c.Defaults.RPM = 100_000
 		l, _, _ := newTestLedger(t, c)
 		for i := 0; i < 100; i++ {
-			mustAdmit(t, l, t0, small("a"))
+			mustAdmit(t, l, t0, stepCall("a"))
 		}
-		q := LearnedQuota{Quota: 1050, LastProbe: t0, LastRaise: t0}
-		l.AdoptLearned("p", "m", q)
-		mustAdmit(t, l, t0, small("b"))
-		mustWait(t, l, t0, small("c"), "pace", stepGapMin)
+		l.AdoptLearned("p", "m", LearnedQuota{Quota: 1050, LastProbe: t0, LastRaise: t0})
+		mustAdmit(t, l, t0, stepCall("b"))
+		mustWait(t, l, t0, stepCall("c"), "pace", stepGapMin)
 	})
 }
 
@@ -519,34 +507,14 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 // level that held; an over-budget call is not spaced and does not space
 // others; a reload that keeps the window keeps the step.
 func TestProbeStepEdges(t *testing.T) {
-	small := func(s string) Request {
-		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 9, MaxTokens: 1}
-	}
-	// a step from a held 1000 to 1050, its first call gone, the window at 1010
-	setup := func(t *testing.T) (*Ledger, Config, time.Time, *bucket) {
-		c := testGate()
-		c.Defaults.RPM = 100_000
-		l, _, _ := newTestLedger(t, c)
-		for i := 0; i < 100; i++ {
-			mustAdmit(t, l, t0, small("a"))
-		}
-		t1 := t0.Add(61 * time.Second)
-		for i := 0; i < 100; i++ {
-			mustAdmit(t, l, t1, small("a"))
-		}
-		mustAdmit(t, l, t1, small("b"))
-		return l, c, t1, l.bucketFor("p", "m", t1)
-	}
 	t.Run("gap capped", func(t *testing.T) {
-		l, _, t1, b := setup(t)
+		_, _, _, b := stepLedger(t, 20*time.Second) // one slow 429
 		b.mu.Lock()
-		b.delays[0], b.nDelay = 20*time.Second, 1 // one slow 429
 		gap := b.stepGapLocked()
 		b.mu.Unlock()
 		if gap != time.Minute/50 {
 			t.Fatalf("gap %s, want 2%% of the window (1.2s), not 1.5 × 20s", gap)
 		}
-		_, _ = l, t1
 	})
 	t.Run("shared window", func(t *testing.T) {
 		c := testGate()
@@ -554,18 +522,18 @@ func TestProbeStepEdges(t *testing.T) {
 		l, _, _ := newTestLedger(t, c)
 		b := l.bucketFor("p", "m", t0)
 		b.mu.Lock()
-		b.raisedLocked(t0, 1000) // a step from 1000; the budget stays 1000 here
+		b.raisedLocked(t0, 1000) // a step from 1000 to 1050
 		b.learn.quota = 1050
 		b.sharedOthers = 985 // the other instances' calls
 		b.mu.Unlock()
 		// 985 + 10 ≤ 1000: within the held level, not spaced
-		mustAdmit(t, l, t0, small("a"))
+		mustAdmit(t, l, t0, stepCall("a"))
 		// 985 + 10 + 10 > 1000: the step's first call; the next waits the gap
-		mustAdmit(t, l, t0, small("b"))
-		mustWait(t, l, t0, small("c"), "pace", stepGapMin)
+		mustAdmit(t, l, t0, stepCall("b"))
+		mustWait(t, l, t0, stepCall("c"), "pace", stepGapMin)
 	})
 	t.Run("over budget", func(t *testing.T) {
-		l, _, t1, b := setup(t)
+		l, _, t1, b := stepLedger(t, 0)
 		next := func() time.Time { b.mu.Lock(); defer b.mu.Unlock(); return b.stepNext }
 		before := next()
 		// far over the budget of 1050: goes at once, and leaves the gap alone
@@ -575,11 +543,11 @@ func TestProbeStepEdges(t *testing.T) {
 		}
 	})
 	t.Run("reload", func(t *testing.T) {
-		l, c, t1, _ := setup(t)
+		l, c, t1, _ := stepLedger(t, 0)
 		c.Pace = 0 // any change that keeps the window
 		if err := l.Reconfigure(t1, c); err != nil {
 			t.Fatal(err)
 		}
-		mustWait(t, l, t1, small("c"), "pace", t1.Add(stepGapMin).Sub(t0))
+		mustWait(t, l, t1, stepCall("c"), "pace", t1.Add(stepGapMin).Sub(t0))
 	})
 }
