@@ -654,7 +654,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	if res <= b.tokenBudget() && b.aboveHeldLocked(now, res, sz.variance) {
+	if b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget() {
 		// (an over-budget call is not spaced, so it does not space others; a
 		// fail-open grant past maxWait is, like any call above the old level)
 		b.stepNext = now.Add(b.stepGapLocked())
