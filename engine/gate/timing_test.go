@@ -463,8 +463,8 @@ func TestProbeStepGoesOneCallAtATime(t *testing.T) {
 }
 
 // The spacing of a step ends with its window, or with the 429 that answers it
-// (the cooldown holds the calls then); and a step adopted from another instance
-// through the shared learner is spaced here too.
+// (the cooldown holds the calls then) or a cut another instance made; and a step
+// adopted from another instance through the shared learner is spaced here too.
 func TestProbeStepSpacingEnds(t *testing.T) {
 	t.Run("at the window's end", func(t *testing.T) {
 		l, _, t1, b := stepLedger(t, 0)
@@ -487,6 +487,16 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		b.mu.Unlock()
 		if held != 0 {
 			t.Fatalf("step still tried after a 429 (held %d)", held)
+		}
+	})
+	t.Run("at a cut adopted from another instance", func(t *testing.T) {
+		l, _, _, b := stepLedger(t, 0)
+		l.AdoptLearned("p", "m", LearnedQuota{Quota: 900, Trigger: 900, LastProbe: t0, LastRaise: t0})
+		b.mu.Lock()
+		held := b.stepHeld
+		b.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("step still tried after another instance's cut (held %d)", held)
 		}
 	})
 	t.Run("adopted from another instance", func(t *testing.T) {
