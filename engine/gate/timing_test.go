@@ -479,26 +479,28 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 		mustWait(t, l, t1.Add(500*time.Millisecond), stepCall("c"), "pace", t1.Add(30*time.Second).Sub(t0))
 		mustAdmit(t, l, t1.Add(time.Second), stepCall("d"))
 	})
-	t.Run("at a 429", func(t *testing.T) {
-		l, _, t1, b := stepLedger(t, 0)
-		l.RateLimitedBy(t1.Add(10*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
-		b.mu.Lock()
-		held := b.stepHeld
-		b.mu.Unlock()
-		if held != 0 {
-			t.Fatalf("step still tried after a 429 (held %d)", held)
-		}
-	})
-	t.Run("at a cut adopted from another instance", func(t *testing.T) {
-		l, _, _, b := stepLedger(t, 0)
-		l.AdoptLearned("p", "m", LearnedQuota{Quota: 900, Trigger: 900, LastProbe: t0, LastRaise: t0})
-		b.mu.Lock()
-		held := b.stepHeld
-		b.mu.Unlock()
-		if held != 0 {
-			t.Fatalf("step still tried after another instance's cut (held %d)", held)
-		}
-	})
+	for _, tc := range []struct {
+		name   string
+		answer func(l *Ledger, t1 time.Time)
+	}{
+		{"at a 429", func(l *Ledger, t1 time.Time) {
+			l.RateLimitedBy(t1.Add(10*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
+		}},
+		{"at a cut adopted from another instance", func(l *Ledger, _ time.Time) {
+			l.AdoptLearned("p", "m", LearnedQuota{Quota: 900, Trigger: 900, LastProbe: t0, LastRaise: t0})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, t1, b := stepLedger(t, 0)
+			tc.answer(l, t1)
+			b.mu.Lock()
+			held := b.stepHeld
+			b.mu.Unlock()
+			if held != 0 {
+				t.Fatalf("step still tried (held %d)", held)
+			}
+		})
+	}
 	t.Run("adopted from another instance", func(t *testing.T) {
 		c := testGate()
 		c.Defaults.RPM = 100_000
