@@ -24,7 +24,12 @@ type bucket struct {
 	// see voteLocked); the admission check and the learner's readings use that one.
 	done         slidingWindow
 	atCompletion bool
-	modeVotes    int // > 0: 429s the completion view explained better; < 0: the arrival view
+	// arrivalAlone counts the 429s, a window or more apart, that refuted the
+	// arrival view and not the completion view since a 429 last refuted the
+	// completion view alone; arrivalAloneAt is the last of them.
+	arrivalAlone   int
+	arrivalAloneAt time.Time
+	modeVotes      int // > 0: 429s the completion view explained better; < 0: the arrival view
 	// The highest level each view held, plus the call's real cost, when it admitted
 	// a call the provider then served: a lower bound on the limit in that view. A
 	// 429 read well below it refutes the view (see voteLocked).
@@ -914,6 +919,15 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	if doneRefuted {
 		b.doneRefutedAt = now
 	}
+	// Count the separate windows in which the arrival view alone was refuted
+	// since the completion view last was alone: see arrivalAloneSwitch.
+	switch {
+	case doneRaw && !arrivalRaw:
+		b.arrivalAlone = 0
+	case arrivalRaw && !doneRaw && (b.arrivalAloneAt.IsZero() || now.Sub(b.arrivalAloneAt) >= span):
+		b.arrivalAlone++
+		b.arrivalAloneAt = now
+	}
 	if _, set := b.limits.countView(); set {
 		return // the user said how the provider counts
 	}
@@ -923,7 +937,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	// the last refuteMemory windows refuted it.
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
-	case arrivalRefuted && doneRecentlyRefuted:
+	case arrivalRefuted && doneRecentlyRefuted && b.arrivalAlone < arrivalAloneSwitch:
 		return
 	case arrivalRefuted:
 		b.modeVotes = switchVotes
@@ -938,7 +952,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
-		b.modeVotes = 0
+		b.modeVotes, b.arrivalAlone = 0, 0
 		b.learn.forgetReadings()
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
@@ -950,6 +964,14 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 // refuteMemory is how many windows a refutation of the completion view keeps the
 // bucket from adopting it.
 const refuteMemory = 10
+
+// arrivalAloneSwitch: this many 429s, a window or more apart, that refute the
+// arrival view alone lift the memory above. A bucket or fixed windows refute
+// the views in turn; a provider that counts at completion, with another client
+// on the key, refutes both once (the outside calls) and then the arrival view
+// again and again — kept on arrival by the memory, it took a 429 every two
+// windows for ten windows (the matrix's completion rows with outside traffic).
+const arrivalAloneSwitch = 2
 
 // servedLevel is the highest level a view held (plus the call's real cost) when
 // it admitted a call the provider then served, over the last one to two
@@ -1035,6 +1057,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.atCompletion, _ = b.limits.countView()
 	b.modeVotes = 0
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
+	b.arrivalAlone, b.arrivalAloneAt = 0, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	cfg := b.l.conf()

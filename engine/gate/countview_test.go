@@ -88,12 +88,17 @@ func TestRefutationNeedsAPlausibleOtherView(t *testing.T) {
 // switch to it.
 func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		refuteDone bool
-		want       int // count-mode switches
+		name         string
+		refuteDone   bool
+		arrivalAgain bool
+		want         int // count-mode switches
 	}{
-		{"Refuted", true, 0},
-		{"NotRefuted", false, 1},
+		{"Refuted", true, false, 0},
+		{"NotRefuted", false, false, 1},
+		// The arrival view refuted alone again, a window or more later, with
+		// nothing refuting the completion view alone in between: the arrival
+		// view is the wrong one, whatever refuted both before.
+		{"RefutedThenArrivalTwice", true, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := learnGate()
@@ -134,6 +139,20 @@ func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
 			// refutes the arrival view, and the completion view explains it.
 			at = t0.Add(182 * time.Second)
 			l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 200})
+			if tc.arrivalAgain {
+				// The same again two windows on: three calls admitted at 190 s
+				// and settled at 280 s, then 200 refused at 311 s on an empty
+				// arrival window and the 600 settled in the completion one.
+				open = open[:0]
+				for _, s := range []string{"e2", "f2", "g2"} {
+					open = append(open, mustAdmit(t, l, t0.Add(190*time.Second), call(s)))
+				}
+				for _, tk := range open {
+					settle(280*time.Second, tk)
+				}
+				at = t0.Add(311 * time.Second)
+				l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 200})
+			}
 			if got := countModeSwitches(ev); len(got) != tc.want {
 				t.Fatalf("count-mode steps %v, want %d", got, tc.want)
 			}

@@ -40,15 +40,34 @@ func (b *bucket) noteSpentLocked(now time.Time, res float64) {
 	b.spent += res
 }
 
+// How much history the figure needs. It is a lower bound on any limit, but a
+// loose one over a short span: a window spent at a share f of its limit reads
+// about f × d ÷ (d + window) — half of f over one window, two thirds over two.
+// Such a 429 (outside traffic, a fixed window's edge) read by the rate held
+// sliding and fixed windows at 0.67–0.84 of their capacity for the hours until
+// the trigger is re-probed. Before the first trigger one window is enough: no
+// level was refused yet, the start is where a reserve was last full, and a
+// bucket met far above its rate reads the rate at its first 429. Once a
+// trigger is set, the figure waits for two windows of spend; a bucket's next
+// 429 a few windows on reads it then.
+const (
+	rateHistoryFirst = 1 // windows of spend before the first trigger
+	rateHistory      = 2 // windows of spend once a trigger is set
+)
+
 // rateSpentLocked is the largest spend over [s, now] ÷ (now − s + window) over
-// the samples s; ok is false before a window of samples.
+// the samples s at least the history above before now; ok is false without one.
 func (b *bucket) rateSpentLocked(now time.Time) (rate float64, ok bool) {
 	w := float64(b.l.conf().Window)
+	history := rateHistoryFirst * w
+	if b.learn.trigger > 0 {
+		history = rateHistory * w
+	}
 	at := now.UnixNano()
 	for i := 0; i < min(b.nSpent, spentSamples); i++ {
 		s := b.spentAt[i]
 		d := float64(at - s.at)
-		if d < w {
+		if d < history {
 			continue
 		}
 		ok = true

@@ -58,3 +58,26 @@ func TestRateSpentTakesTheLastFullReserve(t *testing.T) {
 		t.Fatalf("rate %.0f above a sliding limit of 1,000 that was never exceeded", rate)
 	}
 }
+
+func TestRateSpentNeedsTwoWindowsOnceATriggerIsSet(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate()) // 60 s window
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// A window and a half of spend: enough before the first trigger, where the
+	// start is where any reserve was last full.
+	now := spendAt(b, t0, time.Second, 90, 25)
+	if _, ok := b.rateSpentLocked(now); !ok {
+		t.Fatal("no rate from a window and a half of spend before any trigger")
+	}
+	// Once a 429 set a trigger, a window spent at its limit reads about half of
+	// it over so short a span: no figure until two windows of spend.
+	b.learn.trigger = 1500
+	if rate, ok := b.rateSpentLocked(now); ok {
+		t.Fatalf("rate %.0f from a window and a half of spend with a trigger set", rate)
+	}
+	now = spendAt(b, now, time.Second, 30, 25)
+	if rate, ok := b.rateSpentLocked(now); !ok || math.Abs(rate-1000) > 15 {
+		t.Fatalf("rate %.0f (ok %v) after two windows, want 1,000", rate, ok)
+	}
+}
