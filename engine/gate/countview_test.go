@@ -52,7 +52,7 @@ func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 // One 429 that the arrival view cannot explain — the provider refused 200 on an
 // empty arrival window after serving 800 in it — while the completion view can
 // (600 settled + 200 over a limit it served 400 under) switches the view at once.
-// The weak vote alone (completion reads ≥ 10% more) needs three such 429s.
+// The weak vote alone (completion reads ≥ 5% more) needs two such 429s.
 func TestRefutedArrivalViewSwitchesAtOnce(t *testing.T) {
 	c := learnGate()
 	c.Defaults.RPM = 100
@@ -378,5 +378,38 @@ func TestReloadedCountView(t *testing.T) {
 	servedThenRefused(t, l2, 63*time.Second)
 	if got := countModeSwitches(ev2); len(got) != 1 {
 		t.Fatalf("count-mode steps %v under countsAt: learn, want the refutation's switch", got)
+	}
+}
+
+// Two 429s that the completion view reads 7.5% above the arrival view, neither
+// refuted, switch the view: a weak vote needs 5% (weakVoteRatio), and two net
+// votes switch (switchVotes). With 10% and three votes, as before, these cast
+// none and the view stayed.
+func TestTwoWeakVotesSwitch(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	settle := func(at time.Duration, tk Ticket, in, out int64) {
+		t.Helper()
+		if err := l.Settle(t0.Add(at), tk, Usage{InputTokens: in, OutputTokens: out}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := func(s string) Request {
+		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}
+	}
+	// 60 admitted at 0 s and settled at 55 s: in the completion window at 61 s,
+	// not in the arrival one.
+	settle(55*time.Second, mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, MaxTokens: 50}), 10, 50)
+	// 800 admitted at 30 s and settled at 31 s: in both.
+	for _, s := range []string{"b", "c", "d", "e"} {
+		settle(31*time.Second, mustAdmit(t, l, t0.Add(30*time.Second), call(s)), 100, 100)
+	}
+	for i := 0; i < 2; i++ {
+		at := t0.Add(time.Duration(61+i) * time.Second)
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 200})
+	}
+	if got := countModeSwitches(ev); len(got) != 1 || got[0] != "at-completion" {
+		t.Fatalf("count-mode steps %v, want one switch to at-completion", got)
 	}
 }

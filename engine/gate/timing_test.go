@@ -254,7 +254,7 @@ func TestRepeatedRefusalAtTheLevelStepsDown(t *testing.T) {
 }
 
 // A provider that counts a call when it completes refuses as the gate's arrival
-// window drains while the calls that completed since still fill its own. Three such
+// window drains while the calls that completed since still fill its own. Two such
 // 429s switch the bucket to the completion view; there, calls in flight do not
 // count, settled ones count from when they settled.
 func TestCompletionCountingIsLearned(t *testing.T) {
@@ -270,8 +270,8 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
 	}
 	// At 61 s the arrival window is empty, the completion window holds 880: a
-	// 429 there is the completion view's. Three of them switch the view.
-	for i := 0; i < 3; i++ {
+	// 429 there is the completion view's. Two of them switch the view.
+	for i := 0; i < 2; i++ {
 		at := t0.Add(time.Duration(61+i*2) * time.Second)
 		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
 		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
