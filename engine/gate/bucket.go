@@ -26,7 +26,8 @@ type bucket struct {
 	atCompletion bool
 	// arrivalAlone counts the 429s, a window or more apart, that refuted the
 	// arrival view and not the completion view since a 429 last refuted the
-	// completion view alone; arrivalAloneAt is the last of them.
+	// completion view (or the view was switched or set); arrivalAloneAt is the
+	// last of them.
 	arrivalAlone   int
 	arrivalAloneAt time.Time
 	modeVotes      int // > 0: 429s the completion view explained better; < 0: the arrival view
@@ -136,7 +137,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	b.limits = lim
 	if atCompletion, set := lim.countView(); set {
-		b.modeVotes = 0 // the user says how the provider counts: no votes
+		b.clearVotesLocked() // the user says how the provider counts: no votes
 		if atCompletion != b.atCompletion {
 			b.atCompletion = atCompletion
 			b.learn.forgetReadings() // read in the other view
@@ -362,8 +363,15 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 		return
 	}
 	if stored != b.atCompletion {
-		b.atCompletion, b.modeVotes = stored, 0
+		b.atCompletion = stored
+		b.clearVotesLocked()
 	}
+}
+
+// clearVotesLocked forgets the evidence gathered toward a view switch, when the
+// view was switched or set.
+func (b *bucket) clearVotesLocked() {
+	b.modeVotes, b.arrivalAlone, b.arrivalAloneAt = 0, 0, time.Time{}
 }
 
 // stepGapMin spaces the calls of a step before any 429 told how late the
@@ -874,9 +882,10 @@ func (b *bucket) typicalCallLocked() float64 {
 // windows) the 429 says nothing about the view.
 //
 // When neither is refuted, a reading one view explains at least weakVoteRatio
-// better is a weak vote; switchVotes net weak votes switch the view. On a switch the readings of
-// the old view are forgotten (they measured the wrong thing) — but not the level
-// it held: a reading far below that is still suspect.
+// better is a weak vote; switchVotes net weak votes switch the view. On a
+// switch the readings of the old view are forgotten (they measured the wrong
+// thing) — but not the level it held: a reading far below that is still
+// suspect.
 //
 // It reports whether the 429 refuted the view the bucket uses after the vote:
 // the provider refused below a level it served in that view within two windows;
@@ -915,16 +924,12 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	level := suspectRatio * b.learn.budget()
 	arrivalRefuted = arrivalRefuted && completion+r+doneSlack >= level
 	doneRefuted = doneRefuted && arrival+r+arrivalSlack >= level
-	if doneRefuted {
-		b.doneRefutedAt = now
-	}
-	// Count the separate windows in which the arrival view alone was refuted
-	// since the completion view last was alone: see arrivalAloneSwitch.
 	switch {
-	case doneRaw && !arrivalRaw:
-		b.arrivalAlone = 0
+	case doneRefuted:
+		b.doneRefutedAt = now
+		b.arrivalAlone = 0 // counted since the completion view was last refuted
 	case arrivalRaw && !doneRaw && (b.arrivalAloneAt.IsZero() || now.Sub(b.arrivalAloneAt) >= span):
-		b.arrivalAlone++
+		b.arrivalAlone++ // see arrivalAloneSwitch
 		b.arrivalAloneAt = now
 	}
 	if _, set := b.limits.countView(); set {
@@ -933,7 +938,8 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	// A provider that a sliding window does not describe (a token bucket, fixed
 	// windows) refutes each view in turn. Arrival, the default, counts the calls in
 	// flight and is the safe one there: completion is adopted only if no 429 of
-	// the last refuteMemory windows refuted it.
+	// the last refuteMemory windows refuted it — or if, since one did, the arrival
+	// view alone was refuted arrivalAloneSwitch times, a window or more apart.
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
 	case arrivalRefuted && doneRecentlyRefuted && b.arrivalAlone < arrivalAloneSwitch:
@@ -951,7 +957,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
-		b.modeVotes, b.arrivalAlone = 0, 0
+		b.clearVotesLocked()
 		b.learn.forgetReadings()
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
@@ -973,7 +979,7 @@ const (
 )
 
 // refuteMemory is how many windows a refutation of the completion view keeps the
-// bucket from adopting it.
+// bucket from adopting it (unless arrivalAloneSwitch lifts it).
 const refuteMemory = 10
 
 // arrivalAloneSwitch: this many 429s, a window or more apart, that refute the
@@ -1066,9 +1072,8 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
 	b.atCompletion, _ = b.limits.countView()
-	b.modeVotes = 0
+	b.clearVotesLocked()
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
-	b.arrivalAlone, b.arrivalAloneAt = 0, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	cfg := b.l.conf()

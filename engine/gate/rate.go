@@ -44,15 +44,15 @@ func (b *bucket) noteSpentLocked(now time.Time, res float64) {
 // loose one over a short span: a window spent at a share f of its limit reads
 // about f × d ÷ (d + window) — half of f over one window, two thirds over two.
 // Such a 429 (outside traffic, a fixed window's edge) read by the rate held
-// sliding and fixed windows at 0.67–0.84 of their capacity for the hours until
-// the trigger is re-probed. Before the first trigger one window is enough: no
-// level was refused yet, the start is where a reserve was last full, and a
-// bucket met far above its rate reads the rate at its first 429. Once a
-// trigger is set, the figure waits for two windows of spend; a bucket's next
-// 429 a few windows on reads it then.
+// sliding and fixed windows at 0.64–0.78 of the limit for the hours until the
+// trigger is re-probed. At the first 429 one window is enough: nothing was
+// refused yet, the start is where a reserve was last full, and a bucket met far
+// above its rate reads the rate there. After any 429 (a trigger, or one a view
+// switch or a recalibration cleared since) the figure waits for two windows of
+// spend; a bucket's next 429 a few windows on reads it then.
 const (
-	rateHistoryFirst = 1 // windows of spend before the first trigger
-	rateHistory      = 2 // windows of spend once a trigger is set
+	rateHistoryFirst = 1 // windows of spend at the first 429
+	rateHistory      = 2 // windows of spend after it
 )
 
 // rateSpentLocked is the largest spend over [s, now] ÷ (now − s + window) over
@@ -60,7 +60,7 @@ const (
 func (b *bucket) rateSpentLocked(now time.Time) (rate float64, ok bool) {
 	w := float64(b.l.conf().Window)
 	history := rateHistoryFirst * w
-	if b.learn.trigger > 0 {
+	if !b.learn.last429.IsZero() {
 		history = rateHistory * w
 	}
 	at := now.UnixNano()

@@ -59,22 +59,24 @@ func TestRateSpentTakesTheLastFullReserve(t *testing.T) {
 	}
 }
 
-func TestRateSpentNeedsTwoWindowsOnceATriggerIsSet(t *testing.T) {
+func TestRateSpentNeedsTwoWindowsAfterA429(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate()) // 60 s window
 	b := l.bucketFor("p", "m", t0)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// A window and a half of spend: enough before the first trigger, where the
-	// start is where any reserve was last full.
+	// A window and a half of spend: enough at the first 429, where the start is
+	// where any reserve was last full.
 	now := spendAt(b, t0, time.Second, 90, 25)
 	if _, ok := b.rateSpentLocked(now); !ok {
-		t.Fatal("no rate from a window and a half of spend before any trigger")
+		t.Fatal("no rate from a window and a half of spend at the first 429")
 	}
-	// Once a 429 set a trigger, a window spent at its limit reads about half of
-	// it over so short a span: no figure until two windows of spend.
-	b.learn.trigger = 1500
+	// After a 429 — even one whose trigger a view switch has since forgotten —
+	// a window spent at its limit reads about half of it over so short a span:
+	// no figure until two windows of spend.
+	b.learn.last429 = now.Add(-30 * time.Second)
+	b.learn.trigger = 0
 	if rate, ok := b.rateSpentLocked(now); ok {
-		t.Fatalf("rate %.0f from a window and a half of spend with a trigger set", rate)
+		t.Fatalf("rate %.0f from a window and a half of spend after a 429", rate)
 	}
 	now = spendAt(b, now, time.Second, 30, 25)
 	if rate, ok := b.rateSpentLocked(now); !ok || math.Abs(rate-1000) > 15 {
