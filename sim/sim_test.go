@@ -171,8 +171,8 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 // limit: the second 429 refutes both views of a sliding window less than two
 // windows in. Read as a drained reserve's rate, that little spend held the gate
 // at 0.66–0.79 of the capacity left to it for the hour (seeds 2, 3, 5, 6; mean
-// 0.784 of what remains over seeds 1–8). The rate now waits for two windows of
-// spend once a trigger is set: mean 0.878, and the one run left below 0.80
+// 0.806 of what remains over seeds 1–8). The rate now waits for two windows of
+// spend after the first 429: mean 0.878, and the one run left below 0.80
 // (seed 6) is a view switch, not the rate.
 func TestShortSpendIsNoRate(t *testing.T) {
 	base := loadScenario(t, "fixed-window-2x-outside.yaml")
