@@ -91,14 +91,18 @@ func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
 		name         string
 		refuteDone   bool
 		arrivalAgain bool
-		want         int // count-mode switches
+		aloneBefore  bool // one arrival-alone refutation counted before the first 429
+		want         int  // count-mode switches
 	}{
-		{"Refuted", true, false, 0},
-		{"NotRefuted", false, false, 1},
+		{"Refuted", true, false, false, 0},
+		{"NotRefuted", false, false, false, 1},
 		// The arrival view refuted alone again, a window or more later, with
 		// nothing refuting the completion view alone in between: the arrival
 		// view is the wrong one, whatever refuted both before.
-		{"RefutedThenArrivalTwice", true, true, 1},
+		{"RefutedThenArrivalTwice", true, true, false, 1},
+		// An arrival-alone refutation from before the completion view was
+		// refuted does not count toward lifting that refutation's memory.
+		{"ArrivalAloneBeforeTheRefutation", true, false, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := learnGate()
@@ -125,6 +129,12 @@ func TestRecentlyRefutedCompletionViewIsNotAdopted(t *testing.T) {
 			var open []Ticket
 			for _, s := range []string{"e", "f", "g"} {
 				open = append(open, mustAdmit(t, l, at, call(s)))
+			}
+			if tc.aloneBefore {
+				b := l.bucketFor("p", "m", t0)
+				b.mu.Lock()
+				b.arrivalAlone, b.arrivalAloneAt = 1, t0
+				b.mu.Unlock()
 			}
 			if tc.refuteDone {
 				// Refused 200 on 200 settled: below the 1000 the completion view
