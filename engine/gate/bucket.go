@@ -811,13 +811,15 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	}
 	reading := b.providerViewLocked()
 	// No sliding window explains a 429 that refutes both views; when it also
-	// comes at a level the gate had held for a window (not a probe's or a
-	// relax's overshoot), it is a drained reserve, and what was spent tells the
-	// limit (rate.go).
+	// comes at a level the gate had held for a window (not a probe's
+	// overshoot), it is a drained reserve, and what was spent tells the limit
+	// (rate.go).
 	rate, rateOK := b.rateSpentLocked(now)
-	// Held: nothing raised the budget within a window. (Not lastProbe: it also
-	// moves each window the trigger holds a call back without a step.)
-	steady := now.Sub(b.learn.lastRaise) >= cfg.Window
+	// Held: nothing raised the budget within a window (not lastProbe: it also
+	// moves each window the trigger holds a call back without a step) — or the
+	// last raise relaxed the trigger toward the clean record, and a 429 that
+	// refutes both views says that record was a reserve lent, not a level held.
+	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.relaxed
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&

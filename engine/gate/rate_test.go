@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // spendAt drives a bucket's spend record: res tokens granted every step from
@@ -81,5 +83,65 @@ func TestRateSpentNeedsTwoWindowsAfterA429(t *testing.T) {
 	now = spendAt(b, now, time.Second, 30, 25)
 	if rate, ok := b.rateSpentLocked(now); !ok || math.Abs(rate-1000) > 15 {
 		t.Fatalf("rate %.0f (ok %v) after two windows, want 1,000", rate, ok)
+	}
+}
+
+// relaxedBeforeADrainedReserve is a bucket that spent 30k a window for four
+// windows (the rate figure: 30k × 4 ÷ 5 = 24k), whose trigger was raised 30 s
+// ago, and whose provider served 90k a window within the last two in both views
+// (so the next 429 refutes both). relaxed says how the raise came: a relax
+// toward the clean record, or a probe step.
+func relaxedBeforeADrainedReserve(t *testing.T, relaxed bool) (*Ledger, *eventLog, time.Time) {
+	t.Helper()
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+	c.Learn = true
+	l, _, ev := newTestLedger(t, c)
+	now := t0
+	for i := 0; i < 240; i++ {
+		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 400, MaxTokens: 100})
+		now = now.Add(time.Second)
+		if err := l.Settle(now, tk, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.learn.last429 = t0.Add(30 * time.Second) // an earlier 429: two windows of history count
+	b.learn.trigger, b.learn.quota = 40000, 40000
+	b.learn.lastRaise = now.Add(-30 * time.Second)
+	b.learn.relaxed = relaxed
+	b.servedArrival = servedLevel{cur: 90000, curStart: now.Add(-time.Second)}
+	b.servedDone = servedLevel{cur: 90000, curStart: now.Add(-time.Second)}
+	return l, ev, now
+}
+
+// A relax toward the clean record is not the gate's own step above a level it
+// held: when the 429 after it refutes both views, the record was a reserve the
+// provider lent, and the spend tells the rate. (Without this, a bucket met from
+// half its rate relaxed back toward the lent reserve after each 429 and came
+// down one reading at a time: seed 1's run took 31 windows and 7 429s; now 14
+// and 3.)
+func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
+	l, ev, now := relaxedBeforeADrainedReserve(t, true)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+	rate := false
+	for _, e := range ev.kinds(EventLearn) {
+		t.Logf("learn %s %.0f → %.0f", e.Step, e.From, e.To)
+		rate = rate || e.Step == "rate"
+	}
+	st := l.BucketStatus(now, "p", "m")
+	if !rate || math.Abs(st.Trigger-24000) > 500 {
+		t.Fatalf("trigger %.0f (rate step %v), want the rate the spend implies, 24,000", st.Trigger, rate)
+	}
+
+	// A probe's raise is the gate's own overshoot: read by the window.
+	l, ev, now = relaxedBeforeADrainedReserve(t, false)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "rate" {
+			t.Fatalf("a 429 within a window of a probe step was read by the rate (%.0f)", e.To)
+		}
 	}
 }
