@@ -90,6 +90,11 @@ type bucket struct {
 	spent   float64
 	spentAt [spentSamples]spentSample
 	nSpent  int
+	// The last grant, and the first after a window without any (unix nanos):
+	// whatever the provider's reserve, it was full again then. refilledSpent is
+	// the spend before that grant. See refillAllowsLocked.
+	lastGrantAt, refilledAt int64
+	refilledSpent           float64
 
 	// With a shared window (shared.go): the tokens the other instances held at
 	// the last answer, and the refusal that holds calls at least holdNeed large
@@ -823,7 +828,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&
-		rate >= lowCallsAlone*b.typicalCallLocked()
+		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
 	e.Reason = axis.String()
@@ -1078,6 +1083,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
+	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	cfg := b.l.conf()
 	b.setRPMLocked()
 	b.setSpanLocked(cfg)

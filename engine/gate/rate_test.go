@@ -145,3 +145,71 @@ func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
 		}
 	}
 }
+
+// afterAPause drives a bucket through a spend (calls of beforeSize tokens, one
+// a second), a window with no grant (a cooldown as long as the window), and a
+// spend after it (calls of afterSize), then sets it up so that the next 429
+// refutes both views at a level held for a window.
+func afterAPause(t *testing.T, before, beforeSize, after, afterSize int) (*Ledger, *eventLog, time.Time) {
+	t.Helper()
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+	c.Learn = true
+	l, _, ev := newTestLedger(t, c)
+	now := t0
+	spend := func(n, size int) {
+		for i := 0; i < n; i++ {
+			tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: size - 100, MaxTokens: 100})
+			now = now.Add(time.Second)
+			if err := l.Settle(now, tk, Usage{InputTokens: int64(size - 100), OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spend(before, beforeSize)
+	now = now.Add(time.Minute) // the pause: nothing granted for a window
+	spend(after, afterSize)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.learn.last429 = t0.Add(10 * time.Second)
+	b.learn.trigger, b.learn.quota = 90000, 90000
+	b.learn.lastRaise = t0
+	b.servedArrival = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
+	b.servedDone = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
+	return l, ev, now
+}
+
+func rateSteps(ev *eventLog) (to []float64) {
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "rate" {
+			to = append(to, e.To)
+		}
+	}
+	return to
+}
+
+// A reserve a window's pause refilled bounds the rate from above: a 429 soon
+// after the pause, at a spend since it far under what the figure from before it
+// implies, is no drained reserve (another client's calls on a sliding window
+// refute both views too) and is read by the window, not the rate.
+func TestRefilledReserveBoundsTheRate(t *testing.T) {
+	// 42k a window for three windows, the pause, then 30 s at 60k a window
+	// (30k, the reading): the figure over all of it is (126k + 30k) ÷ 5.5
+	// windows ≈ 28k, but a reserve full after the pause and empty now spent at
+	// least its rate × 1.5 windows, so the rate is at most (30k + 1k) ÷ 1.5 ≈ 21k.
+	l, ev, now := afterAPause(t, 180, 700, 30, 1000)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1000})
+	if got := rateSteps(ev); len(got) != 0 {
+		t.Fatalf("read the rate %v from the spend before a pause that refilled any reserve", got)
+	}
+
+	// A bucket: after the pause, 45k a window for two windows empties a reserve
+	// of 30k a window (30k + 2 × 30k refilled = 90k spent): the figure is the
+	// rate, within the bound, and is read.
+	l, ev, now = afterAPause(t, 60, 750, 120, 750)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 750})
+	if got := rateSteps(ev); len(got) != 1 || math.Abs(got[0]-30000) > 1000 {
+		t.Fatalf("rate steps %v, want the drained bucket's rate, 30,000", got)
+	}
+}
