@@ -859,6 +859,14 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		// no view reads).
 		inDoubt := b.modeVotes > 0 && !b.atCompletion && !byRate
 		inBurst := b.learn.inBurst(now, cfg.Window)
+		// In the arrival view the calls in flight are estimates, and on a token
+		// bucket or fixed windows (which the arrival view is kept for) a served
+		// level describes a lent reserve or a burst at a window's edge: only the
+		// completion view's served levels bound the limit.
+		b.learn.servedInView = 0
+		if b.atCompletion && !byRate {
+			b.learn.servedInView = float64(b.servedDone.max(now, cfg.Window))
+		}
 		steps = b.learn.on429(now, reading, slack, refuted, inDoubt, cfg.Window)
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
@@ -955,6 +963,8 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 		b.modeVotes = switchVotes
 	case doneRefuted:
 		b.modeVotes = -switchVotes
+	case completion > strongVoteRatio*arrival && completion+r+doneSlack >= level && !doneRecentlyRefuted:
+		b.modeVotes = switchVotes
 	case completion > weakVoteRatio*arrival:
 		b.modeVotes = max(b.modeVotes, 0) + 1
 	case arrival > weakVoteRatio*completion:
@@ -984,6 +994,17 @@ const (
 	weakVoteRatio = 1.05
 	switchVotes   = 2
 )
+
+// strongVoteRatio: a 429 that the completion view reads this much above the
+// arrival view switches at once (unless the completion view was refuted
+// recently). Over ten seeds of the matrix's 429s read on arrival, 30 of 308 on
+// the completion-counting provider read 1.25 or more; on the arrival-counting and
+// fixed-window providers none of 417 did, on the bucket 3 of 311 (at most 1.37).
+// Such a 429 is the calls of an earlier window completing: read on arrival it
+// set a trigger at 0.67–0.81 of the limit, and with no further 429 in the
+// hour the second weak vote never came. Like a refutation, it switches only to
+// a view that explains the 429 as the gate's own excess.
+const strongVoteRatio = 1.25
 
 // refuteMemory is how many windows a refutation of the completion view keeps the
 // bucket from adopting it (unless arrivalAloneSwitch lifts it).

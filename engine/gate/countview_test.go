@@ -423,3 +423,68 @@ func TestTwoWeakVotesSwitch(t *testing.T) {
 		t.Fatalf("count-mode steps %v, want one switch to at-completion", got)
 	}
 }
+
+// A 429 that the completion view reads 25% or more above the arrival view
+// switches at once (strongVoteRatio); at 20% it is one weak vote, and one 429
+// leaves the view. Each case: a call of extra tokens admitted at 0 s and
+// settled at 55 s (in the completion window at 61 s, not the arrival one), 800
+// admitted at 30 s and settled at 31 s (in both), and one 429 at 61 s whose
+// refused call (400) keeps either view from being refuted.
+func TestStrongVoteSwitchesAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		extra    int64 // completion reads (800 + extra) ÷ 800 of arrival
+		switches int
+	}{{300, 1}, {160, 0}} {
+		c := learnGate()
+		c.Defaults.TPM, c.Defaults.RPM = 1500, 100 // the level 0.8 × 1500 is within 1100 + 400
+		l, _, ev := newTestLedger(t, c)
+		settle := func(at time.Duration, tk Ticket, in, out int64) {
+			t.Helper()
+			if err := l.Settle(t0.Add(at), tk, Usage{InputTokens: in, OutputTokens: out}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		settle(55*time.Second, mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, MaxTokens: int(tc.extra - 10)}), 10, tc.extra-10)
+		for _, s := range []string{"b", "c", "d", "e"} {
+			settle(31*time.Second, mustAdmit(t, l, t0.Add(30*time.Second), Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}), 100, 100)
+		}
+		at := t0.Add(61 * time.Second)
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 400})
+		if got := countModeSwitches(ev); len(got) != tc.switches {
+			t.Fatalf("completion %d over arrival 800: count-mode steps %v, want %d", 800+tc.extra, got, tc.switches)
+		}
+	}
+}
+
+// In the completion view a level the provider served inside a 429's bracket
+// [reading, reading + refused call] is the trigger, not the reading: a large
+// refused call says little of where the limit lies above the reading.
+func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
+	c := learnGate()
+	c.Defaults.TPM, c.Defaults.RPM = 10000, 1000
+	c.Defaults.CountsAt = CountsAtCompletion
+	l, _, _ := newTestLedger(t, c)
+	// Twenty calls of 400, each settled a second after it was admitted: the
+	// provider served the completion view's level up to 8,000.
+	now := t0
+	for i := 0; i < 20; i++ {
+		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 300, MaxTokens: 100})
+		now = now.Add(time.Second)
+		if err := l.Settle(now, tk, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 51 s on, the first eleven have left the window (3,600 remain), and a call
+	// of 5,000 is refused: the limit lies in [3,600, 8,600], and 8,000 was served.
+	// The clean record, which would say as much, is gone (a view switch forgets it).
+	at := t0.Add(71 * time.Second)
+	b := l.bucketFor("p", "m", at)
+	b.mu.Lock()
+	b.learn.cleanMax, b.learn.curWindowMax = 0, 0
+	b.mu.Unlock()
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 5000})
+	st := l.BucketStatus(at, "p", "m")
+	if st.Trigger != 8000 {
+		t.Fatalf("trigger %.0f, want the level served inside the bracket, 8,000", st.Trigger)
+	}
+}

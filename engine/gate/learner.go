@@ -113,6 +113,14 @@ type learner struct {
 	curWindowStart time.Time
 	curWindowMax   float64
 	leakWarned     bool
+
+	// servedInView is set by the bucket before each on429: the highest level the
+	// provider served within two windows, counted in the view the reading is
+	// in, when that view counts exactly (the completion view: settled calls,
+	// their real cost); else 0. A 429's reading is the bracket's low end, and a
+	// large refused call leaves it far below the limit; a served level inside
+	// the bracket is a lower bound on the limit, and the better trigger.
+	servedInView float64
 }
 
 func newLearner(start int, enabled bool, now time.Time) learner {
@@ -270,6 +278,11 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		again := hadTrigger && l.trigger == l.refusedLevel && level == l.trigger && now.Sub(l.prevCut) < refusedAgainWindows*span
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack && !again {
 			t = l.cleanMax
+		}
+		if h := l.servedInView; slack > 0 && h > t && h <= reading+slack && !again {
+			// The provider served a level inside the bracket in the view read:
+			// the limit is at least that (see servedInView).
+			t = h
 		}
 		if probing && !hadTrigger && l.preProbe == l.start && l.preProbe > t && reading+slack >= l.preProbe {
 			// The first trigger, from a refused step above the start (the

@@ -269,13 +269,12 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 	for _, tk := range tks {
 		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
 	}
-	// At 61 s the arrival window is empty, the completion window holds 880: a
-	// 429 there is the completion view's. Two of them switch the view.
-	for i := 0; i < 2; i++ {
-		at := t0.Add(time.Duration(61+i*2) * time.Second)
-		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
-		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
-	}
+	// At 61 s the arrival window holds one call of 2 tokens, the completion
+	// window 880: a 429 there is the completion view's, and one that it reads
+	// this far above the arrival view switches at once (strongVoteRatio).
+	at := t0.Add(61 * time.Second)
+	mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
 	switched := false
 	for _, e := range ev.kinds(EventLearn) {
 		if e.Step == "count-mode" && e.Reason == "at-completion" {
@@ -292,7 +291,7 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 	// In that view calls in flight cost nothing yet: once the settled calls have
 	// left it (a window after they settled), nine calls of 110 go at once,
 	// though together they are over the 880 budget.
-	at := t0.Add(115 * time.Second)
+	at = t0.Add(115 * time.Second)
 	tks = tks[:0]
 	for i := 0; i < 9; i++ {
 		tks = append(tks, mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "q", InputTokens: 10}))
