@@ -151,6 +151,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
 		b.stepHeld = 0 // held in the old window's units
+		// A pause of the old window is no refill of the new one.
+		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	}
 	b.setSpanLocked(cfg)
 	b.learn.enabled = cfg.Learn
@@ -824,7 +826,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// moves each window the trigger holds a call back without a step) — or the
 	// last raise relaxed the trigger toward the clean record, and a 429 that
 	// refutes both views says that record was a reserve lent, not a level held.
-	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.relaxed
+	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.raisedByRelax
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&
@@ -862,12 +864,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		// In the arrival view the calls in flight are estimates, and on a token
 		// bucket or fixed windows (which the arrival view is kept for) a served
 		// level describes a lent reserve or a burst at a window's edge: only the
-		// completion view's served levels bound the limit.
-		b.learn.servedInView = 0
-		if b.atCompletion && !byRate {
+		// completion view's served levels bound the limit — and not at a 429
+		// that refutes it (refused below what it served).
+		if b.atCompletion && !byRate && !refuted {
 			b.learn.servedInView = float64(b.servedDone.max(now, cfg.Window))
 		}
 		steps = b.learn.on429(now, reading, slack, refuted, inDoubt, cfg.Window)
+		b.learn.servedInView = 0 // it describes this 429 only
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}
@@ -963,7 +966,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 		b.modeVotes = switchVotes
 	case doneRefuted:
 		b.modeVotes = -switchVotes
-	case completion > strongVoteRatio*arrival && completion+r+doneSlack >= level && !doneRecentlyRefuted:
+	case completion > strongVoteRatio*arrival && completion+r+doneSlack >= level && !doneRaw && !doneRecentlyRefuted:
 		b.modeVotes = switchVotes
 	case completion > weakVoteRatio*arrival:
 		b.modeVotes = max(b.modeVotes, 0) + 1

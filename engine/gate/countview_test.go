@@ -21,10 +21,11 @@ func countModeSwitches(ev *eventLog) []string {
 
 // servedThenRefused builds the history the refutation rule reads: one call
 // served early (it seeds the expected output), three more admitted at 2 s and
-// served, settling at 50 s, and a refused call of 200 at refusedAt. The three
-// were admitted with the arrival view at 200, 400 and 600 and the completion
-// view at 200: the provider accepted 800 in the arrival view and 400 in the
-// completion view.
+// served, settling at 50 s, one of 500 admitted a second before refusedAt and
+// still in flight, and a refused call of 200 at refusedAt. The three were
+// admitted with the arrival view at 200, 400 and 600 and the completion view at
+// 200: the provider accepted 800 in the arrival view and 400 in the completion
+// view.
 func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 	t.Helper()
 	call := func(s string) Request {
@@ -43,22 +44,31 @@ func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 			t.Fatal(err)
 		}
 	}
+	// One call of 500 in flight since just before the 429, so that the
+	// completion view (600) does not read 25% above the arrival view (500): the
+	// strong vote stays out of it, and only the refutation can switch. (With the
+	// view configured as completion it does not fit, and is withdrawn.)
 	at := t0.Add(refusedAt)
+	if _, w := l.Submit(at.Add(-time.Second), Request{Provider: "p", Model: "m", Session: "f", InputTokens: 400, MaxTokens: 100}); w != nil {
+		w.Cancel(at.Add(-time.Second))
+	}
 	refused := mustAdmit(t, l, at, call("e"))
 	_ = l.Release(at, refused)
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: refused.Reserved})
 }
 
 // One 429 that the arrival view cannot explain — the provider refused 200 on an
-// empty arrival window after serving 800 in it — while the completion view can
+// arrival window of 500 after serving 800 in it — while the completion view can
 // (600 settled + 200 over a limit it served 400 under) switches the view at once.
-// The weak vote alone (completion reads ≥ 5% more) needs two such 429s.
+// The weak vote alone (completion reads ≥ 5% more) needs two such 429s, and
+// 600 ÷ 500 is short of the strong vote's 1.25.
 func TestRefutedArrivalViewSwitchesAtOnce(t *testing.T) {
 	c := learnGate()
 	c.Defaults.RPM = 100
 	l, _, ev := newTestLedger(t, c)
-	// At 63 s the arrival window is empty (the calls were admitted at 0 and 2 s);
-	// the completion window holds the three settled at 50 s.
+	// At 63 s the arrival window holds only the call of 500 admitted at 62 s (the
+	// others were admitted at 0 and 2 s); the completion window holds the three
+	// settled at 50 s.
 	servedThenRefused(t, l, 63*time.Second)
 	if got := countModeSwitches(ev); len(got) != 1 || got[0] != "at-completion" {
 		t.Fatalf("count-mode steps %v, want one switch to at-completion", got)
@@ -428,15 +438,17 @@ func TestTwoWeakVotesSwitch(t *testing.T) {
 // switches at once (strongVoteRatio); at 20% it is one weak vote, and one 429
 // leaves the view. Each case: a call of extra tokens admitted at 0 s and
 // settled at 55 s (in the completion window at 61 s, not the arrival one), 800
-// admitted at 30 s and settled at 31 s (in both), and one 429 at 61 s whose
-// refused call (400) keeps either view from being refuted.
+// admitted at 30 s and settled at 31 s (in both), and one 429 at 61 s. Its
+// refused call (400) keeps the arrival view from being refuted (it served 1,100
+// there, at most 800 + 400 now), and lets the completion view explain the 429 as
+// the gate's own excess (800 + extra + 400 is over 0.8 × the 1,500 budget).
 func TestStrongVoteSwitchesAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		extra    int64 // completion reads (800 + extra) ÷ 800 of arrival
 		switches int
 	}{{300, 1}, {160, 0}} {
 		c := learnGate()
-		c.Defaults.TPM, c.Defaults.RPM = 1500, 100 // the level 0.8 × 1500 is within 1100 + 400
+		c.Defaults.TPM, c.Defaults.RPM = 1500, 100
 		l, _, ev := newTestLedger(t, c)
 		settle := func(at time.Duration, tk Ticket, in, out int64) {
 			t.Helper()
@@ -444,10 +456,15 @@ func TestStrongVoteSwitchesAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		settle(55*time.Second, mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, MaxTokens: int(tc.extra - 10)}), 10, tc.extra-10)
+		first := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, MaxTokens: int(tc.extra - 10)})
+		var tks []Ticket
 		for _, s := range []string{"b", "c", "d", "e"} {
-			settle(31*time.Second, mustAdmit(t, l, t0.Add(30*time.Second), Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}), 100, 100)
+			tks = append(tks, mustAdmit(t, l, t0.Add(30*time.Second), Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}))
 		}
+		for _, tk := range tks {
+			settle(31*time.Second, tk, 100, 100)
+		}
+		settle(55*time.Second, first, 10, tc.extra-10)
 		at := t0.Add(61 * time.Second)
 		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 400})
 		if got := countModeSwitches(ev); len(got) != tc.switches {
@@ -458,33 +475,49 @@ func TestStrongVoteSwitchesAtOnce(t *testing.T) {
 
 // In the completion view a level the provider served inside a 429's bracket
 // [reading, reading + refused call] is the trigger, not the reading: a large
-// refused call says little of where the limit lies above the reading.
+// refused call says little of where the limit lies above the reading. Not in
+// the arrival view (calls in flight are estimates there, and on a bucket a
+// served level is a lent reserve), and not above the bracket (such a 429
+// refutes the view).
 func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
-	c := learnGate()
-	c.Defaults.TPM, c.Defaults.RPM = 10000, 1000
-	c.Defaults.CountsAt = CountsAtCompletion
-	l, _, _ := newTestLedger(t, c)
-	// Twenty calls of 400, each settled a second after it was admitted: the
-	// provider served the completion view's level up to 8,000.
-	now := t0
-	for i := 0; i < 20; i++ {
-		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 300, MaxTokens: 100})
-		now = now.Add(time.Second)
-		if err := l.Settle(now, tk, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// 51 s on, the first eleven have left the window (3,600 remain), and a call
-	// of 5,000 is refused: the limit lies in [3,600, 8,600], and 8,000 was served.
-	// The clean record, which would say as much, is gone (a view switch forgets it).
-	at := t0.Add(71 * time.Second)
-	b := l.bucketFor("p", "m", at)
-	b.mu.Lock()
-	b.learn.cleanMax, b.learn.curWindowMax = 0, 0
-	b.mu.Unlock()
-	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: 5000})
-	st := l.BucketStatus(at, "p", "m")
-	if st.Trigger != 8000 {
-		t.Fatalf("trigger %.0f, want the level served inside the bracket, 8,000", st.Trigger)
+	for _, tc := range []struct {
+		name     string
+		countsAt string
+		refused  int64
+		want     float64
+	}{
+		{"completion view, in the bracket", CountsAtCompletion, 5000, 8000},
+		{"arrival view", CountsAtArrival, 5000, 3200}, // admitted at 12–19 s: 3,200 in the arrival window
+		{"above the bracket", CountsAtCompletion, 1000, 3600},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.TPM, c.Defaults.RPM = 10000, 1000
+			c.Defaults.CountsAt = tc.countsAt
+			l, _, _ := newTestLedger(t, c)
+			// Twenty calls of 400, each settled a second after it was admitted: the
+			// provider served the level up to 8,000 in both views.
+			now := t0
+			for i := 0; i < 20; i++ {
+				tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 300, MaxTokens: 100})
+				now = now.Add(time.Second)
+				if err := l.Settle(now, tk, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// 51 s on, the first eleven have left the window (3,600 remain), and a
+			// call of 5,000 is refused: the limit lies in [3,600, 8,600], and 8,000
+			// was served. The clean record, which would say as much, is set aside
+			// (a view switch keeps only 0.9 of the level that held as its record).
+			at := t0.Add(71 * time.Second)
+			b := l.bucketFor("p", "m", at)
+			b.mu.Lock()
+			b.learn.cleanMax, b.learn.curWindowMax = 0, 0
+			b.mu.Unlock()
+			l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: tc.refused})
+			if st := l.BucketStatus(at, "p", "m"); st.Trigger != tc.want {
+				t.Fatalf("trigger %.0f, want %.0f", st.Trigger, tc.want)
+			}
+		})
 	}
 }

@@ -94,6 +94,9 @@ type learner struct {
 	prevCut      time.Time // the previous trusted burst's first 429
 
 	relaxed bool // the trigger was relaxed toward the clean record since the last trusted 429
+	// raisedByRelax: the last raise (lastRaise) was such a relax, not a probe
+	// step or re-probe — not the gate's own step above a level it held.
+	raisedByRelax bool
 	// The first trigger is one reading, and it reads low: the limit lies
 	// somewhere between it and it plus the refused call. It gets one probe
 	// step (firstProbe: armed, then in flight from firstFrom) once it has bound
@@ -114,7 +117,7 @@ type learner struct {
 	curWindowMax   float64
 	leakWarned     bool
 
-	// servedInView is set by the bucket before each on429: the highest level the
+	// servedInView is set by the bucket for one on429 call: the highest level the
 	// provider served within two windows, counted in the view the reading is
 	// in, when that view counts exactly (the completion view: settled calls,
 	// their real cost); else 0. A 429's reading is the bracket's low end, and a
@@ -423,17 +426,19 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		from := l.trigger
 		switch {
 		case l.trigger < relaxTo*l.cleanMax:
-			l.relaxed = true
+			l.relaxed, l.raisedByRelax = true, true
 			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:
 			return step, false // never probe above what the provider says it allows
 		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
+			l.raisedByRelax = false
 			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
 		case now.Sub(maxTime(l.last429, l.lastRelax)) >= triggerReprobeWindows*span:
+			l.raisedByRelax = false
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
 		default:
@@ -451,7 +456,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if l.stated > 0 && from >= l.stated {
 		return step, false
 	}
-	l.preProbe = from
+	l.preProbe, l.raisedByRelax = from, false
 	l.quota *= factor
 	if l.trigger > 0 && l.quota > l.trigger {
 		l.quota = l.trigger // never above the tightest trigger
@@ -472,7 +477,7 @@ func (l *learner) forgetReadings() {
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
 	l.firstProbe, l.firstUsed = firstProbeDone, true
 	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
-	l.refusedLevel = 0
+	l.refusedLevel, l.raisedByRelax = 0, false
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
 

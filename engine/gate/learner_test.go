@@ -639,3 +639,24 @@ func TestLearnerRefusedAgainAtTheSameTrigger(t *testing.T) {
 		})
 	}
 }
+
+// raisedByRelax says the last raise was a relax toward the clean record (the
+// rate rule does not count it as the gate's own step): a quota probe step or a
+// view switch after it clears it.
+func TestOnlyARelaxIsARaiseByRelax(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	l.trigger, l.cleanMax = 800, 1000 // under 0.97 of the clean record: relaxes
+	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.Kind != "relax" || !l.raisedByRelax {
+		t.Fatalf("step %+v (moved %v), raisedByRelax %v; want a relax that sets it", st, moved, l.raisedByRelax)
+	}
+	l.forgetReadings()
+	if l.raisedByRelax {
+		t.Fatal("a view switch kept raisedByRelax: the relax was of the old view's trigger")
+	}
+	l.raisedByRelax = true
+	l.trigger, l.quota = 2000, 900 // the quota binds: the next raise is a probe step
+	if st, moved := l.onTokenBlocked(t0.Add(3*span), span); !moved || st.Kind != "probe" || l.raisedByRelax {
+		t.Fatalf("step %+v (moved %v), raisedByRelax %v; want a probe step that clears it", st, moved, l.raisedByRelax)
+	}
+}

@@ -1,6 +1,9 @@
 package gate
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The rate a refilling reserve implies.
 //
@@ -82,29 +85,45 @@ func (b *bucket) rateSpentLocked(now time.Time) (rate float64, ok bool) {
 
 // A reserve known full. After a window in which the gate granted nothing (a
 // cooldown as long as the window, or no demand), any reserve of one window's
-// limit has refilled. If the provider is such a bucket and refuses now, it spent
-// since then at least its whole reserve and what refilled meanwhile, less the
-// refused call: limit × (now − refilled + window) ≤ spent since + refused. That
-// bounds its rate from above, as the figure above bounds it from below.
+// limit has refilled. A bucket full then and empty now, when it turned a call
+// away, spent since at least its whole reserve and what refilled meanwhile —
+// less what refilled past full in a quiet stretch, which is lost. Replaying
+// the spend sampled since against a reserve of the figure's rate tells whether
+// that rate could have run dry: if the reserve would still hold the refused
+// call, the 429 is no drained reserve at that rate.
 //
 // A 429 from another client's calls on a sliding or fixed window is no drained
-// reserve, and there the figure from before the pause can exceed this bound:
-// such a rate is not read. Over twelve seeds of the matrix it had held nine
-// runs (sliding-completion and fixed windows, eight with another client on the
-// key) at 0.70–0.76 for the hour; no bucket row moved. refillTolerance
-// absorbs the estimates in the spend (calls in flight at their reservation): at
-// 1.00 the matrix's bucket rows lost 2 + 3 of 72 + 72 and took 15 more 429s.
+// reserve, and there the figure from before the pause can exceed what the
+// spend since allows: such a rate is not read. Over twelve seeds of the matrix
+// it had held nine runs (sliding-completion and fixed windows, eight with
+// another client on the key) at 0.70–0.76 for the hour; no bucket row moved.
+// refillTolerance absorbs the estimates in the spend (calls in flight at their
+// reservation): at 1.00 the matrix's bucket rows lost 2 + 3 of 72 + 72 and took
+// 15 more 429s.
 const refillTolerance = 1.02
 
-// refillAllowsLocked reports whether rate is consistent with a reserve that was
-// full at the last refill point and is empty now that a call of refused tokens
-// was turned away (true when there was no such point).
+// refillAllowsLocked reports whether a bucket refilling rate a window, full at
+// the last refill point, could be empty now that a call of refused tokens was
+// turned away (true when there was no refill point). Between two samples the
+// calls are taken as spread evenly: the reserve gains what refilled less what
+// was spent, capped at full.
 func (b *bucket) refillAllowsLocked(now time.Time, rate float64, refused int64) bool {
 	at := now.UnixNano()
-	if b.refilledAt == 0 || at <= b.refilledAt {
+	if b.refilledAt == 0 || at <= b.refilledAt || rate <= 0 {
 		return true
 	}
 	w := float64(b.l.conf().Window)
-	most := (b.spent - b.refilledSpent + float64(refused)) * w / (float64(at-b.refilledAt) + w)
-	return rate <= refillTolerance*most
+	reserve, last, spent := rate, b.refilledAt, b.refilledSpent
+	step := func(t int64, total float64) {
+		reserve = math.Min(rate, reserve+rate*float64(t-last)/w-(total-spent))
+		last, spent = t, total
+	}
+	for i := max(0, b.nSpent-spentSamples); i < b.nSpent; i++ {
+		if s := b.spentAt[i%spentSamples]; s.at > b.refilledAt && s.at <= at {
+			step(s.at, s.spent)
+		}
+	}
+	step(at, b.spent)
+	since := b.spent - b.refilledSpent + float64(refused)
+	return reserve <= float64(refused)+(refillTolerance-1)*since
 }

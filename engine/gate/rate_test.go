@@ -89,8 +89,9 @@ func TestRateSpentNeedsTwoWindowsAfterA429(t *testing.T) {
 // relaxedBeforeADrainedReserve is a bucket that spent 30k a window for four
 // windows (the rate figure: 30k × 4 ÷ 5 = 24k), whose trigger was raised 30 s
 // ago, and whose provider served 90k a window within the last two in both views
-// (so the next 429 refutes both). relaxed says how the raise came: a relax
-// toward the clean record, or a probe step.
+// (so the next 429 refutes both). The trigger was relaxed toward the clean
+// record since the last 429; relaxed says whether the last raise was that
+// relax, or a probe step or re-probe after it.
 func relaxedBeforeADrainedReserve(t *testing.T, relaxed bool) (*Ledger, *eventLog, time.Time) {
 	t.Helper()
 	c := testGate()
@@ -111,7 +112,7 @@ func relaxedBeforeADrainedReserve(t *testing.T, relaxed bool) (*Ledger, *eventLo
 	b.learn.last429 = t0.Add(30 * time.Second) // an earlier 429: two windows of history count
 	b.learn.trigger, b.learn.quota = 40000, 40000
 	b.learn.lastRaise = now.Add(-30 * time.Second)
-	b.learn.relaxed = relaxed
+	b.learn.relaxed, b.learn.raisedByRelax = true, relaxed // relaxed since the last 429 either way
 	b.servedArrival = servedLevel{cur: 90000, curStart: now.Add(-time.Second)}
 	b.servedDone = servedLevel{cur: 90000, curStart: now.Add(-time.Second)}
 	return l, ev, now
@@ -136,7 +137,8 @@ func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
 		t.Fatalf("trigger %.0f (rate step %v), want the rate the spend implies, 24,000", st.Trigger, rate)
 	}
 
-	// A probe's raise is the gate's own overshoot: read by the window.
+	// A probe's raise (or a re-probe after the relax) is the gate's own
+	// overshoot: read by the window.
 	l, ev, now = relaxedBeforeADrainedReserve(t, false)
 	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
 	for _, e := range ev.kinds(EventLearn) {
@@ -146,29 +148,33 @@ func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
 	}
 }
 
-// afterAPause drives a bucket through a spend (calls of beforeSize tokens, one
-// a second), a window with no grant (a cooldown as long as the window), and a
-// spend after it (calls of afterSize), then sets it up so that the next 429
-// refutes both views at a level held for a window.
-func afterAPause(t *testing.T, before, beforeSize, after, afterSize int) (*Ledger, *eventLog, time.Time) {
+// phase is calls of size tokens, one a second, each settled a second later.
+type phase struct{ calls, size int }
+
+// afterAPause drives a bucket through a spend, a window with no grant (a
+// cooldown as long as the window), and the phases after it, then sets it up so
+// that the next 429 refutes both views at a level held for a window.
+func afterAPause(t *testing.T, before phase, after ...phase) (*Ledger, *eventLog, time.Time) {
 	t.Helper()
 	c := testGate()
 	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
 	c.Learn = true
 	l, _, ev := newTestLedger(t, c)
 	now := t0
-	spend := func(n, size int) {
-		for i := 0; i < n; i++ {
-			tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: size - 100, MaxTokens: 100})
+	spend := func(p phase) {
+		for i := 0; i < p.calls; i++ {
+			tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: p.size - 100, MaxTokens: 100})
 			now = now.Add(time.Second)
-			if err := l.Settle(now, tk, Usage{InputTokens: int64(size - 100), OutputTokens: 100}); err != nil {
+			if err := l.Settle(now, tk, Usage{InputTokens: int64(p.size - 100), OutputTokens: 100}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	spend(before, beforeSize)
+	spend(before)
 	now = now.Add(time.Minute) // the pause: nothing granted for a window
-	spend(after, afterSize)
+	for _, p := range after {
+		spend(p)
+	}
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -196,9 +202,10 @@ func rateSteps(ev *eventLog) (to []float64) {
 func TestRefilledReserveBoundsTheRate(t *testing.T) {
 	// 42k a window for three windows, the pause, then 30 s at 60k a window
 	// (30k, the reading): the figure over all of it is (126k + 30k) ÷ 5.5
-	// windows ≈ 28k, but a reserve full after the pause and empty now spent at
-	// least its rate × 1.5 windows, so the rate is at most (30k + 1k) ÷ 1.5 ≈ 21k.
-	l, ev, now := afterAPause(t, 180, 700, 30, 1000)
+	// windows ≈ 28k, but a reserve of 28k, full after the pause and refilling
+	// 14k while the 30k were spent, still holds about 12k when the 429 comes: it
+	// was not empty.
+	l, ev, now := afterAPause(t, phase{180, 700}, phase{30, 1000})
 	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1000})
 	if got := rateSteps(ev); len(got) != 0 {
 		t.Fatalf("read the rate %v from the spend before a pause that refilled any reserve", got)
@@ -206,10 +213,21 @@ func TestRefilledReserveBoundsTheRate(t *testing.T) {
 
 	// A bucket: after the pause, 45k a window for two windows empties a reserve
 	// of 30k a window (30k + 2 × 30k refilled = 90k spent): the figure is the
-	// rate, within the bound, and is read.
-	l, ev, now = afterAPause(t, 60, 750, 120, 750)
+	// rate, the replay runs dry, and it is read.
+	l, ev, now = afterAPause(t, phase{60, 750}, phase{120, 750})
 	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 750})
 	if got := rateSteps(ev); len(got) != 1 || math.Abs(got[0]-30000) > 1000 {
 		t.Fatalf("rate steps %v, want the drained bucket's rate, 30,000", got)
+	}
+
+	// The same bucket after a quiet stretch: ten windows at 10k a window keep its
+	// reserve full (what refills past full is lost), then two windows at 45k
+	// empty it. Counted without the cap, the spend since the pause (190k over 13
+	// windows) would bound the rate at 14.7k and keep the rate of 30k from being
+	// read, for as long as no second pause came.
+	l, ev, now = afterAPause(t, phase{60, 750}, phase{600, 167}, phase{120, 750})
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 750})
+	if got := rateSteps(ev); len(got) != 1 || math.Abs(got[0]-30000) > 1000 {
+		t.Fatalf("rate steps %v after a quiet stretch, want the drained bucket's rate, 30,000", got)
 	}
 }

@@ -254,9 +254,9 @@ func TestRepeatedRefusalAtTheLevelStepsDown(t *testing.T) {
 }
 
 // A provider that counts a call when it completes refuses as the gate's arrival
-// window drains while the calls that completed since still fill its own. Two such
-// 429s switch the bucket to the completion view; there, calls in flight do not
-// count, settled ones count from when they settled.
+// window drains while the calls that completed since still fill its own. One
+// such 429 switches the bucket to the completion view; there, calls in flight do
+// not count, settled ones count from when they settled.
 func TestCompletionCountingIsLearned(t *testing.T) {
 	c := learnGate()
 	c.Defaults.RPM = 100
@@ -270,8 +270,9 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 		l.Settle(t0.Add(50*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 100})
 	}
 	// At 61 s the arrival window holds one call of 2 tokens, the completion
-	// window 880: a 429 there is the completion view's, and one that it reads
-	// this far above the arrival view switches at once (strongVoteRatio).
+	// window 880: a 429 there is the completion view's. It refutes the arrival
+	// view (which served 880) and the completion view reads it far above the
+	// arrival view (strongVoteRatio): either switches at once.
 	at := t0.Add(61 * time.Second)
 	mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "z", InputTokens: 1, MaxTokens: 1})
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens})
