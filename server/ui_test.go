@@ -572,10 +572,13 @@ func TestConsole(t *testing.T) {
 			chromedp.Navigate(e.url+"/ui#sessions"),
 			chromedp.WaitVisible(`article.session[data-session="mover"]`, chromedp.ByQuery),
 			// As a person picks an option: the value and its change event at once
-			// (the change holds the refreshing list still until the save).
-			chromedp.Evaluate(`(() => { const s = document.querySelector('form.session[data-session="mover"] select[name="switch"]'); s.value = "off"; s.dispatchEvent(new Event("change", {bubbles: true})); })()`, nil),
+			// (the change holds the refreshing list still until the save). The
+			// card is marked, so the wait below sees the one drawn after the save.
+			chromedp.Evaluate(`(() => { document.querySelector('article.session[data-session="mover"]').dataset.before = "1"; const s = document.querySelector('form.session[data-session="mover"] select[name="switch"]'); s.value = "off"; s.dispatchEvent(new Event("change", {bubbles: true})); })()`, nil),
 			chromedp.Click(`form.session[data-session="mover"] button`, chromedp.ByQuery),
-			chromedp.WaitVisible(`form.session[data-session="mover"] .result.ok`, chromedp.ByQuery),
+			// The save's own event redraws the list within a fraction of a second;
+			// the redrawn card still says "saved" (it used to lose it at once).
+			chromedp.WaitVisible(`article.session[data-session="mover"]:not([data-before]) .result.ok`, chromedp.ByQuery),
 		)
 		s := e.call(http.MethodGet, "/gate/v1/sessions/mover", "", http.StatusOK)
 		if s["switch"] != "off" || s["enabled"] != false {

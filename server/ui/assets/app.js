@@ -329,7 +329,14 @@ const views = {
 
 // --- sessions ---------------------------------------------------------------
 
+// How long a session's card keeps saying "saved" after its settings were saved,
+// across the refreshes the save itself sets off (its event redraws the list
+// within a fraction of a second).
+const savedShownMs = 4000;
+
 const sessionsView = {
+  saved: new Map(), // session id → when its settings were last saved here (Date.now())
+
   // render draws the lookup form once per visit and the list from state. A
   // session's form being edited (changed, not yet saved) or focused holds the
   // list still, so a refresh never throws away a choice in progress.
@@ -401,6 +408,7 @@ const sessionsView = {
 
   card(s, looked) {
     const id = s.session;
+    const justSaved = Date.now() - (this.saved.get(id) || 0) < savedShownMs;
     const opt = (v, cur, label = v) => `<option value="${esc(v)}"${v === cur ? " selected" : ""}>${esc(label)}</option>`;
     const sw = s.switch || "default";
     const pl = s.poolSetting || "default";
@@ -416,7 +424,7 @@ const sessionsView = {
       <form class="session inline" data-session="${esc(id)}">
         <label>switch <select name="switch">${opt("default", sw)}${opt("on", sw)}${opt("off", sw)}</select></label>
         <label>pool <select name="pool">${opt("default", pl)}${opt("off", pl)}${(s.pools || []).map((p) => opt(p, pl)).join("")}</select></label>
-        <button class="primary">Save</button><span class="result" role="status"></span>
+        <button class="primary">Save</button><span class="result${justSaved ? " ok" : ""}" role="status">${justSaved ? "saved" : ""}</span>
       </form>
       ${s.warning ? `<p class="warn">${esc(s.warning)}</p>` : ""}
     </article>`;
@@ -431,6 +439,9 @@ const sessionsView = {
       f.classList.remove("dirty");
       out.className = "result ok";
       out.textContent = "saved";
+      const now = Date.now();
+      for (const [id, at] of this.saved) if (now - at >= savedShownMs) this.saved.delete(id);
+      this.saved.set(f.dataset.session, now);
       setTimeout(async () => {
         if (current !== "sessions") return;
         await refreshSessions().catch(noteError);
