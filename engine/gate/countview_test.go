@@ -285,18 +285,29 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 }
 
 // A first trigger set when a probe of the quota was refused is no single
-// reading (the level below the step passed): it gets no fast step.
+// reading (the level below the step passed): it gets no fast step — unless its
+// bracket is a tenth of the reading or wider (revertProbeBracket), where the
+// refused call says little of where above the reading the limit lies.
 func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
-	span := time.Minute
-	l := newLearner(1000, true, t0)
-	st, moved := l.onTokenBlocked(t0.Add(span), span) // the quota probes to 1050
-	if !moved || st.Kind != "probe" {
-		t.Fatalf("no probe: %+v", st)
-	}
-	l.on429(t0.Add(span+10*time.Second), 1040, 500, false, false, span)
-	for w := 2; w < 20; w++ {
-		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
-			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
+	for _, tc := range []struct {
+		slack float64
+		steps int // relax steps of the trigger over the next 18 windows
+	}{{100, 0}, {500, 1}} { // 100 < 10% of 1,040 ≤ 500
+		span := time.Minute
+		l := newLearner(1000, true, t0)
+		st, moved := l.onTokenBlocked(t0.Add(span), span) // the quota probes to 1050
+		if !moved || st.Kind != "probe" {
+			t.Fatalf("no probe: %+v", st)
+		}
+		l.on429(t0.Add(span+10*time.Second), 1040, tc.slack, false, false, span)
+		steps := 0
+		for w := 2; w < 20; w++ {
+			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
+				steps++
+			}
+		}
+		if steps != tc.steps {
+			t.Fatalf("bracket %.0f over a reading of 1,040: %d steps of the trigger, want %d", tc.slack, steps, tc.steps)
 		}
 	}
 }
