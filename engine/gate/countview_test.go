@@ -287,27 +287,33 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 // A first trigger set when a probe of the quota was refused is no single
 // reading (the level below the step passed): it gets no fast step — unless its
 // bracket is a tenth of the reading or wider (revertProbeBracket), where the
-// refused call says little of where above the reading the limit lies.
+// refused call says little of where above the reading the limit lies, and the
+// step stays under the refused level.
 func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
 	for _, tc := range []struct {
-		slack float64
-		steps int // relax steps of the trigger over the next 18 windows
-	}{{100, 0}, {500, 1}} { // 100 < 10% of 1,040 ≤ 500
+		reading, slack float64
+		steps          int // relax steps of the trigger over the next 18 windows
+	}{
+		{1000, 60, 0},  // 60 < 10% of 1,000
+		{1000, 500, 1}, // wide, and 1,000 × 1.05 < the refused 1,158
+		{1110, 500, 0}, // wide, but 1,110 × 1.05 is at the refused level
+	} {
 		span := time.Minute
 		l := newLearner(1000, true, t0)
-		st, moved := l.onTokenBlocked(t0.Add(span), span) // the quota probes to 1050
-		if !moved || st.Kind != "probe" {
-			t.Fatalf("no probe: %+v", st)
+		for w := 1; w <= 2; w++ { // a slow start: 1,000 → 1,050 → 1,158
+			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
+				t.Fatalf("no probe: %+v", st)
+			}
 		}
-		l.on429(t0.Add(span+10*time.Second), 1040, tc.slack, false, false, span)
+		l.on429(t0.Add(2*span+10*time.Second), tc.reading, tc.slack, false, false, span)
 		steps := 0
-		for w := 2; w < 20; w++ {
+		for w := 3; w < 20; w++ {
 			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
 				steps++
 			}
 		}
 		if steps != tc.steps {
-			t.Fatalf("bracket %.0f over a reading of 1,040: %d steps of the trigger, want %d", tc.slack, steps, tc.steps)
+			t.Fatalf("bracket %.0f over a reading of %.0f: %d steps of the trigger, want %d", tc.slack, tc.reading, steps, tc.steps)
 		}
 	}
 }

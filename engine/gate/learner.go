@@ -63,9 +63,9 @@ const firstProbeWait = 2
 // is this share of the reading or more. The level below the step passed, so a
 // narrow bracket is the limit; but a refused call of a tenth of the window says
 // little about where in [reading, reading + call] the limit lies, and a slow
-// start from half the limit that met one sat at 0.76–0.86 of it for the hour
-// (twelve seeds: 223 → 225 rows, 1,412 → 1,428 429s, runs under 0.85 of what
-// remains 41 → 37).
+// start from half the limit that met one sat at 0.76–0.86 of it for the hour.
+// Not when the step would reach the refused level again: a gate started at the
+// truth, whose first step above it was refused, keeps the start (see on429).
 const revertProbeBracket = 0.1
 
 const (
@@ -344,10 +344,11 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && (!probing || slack >= revertProbeBracket*reading) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
+	case !hadTrigger && l.trigger > 0 && (!probing || (slack >= revertProbeBracket*reading && l.trigger*learnProbeFactor < from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
 		// Only a wide bracket: when the refused call and the reading's spread
 		// reach less than one step above the reading, the step would overshoot.
-		// After a refused probe step, only a very wide one (revertProbeBracket).
+		// After a refused probe step, only a very wide one (revertProbeBracket),
+		// and only when the step stays under the level that was refused.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
 	default:
 		l.firstProbe = firstProbeDone
