@@ -1000,9 +1000,10 @@ const (
 
 // strongVoteRatio: a 429 that the completion view reads this much above the
 // arrival view switches at once (unless this 429, or one in the last
-// refuteMemory windows, refuted the completion view). Over ten seeds of the matrix's 429s read on arrival, 30 of 308 on
-// the completion-counting provider read 1.25 or more; on the arrival-counting and
-// fixed-window providers none of 417 did, on the bucket 3 of 311 (at most 1.37).
+// refuteMemory windows, refuted the completion view). Over ten seeds of the
+// matrix's 429s read on arrival, 30 of 308 on the completion-counting provider
+// read 1.25 or more; on the arrival-counting and fixed-window providers none of
+// 417 did, on the bucket 3 of 311 (at most 1.37).
 // Such a 429 is the calls of an earlier window completing: read on arrival it
 // set a trigger at 0.67–0.81 of the limit, and with no further 429 in the
 // hour the second weak vote never came. Like a refutation, it switches only to

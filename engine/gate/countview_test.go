@@ -288,24 +288,34 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 // reading (the level below the step passed): it gets no fast step — unless its
 // bracket is a tenth of the reading or wider (revertProbeBracket), where the
 // refused call says little of where above the reading the limit lies, and the
-// step stays under the refused level.
-func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
+// step stays in the bracket and clearly under the refused level (revertMayStep).
+func TestProbeRevertTriggerGetsAStepOnlyOnAWideBracket(t *testing.T) {
 	for _, tc := range []struct {
+		probes         int     // the slow start's steps before the 429: 1,000 → 1,050 → 1,158 → 1,340
+		clean          float64 // the clean record, which lifts the trigger inside the bracket
 		reading, slack float64
-		steps          int // relax steps of the trigger over the next 18 windows
+		steps          int // relax steps of the trigger over the next 17 windows
 	}{
-		{1000, 60, 0},  // 60 < 10% of 1,000
-		{1000, 500, 1}, // wide, and 1,000 × 1.05 < the refused 1,158
-		{1110, 500, 0}, // wide, but 1,110 × 1.05 is at the refused level
+		{2, 0, 1000, 60, 0},  // 60 < 10% of 1,000
+		{2, 0, 1000, 500, 1}, // wide, and 1,000 × 1.05 under 0.97 of the refused 1,158
+		{2, 0, 1110, 500, 0}, // wide, but 1,110 × 1.05 is above the refused level
+		// Wide, under the refused 1,340, but the trigger (the clean record, 1,100)
+		// × 1.05 is above the bracket's top, 1,110.
+		{3, 1100, 1000, 110, 0},
+		// Started at the truth: the step to 1,050 is refused, the trigger is the
+		// start that held, and a step from it is the refused level again.
+		{1, 0, 990, 500, 0},
 	} {
 		span := time.Minute
 		l := newLearner(1000, true, t0)
-		for w := 1; w <= 2; w++ { // a slow start: 1,000 → 1,050 → 1,158
+		l.cleanMax = tc.clean
+		for w := 1; w <= tc.probes; w++ { // a slow start: 1,000 → 1,050 → 1,158
 			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
 				t.Fatalf("no probe: %+v", st)
 			}
 		}
-		l.on429(t0.Add(2*span+10*time.Second), tc.reading, tc.slack, false, false, span)
+		at := time.Duration(tc.probes)*span + 10*time.Second
+		l.on429(t0.Add(at), tc.reading, tc.slack, false, false, span)
 		steps := 0
 		for w := 3; w < 20; w++ {
 			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
@@ -313,7 +323,7 @@ func TestProbeRevertTriggerGetsNoFastStep(t *testing.T) {
 			}
 		}
 		if steps != tc.steps {
-			t.Fatalf("bracket %.0f over a reading of %.0f: %d steps of the trigger, want %d", tc.slack, tc.reading, steps, tc.steps)
+			t.Fatalf("%d probes, bracket %.0f over a reading of %.0f: %d steps of the trigger (%.0f), want %d", tc.probes, tc.slack, tc.reading, steps, l.trigger, tc.steps)
 		}
 	}
 }

@@ -64,8 +64,6 @@ const firstProbeWait = 2
 // narrow bracket is the limit; but a refused call of a tenth of the window says
 // little about where in [reading, reading + call] the limit lies, and a slow
 // start from half the limit that met one sat at 0.76–0.86 of it for the hour.
-// Not when the step would reach the refused level again: a gate started at the
-// truth, whose first step above it was refused, keeps the start (see on429).
 const revertProbeBracket = 0.1
 
 const (
@@ -344,11 +342,10 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && (!probing || (slack >= revertProbeBracket*reading && l.trigger*learnProbeFactor < from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
+	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
 		// Only a wide bracket: when the refused call and the reading's spread
 		// reach less than one step above the reading, the step would overshoot.
-		// After a refused probe step, only a very wide one (revertProbeBracket),
-		// and only when the step stays under the level that was refused.
+		// After a refused probe step, see revertMayStep.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
 	default:
 		l.firstProbe = firstProbeDone
@@ -385,6 +382,17 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 	l.lastCut = now
 	l.lastProbe = now // the next probe needs a full window without a 429
 	return append(steps, learnStep{Kind: kind, From: from, To: l.quota, Trigger: l.trigger})
+}
+
+// revertMayStep reports whether a first trigger set by a refused probe step of
+// the quota (from, the refused level) gets the one probe step: only when its
+// bracket is revertProbeBracket of the reading or wider, and the step stays
+// inside the bracket and clearly under the refused level (stepDown of it) — the
+// trigger may sit above the reading already (the clean record, a served level),
+// and a gate started at the truth keeps the start, one step under the refusal.
+func (l *learner) revertMayStep(reading, slack, from float64) bool {
+	step := l.trigger * learnProbeFactor
+	return slack >= revertProbeBracket*reading && step <= reading+slack && step < stepDown*from
 }
 
 // inBurst reports whether a 429 at now belongs to the burst of the last trusted

@@ -448,6 +448,7 @@ const sessionsView = {
         this.draw(true);
       }, 600);
     } catch (e) {
+      this.saved.delete(f.dataset.session); // a redraw must not bring back an earlier "saved"
       out.className = "result error";
       out.textContent = e.message;
     }
