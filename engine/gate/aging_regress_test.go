@@ -199,15 +199,8 @@ func TestAgingRegressionRateWithASharedWindowReadsOneInstance(t *testing.T) {
 	c.Learn = true
 	l, _, ev := newTestLedger(t, c)
 	l.shared = grantAllShared{}
-	now := t0
 	// 3 windows at 30k a window from this instance (the other instances hold ~70k).
-	for i := 0; i < 180; i++ {
-		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 400, MaxTokens: 100})
-		now = now.Add(time.Second)
-		if err := l.Settle(now, tk, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	now := settledCalls(t, l, t0, 180, 500)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	b.sharedOthers = 70000

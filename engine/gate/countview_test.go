@@ -524,14 +524,7 @@ func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
 			l, _, _ := newTestLedger(t, c)
 			// Twenty calls of 400, each settled a second after it was admitted: the
 			// provider served the level up to 8,000 in both views.
-			now := t0
-			for i := 0; i < 20; i++ {
-				tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 300, MaxTokens: 100})
-				now = now.Add(time.Second)
-				if err := l.Settle(now, tk, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			settledCalls(t, l, t0, 20, 400)
 			// 51 s on, the first eleven have left the window (3,600 remain), and a
 			// call of 5,000 is refused: the limit lies in [3,600, 8,600], and 8,000
 			// was served. The clean record, which would say as much, is set aside

@@ -8,6 +8,21 @@ import (
 	"github.com/gatectl/gatectl/engine"
 )
 
+// settledCalls grants n calls of size tokens (100 of them output) on model
+// p/m, one a second from now, each settled at that cost a second after it was
+// granted; it returns the time after the last.
+func settledCalls(t *testing.T, l *Ledger, now time.Time, n, size int) time.Time {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: size - 100, MaxTokens: 100})
+		now = now.Add(time.Second)
+		if err := l.Settle(now, tk, Usage{InputTokens: int64(size - 100), OutputTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return now
+}
+
 // spendAt drives a bucket's spend record: res tokens granted every step from
 // start for n steps, settled at once at what they reserved.
 func spendAt(b *bucket, start time.Time, step time.Duration, n int, res float64) time.Time {
@@ -98,14 +113,7 @@ func relaxedBeforeADrainedReserve(t *testing.T, relaxed bool) (*Ledger, *eventLo
 	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
 	c.Learn = true
 	l, _, ev := newTestLedger(t, c)
-	now := t0
-	for i := 0; i < 240; i++ {
-		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 400, MaxTokens: 100})
-		now = now.Add(time.Second)
-		if err := l.Settle(now, tk, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	now := settledCalls(t, l, t0, 240, 500)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -160,20 +168,10 @@ func afterAPause(t *testing.T, before phase, after ...phase) (*Ledger, *eventLog
 	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
 	c.Learn = true
 	l, _, ev := newTestLedger(t, c)
-	now := t0
-	spend := func(p phase) {
-		for i := 0; i < p.calls; i++ {
-			tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: p.size - 100, MaxTokens: 100})
-			now = now.Add(time.Second)
-			if err := l.Settle(now, tk, Usage{InputTokens: int64(p.size - 100), OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	spend(before)
+	now := settledCalls(t, l, t0, before.calls, before.size)
 	now = now.Add(time.Minute) // the pause: nothing granted for a window
 	for _, p := range after {
-		spend(p)
+		now = settledCalls(t, l, now, p.calls, p.size)
 	}
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
