@@ -102,8 +102,8 @@ type learner struct {
 	prevCut      time.Time // the previous trusted burst's first 429
 
 	relaxed bool // the trigger was relaxed toward the clean record since the last trusted 429
-	// raisedByRelax: the last raise (lastRaise) was such a relax, not a probe
-	// step or re-probe — not the gate's own step above a level it held.
+	// raisedByRelax: the last raise (set with lastRaise) was such a relax, not a
+	// probe step or re-probe — not the gate's own step above a level it held.
 	raisedByRelax bool
 	// The first trigger is one reading, and it reads low: the limit lies
 	// somewhere between it and it plus the refused call. It gets one probe
@@ -443,22 +443,20 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	factor := math.Pow(learnProbeFactor, float64(l.probeRun))
 	if l.trigger > 0 && l.quota >= l.trigger {
 		// The trigger, not the quota, is the binding cap.
-		from := l.trigger
+		from, relaxing := l.trigger, false
 		switch {
 		case l.trigger < relaxTo*l.cleanMax:
-			l.relaxed, l.raisedByRelax = true, true
+			l.relaxed, relaxing = true, true
 			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
 		case l.stated > 0 && l.trigger >= l.stated:
 			return step, false // never probe above what the provider says it allows
 		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
-			l.raisedByRelax = false
 			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
 		case now.Sub(maxTime(l.last429, l.lastRelax)) >= triggerReprobeWindows*span:
-			l.raisedByRelax = false
 			l.trigger *= learnProbeFactor
 			l.lastRelax = now
 		default:
@@ -469,14 +467,14 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		}
 		l.quota = math.Max(l.quota, l.trigger)
 		l.preProbe = 0
-		l.lastRaise = now
+		l.lastRaise, l.raisedByRelax = now, relaxing
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
 	if l.stated > 0 && from >= l.stated {
 		return step, false
 	}
-	l.preProbe, l.raisedByRelax = from, false
+	l.preProbe = from
 	l.quota *= factor
 	if l.trigger > 0 && l.quota > l.trigger {
 		l.quota = l.trigger // never above the tightest trigger
@@ -484,7 +482,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if l.stated > 0 && l.quota > l.stated {
 		l.quota = l.stated
 	}
-	l.lastRaise = now
+	l.lastRaise, l.raisedByRelax = now, false
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
 }
 
