@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,12 @@ func countModeSwitches(ev *eventLog) []string {
 // view.
 func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 	t.Helper()
+	servedThenRefusedAfter(t, l, refusedAt, nil)
+}
+
+// servedThenRefusedAfter is servedThenRefused with before called just before the 429.
+func servedThenRefusedAfter(t *testing.T, l *Ledger, refusedAt time.Duration, before func()) {
+	t.Helper()
 	call := func(s string) Request {
 		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}
 	}
@@ -54,6 +61,9 @@ func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 	}
 	refused := mustAdmit(t, l, at, call("e"))
 	_ = l.Release(at, refused)
+	if before != nil {
+		before()
+	}
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: refused.Reserved})
 }
 
@@ -539,5 +549,73 @@ func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
 				t.Fatalf("trigger %.0f, want %.0f", st.Trigger, tc.want)
 			}
 		})
+	}
+}
+
+// A probe step refused at the 429 that switched the view goes back to the larger
+// of the level before the step and stepDown below the trigger the new view read:
+// that level was held in the view just dropped, and a completion-counting
+// provider read on arrival reads low. Without a switch, the revert is to the
+// level before the step.
+func TestRevertAfterAViewSwitchKeepsTheNewReading(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		switched bool
+		reading  float64
+		want     float64
+	}{
+		{"switched", true, 1300, stepDown * 1300},
+		{"not switched", false, 1300, 1050},
+		{"switched, read below the level before the step", true, 1050, 1050},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			span := time.Minute
+			l := newLearner(1000, true, t0)
+			for w := 1; w <= 2; w++ { // a slow start: 1,000 → 1,050 → 1,158
+				if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
+					t.Fatalf("no probe: %+v", st)
+				}
+			}
+			at := t0.Add(2*span + 10*time.Second)
+			if tc.switched { // as voteLocked does at the 429
+				l.forgetReadings()
+				l.viewSwitched = true
+			}
+			steps := l.on429(at, tc.reading, 100, false, false, span)
+			last := steps[len(steps)-1]
+			if last.Kind != "revert" || math.Abs(l.quota-tc.want) > 1e-9 {
+				t.Fatalf("%s to %.1f, want a revert to %.1f (trigger %.0f)", last.Kind, l.quota, tc.want, l.trigger)
+			}
+		})
+	}
+}
+
+// The bucket tells the learner of a switch for the switching 429 only: the
+// probe step refused there keeps the completion view's reading (the trigger it
+// set, 630, where a revert would go to 550), and the flag is gone after it.
+func TestViewSwitchReachesTheRevertOfThatProbeOnly(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	at := t0.Add(63 * time.Second)
+	b := l.bucketFor("p", "m", at)
+	servedThenRefusedAfter(t, l, 63*time.Second, func() {
+		b.mu.Lock()
+		// A probe step from 550 to 700, tried since 53 s.
+		b.learn.preProbe, b.learn.quota, b.learn.lastRaise = 550, 700, at.Add(-10*time.Second)
+		b.mu.Unlock()
+	})
+	if got := countModeSwitches(ev); len(got) != 1 {
+		t.Fatalf("count-mode steps %v, want one switch", got)
+	}
+	q, trig := quota(l, at)
+	if trig <= 550/stepDown || math.Abs(q-stepDown*trig) > 1e-9 {
+		t.Fatalf("quota %.1f trigger %.1f after the switching 429: want stepDown × the trigger, above the level before the step (550)", q, trig)
+	}
+	b.mu.Lock()
+	switched := b.learn.viewSwitched
+	b.mu.Unlock()
+	if switched {
+		t.Fatal("viewSwitched outlived its 429")
 	}
 }

@@ -132,6 +132,13 @@ type learner struct {
 	// large refused call leaves it far below the limit; a served level inside
 	// the bracket is a lower bound on the limit, and the better trigger.
 	servedInView float64
+
+	// viewSwitched is set by the bucket for one on429 call: this 429 switched the
+	// view of how the provider counts (voteLocked), and the readings of the old
+	// view were forgotten. The level a probe step started from was held in the
+	// old view; the new view's first reading, with the refused call, brackets the
+	// limit in the view that explains the 429.
+	viewSwitched bool
 }
 
 func newLearner(start int, enabled bool, now time.Time) learner {
@@ -356,6 +363,14 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// before it, not to half — the level below it had passed cleanly.
 		kind = "revert"
 		l.quota = math.Max(l.floor, l.preProbe)
+		if l.viewSwitched && l.trigger > 0 {
+			// The level before the step was held in the view just dropped (a
+			// completion-counting provider read on arrival reads low): reverting
+			// to it would throw away the new view's reading. Back to stepDown
+			// below the trigger that reading set, as a refusal at the gate's own
+			// level would, when that is higher.
+			l.quota = math.Max(l.quota, stepDown*l.trigger)
+		}
 	case reading <= 0:
 		l.quota = math.Max(l.floor, l.quota*learnCutFactor) // nothing to read: AIMD's cut
 	default:
