@@ -29,8 +29,10 @@ type gateLimits struct {
 	window       time.Duration
 	tpm, rpm     int
 	safetyFactor float64
-	learn        bool
-	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
+	// pace, paceBurst, marginSigmas: nil keeps the gate's default
+	pace, paceBurst, marginSigmas *float64
+	learn                         bool
+	countsAt                      string // gate.ModelLimits.CountsAt: "" learns it
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
@@ -40,6 +42,14 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.SafetyFactor = lim.safetyFactor
 	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt}
 	cfg.Learn = lim.learn
+	for _, o := range []struct {
+		set *float64
+		to  *float64
+	}{{lim.pace, &cfg.Pace}, {lim.paceBurst, &cfg.PaceBurst}, {lim.marginSigmas, &cfg.MarginSigmas}} {
+		if o.set != nil {
+			*o.to = *o.set
+		}
+	}
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
 	if trace != nil {
 		opts = append(opts, gate.WithEventHook(func(e gate.Event) {

@@ -55,6 +55,9 @@ import (
 //	  tpm: 0                 # absolute start in tokens per window; overrides start
 //	  rpm: 0                 # absolute start in requests per window; overrides start
 //	  safetyFactor: 0.85
+//	  pace: 3                # the admission's settings, as in the config's gate: section
+//	  paceBurst: 0.07        #   (unset: the gate's defaults)
+//	  marginSigmas: 5
 //	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
 //	outputTokens: {median: 400, p99: 3000}    # lognormal output size
 //	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is
@@ -134,6 +137,12 @@ type GateSpec struct {
 	TPM          int     `yaml:"tpm" json:"tpm"`
 	RPM          int     `yaml:"rpm" json:"rpm"`
 	SafetyFactor float64 `yaml:"safetyFactor" json:"safetyFactor"`
+	// The admission's own settings, as in the config's gate: section; unset
+	// keeps the gate's defaults. For trying a setting before changing it in
+	// the config (and for measuring what each costs).
+	Pace         *float64 `yaml:"pace,omitempty" json:"pace,omitempty"`
+	PaceBurst    *float64 `yaml:"paceBurst,omitempty" json:"paceBurst,omitempty"`
+	MarginSigmas *float64 `yaml:"marginSigmas,omitempty" json:"marginSigmas,omitempty"`
 }
 
 // StartTPM is the gate's configured TPM: tpm when given, else start × the truth.
@@ -236,6 +245,12 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.gate: start, tpm and rpm must not be negative")
 	case s.Gate.SafetyFactor < 0 || s.Gate.SafetyFactor > 1:
 		return fmt.Errorf("scenario.gate.safetyFactor: must be in (0, 1], or 0 to let the gate derive its margin (got %g)", s.Gate.SafetyFactor)
+	case s.Gate.Pace != nil && (*s.Gate.Pace < 0 || *s.Gate.Pace > 10):
+		return fmt.Errorf("scenario.gate.pace: must be in [0, 10], 0 for off (got %g)", *s.Gate.Pace)
+	case s.Gate.PaceBurst != nil && (*s.Gate.PaceBurst < 0 || *s.Gate.PaceBurst > 1):
+		return fmt.Errorf("scenario.gate.paceBurst: must be in [0, 1] (got %g)", *s.Gate.PaceBurst)
+	case s.Gate.MarginSigmas != nil && (*s.Gate.MarginSigmas < 0 || *s.Gate.MarginSigmas > 10):
+		return fmt.Errorf("scenario.gate.marginSigmas: must be in [0, 10] (got %g)", *s.Gate.MarginSigmas)
 	case s.Network.Delay < 0 || s.Network.Jitter < 0:
 		return fmt.Errorf("scenario.network: delay and jitter must not be negative")
 	case s.Response.Base < 0 || s.Response.PerOutputToken < 0:

@@ -268,7 +268,8 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 		capacity: float64(s.Provider.TPM) * (1 - s.Outside.Share),
 	}
 	if mode != ModeNaive {
-		lim := gateLimits{window: time.Duration(s.Window), tpm: s.StartTPM(), rpm: s.StartRPM(), safetyFactor: s.Gate.SafetyFactor, learn: true}
+		lim := gateLimits{window: time.Duration(s.Window), tpm: s.StartTPM(), rpm: s.StartRPM(), safetyFactor: s.Gate.SafetyFactor, learn: true,
+			pace: s.Gate.Pace, paceBurst: s.Gate.PaceBurst, marginSigmas: s.Gate.MarginSigmas}
 		if mode == ModeOracle {
 			// the truth, less what the outside client takes, known and fixed
 			lim.tpm = int(r.capacity)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine/gate"
 )
 
 func loadScenario(t *testing.T, name string) Scenario {
@@ -109,6 +111,9 @@ func TestParseScenario(t *testing.T) {
 		{"BadDuration", "duration: 2 hours\n", "is not a duration"},
 		{"ZeroSessions", "sessions: 0\n", "scenario.sessions"},
 		{"SafetyFactor", "gate: {tpm: 1, rpm: 1, safetyFactor: 1.5}\n", "scenario.gate.safetyFactor"},
+		{"Pace", "gate: {pace: 11}\n", "scenario.gate.pace"},
+		{"PaceBurst", "gate: {paceBurst: -0.1}\n", "scenario.gate.paceBurst"},
+		{"MarginSigmas", "gate: {marginSigmas: 12}\n", "scenario.gate.marginSigmas"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
@@ -129,6 +134,39 @@ func TestParseScenario(t *testing.T) {
 				t.Fatalf("err %v, want %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// The admission's settings in a scenario reach the ledger of both the oracle and
+// the gate: set to what the gate defaults to, nothing moves; pacing off lets the
+// oracle serve more (the pacer holds grants back the window would allow).
+func TestScenarioAdmissionSettings(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(30 * time.Minute)
+	base, err := RunModes(s, ModeOracle, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := gate.DefaultConfig()
+	same := s
+	same.Gate.Pace, same.Gate.PaceBurst, same.Gate.MarginSigmas = &def.Pace, &def.PaceBurst, &def.MarginSigmas
+	if rep, err := RunModes(same, ModeOracle, ModeGate); err != nil || !reflect.DeepEqual(rep.Modes, base.Modes) {
+		t.Fatalf("the defaults set explicitly changed the run (%v)", err)
+	}
+	off := 0.0
+	unpaced := s
+	unpaced.Gate.Pace = &off
+	rep, err := RunModes(unpaced, ModeOracle, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, b := rep.Modes[ModeOracle].Utilization, base.Modes[ModeOracle].Utilization; o <= b {
+		t.Fatalf("oracle unpaced %.4f, paced %.4f: want more without the pacer", o, b)
+	}
+	noMargin := s
+	noMargin.Gate.MarginSigmas = &off
+	if rep, err = RunModes(noMargin, ModeOracle); err != nil || rep.Modes[ModeOracle].RateLimited <= base.Modes[ModeOracle].RateLimited {
+		t.Fatalf("oracle without a margin: %d 429s, with one %d (%v): want more", rep.Modes[ModeOracle].RateLimited, base.Modes[ModeOracle].RateLimited, err)
 	}
 }
 
