@@ -29,10 +29,9 @@ type gateLimits struct {
 	window       time.Duration
 	tpm, rpm     int
 	safetyFactor float64
-	// pace, paceBurst, marginSigmas: nil keeps the gate's default
-	pace, paceBurst, marginSigmas *float64
-	learn                         bool
-	countsAt                      string // gate.ModelLimits.CountsAt: "" learns it
+	admission    GateSpec // its pace, paceBurst and marginSigmas, when set
+	learn        bool
+	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
@@ -42,14 +41,7 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.SafetyFactor = lim.safetyFactor
 	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt}
 	cfg.Learn = lim.learn
-	for _, o := range []struct {
-		set *float64
-		to  *float64
-	}{{lim.pace, &cfg.Pace}, {lim.paceBurst, &cfg.PaceBurst}, {lim.marginSigmas, &cfg.MarginSigmas}} {
-		if o.set != nil {
-			*o.to = *o.set
-		}
-	}
+	lim.admission.applyAdmission(&cfg)
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
 	if trace != nil {
 		opts = append(opts, gate.WithEventHook(func(e gate.Event) {

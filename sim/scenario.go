@@ -9,6 +9,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"github.com/gatectl/gatectl/engine/gate"
 	"io"
 	"math"
 	"time"
@@ -145,6 +146,19 @@ type GateSpec struct {
 	MarginSigmas *float64 `yaml:"marginSigmas,omitempty" json:"marginSigmas,omitempty"`
 }
 
+// applyAdmission sets the admission settings the scenario gives on cfg.
+func (g GateSpec) applyAdmission(cfg *gate.Config) {
+	if g.Pace != nil {
+		cfg.Pace = *g.Pace
+	}
+	if g.PaceBurst != nil {
+		cfg.PaceBurst = *g.PaceBurst
+	}
+	if g.MarginSigmas != nil {
+		cfg.MarginSigmas = *g.MarginSigmas
+	}
+}
+
 // StartTPM is the gate's configured TPM: tpm when given, else start × the truth.
 func (s Scenario) StartTPM() int {
 	if s.Gate.TPM > 0 {
@@ -245,12 +259,6 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.gate: start, tpm and rpm must not be negative")
 	case s.Gate.SafetyFactor < 0 || s.Gate.SafetyFactor > 1:
 		return fmt.Errorf("scenario.gate.safetyFactor: must be in (0, 1], or 0 to let the gate derive its margin (got %g)", s.Gate.SafetyFactor)
-	case s.Gate.Pace != nil && (*s.Gate.Pace < 0 || *s.Gate.Pace > 10):
-		return fmt.Errorf("scenario.gate.pace: must be in [0, 10], 0 for off (got %g)", *s.Gate.Pace)
-	case s.Gate.PaceBurst != nil && (*s.Gate.PaceBurst < 0 || *s.Gate.PaceBurst > 1):
-		return fmt.Errorf("scenario.gate.paceBurst: must be in [0, 1] (got %g)", *s.Gate.PaceBurst)
-	case s.Gate.MarginSigmas != nil && (*s.Gate.MarginSigmas < 0 || *s.Gate.MarginSigmas > 10):
-		return fmt.Errorf("scenario.gate.marginSigmas: must be in [0, 10] (got %g)", *s.Gate.MarginSigmas)
 	case s.Network.Delay < 0 || s.Network.Jitter < 0:
 		return fmt.Errorf("scenario.network: delay and jitter must not be negative")
 	case s.Response.Base < 0 || s.Response.PerOutputToken < 0:
@@ -273,6 +281,11 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
+	}
+	cfg := gate.DefaultConfig()
+	s.Gate.applyAdmission(&cfg)
+	if err := cfg.Validate(); err != nil { // the gate's own ranges, named by the scenario's key
+		return fmt.Errorf("scenario.%w", err)
 	}
 	if _, err := newLimiter(s.Provider.Model, 1, 1, time.Minute); err != nil {
 		return err

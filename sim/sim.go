@@ -269,7 +269,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 	}
 	if mode != ModeNaive {
 		lim := gateLimits{window: time.Duration(s.Window), tpm: s.StartTPM(), rpm: s.StartRPM(), safetyFactor: s.Gate.SafetyFactor, learn: true,
-			pace: s.Gate.Pace, paceBurst: s.Gate.PaceBurst, marginSigmas: s.Gate.MarginSigmas}
+			admission: s.Gate}
 		if mode == ModeOracle {
 			// the truth, less what the outside client takes, known and fixed
 			lim.tpm = int(r.capacity)

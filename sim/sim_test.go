@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -111,9 +112,9 @@ func TestParseScenario(t *testing.T) {
 		{"BadDuration", "duration: 2 hours\n", "is not a duration"},
 		{"ZeroSessions", "sessions: 0\n", "scenario.sessions"},
 		{"SafetyFactor", "gate: {tpm: 1, rpm: 1, safetyFactor: 1.5}\n", "scenario.gate.safetyFactor"},
-		{"Pace", "gate: {pace: 11}\n", "scenario.gate.pace"},
-		{"PaceBurst", "gate: {paceBurst: -0.1}\n", "scenario.gate.paceBurst"},
-		{"MarginSigmas", "gate: {marginSigmas: 12}\n", "scenario.gate.marginSigmas"},
+		{"Pace", "gate: {pace: 11}\n", "scenario.gate.pace:"},
+		{"PaceBurst", "gate: {paceBurst: -0.1}\n", "scenario.gate.paceBurst:"},
+		{"MarginSigmas", "gate: {marginSigmas: 12}\n", "scenario.gate.marginSigmas:"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
@@ -163,10 +164,32 @@ func TestScenarioAdmissionSettings(t *testing.T) {
 	if o, b := rep.Modes[ModeOracle].Utilization, base.Modes[ModeOracle].Utilization; o <= b {
 		t.Fatalf("oracle unpaced %.4f, paced %.4f: want more without the pacer", o, b)
 	}
+	if reflect.DeepEqual(rep.Modes[ModeGate], base.Modes[ModeGate]) {
+		t.Fatal("the gate ran the same unpaced: the setting did not reach it")
+	}
 	noMargin := s
 	noMargin.Gate.MarginSigmas = &off
 	if rep, err = RunModes(noMargin, ModeOracle); err != nil || rep.Modes[ModeOracle].RateLimited <= base.Modes[ModeOracle].RateLimited {
 		t.Fatalf("oracle without a margin: %d 429s, with one %d (%v): want more", rep.Modes[ModeOracle].RateLimited, base.Modes[ModeOracle].RateLimited, err)
+	}
+}
+
+// A setting of 0 is a setting (pacing off, no margin), not the default, and the
+// report's echo of the scenario says so; an unset key stays out of it.
+func TestScenarioAdmissionZeroIsSet(t *testing.T) {
+	s, err := ParseScenario([]byte("gate: {pace: 0, marginSigmas: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Gate.Pace == nil || *s.Gate.Pace != 0 || s.Gate.MarginSigmas == nil || *s.Gate.MarginSigmas != 0 || s.Gate.PaceBurst != nil {
+		t.Fatalf("parsed %+v", s.Gate)
+	}
+	echo, err := json.Marshal(s.Gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(echo); !strings.Contains(got, `"pace":0`) || !strings.Contains(got, `"marginSigmas":0`) || strings.Contains(got, "paceBurst") {
+		t.Fatalf("echo %s", got)
 	}
 }
 

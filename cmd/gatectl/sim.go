@@ -23,8 +23,8 @@ func simCommand() *cli.Command {
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
 			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm},\n" +
-			"gate {start, tpm, rpm, safetyFactor}, promptTokens {median, p99}, outputTokens {median, p99},\n" +
-			"maxTokensShare, maxTokens.",
+			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas}, promptTokens {median, p99},\n" +
+			"outputTokens {median, p99}, maxTokensShare, maxTokens.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text | json"},
@@ -97,7 +97,7 @@ func writeSimText(w io.Writer, r sim.Report) {
 	if s.Outside.Share > 0 {
 		fmt.Fprintf(w, "outside:  another client spends %.0f%% of the true TPM (%s, %d-token calls)\n", 100*s.Outside.Share, s.Outside.Pattern, s.Outside.CallTokens)
 	}
-	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, %s\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), marginText(s.Gate.SafetyFactor))
+	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, %s\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), marginText(s.Gate))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "mode\tutilization")
 	if s.Outside.Share > 0 {
@@ -157,7 +157,7 @@ func simIf(on bool, s string) string {
 // target and how many miss each.
 func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 	fmt.Fprintf(w, "matrix: %s per run, %s window, %d TPM / %d RPM true limit, %s, %.0f%% max_tokens, headers %v, Retry-After %s\n",
-		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, marginText(base.Gate.SafetyFactor),
+		time.Duration(base.Duration), time.Duration(base.Window), base.Provider.TPM, base.Provider.RPM, marginText(base.Gate),
 		100*base.MaxTokensShare, base.Provider.Headers, time.Duration(base.Provider.RetryAfter))
 	fmt.Fprintln(w, "utilization is of the true TPM; remaining = the gate's share ÷ (true TPM − outside spend); oracle = the gate's admission with the truth known")
 	fmt.Fprintln(w)
@@ -192,11 +192,24 @@ func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 	fmt.Fprintln(w)
 }
 
-// marginText names the gate's margin: a safety factor the scenario set, or the
-// one the gate derives.
-func marginText(f float64) string {
-	if f > 0 {
-		return fmt.Sprintf("safety factor %.2f", f)
+// marginText names the gate's margin — a safety factor the scenario set, or
+// the one the gate derives — and the admission settings the scenario changed.
+func marginText(g sim.GateSpec) string {
+	t := "margin derived by the gate"
+	if g.SafetyFactor > 0 {
+		t = fmt.Sprintf("safety factor %.2f", g.SafetyFactor)
 	}
-	return "margin derived by the gate"
+	if g.MarginSigmas != nil {
+		t += fmt.Sprintf(", marginSigmas %g", *g.MarginSigmas)
+	}
+	if g.Pace != nil {
+		t += fmt.Sprintf(", pace %g", *g.Pace)
+		if *g.Pace == 0 {
+			t += " (off)"
+		}
+	}
+	if g.PaceBurst != nil {
+		t += fmt.Sprintf(", paceBurst %g", *g.PaceBurst)
+	}
+	return t
 }

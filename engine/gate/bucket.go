@@ -875,7 +875,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}
 	}
-	b.learn.viewSwitched = false // it describes this 429 only
+	b.learn.toCompletion = false // it describes this 429 only
 	for _, st := range steps {
 		b.emitLearn(now, st)
 	}
@@ -980,7 +980,7 @@ func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRef
 		b.atCompletion = b.modeVotes >= switchVotes
 		b.clearVotesLocked()
 		b.learn.forgetReadings()
-		b.learn.viewSwitched = true // for this 429's on429 only: rateLimitedLocked clears it
+		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
 		b.l.emit(e)

@@ -29,11 +29,12 @@ func countModeSwitches(ev *eventLog) []string {
 // view.
 func servedThenRefused(t *testing.T, l *Ledger, refusedAt time.Duration) {
 	t.Helper()
-	servedThenRefusedAfter(t, l, refusedAt, nil)
+	servedThenRefusedWith(t, l, refusedAt, nil)
 }
 
-// servedThenRefusedAfter is servedThenRefused with before called just before the 429.
-func servedThenRefusedAfter(t *testing.T, l *Ledger, refusedAt time.Duration, before func()) {
+// servedThenRefusedWith is servedThenRefused with beforeThe429 run just before
+// the 429 is reported.
+func servedThenRefusedWith(t *testing.T, l *Ledger, refusedAt time.Duration, beforeThe429 func()) {
 	t.Helper()
 	call := func(s string) Request {
 		return Request{Provider: "p", Model: "m", Session: s, InputTokens: 100, MaxTokens: 100}
@@ -61,8 +62,8 @@ func servedThenRefusedAfter(t *testing.T, l *Ledger, refusedAt time.Duration, be
 	}
 	refused := mustAdmit(t, l, at, call("e"))
 	_ = l.Release(at, refused)
-	if before != nil {
-		before()
+	if beforeThe429 != nil {
+		beforeThe429()
 	}
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: refused.Reserved})
 }
@@ -552,12 +553,13 @@ func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
 	}
 }
 
-// A probe step refused at the 429 that switched the view goes back to the larger
-// of the level before the step and stepDown below the trigger the new view read:
-// that level was held in the view just dropped, and a completion-counting
-// provider read on arrival reads low. Without a switch, the revert is to the
+// A probe step refused at the 429 that switched the view to completion goes
+// back to the larger of the level before the step and stepDown below the trigger
+// read at that 429: the level before was held in the arrival view, which reads
+// such a provider low. The result may lie above the level refused (1,158 here),
+// which was counted in the other view. Without a switch, the revert is to the
 // level before the step.
-func TestRevertAfterAViewSwitchKeepsTheNewReading(t *testing.T) {
+func TestRevertAtASwitchToCompletionKeepsItsReading(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		switched bool
@@ -579,7 +581,7 @@ func TestRevertAfterAViewSwitchKeepsTheNewReading(t *testing.T) {
 			at := t0.Add(2*span + 10*time.Second)
 			if tc.switched { // as voteLocked does at the 429
 				l.forgetReadings()
-				l.viewSwitched = true
+				l.toCompletion = true
 			}
 			steps := l.on429(at, tc.reading, 100, false, false, span)
 			last := steps[len(steps)-1]
@@ -590,16 +592,18 @@ func TestRevertAfterAViewSwitchKeepsTheNewReading(t *testing.T) {
 	}
 }
 
-// The bucket tells the learner of a switch for the switching 429 only: the
-// probe step refused there keeps the completion view's reading (the trigger it
-// set, 630, where a revert would go to 550), and the flag is gone after it.
-func TestViewSwitchReachesTheRevertOfThatProbeOnly(t *testing.T) {
+// The bucket tells the learner of a switch to completion for the switching 429
+// only. At that 429 the completion view reads 600 with a refused call of 200, and
+// the clean record the switch keeps from the arrival view (0.9 of the level held,
+// 700) lies in that bracket and is the trigger: the refused probe step goes back
+// to stepDown below it, not to the 550 it started from. The flag is gone after.
+func TestSwitchToCompletionReachesTheRevertOfThatProbeOnly(t *testing.T) {
 	c := learnGate()
 	c.Defaults.RPM = 100
 	l, _, ev := newTestLedger(t, c)
 	at := t0.Add(63 * time.Second)
 	b := l.bucketFor("p", "m", at)
-	servedThenRefusedAfter(t, l, 63*time.Second, func() {
+	servedThenRefusedWith(t, l, 63*time.Second, func() {
 		b.mu.Lock()
 		// A probe step from 550 to 700, tried since 53 s.
 		b.learn.preProbe, b.learn.quota, b.learn.lastRaise = 550, 700, at.Add(-10*time.Second)
@@ -609,13 +613,13 @@ func TestViewSwitchReachesTheRevertOfThatProbeOnly(t *testing.T) {
 		t.Fatalf("count-mode steps %v, want one switch", got)
 	}
 	q, trig := quota(l, at)
-	if trig <= 550/stepDown || math.Abs(q-stepDown*trig) > 1e-9 {
-		t.Fatalf("quota %.1f trigger %.1f after the switching 429: want stepDown × the trigger, above the level before the step (550)", q, trig)
+	if trig != 630 || math.Abs(q-stepDown*630) > 1e-9 {
+		t.Fatalf("quota %.1f trigger %.1f after the switching 429: want the trigger 630 and the quota stepDown below it (the level before the step: 550)", q, trig)
 	}
 	b.mu.Lock()
-	switched := b.learn.viewSwitched
+	switched := b.learn.toCompletion
 	b.mu.Unlock()
 	if switched {
-		t.Fatal("viewSwitched outlived its 429")
+		t.Fatal("toCompletion outlived its 429")
 	}
 }

@@ -133,12 +133,13 @@ type learner struct {
 	// the bracket is a lower bound on the limit, and the better trigger.
 	servedInView float64
 
-	// viewSwitched is set by the bucket for one on429 call: this 429 switched the
-	// view of how the provider counts (voteLocked), and the readings of the old
-	// view were forgotten. The level a probe step started from was held in the
-	// old view; the new view's first reading, with the refused call, brackets the
-	// limit in the view that explains the 429.
-	viewSwitched bool
+	// toCompletion is set by the bucket for one on429 call: this 429 switched
+	// the view to counting at completion (voteLocked), and the readings of the
+	// arrival view were forgotten. The level a probe step started from was held
+	// in the arrival view, which reads such a provider low; the completion
+	// view's first reading, with the refused call, brackets the limit in the
+	// view that explains the 429.
+	toCompletion bool
 }
 
 func newLearner(start int, enabled bool, now time.Time) learner {
@@ -363,12 +364,15 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// before it, not to half — the level below it had passed cleanly.
 		kind = "revert"
 		l.quota = math.Max(l.floor, l.preProbe)
-		if l.viewSwitched && l.trigger > 0 {
-			// The level before the step was held in the view just dropped (a
-			// completion-counting provider read on arrival reads low): reverting
-			// to it would throw away the new view's reading. Back to stepDown
-			// below the trigger that reading set, as a refusal at the gate's own
-			// level would, when that is higher.
+		if l.toCompletion && l.trigger > 0 {
+			// The level before the step was held in the arrival view, whose
+			// readings of a provider that counts at completion run low: going
+			// back to it would throw away the completion view's first reading.
+			// Back to stepDown
+			// below the trigger read at this 429 (the reading, or the clean
+			// record kept from the arrival view when it lies in the bracket),
+			// when that is higher — which may be above the quota refused, a
+			// level counted in the other view.
 			l.quota = math.Max(l.quota, stepDown*l.trigger)
 		}
 	case reading <= 0:
