@@ -368,11 +368,10 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 			// The level before the step was held in the arrival view, whose
 			// readings of a provider that counts at completion run low: going
 			// back to it would throw away the completion view's first reading.
-			// Back to stepDown
-			// below the trigger read at this 429 (the reading, or the clean
-			// record kept from the arrival view when it lies in the bracket),
-			// when that is higher — which may be above the quota refused, a
-			// level counted in the other view.
+			// Back to stepDown below the trigger read at this 429 (the reading,
+			// or the clean record kept from the arrival view when it lies in
+			// the bracket), when that is higher — which may be above the quota
+			// refused, a level counted in the other view.
 			l.quota = math.Max(l.quota, stepDown*l.trigger)
 		}
 	case reading <= 0:
