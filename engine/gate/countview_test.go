@@ -295,6 +295,17 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 	}
 }
 
+// slowStart takes n probe steps of a learner's slow start, one a window from t0
+// + span: 1,000 → 1,050 → 1,158 → 1,340 from a start of 1,000.
+func slowStart(t *testing.T, l *learner, n int, span time.Duration) {
+	t.Helper()
+	for w := 1; w <= n; w++ {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
+			t.Fatalf("no probe: %+v", st)
+		}
+	}
+}
+
 // A first trigger set when a probe of the quota was refused is no single
 // reading (the level below the step passed): it gets no fast step — unless its
 // bracket is a tenth of the reading or wider (revertProbeBracket), where the
@@ -320,11 +331,7 @@ func TestProbeRevertTriggerGetsAStepOnlyOnAWideBracket(t *testing.T) {
 		span := time.Minute
 		l := newLearner(1000, true, t0)
 		l.cleanMax = tc.clean
-		for w := 1; w <= tc.probes; w++ { // a slow start: 1,000 → 1,050 → 1,158
-			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
-				t.Fatalf("no probe: %+v", st)
-			}
-		}
+		slowStart(t, &l, tc.probes, span) // 1,000 → 1,050 → 1,158
 		at := time.Duration(tc.probes)*span + 10*time.Second
 		l.on429(t0.Add(at), tc.reading, tc.slack, false, false, span)
 		steps := 0
@@ -573,11 +580,7 @@ func TestRevertAtASwitchToCompletionKeepsItsReading(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			span := time.Minute
 			l := newLearner(1000, true, t0)
-			for w := 1; w <= 2; w++ { // a slow start: 1,000 → 1,050 → 1,158
-				if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
-					t.Fatalf("no probe: %+v", st)
-				}
-			}
+			slowStart(t, &l, 2, span) // 1,000 → 1,050 → 1,158
 			at := t0.Add(2*span + 10*time.Second)
 			if tc.switched { // as voteLocked does at the 429
 				l.forgetReadings()
