@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,6 +62,23 @@ func TestAPIFailure(t *testing.T) {
 		}
 		if b := e.bucket("alpha", "small"); b.CooldownMs != 20000 || b.RateLimited != 1 {
 			t.Fatalf("the gate did not cool down: %+v", b)
+		}
+	})
+	// A harness reports a 429 without the provider's headers; the wording states
+	// the limits, and the gate adopts them as it would the headers'.
+	t.Run("LimitsStatedInTheWording", func(t *testing.T) {
+		if b := e.bucket("alpha", "m2"); b.Stated != 0 || b.Start != 1_000_000 || b.RPMBudget < 500 {
+			t.Fatalf("before: %+v", b)
+		}
+		tpm := `Rate limit reached for m2 in organization org-x on tokens per min (TPM): Limit 30000, Used 29800, Requested 900. Please try again in 2s.`
+		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m2","session":"s5","turn":"t1","status":429,"body":`+strconv.Quote(tpm)+`}`, http.StatusOK)
+		if b := e.bucket("alpha", "m2"); b.Stated != 30000 || b.Start != 30000 || b.Quota != 30000 || b.TokenBudget > 30000 || b.RateLimited != 1 {
+			t.Fatalf("after a 429 stating 30000 tokens per minute: %+v", b)
+		}
+		rpm := `Rate limit reached for m2 in organization org-x on requests per min (RPM): Limit 120, Used 120, Requested 1. Please try again in 1s.`
+		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m2","session":"s5","turn":"t1","status":429,"body":`+strconv.Quote(rpm)+`}`, http.StatusOK)
+		if b := e.bucket("alpha", "m2"); b.RPMBudget <= 0 || b.RPMBudget > 120 || b.Stated != 30000 || b.RateLimited != 2 {
+			t.Fatalf("after a 429 stating 120 requests per minute: %+v", b)
 		}
 	})
 	t.Run("ServerErrorOnTheCurve", func(t *testing.T) {

@@ -76,13 +76,21 @@ type timingCase struct {
 	// bucket: the provider's limit is a token bucket (a reserve of the limit,
 	// refilled at the limit per window), not a sliding window.
 	bucket bool
+	// stated: the provider's 429s state the limit in OpenAI's words ("on tokens
+	// per min (TPM): Limit 240000, Used …"), which the gate adopts as it adopts
+	// a stated limit from the headers. The other cases' 429s name the axis
+	// but no figure, so the gate learns the limit from the 429s alone.
+	stated bool
 }
 
 var timingCases = []timingCase{
-	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false},
-	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false},
-	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false},
-	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false},
+	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
+	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
+	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
+	// The 2× start again, without headers, but with 429s that state the limit:
+	// the first 429 tells it, and the targets are those of the headers' case.
+	{"Start2xStatedIn429", 2 * timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, true},
+	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false, false},
 	// The bucket's 429 targets are those of Start2xNoHeaders (≤ 3, none from
 	// window 3 on). The gate reads the bucket's rate from what it spent at the
 	// 429 where the reserve runs dry, usually the second, at about 25 s; in some
@@ -94,7 +102,7 @@ var timingCases = []timingCase{
 	// served ÷ (limit × windows) counts what the reserve lends back after each
 	// cooldown (1.1–1.4 in one window, 0.4 in the next), and the issue sets its
 	// utilization targets for the sliding window.
-	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true},
+	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true, false},
 }
 
 // The free case's outputs: log-normal, median timingOutputMedian, p99 about
@@ -185,7 +193,7 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	if tc.free {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingFreePerToken
 	}
-	pc.Bucket = tc.bucket
+	pc.Bucket, pc.Unstated = tc.bucket, !tc.stated
 	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)

@@ -124,10 +124,12 @@ func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr
 			pol := s.planner.Policy()
 			cooldown = pol.ClampHint(hint)
 		}
+		statedT, statedR := engine.StatedLimits(&f)
 		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
 			// No Admitted: the stream ran for a while, so the time since admission
 			// says nothing about how late the provider counts.
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Tokens: x.reserved})
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Tokens: x.reserved,
+			StatedTokens: statedT, StatedRequests: statedR})
 	}
 	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{

@@ -1,6 +1,10 @@
 package gate
 
-import "time"
+import (
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
 
 // rateLimitPeriod is the period providers state their limits over: OpenAI's
 // x-ratelimit-limit-tokens and Anthropic's anthropic-ratelimit-tokens-limit are
@@ -38,12 +42,19 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	if limitTokens <= 0 && limitRequests <= 0 {
 		return
 	}
-	span := l.conf().Window
 	b := l.lockedBucketFor(provider, model, now)
 	defer b.mu.Unlock()
 	if b.model != model { // folded into OtherModel: one model's stated limits are not the others'
 		return
 	}
+	b.adoptStatedLocked(now, limitTokens, limitRequests)
+	b.dispatchLocked(now) // a larger budget may let waiters through
+}
+
+// adoptStatedLocked adopts stated per-minute limits (≤ 0: not stated) for the
+// bucket; see Calibrate. The caller dispatches.
+func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int64) {
+	span := b.l.conf().Window
 	if limitRequests > 0 {
 		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)
@@ -51,7 +62,6 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		b.setRPMLocked()
 	}
 	if limitTokens <= 0 {
-		b.dispatchLocked(now)
 		return
 	}
 	b.statedTokens = limitTokens
@@ -59,7 +69,6 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	from := b.learn.budget()
 	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {
 		b.learn.stated, b.learn.preProbe = q, 0 // the start was right: it is now a stated cap
-		b.dispatchLocked(now)
 		return
 	}
 	fresh := newLearner(int(q), b.learn.enabled, now)
@@ -73,7 +82,25 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	e := b.newEvent(EventLearn, now, "", "calibrate", 0, 0)
 	e.Step, e.From, e.To = "calibrate", from, q
 	b.l.emit(e)
-	b.dispatchLocked(now) // a larger budget may let waiters through
+}
+
+// statedIn429Locked adopts the limits a 429's wording stated (sig.StatedTokens,
+// sig.StatedRequests) before the 429 itself is read — so it is read against
+// them, as a 429 far below a stated limit is timing or another client. Only a
+// figure the bucket does not hold already moves anything: re-adopting the same
+// one at every 429 would drop the trigger the last 429 taught. Nothing is
+// dispatched: the 429's cooldown comes next.
+func (b *bucket) statedIn429Locked(now time.Time, sig engine.RateLimit) {
+	tokens, requests := sig.StatedTokens, sig.StatedRequests
+	if tokens == b.statedTokens {
+		tokens = 0
+	}
+	if requests == b.statedRequests {
+		requests = 0
+	}
+	if tokens > 0 || requests > 0 {
+		b.adoptStatedLocked(now, tokens, requests)
+	}
 }
 
 // scaleLimit converts a per-minute limit to one per span, at least 1.

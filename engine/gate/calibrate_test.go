@@ -2,6 +2,8 @@ package gate
 
 import (
 	"testing"
+
+	"github.com/gatectl/gatectl/engine"
 	"time"
 )
 
@@ -198,4 +200,83 @@ func TestCalibrateAtTheStartStatesTheCap(t *testing.T) {
 	if _, moved := b.learn.onTokenBlocked(t0.Add(2*time.Minute), time.Minute); moved {
 		t.Fatalf("a probe above the stated limit: quota %g", b.learn.quota)
 	}
+}
+
+// TestStatedIn429: the limits a 429's wording states are adopted before the 429
+// is read, so it is read against them: far below the stated limit it only
+// cools down; at it, it teaches its trigger. The same figure in a later 429
+// moves nothing more (no calibration that would drop that trigger); a new one
+// is adopted again.
+func TestStatedIn429(t *testing.T) {
+	calibrations := func(ev *eventLog) (n int) {
+		for _, e := range ev.kinds(EventLearn) {
+			if e.Step == "calibrate" {
+				n++
+			}
+		}
+		return n
+	}
+	// fill puts a settled call of in+out tokens in the window at now.
+	fill := func(l *Ledger, now time.Time, in, out int) {
+		t.Helper()
+		tk := mustAdmit(t, l, now, req(in))
+		if err := l.Settle(now, tk, Usage{InputTokens: int64(in), OutputTokens: int64(out)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stating := func(tokens, requests int64) engine.RateLimit {
+		return engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens, StatedTokens: tokens, StatedRequests: requests}
+	}
+
+	t.Run("far below the stated limit", func(t *testing.T) {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		fill(l, now, 150, 50) // 200 in the window: well under 80% of the stated 700
+		l.RateLimitedBy(now, "p", "m", stating(700, 6))
+		st := l.BucketStatus(now, "p", "m")
+		if st.Stated != 700 || st.Start != 700 || st.Quota != 700 || st.Trigger != 0 || st.RPMBudget != 6 || st.CooldownMs != 1000 {
+			t.Fatalf("stated %v start %v quota %v trigger %v rpm %d cooldown %dms; want 700 700 700 0 6 1000",
+				st.Stated, st.Start, st.Quota, st.Trigger, st.RPMBudget, st.CooldownMs)
+		}
+	})
+
+	t.Run("at the stated limit, then the same figure, then a new one", func(t *testing.T) {
+		l, clk, ev := newTestLedger(t, testGate())
+		now := clk.Now()
+		fill(l, now, 500, 150) // 650 in the window
+		l.RateLimitedBy(now, "p", "m", stating(700, 0))
+		st := l.BucketStatus(now, "p", "m")
+		if st.Stated != 700 || st.Trigger != 650 || st.Quota != 650 || calibrations(ev) != 1 {
+			t.Fatalf("first 429: stated %v trigger %v quota %v, %d calibrations; want 700 650 650 1", st.Stated, st.Trigger, st.Quota, calibrations(ev))
+		}
+		now = now.Add(2 * time.Minute)
+		fill(l, now, 450, 150) // 600 in the window
+		l.RateLimitedBy(now, "p", "m", stating(700, 0))
+		st = l.BucketStatus(now, "p", "m")
+		if st.Stated != 700 || st.Trigger == 0 || calibrations(ev) != 1 {
+			t.Fatalf("the same figure again: stated %v trigger %v, %d calibrations; want 700, a trigger kept, 1", st.Stated, st.Trigger, calibrations(ev))
+		}
+		now = now.Add(2 * time.Minute)
+		l.RateLimitedBy(now, "p", "m", stating(900, 0))
+		if st = l.BucketStatus(now, "p", "m"); st.Stated != 900 || st.Start != 900 || calibrations(ev) != 2 {
+			t.Fatalf("a new figure: stated %v start %v, %d calibrations; want 900 900 2", st.Stated, st.Start, calibrations(ev))
+		}
+	})
+
+	t.Run("a model folded into OtherModel adopts nothing", func(t *testing.T) {
+		cfg := testGate()
+		cfg.MaxModels = 1
+		l, clk, _ := newTestLedger(t, cfg)
+		now := clk.Now()
+		l.RateLimitedBy(now, "p", "m", stating(700, 0))
+		l.RateLimitedBy(now, "p", "other", stating(300, 0))
+		if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 {
+			t.Fatalf("the first model: stated %v, want 700", st.Stated)
+		}
+		for _, st := range l.Status(now) {
+			if st.Model != "m" && st.Stated != 0 {
+				t.Fatalf("the folded bucket %s adopted %v", st.Model, st.Stated)
+			}
+		}
+	})
 }

@@ -417,6 +417,9 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 	}
 	b := l.lockedBucketFor(provider, model, now)
 	defer b.mu.Unlock()
+	if b.model == model { // folded into OtherModel: one model's stated limits are not the others'
+		b.statedIn429Locked(now, sig)
+	}
 	b.rateLimitedLocked(now, sig, retryAfter, fallback)
 }
 

@@ -14,18 +14,21 @@ type BucketStatus struct {
 	Reserved       int64   `json:"reserved"`       // reservations not settled yet
 	InFlight       int     `json:"inFlight"`
 	Waiting        int     `json:"waiting"`
-	Quota          float64 `json:"quota"`         // learned quota
-	Start          float64 `json:"start"`         // configured TPM: where learning started
-	Trigger        float64 `json:"trigger"`       // tightest window reading at a 429; 0 when none
-	TokenBudget    int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
-	RPMBudget      int     `json:"rpmBudget"`     // rpm × safety factor
-	CooldownMs     int64   `json:"cooldownMs"`    // cooldown left
-	OutputReserve  int64   `json:"outputReserve"` // what a call without max_tokens reserves now
-	BytesPerToken  float64 `json:"bytesPerToken"` // learned input ratio; 0 before any sized settle
-	ReserveDrift   float64 `json:"reserveDrift"`  // mean (real − reserved output) ÷ reserved
-	Waits          int64   `json:"waits"`         // calls held back so far
-	RateLimited    int64   `json:"rateLimited"`   // 429s observed
-	Last429        string  `json:"last429,omitempty"`
+	Quota          float64 `json:"quota"`   // learned quota
+	Start          float64 `json:"start"`   // configured TPM: where learning started
+	Trigger        float64 `json:"trigger"` // tightest window reading at a 429; 0 when none
+	// Stated is the token limit per window the provider stated (its rate-limit
+	// headers, or a 429's wording); 0 when it stated none.
+	Stated        float64 `json:"stated,omitempty"`
+	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
+	RPMBudget     int     `json:"rpmBudget"`     // rpm × safety factor
+	CooldownMs    int64   `json:"cooldownMs"`    // cooldown left
+	OutputReserve int64   `json:"outputReserve"` // what a call without max_tokens reserves now
+	BytesPerToken float64 `json:"bytesPerToken"` // learned input ratio; 0 before any sized settle
+	ReserveDrift  float64 `json:"reserveDrift"`  // mean (real − reserved output) ÷ reserved
+	Waits         int64   `json:"waits"`         // calls held back so far
+	RateLimited   int64   `json:"rateLimited"`   // 429s observed
+	Last429       string  `json:"last429,omitempty"`
 	// CountsAt is when the provider is taken to count a call: "arrival" or
 	// "completion" (configured as countsAt, or learned from where its 429s fall).
 	CountsAt string `json:"countsAt"`
@@ -60,7 +63,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		Provider: b.provider, Model: b.model,
 		WindowTokens: b.win.tokens, WindowRequests: b.win.requests(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
-		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
+		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
 		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),

@@ -44,8 +44,10 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 	// the gate holds back every session on the model, and the learner learns from it.
 	// It is recorded after the budget is saved, so the wait starts after the record.
 	if p.sink != nil {
+		statedT, statedR := engine.StatedLimits(req.Failure)
 		p.sink.RateLimitedBy(now, req.Provider, req.Model, engine.RateLimit{
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted, Tokens: req.Reserved})
+			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted, Tokens: req.Reserved,
+			StatedTokens: statedT, StatedRequests: statedR})
 	}
 	return a
 }

@@ -72,6 +72,11 @@ type Config struct {
 	Headers bool
 	// Bucket makes the token limit a token bucket (see the package comment).
 	Bucket bool
+	// Unstated words a 429 without its figures: it names the limit (tokens or
+	// requests per min) but not the limit, what was used or what was asked, as
+	// Azure OpenAI's and many gateways' 429s do. By default a 429 states them in
+	// OpenAI's words.
+	Unstated bool
 
 	Latency        time.Duration // every answer takes at least this long
 	Jitter         time.Duration // plus a uniform share of this
@@ -495,10 +500,15 @@ func (p *Provider) refuse(w http.ResponseWriter, model string, v verdict, cost i
 	secs := int64(math.Ceil(p.c.RetryAfter.Seconds()))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	var msg string
-	if v.rpm {
+	switch {
+	case p.c.Unstated && v.rpm:
+		msg = fmt.Sprintf("Rate limit reached for %s on requests per min (RPM). Please try again in %ds.", model, secs)
+	case p.c.Unstated:
+		msg = fmt.Sprintf("Rate limit reached for %s on tokens per min (TPM). Please try again in %ds.", model, secs)
+	case v.rpm:
 		msg = fmt.Sprintf("Rate limit reached for %s in organization org-fake on requests per min (RPM): Limit %d, Used %d, Requested 1. Please try again in %ds.",
 			model, p.perMinute(p.c.Requests), p.perMinute(v.requests), secs)
-	} else {
+	default:
 		msg = fmt.Sprintf("Rate limit reached for %s in organization org-fake on tokens per min (TPM): Limit %d, Used %d, Requested %d. Please try again in %ds.",
 			model, p.perMinute(p.c.Tokens), p.perMinute(v.used), p.perMinute(cost), secs)
 	}

@@ -2,6 +2,7 @@ package fakeprovider
 
 import (
 	"encoding/json"
+	"github.com/gatectl/gatectl/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -162,6 +163,39 @@ func TestRefusal(t *testing.T) {
 	}
 	if st := p.Stats(); st.RefusedRPM != 1 || st.Refused != 1 {
 		t.Fatalf("refused %d (rpm %d), want 1 (1)", st.Refused, st.RefusedRPM)
+	}
+}
+
+// TestUnstatedRefusal: with Unstated a 429 names its limit's axis but states no
+// figure — nothing the gate could adopt as a stated limit — while by default
+// the gate reads the limit from the wording.
+func TestUnstatedRefusal(t *testing.T) {
+	c := &clock{now: t0}
+	for _, unstated := range []bool{false, true} {
+		p := New(Config{Tokens: 1000, Window: 10 * time.Second, Requests: 3, OutputMedian: 100, Now: c.Now, Unstated: unstated})
+		body := bodyOf(t, 2400, "") // 600 + 100
+		send(p, body)
+		w := send(p, body)
+		f := &engine.Failure{Status: w.Code, Body: w.Body.String()}
+		tokens, requests := engine.StatedLimits(f)
+		if w.Code != http.StatusTooManyRequests || engine.RateLimitAxis(f) != engine.AxisTokens {
+			t.Fatalf("unstated=%v: status %d, axis %v; want 429 on tokens: %s", unstated, w.Code, engine.RateLimitAxis(f), w.Body)
+		}
+		if want := map[bool]int64{false: 6000, true: 0}[unstated]; tokens != want || requests != 0 {
+			t.Fatalf("unstated=%v: stated %d tokens, %d requests per minute; want %d, 0: %s", unstated, tokens, requests, want, w.Body)
+		}
+		small := bodyOf(t, 100, "")
+		c.Set(t0.Add(20 * time.Second)) // the window is empty again
+		send(p, small)
+		send(p, small)
+		send(p, small)
+		w = send(p, small)
+		f = &engine.Failure{Status: w.Code, Body: w.Body.String()}
+		_, requests = engine.StatedLimits(f)
+		if w.Code != http.StatusTooManyRequests || engine.RateLimitAxis(f) != engine.AxisRequests || requests != map[bool]int64{false: 18, true: 0}[unstated] {
+			t.Fatalf("unstated=%v, request limit: status %d, axis %v, stated %d: %s", unstated, w.Code, engine.RateLimitAxis(f), requests, w.Body)
+		}
+		c.Set(t0)
 	}
 }
 

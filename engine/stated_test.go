@@ -1,0 +1,35 @@
+package engine
+
+import "testing"
+
+func TestStatedLimits(t *testing.T) {
+	cases := []struct {
+		name             string
+		body             string
+		tokens, requests int64
+	}{
+		{"openai tpm", `{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms.","type":"tokens","code":"rate_limit_exceeded"}}`, 30000, 0},
+		{"openai rpm", `{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms."}}`, 0, 500},
+		{"groq, per minute spelled out", `Rate limit reached for model llama in organization org_1 on tokens per minute (TPM): Limit 6000, Used 5747, Requested ~4251. Please try again in 59.9s.`, 6000, 0},
+		{"openai's older wording", `Rate limit reached for default-gpt-4 in organization org-x on tokens per min. Limit: 10000 / min. Please try again in 6ms.`, 10000, 0},
+		{"a call larger than the limit still states it", `Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 30601.`, 30000, 0},
+		{"moonshot", `{"error":{"type":"rate_limit_reached_error","message":"Your account org-1 <ak-1> request reached organization TPM rate limit, current: 1410, limit: 32000"}}`, 32000, 0},
+		{"moonshot rpm", `request reached organization RPM rate limit, current: 200, limit: 200`, 0, 200},
+		{"digits grouped", `on tokens per min (TPM): Limit 2,000,000, Used 1,999,000, Requested 5,000.`, 2000000, 0},
+		{"per day is no window's limit", `Rate limit reached for gpt-4o on tokens per day (TPD): Limit 90000, Used 89000, Requested 2000.`, 0, 0},
+		{"moonshot per day", `request reached organization TPD rate limit, current: 1508351, limit: 1500000`, 0, 0},
+		{"no figure", `Requests to the ChatCompletions_Create Operation have exceeded token rate limit of your current pricing tier. Please retry after 6 seconds.`, 0, 0},
+		{"too many requests", `Too Many Requests`, 0, 0},
+		{"zero is no limit", `on tokens per min (TPM): Limit 0, Used 0, Requested 5.`, 0, 0},
+		{"a figure too large to be a count", `on tokens per min (TPM): Limit 99999999999999999999999, Used 1.`, 0, 0},
+	}
+	for _, c := range cases {
+		tok, req := StatedLimits(&Failure{Status: 429, Body: c.body})
+		if tok != c.tokens || req != c.requests {
+			t.Errorf("%s: stated %d tokens, %d requests per minute; want %d, %d", c.name, tok, req, c.tokens, c.requests)
+		}
+	}
+	if tok, req := StatedLimits(nil); tok != 0 || req != 0 {
+		t.Errorf("nil failure: %d, %d", tok, req)
+	}
+}
