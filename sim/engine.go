@@ -108,8 +108,10 @@ func (g *gateAdapter) settle(now time.Time, a *admission, input, output int64) {
 // release closes a refused call: the provider counted nothing.
 func (g *gateAdapter) release(now time.Time, a *admission) { _ = g.l.Release(now, a.ticket) }
 
-// rateLimited reports a 429 received at now for a call admitted at admitted.
-func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time, reserved int64) {
+// rateLimited reports a 429 received at now for a call admitted at admitted;
+// statedTokens and statedRequests are the per-minute limits its words state (0:
+// none).
+func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax axis, admitted time.Time, reserved, statedTokens, statedRequests int64) {
 	ga := engine.AxisUnknown
 	switch ax {
 	case axisTokens:
@@ -117,7 +119,8 @@ func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax ax
 	case axisRequests:
 		ga = engine.AxisRequests
 	}
-	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted, Tokens: reserved})
+	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted, Tokens: reserved,
+		StatedTokens: statedTokens, StatedRequests: statedRequests})
 }
 
 // calibrate passes the provider's rate-limit headers (per-minute figures, as

@@ -100,6 +100,7 @@ type ProviderSpec struct {
 	ComputeRetryAfter bool     `yaml:"computeRetryAfter" json:"computeRetryAfter"`
 	Headers           bool     `yaml:"headers" json:"headers"`
 	NamesLimit        bool     `yaml:"namesLimit" json:"namesLimit"`
+	StatesLimit       bool     `yaml:"statesLimit" json:"statesLimit"`
 }
 
 // NetworkSpec is the one-way delay between the gate and the provider.

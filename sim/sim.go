@@ -469,8 +469,12 @@ func (r *runner) refused(now time.Time, s *session) {
 			ax = ref.axis
 		}
 		reserved := s.adm.ticket.Reserved
+		var stated headers // what the 429's words state: nothing unless provider.statesLimit
+		if r.s.Provider.StatesLimit {
+			stated = r.provider.headers(now)
+		}
 		r.gate.release(now, &s.adm) // the provider counted nothing; released first, as the proxy does
-		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt, reserved)
+		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt, reserved, stated.limitTokens, stated.limitRequests)
 		if s.attempt >= gateMaxRetries {
 			r.giveUp(now, s)
 			return

@@ -383,3 +383,32 @@ func TestOracleKnowsHowTheProviderCounts(t *testing.T) {
 		t.Fatalf("oracle: %d 429s, utilization %.3f; want ≤ 1 and ≥ 0.9", o.RateLimited, o.Utilization)
 	}
 }
+
+// provider.statesLimit: the 429s state the provider's limits, and the gate
+// adopts them. From twice the truth, the first 429 tells the limit; the 429 is
+// the gate's own excess at it, so the stated figure, not the window reading, is
+// the trigger, and no probe goes past it.
+func TestScenarioStatesLimit(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(30 * time.Minute)
+	s.Provider.Model = LimitSlidingArrival
+	s.Gate.Start = 2
+	learning, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Provider.StatesLimit = true
+	stated, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, g := learning.Modes[ModeGate], stated.Modes[ModeGate]
+	truth := float64(s.Provider.TPM)
+	if g.FinalQuota != truth || g.FinalTrigger != truth || g.RateLimited > l.RateLimited || g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 1 {
+		t.Fatalf("with the limit stated: final quota %.0f trigger %.0f (the truth %.0f), %d 429s (%d learning it), converged after %v windows; want the truth, no more 429s, within a window",
+			g.FinalQuota, g.FinalTrigger, truth, g.RateLimited, l.RateLimited, g.ConvergedAfterWindows)
+	}
+	if l.FinalTrigger == truth {
+		t.Fatalf("learning the limit, the trigger is exactly the truth %.0f: the scenario does not tell the two apart", truth)
+	}
+}
