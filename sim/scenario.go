@@ -145,6 +145,10 @@ type GateSpec struct {
 	Pace         *float64 `yaml:"pace,omitempty" json:"pace,omitempty"`
 	PaceBurst    *float64 `yaml:"paceBurst,omitempty" json:"paceBurst,omitempty"`
 	MarginSigmas *float64 `yaml:"marginSigmas,omitempty" json:"marginSigmas,omitempty"`
+	// CountsAt tells the gate when the provider counts a call, as a model's
+	// countsAt in the config does: "arrival" or "completion" (unset or "learn":
+	// the gate learns it). The oracle is told the truth either way.
+	CountsAt string `yaml:"countsAt,omitempty" json:"countsAt,omitempty"`
 }
 
 // applyAdmission sets the admission settings the scenario gives on cfg.
@@ -280,6 +284,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.promptTokens: need 0 < median ≤ p99")
 	case s.Output.Median <= 0 || s.Output.P99 < s.Output.Median:
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
+	case s.Gate.CountsAt != "" && s.Gate.CountsAt != gate.CountsAtArrival && s.Gate.CountsAt != gate.CountsAtCompletion && s.Gate.CountsAt != gate.CountsAtLearn:
+		return fmt.Errorf("scenario.gate.countsAt: %q is invalid; choices are [%s %s %s]", s.Gate.CountsAt, gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn)
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
 	}

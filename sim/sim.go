@@ -279,6 +279,9 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 				lim.countsAt = gate.CountsAtCompletion // how it counts is part of the truth
 			}
 		}
+		if mode == ModeGate {
+			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it
+		}
 		var trace io.Writer
 		if mode == ModeGate {
 			trace = s.Trace

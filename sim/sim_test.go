@@ -115,6 +115,7 @@ func TestParseScenario(t *testing.T) {
 		{"Pace", "gate: {pace: 11}\n", "scenario.gate.pace:"},
 		{"PaceBurst", "gate: {paceBurst: -0.1}\n", "scenario.gate.paceBurst:"},
 		{"MarginSigmas", "gate: {marginSigmas: 12}\n", "scenario.gate.marginSigmas:"},
+		{"CountsAt", "gate: {countsAt: later}\n", "scenario.gate.countsAt:"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
@@ -410,5 +411,34 @@ func TestScenarioStatesLimit(t *testing.T) {
 	}
 	if l.FinalTrigger == truth {
 		t.Fatalf("learning the limit, the trigger is exactly the truth %.0f: the scenario does not tell the two apart", truth)
+	}
+}
+
+// gate.countsAt tells the gate how the provider counts, as a model's countsAt
+// in the config does. At a provider that counts at completion, started at the
+// truth, the gate told so never has to learn the view: it takes fewer 429s
+// than the gate that learns it, and it starts in that view (one 429 fewer is
+// the view's cost: docs/benchmarks.md, "The gate's eleventh round").
+func TestScenarioCountsAt(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(30 * time.Minute)
+	s.Provider.Model = LimitSlidingCompletion
+	learning, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Gate.CountsAt = gate.CountsAtCompletion
+	told, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, g := learning.Modes[ModeGate], told.Modes[ModeGate]
+	if g.RateLimited >= l.RateLimited || g.Utilization <= l.Utilization {
+		t.Fatalf("told the view: %d 429s, utilization %.3f; learning it: %d, %.3f; want fewer 429s and more served",
+			g.RateLimited, g.Utilization, l.RateLimited, l.Utilization)
+	}
+	s.Gate.CountsAt = gate.CountsAtLearn
+	if same, err := RunModes(s, ModeGate); err != nil || !reflect.DeepEqual(same.Modes, learning.Modes) {
+		t.Fatalf("countsAt: learn ran differently from unset (%v)", err)
 	}
 }

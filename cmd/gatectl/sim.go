@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/sim"
 	"github.com/urfave/cli/v2"
 )
@@ -23,7 +24,7 @@ func simCommand() *cli.Command {
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
 			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit, statesLimit},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm},\n" +
-			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas}, promptTokens {median, p99},\n" +
+			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt}, promptTokens {median, p99},\n" +
 			"outputTokens {median, p99}, maxTokensShare, maxTokens.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
@@ -210,6 +211,9 @@ func marginText(g sim.GateSpec) string {
 	}
 	if g.PaceBurst != nil {
 		t += fmt.Sprintf(", paceBurst %g", *g.PaceBurst)
+	}
+	if g.CountsAt != "" && g.CountsAt != gate.CountsAtLearn {
+		t += ", told the provider counts at " + g.CountsAt
 	}
 	return t
 }
