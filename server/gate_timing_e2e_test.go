@@ -27,7 +27,7 @@ import (
 //
 // The figures it logs go to docs/benchmarks.md. The targets are the issue's, and
 // the gate meets them in the three cases (every run recorded there did;
-// the two cases added since miss by a 429 in some runs), but a run over real
+// of the three cases added since, two miss by a 429 in some runs), but a run over real
 // sockets on a shared 2-core machine is not exact: a miss of a target is logged
 // ("target missed: …"), and a result beyond the regression floor — a few 429s or
 // ten points of utilization worse than the target, or any call lost — fails.
