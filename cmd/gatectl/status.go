@@ -116,9 +116,16 @@ func windowText(m gate.BucketStatus) string {
 	return fmt.Sprintf("%d/%d (%d%%)", m.WindowTokens, m.TokenBudget, 100*m.WindowTokens/m.TokenBudget)
 }
 
-// quotaText is the learned quota, and the configured TPM when learning moved it.
+// quotaText is the learned quota, and where it started when learning moved it:
+// the configured TPM, or the limit the provider stated (headers, a 429's words).
 func quotaText(m gate.BucketStatus) string {
 	q := strconv.FormatFloat(m.Quota, 'f', 0, 64)
+	if m.Stated > 0 {
+		if m.Quota != m.Stated {
+			return q + " (stated " + strconv.FormatFloat(m.Stated, 'f', 0, 64) + ")"
+		}
+		return q + " (stated)"
+	}
 	if m.Start > 0 && m.Quota != m.Start {
 		q += " (from " + strconv.FormatFloat(m.Start, 'f', 0, 64) + ")"
 	}

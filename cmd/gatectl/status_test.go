@@ -107,6 +107,13 @@ func TestStatusAgainstServer(t *testing.T) {
 	if len(st.Models) != 1 || st.Models[0].InFlight != 1 || st.Models[0].Reserved != 6000 || st.Models[0].CooldownMs != 20000 || st.Models[0].Trigger != 6000 {
 		t.Fatalf("json: %+v", st)
 	}
+
+	// A 429 whose words state the limit: the quota starts over at it, and the
+	// status says where the figure came from.
+	postJSON(t, url+"/gate/v1/failure", `{"provider":"gateway-a","model":"flash-2","status":429,"body":"Rate limit reached for flash-2 in organization org-x on tokens per min (TPM): Limit 8000, Used 7900, Requested 900. Please try again in 2s."}`)
+	if out, err = runCLI(t, "status", "--addr", url); err != nil || !strings.Contains(out, "8000 (stated)") {
+		t.Fatalf("status after a 429 stating 8000 tokens per minute: %v\n%s", err, out)
+	}
 }
 
 func TestStatusErrors(t *testing.T) {
