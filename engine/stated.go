@@ -38,10 +38,11 @@ func StatedLimits(f *Failure) (tokensPerMinute, requestsPerMinute int64) {
 
 var (
 	// "tokens per min (TPM): Limit 30000", "tokens per minute (TPM): Limit
-	// 5000", "requests per min. Limit: 3 / min".
-	statedPerMinute = regexp.MustCompile(`(?i)\b(tokens|requests) per min(?:ute)?\b(?:\s*\((?:tpm|rpm)\))?\s*[:.]\s*limit:?\s*([0-9][0-9,]*)`)
+	// 5000", "requests per min. Limit: 3 / min" — with any white space between
+	// the words: Groq's message wraps its lines.
+	statedPerMinute = regexp.MustCompile(`(?i)\b(tokens|requests)\s+per\s+min(?:ute)?\b(?:\s*\((?:tpm|rpm)\))?\s*[:.]\s*limit:?\s*([0-9][0-9,]*)`)
 	// "TPM rate limit, current: 1410, limit: 32000".
-	statedCurrentLimit = regexp.MustCompile(`(?i)\b(tpm|rpm) rate limit,\s*current:\s*[0-9,]+,\s*limit:\s*([0-9][0-9,]*)`)
+	statedCurrentLimit = regexp.MustCompile(`(?i)\b(tpm|rpm)\s+rate\s+limit,\s*current:\s*[0-9,]+,\s*limit:\s*([0-9][0-9,]*)`)
 )
 
 // takeStated files one stated figure under its axis (the first figure of an

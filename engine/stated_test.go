@@ -1,6 +1,13 @@
 package engine
 
-import "testing"
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
 
 func TestStatedLimits(t *testing.T) {
 	cases := []struct {
@@ -11,6 +18,8 @@ func TestStatedLimits(t *testing.T) {
 		{"openai tpm", `{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms.","type":"tokens","code":"rate_limit_exceeded"}}`, 30000, 0},
 		{"openai rpm", `{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms."}}`, 0, 500},
 		{"groq, per minute spelled out", `Rate limit reached for model llama in organization org_1 on tokens per minute (TPM): Limit 6000, Used 5747, Requested ~4251. Please try again in 59.9s.`, 6000, 0},
+		{"groq, the lines wrapped", "Error code: 429 - {'error': {'message': 'Rate limit reached for model\n`llama-3.3-70b-versatile` in organization\n`org_1` service tier `on_demand` on tokens\nper minute (TPM): Limit 12000, Used 2542, Requested 9855. Please try\nagain in 1.98s.'}}", 12000, 0},
+		{"moonshot, wrapped", "request reached organization TPM\nrate limit, current: 1410, limit: 32000", 32000, 0},
 		{"openai's older wording", `Rate limit reached for default-gpt-4 in organization org-x on tokens per min. Limit: 10000 / min. Please try again in 6ms.`, 10000, 0},
 		{"a call larger than the limit still states it", `Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 30601.`, 30000, 0},
 		{"moonshot", `{"error":{"type":"rate_limit_reached_error","message":"Your account org-1 <ak-1> request reached organization TPM rate limit, current: 1410, limit: 32000"}}`, 32000, 0},
@@ -31,5 +40,35 @@ func TestStatedLimits(t *testing.T) {
 	}
 	if tok, req := StatedLimits(nil); tok != 0 || req != 0 {
 		t.Errorf("nil failure: %d, %d", tok, req)
+	}
+}
+
+// On the corpus of real provider errors: the limits read are exactly those the
+// OpenAI-style 429s state (two from OpenAI, one from Groq with its lines
+// wrapped); Moonshot's per-day limit and every other error give none.
+func TestStatedLimitsOnTheCorpus(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", "provider-errors.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e struct {
+			Status int    `json:"status"`
+			Body   string `json:"body"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		tokens, requests := StatedLimits(&Failure{Status: e.Status, Body: e.Body})
+		if requests != 0 {
+			t.Errorf("line %d: %d requests per minute read from %.120q", i+1, requests, e.Body)
+		}
+		if tokens != 0 {
+			got = append(got, tokens)
+		}
+	}
+	if want := []int64{30000, 30000, 12000}; !slices.Equal(got, want) {
+		t.Fatalf("tokens per minute read: %v, want %v", got, want)
 	}
 }
