@@ -65,7 +65,8 @@ func TestAPIFailure(t *testing.T) {
 		}
 	})
 	// A harness reports a 429 without the provider's headers; the wording states
-	// the limits, and the gate adopts them as it would the headers'.
+	// the limits, and the gate adopts them as it does the headers' (which a
+	// report may carry as well).
 	t.Run("LimitsStatedInTheWording", func(t *testing.T) {
 		if b := e.bucket("alpha", "m2"); b.Stated != 0 || b.Start != 1_000_000 || b.RPMBudget < 500 {
 			t.Fatalf("before: %+v", b)
@@ -79,6 +80,11 @@ func TestAPIFailure(t *testing.T) {
 		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m2","session":"s5","turn":"t1","status":429,"body":`+strconv.Quote(rpm)+`}`, http.StatusOK)
 		if b := e.bucket("alpha", "m2"); b.RPMBudget <= 0 || b.RPMBudget > 120 || b.Stated != 30000 || b.RateLimited != 2 {
 			t.Fatalf("after a 429 stating 120 requests per minute: %+v", b)
+		}
+		// The headers a harness passes along state it too.
+		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m3","session":"s5","turn":"t1","status":429,"headers":{"x-ratelimit-limit-tokens":"24000","retry-after":"1"}}`, http.StatusOK)
+		if b := e.bucket("alpha", "m3"); b.Stated != 24000 || b.Start != 24000 {
+			t.Fatalf("after a 429 whose headers state 24000 tokens per minute: %+v", b)
 		}
 	})
 	t.Run("ServerErrorOnTheCurve", func(t *testing.T) {

@@ -246,8 +246,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	defer resp.Body.Close()
 	resp.Body = &idleBody{ReadCloser: resp.Body, dl: dl, idle: idle}
 	s.metrics.Upstream(route.Provider, resp.StatusCode)
-	if lim := rateLimitHeaders(resp.Header); lim.any() {
-		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.limitTokens, lim.remainingTokens, lim.limitRequests, lim.remainingRequests)
+	// A 429's stated limits go to the gate with the 429 itself (StatedLimits),
+	// adopted before it is read and without letting waiters through before its
+	// cooldown; any other answer's here.
+	if lim := rateLimitHeaders(resp.Header); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
+		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 	}
 	if resp.StatusCode >= 400 {
 		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")

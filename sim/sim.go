@@ -474,7 +474,14 @@ func (r *runner) refused(now time.Time, s *session) {
 		reserved := s.adm.ticket.Reserved
 		var stated headers // what the 429's words state: nothing unless provider.statesLimit
 		if r.s.Provider.StatesLimit {
-			stated = r.provider.headers(now)
+			// only the limit that refused, as OpenAI's words do
+			h := r.provider.headers(now)
+			switch ref.axis {
+			case axisTokens:
+				stated.limitTokens = h.limitTokens
+			case axisRequests:
+				stated.limitRequests = h.limitRequests
+			}
 		}
 		r.gate.release(now, &s.adm) // the provider counted nothing; released first, as the proxy does
 		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt, reserved, stated.limitTokens, stated.limitRequests)

@@ -385,10 +385,10 @@ func TestOracleKnowsHowTheProviderCounts(t *testing.T) {
 	}
 }
 
-// provider.statesLimit: the 429s state the provider's limits, and the gate
-// adopts them. From twice the truth, the first 429 tells the limit; the 429 is
-// the gate's own excess at it, so the stated figure, not the window reading, is
-// the trigger, and no probe goes past it.
+// provider.statesLimit: the 429s state the limit that refused, and the gate
+// adopts it. From twice the truth, the first 429 tells the limit: the quota
+// starts over at it and no probe goes past it (learning it instead, the gate
+// ends with a trigger above the truth in this run).
 func TestScenarioStatesLimit(t *testing.T) {
 	s := DefaultScenario()
 	s.Duration = Duration(30 * time.Minute)

@@ -173,6 +173,10 @@ func startDemoProvider(s demoSetup) (*demoProvider, error) {
 		Tokens: s.Limit, Window: s.Window, RetryAfter: s.RetryAfter,
 		Latency: 150 * time.Millisecond, Jitter: 100 * time.Millisecond, PerOutputToken: time.Millisecond,
 		OutputMedian: 130, OutputSigma: 0.35, Seed: 1,
+		// The limit stays hidden: the 429s name the axis but no figure (a figure
+		// in their words would tell the gate the limit, and the demo shows it
+		// learning one).
+		Unstated: true,
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

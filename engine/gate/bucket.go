@@ -54,9 +54,14 @@ type bucket struct {
 	rateLimited int64
 	last429     time.Time
 
-	// Limits the provider stated (Calibrate), per minute; 0 when none. They
-	// override the configured ones, across reloads too.
+	// Limits the provider stated (Calibrate, or a 429's headers or words), per
+	// minute; 0 when none. They override the configured ones, across reloads
+	// too. statedAt is when a figure was last stated; statedBy429, that the
+	// figures were adopted from a 429 — which, unlike an answer's headers, no
+	// answer restates: see forgetStaleStatedLocked.
 	statedTokens, statedRequests int64
+	statedAt                     time.Time
+	statedBy429                  bool
 
 	// The request axis: the window's request count at the last RPM 429 burst
 	// (0: none), which caps the configured RPM until it relaxes.
@@ -457,6 +462,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// the token budget — not RPM, not a cooldown — held this call back, or is too
 		// small to hold it at all (a trigger set by outside traffic can shrink it
 		// below every reservation: the relax rules must still see the pressure)
+		b.forgetStaleStatedLocked(now)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
 			b.raisedLocked(now, budget)
 			b.emitLearn(now, st)
@@ -1102,6 +1108,9 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 // clean-window record, the measured count delay, when the provider counts. The cooldown stays: it is the
 // provider's instruction, not something learned.
 func (b *bucket) resetLocked(now time.Time) {
+	if b.statedBy429 {
+		b.forgetStatedLocked() // a reset is how a user says the limit moved
+	}
 	b.learn.reset(now)
 	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}

@@ -48,6 +48,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		return
 	}
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
+	b.statedAt, b.statedBy429 = now, false // an answer's headers: every answer restates them
 	b.dispatchLocked(now) // a larger budget may let waiters through
 }
 
@@ -92,6 +93,10 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 // dispatched: the 429's cooldown comes next.
 func (b *bucket) statedIn429Locked(now time.Time, sig engine.RateLimit) {
 	tokens, requests := sig.StatedTokens, sig.StatedRequests
+	if tokens <= 0 && requests <= 0 {
+		return
+	}
+	b.statedAt = now // restated, if nothing else
 	if tokens == b.statedTokens {
 		tokens = 0
 	}
@@ -100,13 +105,44 @@ func (b *bucket) statedIn429Locked(now time.Time, sig engine.RateLimit) {
 	}
 	if tokens > 0 || requests > 0 {
 		b.adoptStatedLocked(now, tokens, requests)
+		b.statedBy429 = true
 	}
 }
 
-// scaleLimit converts a per-minute limit to one per span, at least 1.
-func scaleLimit(perMinute int64, span time.Duration) int64 {
-	if span == rateLimitPeriod {
-		return perMinute
+// forgetStaleStatedLocked forgets limits a 429 stated that no 429 has
+// restated for triggerReprobeWindows windows. An answer's headers restate
+// their figures all the time; a 429's words only at the next 429. And the gate
+// never probes past a stated limit, so after the provider raised it (a tier
+// upgrade) no 429 would ever come to say so. Forgotten, the figure stops
+// capping the learner, which re-probes its trigger at the same pace as any
+// other (one step per triggerReprobeWindows windows; a wrong step costs one
+// 429, which states the limit again).
+func (b *bucket) forgetStaleStatedLocked(now time.Time) {
+	if b.statedBy429 && now.Sub(b.statedAt) >= triggerReprobeWindows*b.l.conf().Window {
+		b.forgetStatedLocked()
 	}
-	return max(1, int64(float64(perMinute)*float64(span)/float64(rateLimitPeriod)))
 }
+
+// forgetStatedLocked drops the stated limits: the configured ones apply again
+// and the learner's cap goes; what it learned stays.
+func (b *bucket) forgetStatedLocked() {
+	if b.statedTokens == 0 && b.statedRequests == 0 {
+		return
+	}
+	lim := b.l.conf().Limits(b.provider + "/" + b.model)
+	b.statedTokens, b.statedRequests, b.statedBy429 = 0, 0, false
+	b.limits.TPM, b.limits.RPM = lim.TPM, lim.RPM
+	b.learn.stated = 0
+	b.learn.start = float64(lim.TPM)
+	b.setRPMLocked()
+}
+
+// scaleLimit converts a per-minute limit to one per span, at least 1 and at
+// most maxScaledLimit (a limit past it would overflow the gate's arithmetic;
+// engine.MaxStatedLimit keeps what providers state far below it).
+func scaleLimit(perMinute int64, span time.Duration) int64 {
+	v := float64(perMinute) * float64(span) / float64(rateLimitPeriod)
+	return int64(min(max(1, v), maxScaledLimit))
+}
+
+const maxScaledLimit = 1 << 50

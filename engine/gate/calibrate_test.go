@@ -1,10 +1,12 @@
 package gate
 
 import (
+	"math"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gatectl/gatectl/engine"
-	"time"
 )
 
 func TestLedgerCalibrate(t *testing.T) {
@@ -229,14 +231,26 @@ func TestStatedIn429(t *testing.T) {
 	}
 
 	t.Run("far below the stated limit", func(t *testing.T) {
-		l, clk, _ := newTestLedger(t, testGate())
+		l, clk, ev := newTestLedger(t, testGate())
 		now := clk.Now()
-		fill(l, now, 150, 50) // 200 in the window: well under 80% of the stated 700
+		for range 5 {
+			fill(l, now, 80, 20) // 500 in the window: five ordinary calls, under 80% of the stated 700
+		}
 		l.RateLimitedBy(now, "p", "m", stating(700, 6))
 		st := l.BucketStatus(now, "p", "m")
 		if st.Stated != 700 || st.Start != 700 || st.Quota != 700 || st.Trigger != 0 || st.RPMBudget != 6 || st.CooldownMs != 1000 {
 			t.Fatalf("stated %v start %v quota %v trigger %v rpm %d cooldown %dms; want 700 700 700 0 6 1000",
 				st.Stated, st.Start, st.Quota, st.Trigger, st.RPMBudget, st.CooldownMs)
+		}
+		// Judged against the stated limit, the 429 was a suspect (another client,
+		// timing); read before the limit was adopted, five calls' reading would
+		// have been believed and set a trigger.
+		var steps []string
+		for _, e := range ev.kinds(EventLearn) {
+			steps = append(steps, e.Step)
+		}
+		if !slices.Contains(steps, "suspect") || slices.Contains(steps, "trigger") {
+			t.Fatalf("learn steps %v, want a suspect and no trigger", steps)
 		}
 	})
 
@@ -260,6 +274,61 @@ func TestStatedIn429(t *testing.T) {
 		l.RateLimitedBy(now, "p", "m", stating(900, 0))
 		if st = l.BucketStatus(now, "p", "m"); st.Stated != 900 || st.Start != 900 || calibrations(ev) != 2 {
 			t.Fatalf("a new figure: stated %v start %v, %d calibrations; want 900 900 2", st.Stated, st.Start, calibrations(ev))
+		}
+	})
+
+	t.Run("forgotten when no 429 restates it, unlike an answer's headers", func(t *testing.T) {
+		for _, by429 := range []bool{true, false} {
+			l, clk, _ := newTestLedger(t, testGate())
+			now := clk.Now()
+			if by429 {
+				l.RateLimitedBy(now, "p", "m", stating(700, 6))
+			} else {
+				l.Calibrate(now, "p", "m", 700, 700, 6, 6)
+			}
+			big := req(800) // over the whole budget: the token budget holds it
+			_, _ = l.Submit(now.Add((triggerReprobeWindows-1)*time.Minute), big)
+			if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 {
+				t.Fatalf("by429=%v: stated %v a window before it may be forgotten, want 700", by429, st.Stated)
+			}
+			later := now.Add(triggerReprobeWindows * time.Minute)
+			_, _ = l.Submit(later, big)
+			st := l.BucketStatus(later, "p", "m")
+			if by429 && (st.Stated != 0 || st.Start != 1000 || st.RPMBudget != 10 || st.Quota <= 700) {
+				t.Fatalf("a 429's figure unrestated for %d windows: stated %v start %v rpm %d quota %v; want 0, the configured 1000 and 10, a probe past 700",
+					triggerReprobeWindows, st.Stated, st.Start, st.RPMBudget, st.Quota)
+			}
+			if !by429 && st.Stated != 700 {
+				t.Fatalf("the headers' figure: stated %v, want 700 kept", st.Stated)
+			}
+		}
+	})
+
+	t.Run("a reset forgets a 429's figure, not the headers'", func(t *testing.T) {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		l.RateLimitedBy(now, "p", "m", stating(700, 0))
+		l.Reset(now, "p", "m")
+		if st := l.BucketStatus(now, "p", "m"); st.Stated != 0 || st.Start != 1000 || st.Quota != 1000 {
+			t.Fatalf("after a reset: stated %v start %v quota %v; want 0 1000 1000", st.Stated, st.Start, st.Quota)
+		}
+		l.Calibrate(now, "p", "m", 700, 700, -1, -1)
+		l.Reset(now, "p", "m")
+		if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 || st.Quota != 700 {
+			t.Fatalf("after a reset, headers' figure: stated %v quota %v; want 700 700", st.Stated, st.Quota)
+		}
+	})
+
+	t.Run("a figure past any real limit cannot overflow the budget", func(t *testing.T) {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		l.RateLimitedBy(now, "p", "m", stating(math.MaxInt64, math.MaxInt64))
+		if st := l.BucketStatus(now, "p", "m"); st.TokenBudget <= 0 || st.RPMBudget <= 0 || st.Quota <= 0 {
+			t.Fatalf("budget %d rpm %d quota %v after a 429 stating MaxInt64", st.TokenBudget, st.RPMBudget, st.Quota)
+		}
+		l.Calibrate(now, "p", "m", math.MaxInt64-1, -1, -1, -1)
+		if st := l.BucketStatus(now, "p", "m"); st.TokenBudget <= 0 || st.Quota <= 0 {
+			t.Fatalf("budget %d quota %v after headers stating MaxInt64", st.TokenBudget, st.Quota)
 		}
 	})
 

@@ -317,11 +317,6 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 			// readings are the better evidence.
 			t = l.preProbe
 		}
-		if l.stated > 0 && slack > 0 && l.stated > t && l.stated <= reading+slack && !again {
-			// The stated limit lies in the bracket: the 429 is the gate's own
-			// excess at it, and the provider's figure is the better estimate.
-			t = l.stated
-		}
 		if l.stated > 0 {
 			t = math.Min(t, l.stated) // never above what the provider says it allows
 		}

@@ -589,39 +589,6 @@ func TestLearnerTriggerNeverAboveTheStatedLimit(t *testing.T) {
 	}
 }
 
-// A stated limit inside a 429's bracket [reading, reading + slack] is the
-// trigger: the 429 is the gate's own excess at the limit the provider states,
-// and its figure is a better estimate than a window reading that counts the
-// calls in flight at their estimates. Outside the bracket the reading stands,
-// and so it does when refused again at the trigger the last 429 set.
-func TestLearnerStatedLimitInTheBracketIsTheTrigger(t *testing.T) {
-	span := time.Minute
-	for _, c := range []struct {
-		name           string
-		reading, slack float64
-		again          bool
-		want           float64
-	}{
-		{"in the bracket", 940, 100, false, 1000},
-		{"below the bracket", 800, 100, false, 800},
-		{"no bracket", 940, 0, false, 940},
-		{"refused again at the trigger it set", 940, 100, true, 940},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			l := newLearner(2000, true, t0)
-			l.stated, l.quota = 1000, 1000
-			if c.again {
-				l.trigger, l.refusedLevel = 1000, 1000
-				l.prevCut, l.burstStart, l.last429, l.lastRaise = t0, t0, t0, t0
-			}
-			l.on429(t0.Add(6*span), c.reading, c.slack, false, false, span)
-			if math.Abs(l.trigger-c.want) > 1e-9 {
-				t.Fatalf("trigger %g, want %g", l.trigger, c.want)
-			}
-		})
-	}
-}
-
 // Refused again within two windows at the level the gate held, the trigger goes
 // at least stepDown below that level; a reading already further below it stands
 // (it was stepped down once more before).

@@ -2,7 +2,6 @@ package fakeprovider
 
 import (
 	"encoding/json"
-	"github.com/gatectl/gatectl/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

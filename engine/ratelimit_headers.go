@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderLimits are the rate limits a provider states in its response headers,
+// per minute. A field is -1 when not sent (or not per minute).
+type HeaderLimits struct {
+	LimitTokens, RemainingTokens     int64
+	LimitRequests, RemainingRequests int64
+}
+
+// Any reports whether a limit was stated.
+func (l HeaderLimits) Any() bool { return l.LimitTokens > 0 || l.LimitRequests > 0 }
+
+// ReadRateLimitHeaders reads OpenAI-style x-ratelimit-{limit,remaining,reset}-{tokens,requests}
+// (OpenAI, Groq, DeepSeek, OpenRouter, Mistral, …) and Anthropic's
+// anthropic-ratelimit-{tokens,input-tokens,requests}-{limit,remaining,reset}
+// through get (a header lookup, case-insensitive). A limit whose reset is more
+// than a minute away is not a per-minute limit (Groq states requests per day
+// there) and is skipped; so is a limit outside [1, MaxStatedLimit].
+func ReadRateLimitHeaders(get func(name string) string) (l HeaderLimits) {
+	l = HeaderLimits{-1, -1, -1, -1}
+	defer func() {
+		if !statedInRange(l.LimitTokens) {
+			l.LimitTokens, l.RemainingTokens = -1, -1
+		}
+		if !statedInRange(l.LimitRequests) {
+			l.LimitRequests, l.RemainingRequests = -1, -1
+		}
+	}()
+	if get("X-Ratelimit-Limit-Tokens") != "" || get("X-Ratelimit-Limit-Requests") != "" {
+		if perMinute(get("X-Ratelimit-Reset-Tokens")) {
+			l.LimitTokens, l.RemainingTokens = headerInt(get, "X-Ratelimit-Limit-Tokens"), headerInt(get, "X-Ratelimit-Remaining-Tokens")
+		}
+		if perMinute(get("X-Ratelimit-Reset-Requests")) {
+			l.LimitRequests, l.RemainingRequests = headerInt(get, "X-Ratelimit-Limit-Requests"), headerInt(get, "X-Ratelimit-Remaining-Requests")
+		}
+		return l
+	}
+	// Anthropic's limits are per minute; tokens-* is the tightest of its input and
+	// output limits, input-tokens-* the one admission mostly spends.
+	if v := headerInt(get, "Anthropic-Ratelimit-Tokens-Limit"); v > 0 {
+		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Tokens-Remaining")
+	} else if v := headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Limit"); v > 0 {
+		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Remaining")
+	}
+	l.LimitRequests, l.RemainingRequests = headerInt(get, "Anthropic-Ratelimit-Requests-Limit"), headerInt(get, "Anthropic-Ratelimit-Requests-Remaining")
+	return l
+}
+
+func headerInt(get func(string) string, k string) int64 {
+	v := strings.TrimSpace(get(k))
+	if v == "" {
+		return -1
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(v, 64)
+		if ferr != nil || f < 0 || f > MaxStatedLimit {
+			return -1
+		}
+		return int64(f)
+	}
+	return n
+}
+
+// perMinute reports whether a reset value ("1s", "6m0s", "59.5s", or absent) is
+// within a minute.
+func perMinute(reset string) bool {
+	reset = strings.TrimSpace(reset)
+	if reset == "" {
+		return true
+	}
+	d, err := time.ParseDuration(reset)
+	if err != nil {
+		return true // an unparsable reset says nothing about the period
+	}
+	return d <= time.Minute
+}
