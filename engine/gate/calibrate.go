@@ -49,7 +49,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	}
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
 	b.statedAt, b.statedBy429 = now, false // an answer's headers: every answer restates them
-	b.dispatchLocked(now) // a larger budget may let waiters through
+	b.dispatchLocked(now)                  // a larger budget may let waiters through
 }
 
 // adoptStatedLocked adopts stated per-minute limits (≤ 0: not stated) for the
