@@ -43,7 +43,7 @@ func ReadRateLimitHeaders(get func(name string) string) (l HeaderLimits) {
 	}
 	// Anthropic's limits are per minute; tokens-* is the tightest of its input and
 	// output limits, input-tokens-* the one admission mostly spends.
-	if v := headerInt(get, "Anthropic-Ratelimit-Tokens-Limit"); v > 0 {
+	if v := headerInt(get, "Anthropic-Ratelimit-Tokens-Limit"); statedInRange(v) {
 		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Tokens-Remaining")
 	} else if v := headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Limit"); v > 0 {
 		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Remaining")
@@ -60,7 +60,7 @@ func headerInt(get func(string) string, k string) int64 {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil || f < 0 || f > MaxStatedLimit {
+		if ferr != nil || !(f >= 0 && f <= MaxStatedLimit) { // NaN too
 			return -1
 		}
 		return int64(f)

@@ -58,22 +58,29 @@ var statedWordings = []*regexp.Regexp{
 	// "tokens per min (TPM): Limit 30000", "tokens per minute (TPM): Limit
 	// 5000", "requests per min. Limit: 3 / min" — with any white space between
 	// the words, as a wrapped message has.
-	regexp.MustCompile(`(?i)\b(tokens|requests)\s+per\s+min(?:ute)?\b(?:\s*\((?:tpm|rpm)\))?\s*[:.]\s*limit:?\s*([0-9][0-9,]*)(?:[^0-9A-Za-z.,]|[.,](?:[^0-9]|$)|$)`),
+	regexp.MustCompile(`(?i)\b(tokens|requests)\s+per\s+min(?:ute)?\b(?:\s*\((?:tpm|rpm)\))?\s*[:.]\s*limit:?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:[^\p{L}\p{N}_.,]|[.,](?:[^\p{N}]|$)|$)`),
 	// "TPM rate limit, current: 1410, limit: 32000".
-	regexp.MustCompile(`(?i)\b(tpm|rpm)\s+rate\s+limit,\s*current:\s*[0-9,]+,\s*limit:\s*([0-9][0-9,]*)(?:[^0-9A-Za-z.,]|[.,](?:[^0-9]|$)|$)`),
+	regexp.MustCompile(`(?i)\b(tpm|rpm)\s+rate\s+limit,\s*current:\s*[0-9,]+,\s*limit:\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:[^\p{L}\p{N}_.,]|[.,](?:[^\p{N}]|$)|$)`),
 	// "max RPM: 3".
-	regexp.MustCompile(`(?i)\bmax\s+(tpm|rpm):\s*([0-9][0-9,]*)(?:[^0-9A-Za-z.,]|[.,](?:[^0-9]|$)|$)`),
+	regexp.MustCompile(`(?i)\bmax\s+(tpm|rpm):\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:[^\p{L}\p{N}_.,]|[.,](?:[^\p{N}]|$)|$)`),
 }
 
-// inputOrOutput reports whether the text before an axis word ends in "input" or
-// "output" (a limit of one side of the call).
+// inputOrOutput reports whether the text before an axis word ends in "input",
+// "output", "prompt" or "completion" ("input-tokens", "prompt_tokens" too): a
+// limit of one side of the call.
 func inputOrOutput(before string) bool {
 	w := strings.Fields(strings.ToLower(before))
 	if len(w) == 0 {
 		return false
 	}
-	last := strings.Trim(w[len(w)-1], "\"'`(")
-	return last == "input" || last == "output"
+	last := strings.TrimRight(w[len(w)-1], "-_")     // "input-" of "input-tokens"
+	last = last[strings.LastIndexAny(last, "-_")+1:] // "prompt" of "max_prompt"
+	last = strings.Trim(last, "\"'`(")
+	switch last {
+	case "input", "output", "prompt", "completion":
+		return true
+	}
+	return false
 }
 
 // statedInRange: a stated limit the gate may adopt.

@@ -26,6 +26,10 @@ func TestStatedLimits(t *testing.T) {
 		{"moonshot rpm", `request reached organization RPM rate limit, current: 200, limit: 200`, 0, 200},
 		{"moonshot's max rpm", `{"error":{"message":"Your account org-1<ak-1> request reached organization max RPM: 3, please try again after 1 seconds","type":"rate_limit_reached_error"}}`, 0, 3},
 		{"a limit of input tokens only is not the call's", `This request would exceed the rate limit on input tokens per minute (TPM): Limit 40000.`, 0, 0},
+		{"hyphenated", `on input-tokens per min (TPM): Limit 40000.`, 0, 0},
+		{"prompt tokens", `on prompt tokens per minute (TPM): Limit 40000.`, 0, 0},
+		{"a unit not in ASCII", `on tokens per min (TPM): Limit 30000ｋ, Used 1.`, 0, 0},
+		{"commas not grouping thousands", `on tokens per min (TPM): Limit 1,2,3, Used 1.`, 0, 0},
 		{"nor of output tokens", "on `output` tokens per min (TPM): Limit 8000, Used 8000.", 0, 0},
 		{"a figure with a unit", `on tokens per min (TPM): Limit 30k, Used 29k.`, 0, 0},
 		{"a decimal figure", `on tokens per min. Limit: 1.5M / min.`, 0, 0},
@@ -56,6 +60,8 @@ func TestStatedLimits(t *testing.T) {
 		{"a per-day header is no window's", Failure{Headers: map[string]string{"x-ratelimit-limit-requests": "14400", "x-ratelimit-reset-requests": "2m59s"}}, 0, 0},
 		{"anthropic", Failure{Headers: map[string]string{"anthropic-ratelimit-input-tokens-limit": "40000", "anthropic-ratelimit-requests-limit": "50"}}, 40000, 50},
 		{"a header too large", Failure{Headers: map[string]string{"x-ratelimit-limit-tokens": "9223372036854775807"}}, 0, 0},
+		{"not a number", Failure{Headers: map[string]string{"x-ratelimit-limit-tokens": "NaN"}}, 0, 0},
+		{"anthropic, tokens out of range: input tokens", Failure{Headers: map[string]string{"anthropic-ratelimit-tokens-limit": "9223372036854775807", "anthropic-ratelimit-input-tokens-limit": "40000"}}, 40000, 0},
 	}
 	for _, c := range headers {
 		if tok, req := StatedLimits(&c.f); tok != c.tokens || req != c.requests {

@@ -248,7 +248,8 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	s.metrics.Upstream(route.Provider, resp.StatusCode)
 	// A 429's stated limits go to the gate with the 429 itself (StatedLimits),
 	// adopted before it is read and without letting waiters through before its
-	// cooldown; any other answer's here.
+	// cooldown (or, a 429 classified as something else, in decide); any other
+	// answer's here.
 	if lim := rateLimitHeaders(resp.Header); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 	}
@@ -360,6 +361,14 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
 	s.metrics.Failure(v.Class)
+	if fail.f.Status == http.StatusTooManyRequests && v.Class != engine.ClassRateLimit {
+		// Not a rate limit after all (a call larger than the limit, spent
+		// quota): no 429 reaches the gate to carry its headers' limits, so
+		// they are calibrated as any other answer's.
+		if lim := engine.ReadRateLimitHeaders(fail.f.Header); lim.Any() {
+			s.ledger.Calibrate(now, route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+		}
+	}
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
 		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
 	s.metrics.Action(string(a.Kind))

@@ -56,12 +56,12 @@ type bucket struct {
 
 	// Limits the provider stated (Calibrate, or a 429's headers or words), per
 	// minute; 0 when none. They override the configured ones, across reloads
-	// too. statedAt is when a figure was last stated; statedBy429, that the
-	// figures were adopted from a 429 — which, unlike an answer's headers, no
-	// answer restates: see forgetStaleStatedLocked.
-	statedTokens, statedRequests int64
-	statedAt                     time.Time
-	statedBy429                  bool
+	// too, until forgotten (see forgetStaleStatedLocked). Per axis: when the
+	// figure was last stated, and whether it was adopted from a 429 — which,
+	// unlike an answer's headers, no answer restates.
+	statedTokens, statedRequests     int64
+	tokensStatedAt, requestsStatedAt time.Time
+	tokensBy429, requestsBy429       bool
 
 	// The request axis: the window's request count at the last RPM 429 burst
 	// (0: none), which caps the configured RPM until it relaxes.
@@ -431,6 +431,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	}
 	rpm := b.win.requestDrain(now, b.rpm)
 	if rpm > 0 && cd == 0 {
+		b.forgetStaleStatedLocked(now, false)
 		b.relaxRPMLocked(now)
 	}
 	var pace time.Duration
@@ -462,7 +463,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// the token budget — not RPM, not a cooldown — held this call back, or is too
 		// small to hold it at all (a trigger set by outside traffic can shrink it
 		// below every reservation: the relax rules must still see the pressure)
-		b.forgetStaleStatedLocked(now)
+		b.forgetStaleStatedLocked(now, true)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
 			b.raisedLocked(now, budget)
 			b.emitLearn(now, st)
@@ -1108,8 +1109,13 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 // clean-window record, the measured count delay, when the provider counts. The cooldown stays: it is the
 // provider's instruction, not something learned.
 func (b *bucket) resetLocked(now time.Time) {
-	if b.statedBy429 {
-		b.forgetStatedLocked() // a reset is how a user says the limit moved
+	// A reset is how a user says the limit moved: a figure only a 429 stated
+	// goes; one an answer's headers state stays (the next answer restates it).
+	if b.tokensBy429 {
+		b.forgetStatedTokensLocked(now)
+	}
+	if b.requestsBy429 {
+		b.forgetStatedRequestsLocked(now)
 	}
 	b.learn.reset(now)
 	b.stepHeld = 0

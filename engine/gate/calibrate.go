@@ -48,8 +48,14 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		return
 	}
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
-	b.statedAt, b.statedBy429 = now, false // an answer's headers: every answer restates them
-	b.dispatchLocked(now)                  // a larger budget may let waiters through
+	// An answer's headers: every answer restates them.
+	if limitTokens > 0 {
+		b.tokensStatedAt, b.tokensBy429 = now, false
+	}
+	if limitRequests > 0 {
+		b.requestsStatedAt, b.requestsBy429 = now, false
+	}
+	b.dispatchLocked(now) // a larger budget may let waiters through
 }
 
 // adoptStatedLocked adopts stated per-minute limits (≤ 0: not stated) for the
@@ -85,56 +91,93 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 	b.l.emit(e)
 }
 
-// statedIn429Locked adopts the limits a 429's wording stated (sig.StatedTokens,
-// sig.StatedRequests) before the 429 itself is read — so it is read against
-// them, as a 429 far below a stated limit is timing or another client. Only a
-// figure the bucket does not hold already moves anything: re-adopting the same
-// one at every 429 would drop the trigger the last 429 taught. Nothing is
-// dispatched: the 429's cooldown comes next.
+// statedIn429Locked adopts the limits a 429 stated (sig.StatedTokens,
+// sig.StatedRequests: its headers or its words) before the 429 itself is read —
+// so it is read against them, as a 429 far below a stated limit is timing or
+// another client. Only a figure the bucket does not hold already moves
+// anything: re-adopting the same one at every 429 would drop the trigger the
+// last 429 taught. Nothing is dispatched: the 429's cooldown comes next.
 func (b *bucket) statedIn429Locked(now time.Time, sig engine.RateLimit) {
 	tokens, requests := sig.StatedTokens, sig.StatedRequests
-	if tokens <= 0 && requests <= 0 {
-		return
+	if tokens > 0 {
+		b.tokensStatedAt = now // restated, if nothing else
+		if tokens == b.statedTokens {
+			tokens = 0
+		}
 	}
-	b.statedAt = now // restated, if nothing else
-	if tokens == b.statedTokens {
-		tokens = 0
-	}
-	if requests == b.statedRequests {
-		requests = 0
+	if requests > 0 {
+		b.requestsStatedAt = now
+		if requests == b.statedRequests {
+			requests = 0
+		}
 	}
 	if tokens > 0 || requests > 0 {
-		b.adoptStatedLocked(now, tokens, requests)
-		b.statedBy429 = true
+		b.adoptStatedLocked(now, max(0, tokens), max(0, requests))
+		b.tokensBy429 = b.tokensBy429 || tokens > 0
+		b.requestsBy429 = b.requestsBy429 || requests > 0
 	}
 }
 
-// forgetStaleStatedLocked forgets limits a 429 stated that no 429 has
-// restated for triggerReprobeWindows windows. An answer's headers restate
-// their figures all the time; a 429's words only at the next 429. And the gate
-// never probes past a stated limit, so after the provider raised it (a tier
-// upgrade) no 429 would ever come to say so. Forgotten, the figure stops
-// capping the learner, which re-probes its trigger at the same pace as any
-// other (one step per triggerReprobeWindows windows; a wrong step costs one
-// 429, which states the limit again).
-func (b *bucket) forgetStaleStatedLocked(now time.Time) {
-	if b.statedBy429 && now.Sub(b.statedAt) >= triggerReprobeWindows*b.l.conf().Window {
-		b.forgetStatedLocked()
+// forgetStaleStatedLocked forgets a limit a 429 stated (of tokens, or of
+// requests) that no 429 has restated for triggerReprobeWindows windows, when
+// that axis's budget holds a call back. An answer's headers restate their
+// figures all the time; a 429's words only at the next 429. And the gate never
+// probes past a stated limit, so after the provider raised it (a tier upgrade)
+// no 429 would ever come to say so. Forgotten, the figure stops capping the
+// budget, which climbs from it at the pace of any other trigger (a token
+// trigger one step per triggerReprobeWindows windows, a request trigger 5% a
+// window); a wrong step costs one 429, which states the limit again.
+func (b *bucket) forgetStaleStatedLocked(now time.Time, tokens bool) {
+	stale := func(at time.Time) bool { return now.Sub(at) >= triggerReprobeWindows*b.l.conf().Window }
+	switch {
+	case tokens && b.tokensBy429 && stale(b.tokensStatedAt):
+		b.forgetStatedTokensLocked(now)
+	case !tokens && b.requestsBy429 && stale(b.requestsStatedAt):
+		b.forgetStatedRequestsLocked(now)
 	}
 }
 
-// forgetStatedLocked drops the stated limits: the configured ones apply again
-// and the learner's cap goes; what it learned stays.
-func (b *bucket) forgetStatedLocked() {
-	if b.statedTokens == 0 && b.statedRequests == 0 {
+// forgetStatedTokensLocked drops the stated token limit: the configured TPM is
+// the learner's start and floor again, the cap goes, what was learned stays
+// (with learning off, the configured TPM is the quota again).
+func (b *bucket) forgetStatedTokensLocked(now time.Time) {
+	if b.statedTokens == 0 {
 		return
 	}
+	from := b.learn.stated
 	lim := b.l.conf().Limits(b.provider + "/" + b.model)
-	b.statedTokens, b.statedRequests, b.statedBy429 = 0, 0, false
-	b.limits.TPM, b.limits.RPM = lim.TPM, lim.RPM
+	b.statedTokens, b.tokensBy429 = 0, false
+	b.limits.TPM = lim.TPM
+	fresh := newLearner(lim.TPM, b.learn.enabled, now)
 	b.learn.stated = 0
-	b.learn.start = float64(lim.TPM)
+	b.learn.start, b.learn.floor = fresh.start, fresh.floor
+	if !b.learn.enabled {
+		b.learn.quota = fresh.quota
+	}
+	b.learn.quota = max(b.learn.quota, b.learn.floor)
+	e := b.newEvent(EventLearn, now, "", "unstated", 0, 0)
+	e.Step, e.From, e.To = "unstated", from, b.learn.budget()
+	b.l.emit(e)
+}
+
+// forgetStatedRequestsLocked drops the stated request limit. The configured RPM
+// applies again, but from the stated figure up: it becomes the request
+// trigger, which relaxes 5% a window while the request budget binds.
+func (b *bucket) forgetStatedRequestsLocked(now time.Time) {
+	if b.statedRequests == 0 {
+		return
+	}
+	held := b.limits.RPM
+	lim := b.l.conf().Limits(b.provider + "/" + b.model)
+	b.statedRequests, b.requestsBy429 = 0, false
+	b.limits.RPM = lim.RPM
+	if held < lim.RPM && (b.rpmTrigger == 0 || b.rpmTrigger > held) {
+		b.rpmTrigger, b.lastRPMRelax = held, now
+	}
 	b.setRPMLocked()
+	e := b.newEvent(EventLearn, now, "", "unstated-rpm", 0, 0)
+	e.Step, e.From, e.To = "unstated-rpm", float64(held), float64(lim.RPM)
+	b.l.emit(e)
 }
 
 // scaleLimit converts a per-minute limit to one per span, at least 1 and at

@@ -278,44 +278,77 @@ func TestStatedIn429(t *testing.T) {
 	})
 
 	t.Run("forgotten when no 429 restates it, unlike an answer's headers", func(t *testing.T) {
-		for _, by429 := range []bool{true, false} {
-			l, clk, _ := newTestLedger(t, testGate())
-			now := clk.Now()
-			if by429 {
+		for _, c := range []struct {
+			name            string
+			state           func(l *Ledger, now time.Time)
+			forget, restate bool
+		}{
+			{"a 429's", func(l *Ledger, now time.Time) { l.RateLimitedBy(now, "p", "m", stating(700, 6)) }, true, false},
+			{"a 429's, restated by a later 429", func(l *Ledger, now time.Time) { l.RateLimitedBy(now, "p", "m", stating(700, 6)) }, false, true},
+			{"the headers'", func(l *Ledger, now time.Time) { l.Calibrate(now, "p", "m", 700, 700, 6, 6) }, false, false},
+			{"a 429's, then the headers'", func(l *Ledger, now time.Time) {
 				l.RateLimitedBy(now, "p", "m", stating(700, 6))
-			} else {
-				l.Calibrate(now, "p", "m", 700, 700, 6, 6)
-			}
-			big := req(800) // over the whole budget: the token budget holds it
-			_, _ = l.Submit(now.Add((triggerReprobeWindows-1)*time.Minute), big)
-			if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 {
-				t.Fatalf("by429=%v: stated %v a window before it may be forgotten, want 700", by429, st.Stated)
-			}
-			later := now.Add(triggerReprobeWindows * time.Minute)
-			_, _ = l.Submit(later, big)
-			st := l.BucketStatus(later, "p", "m")
-			if by429 && (st.Stated != 0 || st.Start != 1000 || st.RPMBudget != 10 || st.Quota <= 700) {
-				t.Fatalf("a 429's figure unrestated for %d windows: stated %v start %v rpm %d quota %v; want 0, the configured 1000 and 10, a probe past 700",
-					triggerReprobeWindows, st.Stated, st.Start, st.RPMBudget, st.Quota)
-			}
-			if !by429 && st.Stated != 700 {
-				t.Fatalf("the headers' figure: stated %v, want 700 kept", st.Stated)
-			}
+				l.Calibrate(now.Add(time.Second), "p", "m", 700, 600, 6, 5)
+			}, false, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				l, clk, _ := newTestLedger(t, testGate())
+				now := clk.Now()
+				c.state(l, now)
+				if c.restate {
+					l.RateLimitedBy(now.Add(90*time.Minute), "p", "m", stating(700, 6))
+				}
+				big := req(800) // over the whole budget: the token budget holds it
+				_, _ = l.Submit(now.Add((triggerReprobeWindows-1)*time.Minute), big)
+				if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 {
+					t.Fatalf("stated %v a window before it may be forgotten, want 700", st.Stated)
+				}
+				later := now.Add(triggerReprobeWindows * time.Minute)
+				_, _ = l.Submit(later, big)
+				st := l.BucketStatus(later, "p", "m")
+				if c.forget && (st.Stated != 0 || st.Start != 1000 || st.Quota <= 700) {
+					t.Fatalf("a 429's figure unrestated for %d windows: stated %v start %v quota %v; want 0, the configured 1000, a probe past 700",
+						triggerReprobeWindows, st.Stated, st.Start, st.Quota)
+				}
+				if !c.forget && st.Stated != 700 {
+					t.Fatalf("stated %v, want 700 kept", st.Stated)
+				}
+			})
+		}
+	})
+
+	t.Run("a 429's request limit is forgotten where the request budget binds, and climbs from it", func(t *testing.T) {
+		l, clk, _ := newTestLedger(t, testGate()) // configured 10 requests a minute
+		now := clk.Now()
+		for range 4 {
+			fill(l, now, 10, 10) // four requests in the window when the provider refuses the fifth
+		}
+		l.RateLimitedBy(now, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests, StatedRequests: 4})
+		if st := l.BucketStatus(now, "p", "m"); st.RPMBudget != 4 {
+			t.Fatalf("rpm %d after a 429 stating 4 requests a minute, want 4", st.RPMBudget)
+		}
+		later := now.Add(triggerReprobeWindows * time.Minute)
+		for range 5 { // four fill the request budget; the fifth is held by it
+			_, _ = l.Submit(later, req(10))
+		}
+		if st := l.BucketStatus(later, "p", "m"); st.RPMBudget != 5 {
+			t.Fatalf("rpm %d once the 429's figure went unrestated, want 5 (4, relaxed 5%% — at least one — a window)", st.RPMBudget)
 		}
 	})
 
 	t.Run("a reset forgets a 429's figure, not the headers'", func(t *testing.T) {
 		l, clk, _ := newTestLedger(t, testGate())
 		now := clk.Now()
-		l.RateLimitedBy(now, "p", "m", stating(700, 0))
+		l.RateLimitedBy(now, "p", "m", stating(700, 6))
 		l.Reset(now, "p", "m")
-		if st := l.BucketStatus(now, "p", "m"); st.Stated != 0 || st.Start != 1000 || st.Quota != 1000 {
-			t.Fatalf("after a reset: stated %v start %v quota %v; want 0 1000 1000", st.Stated, st.Start, st.Quota)
+		if st := l.BucketStatus(now, "p", "m"); st.Stated != 0 || st.Start != 1000 || st.Quota != 1000 || st.RPMBudget != 10 {
+			t.Fatalf("after a reset: stated %v start %v quota %v rpm %d; want 0 1000 1000 10", st.Stated, st.Start, st.Quota, st.RPMBudget)
 		}
-		l.Calibrate(now, "p", "m", 700, 700, -1, -1)
+		l.RateLimitedBy(now, "p", "m", stating(700, 6))
+		l.Calibrate(now, "p", "m", 700, 700, -1, -1) // the headers restate the tokens, not the requests
 		l.Reset(now, "p", "m")
-		if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 || st.Quota != 700 {
-			t.Fatalf("after a reset, headers' figure: stated %v quota %v; want 700 700", st.Stated, st.Quota)
+		if st := l.BucketStatus(now, "p", "m"); st.Stated != 700 || st.Quota != 700 || st.RPMBudget != 10 {
+			t.Fatalf("after a reset, the headers restating the tokens: stated %v quota %v rpm %d; want 700 700 10", st.Stated, st.Quota, st.RPMBudget)
 		}
 	})
 
