@@ -73,9 +73,10 @@ func TestStatedLimits(t *testing.T) {
 	}
 }
 
-// On the corpus of real provider errors: the limits read are exactly those the
-// 429s state (two from OpenAI, Moonshot's max RPM, one from Groq with its lines
-// wrapped); Moonshot's per-day limit and every other error give none.
+// On the corpus of real provider errors: the limits read are the four in the
+// wordings StatedLimits reads (two from OpenAI, Moonshot's max RPM, one from
+// Groq with its lines wrapped); Moonshot's per-day limit, the input-only limits
+// and every other error give none.
 func TestStatedLimitsOnTheCorpus(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", "provider-errors.jsonl"))
 	if err != nil {

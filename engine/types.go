@@ -150,8 +150,8 @@ type RateLimit struct {
 	// less than its limit and this call did not fit: the limit lies between the
 	// gate's reading and the reading plus these tokens.
 	Tokens int64
-	// StatedTokens and StatedRequests are the per-minute limits the 429's
-	// wording stated (StatedLimits); 0: not stated. The gate adopts them as it
+	// StatedTokens and StatedRequests are the per-minute limits the 429 stated
+	// in its headers or its words (StatedLimits); 0: not stated. The gate adopts them as it
 	// adopts the rate-limit headers' limits.
 	StatedTokens, StatedRequests int64
 }

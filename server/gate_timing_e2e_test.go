@@ -20,7 +20,7 @@ import (
 )
 
 // The gate measured over real HTTP (issue 9, "Over real HTTP"): a fake provider
-// with a hidden limit on 127.0.0.1, a real gatectl server in front of it, and
+// with a hidden limit (hidden but in one case, whose 429s state it) on 127.0.0.1, a real gatectl server in front of it, and
 // 30 closed-loop sessions for 60 s per case, the cases run side by side.
 //
 //	go test ./server/ -run TestGateTimingE2E -v -count=1

@@ -36,6 +36,8 @@ import (
 //	                         #   (per minute); the gate calibrates from them as the proxy does
 //	  namesLimit: false      # true: a 429 says which limit refused (tokens or requests); false: the gate
 //	                         #   is told nothing about the axis
+//	  statesLimit: false     # true: a 429 states the limit that refused, per minute, in OpenAI's words;
+//	                         #   the gate adopts it as a stated limit
 //	network:                 # each one-way trip between gate and provider takes delay + U[0, jitter)
 //	  delay: 5ms             #   admission → the provider's count, and the answer or 429 → the gate
 //	  jitter: 10ms
@@ -59,6 +61,8 @@ import (
 //	  pace: 3                # the admission's settings, as in the config's gate: section
 //	  paceBurst: 0.07        #   (unset: the gate's defaults)
 //	  marginSigmas: 5
+//	  countsAt: learn        # or arrival / completion: tell the gate how the provider counts (the
+//	                         #   oracle is told the truth either way)
 //	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
 //	outputTokens: {median: 400, p99: 3000}    # lognormal output size
 //	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is

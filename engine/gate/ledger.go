@@ -425,7 +425,8 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 
 // Reset forgets what the ledger learned about provider/model — the learned
 // quota, the token and request triggers, the clean-window record and the
-// measured count delay — and starts again from the configured (or stated) limit.
+// measured count delay — and starts again from the configured limit, or one an
+// answer's headers stated (a limit only a 429 stated is forgotten too).
 // A running cooldown stays. It reports whether the model was known.
 func (l *Ledger) Reset(now time.Time, provider, model string) bool {
 	sh := l.shardOf(provider, model)

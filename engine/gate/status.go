@@ -17,8 +17,10 @@ type BucketStatus struct {
 	Quota          float64 `json:"quota"`   // learned quota
 	Start          float64 `json:"start"`   // configured TPM: where learning started
 	Trigger        float64 `json:"trigger"` // tightest window reading at a 429; 0 when none
-	// Stated is the token limit per window the provider stated (its rate-limit
-	// headers, or a 429's wording); 0 when it stated none.
+	// Stated is the token limit the provider stated (its answers' rate-limit
+	// headers, or a 429's headers or words), scaled to the window; 0 when it
+	// stated none, or a 429's figure was forgotten (a reset, or 180 windows
+	// without a 429 restating it).
 	Stated        float64 `json:"stated,omitempty"`
 	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
 	RPMBudget     int     `json:"rpmBudget"`     // rpm × safety factor

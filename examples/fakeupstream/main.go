@@ -1,7 +1,8 @@
 // Command fakeupstream is a stand-in LLM provider for trying gatectl without
 // keys or network: an OpenAI-compatible /v1/chat/completions and an
 // Anthropic-compatible /v1/messages that echo the last message back, stream
-// when asked, report usage, and enforce a hidden tokens-per-minute limit with
+// when asked, report usage, and enforce a tokens-per-minute limit (which its 429s
+// state, in OpenAI's words) with
 // 429 + Retry-After — so the gate has something real to pace.
 //
 //	go run ./examples/fakeupstream -listen 127.0.0.1:9999 -tpm 20000
@@ -20,13 +21,13 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:9999", "address to listen on (loopback)")
-	tpm := flag.Int("tpm", 20000, "hidden tokens-per-minute limit; over it the answer is 429 with Retry-After")
+	tpm := flag.Int("tpm", 20000, "tokens-per-minute limit; over it the answer is 429 with Retry-After, stating the limit")
 	flag.Parse()
 	u := &upstream{tpm: *tpm}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", u.chat)
 	mux.HandleFunc("POST /v1/messages", u.messages)
-	log.Printf("fake upstream on http://%s (hidden limit %d tokens/min)", *listen, *tpm)
+	log.Printf("fake upstream on http://%s (limit %d tokens/min)", *listen, *tpm)
 	log.Fatal(http.ListenAndServe(*listen, mux))
 }
 
