@@ -488,3 +488,34 @@ func TestProxyMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyRateLimitStatesTheLimit: the limits a 429 states — in its headers or
+// only in its words — reach the gate with the 429 itself: adopted (the model's
+// status shows them), with the cooldown set and the retry held by it.
+func TestProxyRateLimitStatesTheLimit(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		answer http.HandlerFunc
+		tokens float64
+	}{
+		{"headers", jsonAnswer(429, `{"error":{"message":"Too many tokens","type":"tokens","code":"rate_limit_exceeded"}}`,
+			"Retry-After", "5", "X-Ratelimit-Limit-Tokens", "60000", "X-Ratelimit-Remaining-Tokens", "0"), 60000},
+		{"words", jsonAnswer(429, `{"error":{"message":"Rate limit reached for rl in organization org-x on tokens per min (TPM): Limit 45000, Used 44900, Requested 300. Please try again in 5s.","type":"tokens","code":"rate_limit_exceeded"}}`,
+			"Retry-After", "5"), 45000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newFakeUpstream(t, c.answer, chatOK(10, 2, 0))
+			f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+			res := f.callAsync("/v1/chat/completions", chatReq("pa/rl"))
+			waitFor(t, "the admission wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+			if st := f.status("pa", "rl"); st.Stated != c.tokens || st.Start != c.tokens || st.CooldownMs != 5000 || st.Waiting != 1 || st.RateLimited != 1 {
+				t.Fatalf("after the 429: stated %v start %v cooldown %dms waiting %d 429s %d; want %v %v 5000 1 1",
+					st.Stated, st.Start, st.CooldownMs, st.Waiting, st.RateLimited, c.tokens, c.tokens)
+			}
+			f.clock.Advance(6 * time.Second) // past the cooldown and its jitter
+			if r := <-res; r.resp.StatusCode != 200 || up.n() != 2 {
+				t.Fatalf("status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
+			}
+		})
+	}
+}
