@@ -250,7 +250,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// adopted before it is read and without letting waiters through before its
 	// cooldown (or, a 429 classified as something else, in decide); any other
 	// answer's here.
-	if lim := rateLimitHeaders(resp.Header); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
+	if lim := engine.ReadRateLimitHeaders(resp.Header.Get); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
 		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 	}
 	if resp.StatusCode >= 400 {
