@@ -1,0 +1,204 @@
+package gate
+
+import "time"
+
+// When the provider counts a call: on arrival (the default, and the safe view
+// for token buckets and fixed windows) or at completion. The bucket reads its
+// window in one view, and each token 429 votes on which view explains it.
+
+// providerViewLocked estimates what the provider counted in the window: settled
+// usage as is, and for calls still in flight their input plus the output the model
+// usually writes — not the output reserve, which may be a max_tokens far above what
+// is written and would inflate the learner's readings. Both the
+// 429 reading and the clean-window record use it, so the leak signal compares like
+// with like. O(1): it is on the admission path.
+func (b *bucket) providerViewLocked() float64 {
+	if b.atCompletion {
+		return float64(b.done.tokens + b.sharedOthers)
+	}
+	return b.arrivalViewLocked() + float64(b.sharedOthers)
+}
+
+// arrivalViewLocked is providerViewLocked for a provider that counts on arrival.
+func (b *bucket) arrivalViewLocked() float64 {
+	view := b.win.tokens
+	if b.agingLocked() {
+		// calls without max_tokens hold their expected output already
+		return float64(view - max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput()))
+	}
+	if expected := b.est.meanOutput(); expected >= 0 {
+		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
+	}
+	return float64(view)
+}
+
+// clearVotesLocked forgets the evidence gathered toward a view switch, when the
+// view was switched or set.
+func (b *bucket) clearVotesLocked() {
+	b.modeVotes, b.arrivalAlone, b.arrivalAloneAt = 0, 0, time.Time{}
+}
+
+// voteLocked weighs a token 429 as evidence of when the provider counts a
+// call, refused is what the refused call reserved (0: unknown).
+//
+// The strong evidence is a refutation. A call the provider served tells, for
+// each view, a level it accepted: the view when the call was admitted plus the
+// call's real cost (servedLevel). A 429 tells a level it refused: the view now
+// plus the refused call. A view in which the provider refused, within two
+// windows, a level well below one it accepted cannot be how the provider
+// counts. When the current view is refuted and the other is not, the view
+// switches at once; when both are (outside traffic, a token bucket, fixed
+// windows) the 429 says nothing about the view.
+//
+// When neither is refuted, a reading one view explains at least weakVoteRatio
+// better is a weak vote; switchVotes net weak votes switch the view. On a
+// switch the readings of the old view are forgotten (they measured the wrong
+// thing) — but not the level it held: a reading far below that is still
+// suspect.
+//
+// It reports whether the 429 refuted the view the bucket uses after the vote:
+// the provider refused below a level it served in that view within two windows;
+// and whether it refuted both.
+func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRefuted bool) {
+	span := b.l.conf().Window
+	// The views as the provider's own window holds them: without what the
+	// gate's count guard keeps past the window.
+	arrival := b.arrivalViewLocked() - float64(b.win.tail())
+	completion := float64(b.done.tokens - b.done.tail())
+	// How far a refused level may honestly lie below a served one: the refused
+	// call's own spread (its real output may exceed what it reserved), and the
+	// view's error — the calls in flight counted at their expected output in the
+	// arrival view; the settled calls are exact, only the network delay and
+	// rounding blur the completion view.
+	callVar := b.est.outputVariance(false, b.agingLocked())
+	callSlack := float64(b.marginOf(callVar))
+	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
+	doneSlack := callSlack + baseMargin*b.learn.budget()
+	r := float64(refused)
+	arrivalRefuted := float64(b.servedArrival.max(now, span)) > arrival+r+arrivalSlack
+	doneRefuted := float64(b.servedDone.max(now, span)) > completion+r+doneSlack
+	arrivalRaw, doneRaw := arrivalRefuted, doneRefuted
+	defer func() {
+		bothRefuted = arrivalRaw && doneRaw
+		refutedInUse = arrivalRaw
+		if b.atCompletion {
+			refutedInUse = doneRaw
+		}
+	}()
+	// A view the 429 switches to must explain it as the gate's own excess: read
+	// there, the refused level is not far below the level the gate held. Outside
+	// traffic refutes the arrival view too (the provider refused below what it
+	// served), but the completion view, which leaves the calls in flight out, then
+	// reads lower still.
+	level := suspectRatio * b.learn.budget()
+	arrivalRefuted = arrivalRefuted && completion+r+doneSlack >= level
+	doneRefuted = doneRefuted && arrival+r+arrivalSlack >= level
+	switch {
+	case doneRefuted:
+		b.doneRefutedAt = now
+		b.arrivalAlone = 0 // counted since the completion view was last refuted
+	case arrivalRaw && !doneRaw && (b.arrivalAloneAt.IsZero() || now.Sub(b.arrivalAloneAt) >= span):
+		b.arrivalAlone++ // see arrivalAloneSwitch
+		b.arrivalAloneAt = now
+	}
+	if _, set := b.limits.countView(); set {
+		return // the user said how the provider counts
+	}
+	// A provider that a sliding window does not describe (a token bucket, fixed
+	// windows) refutes each view in turn. Arrival, the default, counts the calls in
+	// flight and is the safe one there: completion is adopted only if no 429 of
+	// the last refuteMemory windows refuted it — or if, since one did, the arrival
+	// view alone was refuted arrivalAloneSwitch times, a window or more apart.
+	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
+	switch {
+	case arrivalRefuted && doneRecentlyRefuted && b.arrivalAlone < arrivalAloneSwitch:
+		return
+	case arrivalRefuted:
+		b.modeVotes = switchVotes
+	case doneRefuted:
+		b.modeVotes = -switchVotes
+	case completion > strongVoteRatio*arrival && completion+r+doneSlack >= level && !doneRaw && !doneRecentlyRefuted:
+		b.modeVotes = switchVotes
+	case completion > weakVoteRatio*arrival:
+		b.modeVotes = max(b.modeVotes, 0) + 1
+	case arrival > weakVoteRatio*completion:
+		b.modeVotes = min(b.modeVotes, 0) - 1
+	default:
+		return
+	}
+	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
+		b.atCompletion = b.modeVotes >= switchVotes
+		b.clearVotesLocked()
+		b.learn.forgetReadings()
+		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
+		e := b.newEvent(EventLearn, now, "", "", 0, 0)
+		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
+		b.l.emit(e)
+	}
+	return
+}
+
+// The weak vote. At the 429s of the matrix's arrival-counting, fixed-window and
+// bucket providers the completion view reads a median 0.86–1.00 of the arrival
+// view; at a completion-counting provider's, 1.03–1.11, and the first 429 (a
+// probe's) reads only 1.01–1.10 of it. With three votes at 10% the switch took
+// five to thirty minutes of the arrival view's low readings; two at 5% take it
+// at the second or third 429 (sliding-completion at the truth 0.890 → 0.899 of
+// the true TPM over six seeds, 429s of the whole matrix 694 → 675).
+const (
+	weakVoteRatio = 1.05
+	switchVotes   = 2
+)
+
+// strongVoteRatio: a 429 that the completion view reads this much above the
+// arrival view switches at once (unless this 429, or one in the last
+// refuteMemory windows, refuted the completion view). Over ten seeds of the
+// matrix's 429s read on arrival, 30 of 308 on the completion-counting provider
+// read 1.25 or more; on the arrival-counting and fixed-window providers none of
+// 417 did, on the bucket 3 of 311 (at most 1.37).
+// Such a 429 is the calls of an earlier window completing: read on arrival it
+// set a trigger at 0.67–0.81 of the limit, and with no further 429 in the
+// hour the second weak vote never came. Like a refutation, it switches only to
+// a view that explains the 429 as the gate's own excess.
+const strongVoteRatio = 1.25
+
+// refuteMemory is how many windows a refutation of the completion view keeps the
+// bucket from adopting it (unless arrivalAloneSwitch lifts it).
+const refuteMemory = 10
+
+// arrivalAloneSwitch: this many 429s, a window or more apart, that refute the
+// arrival view alone lift the memory above. A bucket or fixed windows refute
+// the views in turn; a provider that counts at completion, with another client
+// on the key, refutes both once (the outside calls) and then the arrival view
+// again and again — kept on arrival by the memory, it took a 429 every two
+// windows for ten windows (the matrix's completion rows with outside traffic).
+const arrivalAloneSwitch = 2
+
+// servedLevel is the highest level a view held (plus the call's real cost) when
+// it admitted a call the provider then served, over the last one to two
+// windows: two maxima, the current one's and the one before.
+type servedLevel struct {
+	cur, prev int64
+	curStart  time.Time
+}
+
+func (s *servedLevel) roll(now time.Time, span time.Duration) {
+	switch d := now.Sub(s.curStart); {
+	case d >= 2*span:
+		s.cur, s.prev, s.curStart = 0, 0, now
+	case d >= span:
+		s.prev, s.cur, s.curStart = s.cur, 0, now
+	}
+}
+
+// note records a served call's level.
+func (s *servedLevel) note(now time.Time, level int64, span time.Duration) {
+	s.roll(now, span)
+	s.cur = max(s.cur, level)
+}
+
+// max is the highest level served in the last one to two windows.
+func (s *servedLevel) max(now time.Time, span time.Duration) int64 {
+	s.roll(now, span)
+	return max(s.cur, s.prev)
+}
