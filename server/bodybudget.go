@@ -179,23 +179,32 @@ func (b *bodyBudget) readBudgeted(ctx context.Context, wait time.Duration, r io.
 	if res.charged, err = b.acquireWithin(ctx, wait, size, request); err != nil {
 		return res, err
 	}
+	// The body grows in chunks, each as large as all before it, and is joined
+	// once it is known to fit: an answer over the limit is refused having
+	// touched the limit's worth of memory, not the twice that doubling one
+	// buffer (and copying it at each step) touches. On a VM whose pages fault
+	// in slowly on first touch, that was seconds for three 64 MiB answers at
+	// once (docs/faults.md, "Findings"). As with the doubling before, the
+	// join's copy is not charged: the chunks are garbage once it is made.
+	var chunks [][]byte
+	var total int64
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
-			if int64(len(buf)) > limit {
+			if total+int64(len(buf)) > limit {
 				break
 			}
-			// Only the growth is taken: the old buffer is garbage once copied, and
-			// taking both at once could never fit a body near the ceiling.
-			grown := min(2*int64(cap(buf)), limit+1)
-			got, err := b.acquireWithin(ctx, wait, grown-int64(cap(buf)), request)
+			// Only the new chunk is taken; the join at the end copies into one
+			// buffer and the chunks are garbage after it.
+			next := min(max(total+int64(len(buf)), int64(cap(buf))), limit+1-total-int64(len(buf)))
+			got, err := b.acquireWithin(ctx, wait, next, request)
 			if err != nil {
 				return res, err
 			}
 			res.charged += got
-			nb := make([]byte, len(buf), grown)
-			copy(nb, buf)
-			buf = nb
+			chunks = append(chunks, buf)
+			total += int64(len(buf))
+			buf = make([]byte, 0, next)
 		}
 		n, rerr := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -206,10 +215,18 @@ func (b *bodyBudget) readBudgeted(ctx context.Context, wait time.Duration, r io.
 			return res, rerr
 		}
 	}
-	if int64(len(buf)) > limit {
-		if !truncate {
-			return res, &errTooLarge{what: what, limit: limit, size: int64(len(buf))}
+	got := total + int64(len(buf))
+	if got > limit && !truncate {
+		return res, &errTooLarge{what: what, limit: limit, size: got}
+	}
+	if len(chunks) > 0 {
+		whole := make([]byte, 0, min(got, limit))
+		for _, c := range append(chunks, buf) {
+			whole = append(whole, c[:min(int64(len(c)), int64(cap(whole)-len(whole)))]...)
 		}
+		buf = whole
+	}
+	if int64(len(buf)) > limit {
 		buf = buf[:limit]
 	}
 	res.b = buf

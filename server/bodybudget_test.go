@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -199,4 +200,55 @@ func TestBodyBudgetSemaphore(t *testing.T) {
 	if b.inUse() != 0 || len(b.waiters) != 0 {
 		t.Fatalf("in use %d, waiters %d", b.inUse(), len(b.waiters))
 	}
+}
+
+// readBudgeted reads bodies of unknown length whole, at the chunk edges too;
+// refuses one over the limit (and releases what it took), or keeps the first
+// limit bytes with truncate; and never charges the budget more than the limit
+// and the one byte that tells the end.
+func TestReadBudgetedSizes(t *testing.T) {
+	const limit = 1<<20 + 5
+	for _, n := range []int{0, 1, 64<<10 - 1, 64 << 10, 64<<10 + 1, 128 << 10, 1<<20 + 17 - 12, limit, limit + 1, 3 << 20} {
+		for _, truncate := range []bool{false, true} {
+			body := make([]byte, n)
+			for i := range body {
+				body[i] = byte(i*7 + i/251)
+			}
+			b := newBodyBudget(64 << 20)
+			res, err := b.readBudgeted(context.Background(), time.Second, &shortReader{b: body}, -1, limit, false, truncate, "the answer")
+			switch {
+			case n > limit && !truncate:
+				var tl *errTooLarge
+				if !errors.As(err, &tl) || tl.size != limit+1 {
+					t.Fatalf("%d bytes: err %v, want errTooLarge at %d", n, err, limit+1)
+				}
+				if used := b.inUse(); used != 0 {
+					t.Fatalf("%d bytes refused: %d bytes of the budget still taken", n, used)
+				}
+				continue
+			case err != nil:
+				t.Fatalf("%d bytes (truncate %v): %v", n, truncate, err)
+			}
+			want := body[:min(n, limit)]
+			if !bytes.Equal(res.b, want) {
+				t.Fatalf("%d bytes (truncate %v): read %d bytes, not the body's first %d", n, truncate, len(res.b), len(want))
+			}
+			if res.charged > limit+1 || b.inUse() != res.charged {
+				t.Fatalf("%d bytes: charged %d (in use %d), want at most %d and all of it held", n, res.charged, b.inUse(), limit+1)
+			}
+			b.release(res.charged)
+		}
+	}
+}
+
+// shortReader returns at most 1,000 bytes a read.
+type shortReader struct{ b []byte }
+
+func (r *shortReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 1000)], r.b)
+	r.b = r.b[n:]
+	return n, nil
 }
