@@ -47,33 +47,7 @@ type MatrixRow struct {
 // rows use base.Network, or the default scenario's when base has none. Runs go in
 // parallel; the result is the same in any order.
 func Matrix(base Scenario) ([]MatrixRow, error) {
-	lat := base.Network
-	if lat.Delay == 0 && lat.Jitter == 0 {
-		lat = DefaultScenario().Network
-	}
-	var scens []Scenario
-	var rows []MatrixRow
-	for _, model := range LimitModels {
-		for _, latency := range []bool{false, true} {
-			for _, start := range MatrixStarts {
-				for _, out := range MatrixOutside {
-					i := len(rows)
-					s := base
-					s.Provider.Model = model
-					s.Network = NetworkSpec{}
-					if latency {
-						s.Network = lat
-					}
-					s.Gate.Start, s.Gate.TPM, s.Gate.RPM = start, 0, 0
-					s.Outside.Share = out
-					s.Sessions = 24 + (i*7)%17             // 24 … 40
-					s.Demand = 1.4 + 0.05*float64((i*3)%5) // 1.40 … 1.60
-					scens = append(scens, s)
-					rows = append(rows, MatrixRow{Model: model, Latency: latency, Start: start, Outside: out, Sessions: s.Sessions, Demand: s.Demand})
-				}
-			}
-		}
-	}
+	scens, rows := matrixRuns(base)
 	errs := make([]error, len(rows))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -103,6 +77,38 @@ func Matrix(base Scenario) ([]MatrixRow, error) {
 		}
 	}
 	return rows, nil
+}
+
+// matrixRuns is the matrix's scenarios and their rows, before any run.
+func matrixRuns(base Scenario) ([]Scenario, []MatrixRow) {
+	lat := base.Network
+	if lat.Delay == 0 && lat.Jitter == 0 {
+		lat = DefaultScenario().Network
+	}
+	var scens []Scenario
+	var rows []MatrixRow
+	for _, model := range LimitModels {
+		for _, latency := range []bool{false, true} {
+			for _, start := range MatrixStarts {
+				for _, out := range MatrixOutside {
+					i := len(rows)
+					s := base
+					s.Provider.Model = model
+					s.Network = NetworkSpec{}
+					if latency {
+						s.Network = lat
+					}
+					s.Gate.Start, s.Gate.TPM, s.Gate.RPM = start, 0, 0
+					s.Outside.Share = out
+					s.Sessions = 24 + (i*7)%17             // 24 … 40
+					s.Demand = 1.4 + 0.05*float64((i*3)%5) // 1.40 … 1.60
+					scens = append(scens, s)
+					rows = append(rows, MatrixRow{Model: model, Latency: latency, Start: start, Outside: out, Sessions: s.Sessions, Demand: s.Demand})
+				}
+			}
+		}
+	}
+	return scens, rows
 }
 
 // Targets returns the targets a matrix row misses, as short labels:

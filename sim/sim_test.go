@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -440,5 +441,33 @@ func TestScenarioCountsAt(t *testing.T) {
 	s.Gate.CountsAt = gate.CountsAtLearn
 	if same, err := RunModes(s, ModeGate); err != nil || !reflect.DeepEqual(same.Modes, learning.Modes) {
 		t.Fatalf("countsAt: learn ran differently from unset (%v)", err)
+	}
+}
+
+// Another client on the key, the gate started at twice the truth (the
+// matrix's sliding-arrival row with latency): the first 429 reads the window
+// before the other client's share has filled it; the second, right after the
+// cooldown, reads 0.91–0.94 of what remains, while the other client's calls
+// refused meanwhile land at the same edge. Refused twice within two windows,
+// that trigger stood for the hour (0.84–0.86 of what remains, never within 5%
+// of it); with the step a trigger lowered again gets, these runs converge in
+// three or four windows.
+func TestTriggerLoweredAgainRecovers(t *testing.T) {
+	for _, seed := range []uint64{1, 3, 6, 12} {
+		base := DefaultScenario()
+		base.Seed, base.Duration = seed, Duration(MatrixDuration)
+		scens, rows := matrixRuns(base)
+		i := slices.IndexFunc(rows, func(r MatrixRow) bool {
+			return r.Model == LimitSlidingArrival && r.Latency && r.Start == 2 && r.Outside == 0.1
+		})
+		rep, err := RunModes(scens[i], ModeGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := rep.Modes[ModeGate]
+		t.Logf("seed %d: %d 429s, converged after %s windows, %.3f of what remains", seed, g.RateLimited, windows(g.ConvergedAfterWindows), g.RemainingUtilization)
+		if c := g.ConvergedAfterWindows; c == nil || *c > 5 || g.RemainingUtilization < 0.87 || g.RateLimited > 3 {
+			t.Errorf("seed %d: converged after %s windows, %.3f of what remains, %d 429s; want ≤ 5, ≥ 0.87, ≤ 3", seed, windows(c), g.RemainingUtilization, g.RateLimited)
+		}
 	}
 }

@@ -626,3 +626,80 @@ func TestSwitchToCompletionReachesTheRevertOfThatProbeOnly(t *testing.T) {
 		t.Fatal("toCompletion outlived its 429")
 	}
 }
+
+// A second 429 within two windows of the first that reads lower sets a trigger
+// the clean record may no longer lift (the repeat clamps it), so without a step
+// it would stand until the slow re-probe, hours on. It gets the first trigger's
+// one step — even when it refutes the view — after two windows without a 429;
+// a 429 answering the step takes it back, and the next such trigger within
+// againProbeWindows gets none.
+func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
+	span := time.Minute
+	// The first 429 a window and a half before: trigger 1,000, its one step
+	// already used; the clean record from before both.
+	lowered := func() *learner {
+		l := newLearner(2000, true, t0)
+		l.trigger, l.quota, l.cleanMax, l.firstUsed = 1000, 1000, 1100, true
+		l.prevCut, l.burstStart, l.last429, l.lastProbe = t0, t0, t0, t0
+		return &l
+	}
+	at := t0.Add(span + span/2)
+	l := lowered()
+	l.on429(at, 850, 150, true, false, span)
+	if l.trigger != 850 || l.cleanMax != 850 {
+		t.Fatalf("trigger %v clean record %v, want both at the reading 850", l.trigger, l.cleanMax)
+	}
+	if _, moved := l.onTokenBlocked(at.Add(span), span); moved {
+		t.Fatalf("stepped a window after the 429 (trigger %v)", l.trigger)
+	}
+	step := at.Add(2 * span)
+	if st, moved := l.onTokenBlocked(step, span); !moved || math.Abs(l.trigger-892.5) > 1e-9 {
+		t.Fatalf("step %+v moved %v, trigger %v: want one step to 892.5", st, moved, l.trigger)
+	}
+	// Refused within the step's two windows: back to 850, and no more steps.
+	l.on429(step.Add(10*time.Second), 880, 150, false, false, span)
+	if l.trigger != 850 {
+		t.Fatalf("trigger %v after the step was refused, want 850", l.trigger)
+	}
+	for w := 1; w < 40; w++ {
+		if st, moved := l.onTokenBlocked(step.Add(10*time.Second+time.Duration(w)*span), span); moved {
+			t.Fatalf("window %d: moved again (%+v)", w, st)
+		}
+	}
+	// Within againProbeWindows of the last such step, a trigger lowered again
+	// gets none.
+	again := step.Add(30 * span)
+	l.prevCut, l.burstStart = again.Add(-span-span/2), again.Add(-span-span/2)
+	l.on429(again, 700, 100, false, false, span)
+	if l.trigger != 700 {
+		t.Fatalf("trigger %v, want the reading 700", l.trigger)
+	}
+	for w := 1; w < 10; w++ {
+		if st, moved := l.onTokenBlocked(again.Add(time.Duration(w)*span), span); moved {
+			t.Fatalf("a second lowered trigger within the hour: window %d moved (%+v)", w, st)
+		}
+	}
+
+	for _, tc := range []struct {
+		name    string
+		at      time.Duration // after the first 429
+		reading float64
+		slack   float64
+	}{
+		{"not within two windows", 3 * span, 850, 150},
+		{"a narrow bracket", span + span/2, 850, 40},       // 40 < 5% of 850
+		{"at the level refused", span + span/2, 1000, 150}, // steps down to 970: a step would go above 1,000
+		{"not clearly lower", span + span/2, 930, 150},     // 930 × 1.05 is above 0.97 × 1,000
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := lowered()
+			at := t0.Add(tc.at)
+			l.on429(at, tc.reading, tc.slack, true, false, span)
+			for w := 1; w < 10; w++ {
+				if st, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {
+					t.Fatalf("window %d: moved (%+v), trigger %v", w, st, l.trigger)
+				}
+			}
+		})
+	}
+}

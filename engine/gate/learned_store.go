@@ -35,6 +35,8 @@ type LearnedQuota struct {
 	FirstProbe int     `json:"firstProbe,omitempty"`
 	FirstFrom  float64 `json:"firstFrom,omitempty"`
 	FirstUsed  bool    `json:"firstUsed,omitempty"`
+	// AgainProbeAt: when a trigger a second 429 lowered last got that step.
+	AgainProbeAt time.Time `json:"againProbeAt,omitzero"`
 	// RefusedLevel is the trigger the last trusted 429 set (a second 429 there
 	// is read as it is); CountsAt, the view the readings were taken in
 	// (CountsAtArrival or CountsAtCompletion; "" in a record from before it:
@@ -101,6 +103,7 @@ func (l *learner) restore(q LearnedQuota) {
 	}
 	l.lastSuspect, l.suspects = q.LastSuspect, q.Suspects
 	l.firstProbe, l.firstFrom, l.firstUsed = q.FirstProbe, q.FirstFrom, q.FirstUsed
+	l.againProbeAt = q.AgainProbeAt
 	l.refusedLevel = q.RefusedLevel
 	// last429 came along: a window another instance saw a 429 in is not clean here.
 }
@@ -110,5 +113,6 @@ func (l *learner) snapshot() LearnedQuota {
 		CleanMax: l.cleanMax, LastProbe: l.lastProbe, ProbeRun: l.probeRun, PreProbe: l.preProbe,
 		PrevCut: l.prevCut, LastRelax: l.lastRelax, LastRaise: l.lastRaise, Relaxed: l.relaxed,
 		LastSuspect: l.lastSuspect, Suspects: l.suspects,
-		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed, RefusedLevel: l.refusedLevel}
+		FirstProbe: l.firstProbe, FirstFrom: l.firstFrom, FirstUsed: l.firstUsed,
+		AgainProbeAt: l.againProbeAt, RefusedLevel: l.refusedLevel}
 }

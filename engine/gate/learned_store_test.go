@@ -19,10 +19,10 @@ func TestLearnedSnapshotRestore(t *testing.T) {
 	a.prevCut, a.lastRelax, a.relaxed, a.lastRaise = t0.Add(4*time.Second), t0.Add(5*time.Second), true, t0.Add(7*time.Second)
 	a.lastSuspect, a.suspects = t0.Add(6*time.Second), 2
 	a.firstProbe, a.firstFrom, a.firstUsed = firstProbeInFlight, 8400, true
-	a.refusedLevel = 8500
+	a.refusedLevel, a.againProbeAt = 8500, t0.Add(8*time.Second)
 	q := a.snapshot()
-	if q.RefusedLevel != 8500 {
-		t.Fatalf("snapshot RefusedLevel %v, want 8500", q.RefusedLevel)
+	if q.RefusedLevel != 8500 || !q.AgainProbeAt.Equal(t0.Add(8*time.Second)) {
+		t.Fatalf("snapshot RefusedLevel %v AgainProbeAt %v, want 8500 and t0+8s", q.RefusedLevel, q.AgainProbeAt)
 	}
 	b := newLearner(10000, true, t0.Add(time.Hour))
 	b.restore(q)

@@ -58,6 +58,12 @@ const (
 // a trigger read in the wrong view only adds 429s.
 const firstProbeWait = 2
 
+// againProbeWindows: a trigger that a second 429 within two windows set lower
+// than the first gets the first trigger's one probe step too, at most once per
+// this many windows (see on429). A refused step costs one 429, so an hour at a
+// 60 s window keeps it within the one 429 an hour a right trigger may take.
+const againProbeWindows = 60
+
 // revertProbeBracket: a first trigger set by a refused probe step gets the one
 // probe step only when its bracket (the refused call and the reading's spread)
 // is this share of the reading or more. The level below the step passed, so a
@@ -109,13 +115,17 @@ type learner struct {
 	// somewhere between it and it plus the refused call. It gets one probe
 	// step (firstProbe: armed, then in flight from firstFrom) once it has bound
 	// the budget for firstProbeWait windows without a 429; a 429 answering the
-	// step within two windows takes it back, a later one is read as usual.
-	firstProbe  int
-	firstFrom   float64
-	firstUsed   bool      // the one probe was armed already, or the readings were forgotten
-	burstStart  time.Time // first trusted 429 of the current burst
-	lastSuspect time.Time // first 429 of the current suspect series
-	suspects    int       // 429s in the current suspect series
+	// step within two windows takes it back, a later one is read as usual. A
+	// trigger a second 429 lowered gets the same step (againProbeWindows).
+	firstProbe int
+	firstFrom  float64
+	firstUsed  bool // the one probe was armed already, or the readings were forgotten
+	// againProbeAt: when a trigger lowered by a second 429 last got that step
+	// (see againProbeWindows).
+	againProbeAt time.Time
+	burstStart   time.Time // first trusted 429 of the current burst
+	lastSuspect  time.Time // first 429 of the current suspect series
+	suspects     int       // 429s in the current suspect series
 
 	// Leak detection and the suspect rule: the highest window reading admitted in
 	// a window that then passed without a 429. A later trigger below it is
@@ -287,6 +297,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 	repeated := !l.prevCut.IsZero() && now.Sub(l.prevCut) < 2*span
 	atLevel := !probing && reading >= atLevelShare*level && reading <= level*1.05
 	hadTrigger := l.trigger > 0
+	prevTrigger := l.trigger
 	if reading > 0 {
 		t := reading
 		// Not when the level refused is the trigger an earlier 429 set, within
@@ -355,6 +366,19 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// reach less than one step above the reading, the step would overshoot.
 		// After a refused probe step, see revertMayStep.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
+	case hadTrigger && repeated && !probing && l.trigger*learnProbeFactor < stepDown*prevTrigger && slack >= (learnProbeFactor-1)*reading &&
+		(l.againProbeAt.IsZero() || now.Sub(l.againProbeAt) >= againProbeWindows*span):
+		// Refused again within two windows, and read lower: the second 429
+		// comes while the gate refills the window its cooldown drained, with
+		// the calls in flight at their estimates and any other client's
+		// backlog landing at the same edge. Its reading is the bottom of a
+		// wide bracket, and the repeat keeps the clean record from lifting
+		// it: without a step it would stand until the slow re-probe, hours
+		// on. Even when it refutes the view (the other client's calls do),
+		// one step as the first trigger gets, when it stays clearly under the
+		// trigger refused before (not a 429 at the level, which steps down
+		// only stepDown); a 429 answering it takes it back.
+		l.firstProbe, l.againProbeAt = firstProbeArmed, now
 	default:
 		l.firstProbe = firstProbeDone
 	}
