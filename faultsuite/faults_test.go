@@ -54,12 +54,12 @@ func TestUpstreamFaults(t *testing.T) {
 
 // TestOversizedAnswer: an answer over the 64 MiB limit is downloaded once and
 // answered 502 naming the limit, never retried. Three clients, so that their
-// answers (64 MiB each) fit the 256 MiB body budget together: with eight, an
+// answers (65 MiB each) fit the 256 MiB body budget together: with eight, an
 // answer waiting for room could pass a 2 s responseTimeout mid-read and be
 // retried as a TIMEOUT (docs/faults.md, "Findings"). Its own process, with a
-// responseTimeout of 30 s instead of the suite's 2 s: reading 64 MiB into fresh
-// memory took 2–3 s on a microVM whose pages are faulted in on first touch, and
-// the attempt was retried as a TIMEOUT (4–6 downloads for 3 calls) — the
+// responseTimeout of 30 s instead of the suite's 2 s: on a microVM whose pages
+// fault in slowly on first touch, reading the three answers took 2.2–3.5 s and
+// the attempts were retried as TIMEOUTs (4–6 downloads for 3 calls) — the
 // deadline doing its job, not the limit failing. The budget's own 503 is
 // TestBigBodies' and server/bodybudget_test.go's.
 func TestOversizedAnswer(t *testing.T) {

@@ -180,23 +180,25 @@ func (b *bodyBudget) readBudgeted(ctx context.Context, wait time.Duration, r io.
 		return res, err
 	}
 	// The body grows in chunks, each as large as all before it, and is joined
-	// once it is known to fit: an answer over the limit is refused having
-	// touched the limit's worth of memory, not the twice that doubling one
-	// buffer (and copying it at each step) touches. On a VM whose pages fault
-	// in slowly on first touch, that was seconds for three 64 MiB answers at
-	// once (docs/faults.md, "Findings"). As with the doubling before, the
-	// join's copy is not charged: the chunks are garbage once it is made.
+	// once it is known to fit. An answer over the limit is refused having
+	// allocated the limit's worth of memory, where doubling one buffer (and
+	// copying it at each step) allocated about three times that, and held one
+	// and a half at its peak. On a VM whose pages fault in slowly on first
+	// touch, that was seconds for three 65 MiB answers at once
+	// (docs/faults.md, "Findings"). The join's copy is not charged, as the
+	// doubling's old buffer was not: it holds up to the body's length more for
+	// a moment (doubling held half the final buffer), and the chunks are
+	// garbage once it is made.
 	var chunks [][]byte
-	var total int64
+	var total int64 // bytes in chunks
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
 			if total+int64(len(buf)) > limit {
 				break
 			}
-			// Only the new chunk is taken; the join at the end copies into one
-			// buffer and the chunks are garbage after it.
-			next := min(max(total+int64(len(buf)), int64(cap(buf))), limit+1-total-int64(len(buf)))
+			// Only the new chunk is taken, as large as the body so far.
+			next := min(total+int64(len(buf)), limit+1-total-int64(len(buf)))
 			got, err := b.acquireWithin(ctx, wait, next, request)
 			if err != nil {
 				return res, err
@@ -215,12 +217,12 @@ func (b *bodyBudget) readBudgeted(ctx context.Context, wait time.Duration, r io.
 			return res, rerr
 		}
 	}
-	got := total + int64(len(buf))
-	if got > limit && !truncate {
-		return res, &errTooLarge{what: what, limit: limit, size: got}
+	read := total + int64(len(buf))
+	if read > limit && !truncate {
+		return res, &errTooLarge{what: what, limit: limit, size: read}
 	}
 	if len(chunks) > 0 {
-		whole := make([]byte, 0, min(got, limit))
+		whole := make([]byte, 0, min(read, limit))
 		for _, c := range append(chunks, buf) {
 			whole = append(whole, c[:min(int64(len(c)), int64(cap(whole)-len(whole)))]...)
 		}

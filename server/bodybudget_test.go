@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,7 +209,7 @@ func TestBodyBudgetSemaphore(t *testing.T) {
 // and the one byte that tells the end.
 func TestReadBudgetedSizes(t *testing.T) {
 	const limit = 1<<20 + 5
-	for _, n := range []int{0, 1, 64<<10 - 1, 64 << 10, 64<<10 + 1, 128 << 10, 1<<20 + 17 - 12, limit, limit + 1, 3 << 20} {
+	for _, n := range []int{0, 1, 64<<10 - 1, 64 << 10, 64<<10 + 1, 128 << 10, 1 << 20, limit, limit + 1, 3 << 20} {
 		for _, truncate := range []bool{false, true} {
 			body := make([]byte, n)
 			for i := range body {
@@ -251,4 +252,26 @@ func (r *shortReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), 1000)], r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// An answer of unknown length over the limit is refused having allocated about
+// the limit, not the three times the limit that doubling one buffer allocated
+// (1.0× against 3.0× measured): on a machine whose fresh pages fault in slowly,
+// three such answers at once took seconds to refuse (docs/faults.md).
+func TestReadBudgetedOversizedAllocatesTheLimit(t *testing.T) {
+	const limit = 8 << 20
+	body := make([]byte, 3*limit)
+	b := newBodyBudget(64 << 20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := b.readBudgeted(context.Background(), time.Second, &shortReader{b: body}, -1, limit, false, false, "the answer")
+	runtime.ReadMemStats(&after)
+	var tl *errTooLarge
+	if !errors.As(err, &tl) {
+		t.Fatalf("err %v, want errTooLarge", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > limit*3/2 {
+		t.Fatalf("allocated %d bytes refusing an answer over %d, want at most 1.5× the limit", alloc, limit)
+	}
 }

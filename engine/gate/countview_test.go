@@ -667,17 +667,23 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 		}
 	}
 	// Within againProbeWindows of the last such step, a trigger lowered again
-	// gets none.
-	again := step.Add(30 * span)
-	l.prevCut, l.burstStart = again.Add(-span-span/2), again.Add(-span-span/2)
-	l.on429(again, 700, 100, false, false, span)
+	// gets none; from then on, one gets it again.
+	within := at.Add(59 * span) // againProbeWindows (60) less one
+	l.prevCut, l.burstStart = within.Add(-span-span/2), within.Add(-span-span/2)
+	l.on429(within, 700, 90, false, false, span)
 	if l.trigger != 700 {
 		t.Fatalf("trigger %v, want the reading 700", l.trigger)
 	}
-	for w := 1; w < 10; w++ {
-		if st, moved := l.onTokenBlocked(again.Add(time.Duration(w)*span), span); moved {
-			t.Fatalf("a second lowered trigger within the hour: window %d moved (%+v)", w, st)
-		}
+	if _, moved := l.onTokenBlocked(within.Add(span/2), span); moved {
+		t.Fatalf("a lowered trigger within againProbeWindows moved (trigger %v)", l.trigger)
+	}
+	past := within.Add(span + span/2) // againProbeWindows and a half after the first step's 429
+	l.on429(past, 600, 90, false, false, span)
+	if l.trigger != 600 {
+		t.Fatalf("trigger %v, want the reading 600", l.trigger)
+	}
+	if st, moved := l.onTokenBlocked(past.Add(2*span), span); !moved || math.Abs(l.trigger-630) > 1e-9 {
+		t.Fatalf("step %+v moved %v, trigger %v: want a step to 630 past againProbeWindows", st, moved, l.trigger)
 	}
 
 	for _, tc := range []struct {
@@ -685,15 +691,20 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 		at      time.Duration // after the first 429
 		reading float64
 		slack   float64
+		probing bool // a probe step of the quota was being tried
 	}{
-		{"not within two windows", 3 * span, 850, 150},
-		{"a narrow bracket", span + span/2, 850, 40},       // 40 < 5% of 850
-		{"at the level refused", span + span/2, 1000, 150}, // steps down to 970: a step would go above 1,000
-		{"not clearly lower", span + span/2, 930, 150},     // 930 × 1.05 is above 0.97 × 1,000
+		{"not within two windows", 3 * span, 850, 150, false},
+		{"a probe step refused", span + span/2, 850, 150, true},   // reverted, not stepped
+		{"a narrow bracket", span + span/2, 850, 40, false},       // 40 < 5% of 850
+		{"at the level refused", span + span/2, 1000, 150, false}, // steps down to 970: a step would go above 1,000
+		{"not clearly lower", span + span/2, 930, 150, false},     // 930 × 1.05 is above 0.97 × 1,000
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := lowered()
 			at := t0.Add(tc.at)
+			if tc.probing {
+				l.preProbe, l.lastRaise = 900, at.Add(-10*time.Second)
+			}
 			l.on429(at, tc.reading, tc.slack, true, false, span)
 			for w := 1; w < 10; w++ {
 				if st, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {

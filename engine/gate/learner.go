@@ -60,8 +60,8 @@ const firstProbeWait = 2
 
 // againProbeWindows: a trigger that a second 429 within two windows set lower
 // than the first gets the first trigger's one probe step too, at most once per
-// this many windows (see on429). A refused step costs one 429, so an hour at a
-// 60 s window keeps it within the one 429 an hour a right trigger may take.
+// this many windows (see on429). A refused step costs one 429: at a 60 s window
+// that is at most one 429 an hour on top of a right trigger's noise.
 const againProbeWindows = 60
 
 // revertProbeBracket: a first trigger set by a refused probe step gets the one
