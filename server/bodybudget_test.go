@@ -259,13 +259,12 @@ func (r *shortReader) Read(p []byte) (int, error) {
 // (1.0× against 3.0× measured): on a machine whose fresh pages fault in slowly,
 // three such answers at once took seconds to refuse (docs/faults.md).
 func TestReadBudgetedOversizedAllocatesTheLimit(t *testing.T) {
-	const limit = 8 << 20
-	body := make([]byte, 3*limit)
-	b := newBodyBudget(64 << 20)
+	const limit = 32 << 20
+	b := newBodyBudget(256 << 20)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := b.readBudgeted(context.Background(), time.Second, &shortReader{b: body}, -1, limit, false, false, "the answer")
+	_, err := b.readBudgeted(context.Background(), time.Second, &zeroes{n: 2 * limit}, -1, limit, false, false, "the answer")
 	runtime.ReadMemStats(&after)
 	var tl *errTooLarge
 	if !errors.As(err, &tl) {
@@ -274,4 +273,18 @@ func TestReadBudgetedOversizedAllocatesTheLimit(t *testing.T) {
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > limit*3/2 {
 		t.Fatalf("allocated %d bytes refusing an answer over %d, want at most 1.5× the limit", alloc, limit)
 	}
+}
+
+// zeroes reads n zero bytes, at most 1,000 a read, allocating nothing.
+type zeroes struct{ n int }
+
+var zeroBlock [1000]byte
+
+func (r *zeroes) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.n)], zeroBlock[:])
+	r.n -= n
+	return n, nil
 }
