@@ -81,16 +81,19 @@ type timingCase struct {
 	// a stated limit from the headers. The other cases' 429s name the axis
 	// but no figure, so the gate learns the limit from the 429s alone.
 	stated bool
+	// outside: another client spends timingOutsideShare of the limit on the
+	// same key, straight at the provider; utilization is then of what remains.
+	outside bool
 }
 
 var timingCases = []timingCase{
-	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
-	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
-	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false},
+	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
+	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
+	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
 	// The 2× start again, without headers, but with 429s that state the limit:
 	// the first 429 tells it, and the targets are those of the headers' case.
-	{"Start2xStatedIn429", 2 * timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, true},
-	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false, false},
+	{"Start2xStatedIn429", 2 * timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, true, false},
+	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false, false, false},
 	// The bucket's 429 targets are those of Start2xNoHeaders (≤ 3, none from
 	// window 3 on). The gate reads the bucket's rate from what it spent at the
 	// 429 where the reserve runs dry, usually the second, at about 25 s; in some
@@ -102,8 +105,19 @@ var timingCases = []timingCase{
 	// served ÷ (limit × windows) counts what the reserve lends back after each
 	// cooldown (1.1–1.4 in one window, 0.4 in the next), and the issue sets its
 	// utilization targets for the sliding window.
-	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true, false},
+	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true, false, false},
+	// Another client spends a tenth of the key (the simulator's `outside`): the
+	// gate's 429s and utilization of what the other client leaves.
+	{"AtTruthOutside", timingLimit, false, timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, true},
 }
+
+// The other client of the outside case: one call of about timingInputTokens
+// every timingOutsideEvery, sent again a second later while refused.
+const (
+	timingOutsideShare = 0.1
+	timingOutsideEvery = time.Duration(float64(timingWindow) * (timingInputTokens + timingOutputMedian) / (timingOutsideShare * timingLimit))
+	timingOutsideRetry = time.Second
+)
 
 // The free case's outputs: log-normal, median timingOutputMedian, p99 about
 // 7.5 × the median (σ 0.87), written at 5 ms a token.
@@ -179,6 +193,10 @@ type timingRun struct {
 	mu  sync.Mutex // guards r's call counters and lat during the load
 	r   timingResult
 	lat []time.Duration
+
+	provURL string
+	// The other client's served tokens and 429s per window (outside case).
+	outTokens, outRefused []int64
 }
 
 // newTimingRun starts the case's provider and server on 127.0.0.1.
@@ -206,7 +224,7 @@ gate:
 `, up.URL, timingWindow, tc.start), nil)
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * timingSessions}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}}
+	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}, provURL: up.URL}
 }
 
 // load runs the sessions: each sends calls back to back until timingDuration
@@ -219,6 +237,13 @@ func (run *timingRun) load() {
 	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(timingDrain))
 	defer cancel()
 	var wg sync.WaitGroup
+	if run.tc.outside {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run.outsideClient(ctx, start, stopAt)
+		}()
+	}
 	for s := range timingSessions {
 		wg.Add(1)
 		go func() {
@@ -257,6 +282,77 @@ func (run *timingRun) load() {
 	run.r.elapsed = time.Since(start)
 }
 
+// outsideClient is another client on the same key, straight at the provider:
+// a call every timingOutsideEvery, each sent again timingOutsideRetry after a
+// 429 until it passes. It records what it was served and refused per window.
+func (run *timingRun) outsideClient(ctx context.Context, start, stopAt time.Time) {
+	windows := int(timingDuration/timingWindow) + 2
+	run.outTokens, run.outRefused = make([]int64, windows), make([]int64, windows)
+	rng := rand.New(rand.NewPCG(99, 42))
+	next := start.Add(timingOutsideEvery / 2)
+	for i := 0; i < timingMaxPerSession; i++ {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !time.Now().Before(stopAt) {
+			return
+		}
+		next = next.Add(timingOutsideEvery)
+		body := timingBody("outside", i, rng, true)
+		for time.Now().Before(stopAt) {
+			sent := time.Now()
+			w := min(int(sent.Sub(start)/timingWindow), windows-1)
+			status, tokens := outsideCall(ctx, run.client, run.provURL, body)
+			if status == http.StatusOK {
+				run.mu.Lock()
+				run.outTokens[w] += tokens
+				run.mu.Unlock()
+				break
+			}
+			if status == http.StatusTooManyRequests {
+				run.mu.Lock()
+				run.outRefused[w]++
+				run.mu.Unlock()
+			}
+			select {
+			case <-time.After(timingOutsideRetry):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// outsideCall sends body to the provider itself and returns the status and, on
+// a 200, the tokens its usage counts.
+func outsideCall(ctx context.Context, client *http.Client, provURL string, body []byte) (int, int64) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, provURL+"/v1/chat/completions", strings.NewReader(string(body)))
+	if err != nil {
+		return 0, 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var cc struct {
+		Usage struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &cc) == nil {
+		return resp.StatusCode, cc.Usage.Prompt + cc.Usage.Completion
+	}
+	return resp.StatusCode, 0
+}
+
 // report computes the case's figures, logs them, fails on harness errors and
 // reports (or, enforced, fails) the targets.
 func (run *timingRun) report(t *testing.T) {
@@ -264,20 +360,34 @@ func (run *timingRun) report(t *testing.T) {
 	st := run.prov.Stats()
 	r.windows, r.refusals, r.refused, r.providerBadRequest = st.Windows, st.Refusals, st.Refused, st.BadRequests
 	windows := int(timingDuration / timingWindow)
-	var served, servedL int64
+	var served, servedL, outServed, outServedL, outRefused int64
 	for i, w := range st.Windows {
+		// The other client's calls are its own: what it was served leaves the
+		// capacity the gate's share is measured against, its 429s are not the
+		// gate's.
+		var ot, or int64
+		if i < len(run.outTokens) {
+			ot, or = run.outTokens[i], run.outRefused[i]
+		}
+		outRefused += or
 		if i < windows {
-			served += w.Tokens
+			served += w.Tokens - ot
+			outServed += ot
 			if i >= timingLearnedFrom {
-				servedL += w.Tokens
+				servedL += w.Tokens - ot
+				outServedL += ot
 			}
 		}
 		if i >= timingLearnedFrom {
-			r.refusedL += w.Refused
+			r.refusedL += w.Refused - or
 		}
 	}
-	r.util = float64(served) / float64(timingLimit*windows)
-	r.utilLearned = float64(servedL) / float64(timingLimit*(windows-timingLearnedFrom))
+	r.refused -= outRefused
+	r.util = float64(served) / float64(timingLimit*int64(windows)-outServed)
+	r.utilLearned = float64(servedL) / float64(timingLimit*int64(windows-timingLearnedFrom)-outServedL)
+	if run.tc.outside {
+		t.Logf("%s: the other client was served %d tokens (%.3f of the limit) and refused %d times; utilization is of what it left", tc.name, outServed, float64(outServed)/float64(timingLimit*windows), outRefused)
+	}
 	slices.Sort(run.lat)
 	r.p50, r.p99 = quantile(run.lat, 0.50), quantile(run.lat, 0.99)
 	bs := f.status("fake", "gpt-fake")
@@ -288,6 +398,9 @@ func (run *timingRun) report(t *testing.T) {
 		series = append(series, fmt.Sprintf("%.1fk/%d", float64(w.Tokens)/1000, w.Refused))
 	}
 	var at []string
+	if tc.outside {
+		at = append(at, "(both clients)")
+	}
 	for _, d := range st.Refusals {
 		at = append(at, fmt.Sprintf("%.2fs", d.Seconds()))
 	}
