@@ -341,16 +341,24 @@ func outsideCall(ctx context.Context, client *http.Client, provURL string, body 
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if prompt, completion, ok := answerUsage(b); resp.StatusCode == http.StatusOK && ok {
+		return resp.StatusCode, prompt + completion
+	}
+	return resp.StatusCode, 0
+}
+
+// answerUsage reads an OpenAI answer's usage; ok is false without both counts.
+func answerUsage(b []byte) (prompt, completion int64, ok bool) {
 	var cc struct {
 		Usage struct {
 			Prompt     int64 `json:"prompt_tokens"`
 			Completion int64 `json:"completion_tokens"`
 		} `json:"usage"`
 	}
-	if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &cc) == nil {
-		return resp.StatusCode, cc.Usage.Prompt + cc.Usage.Completion
+	if err := json.Unmarshal(b, &cc); err != nil || cc.Usage.Prompt <= 0 || cc.Usage.Completion <= 0 {
+		return 0, 0, false
 	}
-	return resp.StatusCode, 0
+	return cc.Usage.Prompt, cc.Usage.Completion, true
 }
 
 // report computes the case's figures, logs them, fails on harness errors and
@@ -494,13 +502,7 @@ func timingCall(ctx context.Context, client *http.Client, base, session string, 
 		}
 		return callHarness, fmt.Sprintf("status %d without X-Gate-Class: %.200s", resp.StatusCode, b)
 	}
-	var cc struct {
-		Usage struct {
-			Prompt     int64 `json:"prompt_tokens"`
-			Completion int64 `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &cc); err != nil || cc.Usage.Prompt <= 0 || cc.Usage.Completion <= 0 {
+	if _, _, ok := answerUsage(b); !ok {
 		return callHarness, fmt.Sprintf("a 200 without usage: %.200s", b)
 	}
 	return callOK, ""
