@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -20,14 +21,19 @@ import (
 )
 
 // The gate measured over real HTTP (issue 9, "Over real HTTP"): a fake provider
-// with a hidden limit (hidden but in one case, whose 429s state it) on 127.0.0.1, a real gatectl server in front of it, and
-// 30 closed-loop sessions for 60 s per case, the cases run side by side.
+// with a hidden limit on 127.0.0.1, a real gatectl server in front of it, and 30
+// closed-loop sessions for 60 s per case, the cases run side by side. The limit
+// is a sliding window counted on arrival, but in three cases: one provider's
+// 429s state it, one is a token bucket, one counts a call at completion.
 //
 //	go test ./server/ -run TestGateTimingE2E -v -count=1
 //
+// With TIMING_LOG=1 each case also logs its gatectl's whole log (the learner's
+// steps, each wait and 429).
+//
 // The figures it logs go to docs/benchmarks.md. The targets are the issue's, and
 // the gate meets them in the issue's three cases (every run recorded there did;
-// of the three cases added since, two miss by a 429 in some runs), but a run over real
+// some of the cases added since miss by a 429 in some runs), but a run over real
 // sockets on a shared 2-core machine is not exact: a miss of a target is logged
 // ("target missed: …"), and a result beyond the regression floor — a few 429s or
 // ten points of utilization worse than the target, or any call lost — fails.
@@ -62,6 +68,9 @@ type timingTarget struct {
 	minUtil        float64 // served ÷ (limit × windows), over the whole run
 	minUtilLearned float64 // the same from window timingLearnedFrom on
 	maxLost        int64   // calls gatectl gave up on
+	// floorUtilLearned, when > 0, replaces the regression floor of
+	// minUtilLearned (ten points under it).
+	floorUtilLearned float64
 }
 
 type timingCase struct {
@@ -84,16 +93,20 @@ type timingCase struct {
 	// outside: another client spends timingOutsideShare of the limit on the
 	// same key, straight at the provider; utilization is then of what remains.
 	outside bool
+	// atCompletion: the provider counts a call when its answer is written, and
+	// answers take timingSlowPerToken a token, so a call is counted most of a
+	// second after it was sent: the gate learns that view from its 429s.
+	atCompletion bool
 }
 
 var timingCases = []timingCase{
-	{"AtTruth", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
-	{"Start2xHeaders", 2 * timingLimit, true, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
-	{"Start2xNoHeaders", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, false},
+	{name: "AtTruth", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
+	{name: "Start2xHeaders", start: 2 * timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}},
+	{name: "Start2xNoHeaders", start: 2 * timingLimit, target: timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}},
 	// The 2× start again, without headers, but with 429s that state the limit:
 	// the first 429 tells it, and the targets are those of the headers' case.
-	{"Start2xStatedIn429", 2 * timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, false, false, true, false},
-	{"AtTruthNoMaxTokens", timingLimit, false, timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, true, false, false, false},
+	{name: "Start2xStatedIn429", start: 2 * timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: 0.95, minUtilLearned: 0.90, maxLost: 0}, stated: true},
+	{name: "AtTruthNoMaxTokens", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, free: true},
 	// The bucket's 429 targets are those of Start2xNoHeaders (≤ 3, none from
 	// window 3 on). The gate reads the bucket's rate from what it spent at the
 	// 429 where the reserve runs dry, usually the second, at about 25 s; in some
@@ -105,11 +118,26 @@ var timingCases = []timingCase{
 	// served ÷ (limit × windows) counts what the reserve lends back after each
 	// cooldown (1.1–1.4 in one window, 0.4 in the next), and the issue sets its
 	// utilization targets for the sliding window.
-	{"Start2xBucket", 2 * timingLimit, false, timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, false, true, false, false},
+	{name: "Start2xBucket", start: 2 * timingLimit, target: timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: -1, maxLost: 0}, bucket: true},
 	// Another client spends a tenth of the key (the simulator's `outside`): the
 	// gate's 429s and utilization of what the other client leaves.
-	{"AtTruthOutside", timingLimit, false, timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, false, false, false, true},
+	{name: "AtTruthOutside", start: timingLimit, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, outside: true},
+	// A provider that counts a call when its answer is written (the simulator's
+	// sliding-completion), configured at the truth: the targets of AtTruth.
+	// Served tokens are counted in the window a call completed in, and the
+	// provider's window leaves out the calls being answered, so a window can
+	// complete more than the limit: utilization above 1 is this provider's
+	// fullest use, not an overrun. When the first 429 (the probe's) leaves the
+	// gate in the arrival view, a second one comes within the run and switches
+	// it (docs/benchmarks.md); its cooldown is a whole window, up to a third of
+	// the learned windows, hence the floor.
+	{name: "AtTruthCompletion", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, atCompletion: true},
 }
+
+// timingSlowPerToken: the completion case's answers take this a token, about
+// 0.7 s for the median output and up to 2 s at max_tokens: a tenth of the
+// window between a call's admission and its count.
+const timingSlowPerToken = 5 * time.Millisecond
 
 // The other client of the outside case: one call of about timingInputTokens
 // every timingOutsideEvery, sent again a second later while refused.
@@ -212,6 +240,9 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingFreePerToken
 	}
 	pc.Bucket, pc.Unstated = tc.bucket, !tc.stated
+	if tc.atCompletion {
+		pc.AtCompletion, pc.PerOutputToken = true, timingSlowPerToken
+	}
 	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)
@@ -424,6 +455,9 @@ func (run *timingRun) report(t *testing.T) {
 		logs := f.logs.String()
 		t.Logf("gatectl log (last 4k):\n%s", logs[max(0, len(logs)-4096):])
 	}
+	if os.Getenv("TIMING_LOG") != "" {
+		t.Logf("gatectl log:\n%s", f.logs.String())
+	}
 	if r.ok == 0 || served == 0 {
 		t.Errorf("no call was served (%d ok, %d tokens)", r.ok, served)
 	}
@@ -454,8 +488,12 @@ func (run *timingRun) report(t *testing.T) {
 	if tg.max429Learned >= 0 && r.refusedL > tg.max429Learned+2 {
 		t.Errorf("%s: %d 429s from window %d on, target %d", tc.name, r.refusedL, timingLearnedFrom, tg.max429Learned)
 	}
-	if tg.minUtilLearned >= 0 && r.utilLearned < tg.minUtilLearned-0.1 {
-		t.Errorf("%s: utilization once learned %.3f, ten points under the target %.2f", tc.name, r.utilLearned, tg.minUtilLearned)
+	floor := tg.minUtilLearned - 0.1
+	if tg.floorUtilLearned > 0 {
+		floor = tg.floorUtilLearned
+	}
+	if tg.minUtilLearned >= 0 && r.utilLearned < floor {
+		t.Errorf("%s: utilization once learned %.3f, under the floor %.2f (target %.2f)", tc.name, r.utilLearned, floor, tg.minUtilLearned)
 	}
 	if r.lost > 0 {
 		t.Errorf("%s: %d calls lost", tc.name, r.lost)

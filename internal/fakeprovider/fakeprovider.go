@@ -5,9 +5,13 @@
 // default), counted when a request arrives at the whole cost of the call: its
 // prompt tokens plus the completion tokens it will write. With Bucket, it is a
 // token bucket instead: a reserve of Tokens, refilled continuously at Tokens per
-// Window and full at the start, that a call must find its whole cost in. Optionally a request
-// limit (Requests per Window) as well. A call that does not fit is answered 429
-// with Retry-After and an OpenAI-style body, and does not count.
+// Window and full at the start, that a call must find its whole cost in. With
+// AtCompletion, the sliding window counts a call when its answer is complete: a
+// call is refused when the completed calls in the window plus its own cost are
+// over the limit (calls still being answered are not counted yet), and the
+// records count it in the window it completed in. Optionally a request limit
+// (Requests per Window) as well. A call that does not fit is answered 429 with
+// Retry-After and an OpenAI-style body, and does not count.
 //
 // Everything a call costs is a function of its body, so runs are reproducible:
 //
@@ -72,6 +76,9 @@ type Config struct {
 	Headers bool
 	// Bucket makes the token limit a token bucket (see the package comment).
 	Bucket bool
+	// AtCompletion counts a call on the sliding window when its answer is
+	// complete, not when it arrives (see the package comment).
+	AtCompletion bool
 	// Unstated words a 429 without its figures: it names the limit (tokens or
 	// requests per min) but not the limit, what was used or what was asked, as
 	// Azure OpenAI's and many gateways' 429s do. By default a 429 states them in
@@ -286,16 +293,38 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 	case p.used+tokens > p.c.Tokens:
 	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
 		v.rpm = true
+	case p.c.AtCompletion:
+		v.ok = true // counted by complete, when the answer is written
+		p.stateLocked(now, &v)
+		return v
 	default:
 		v.ok = true
 		p.entries = append(p.entries, entry{now, tokens})
 		p.used += tokens
 	}
+	p.stateLocked(now, &v)
+	return p.recordLocked(now, tokens, v)
+}
+
+// stateLocked fills in what is left of the window at now and when it empties.
+func (p *Provider) stateLocked(now time.Time, v *verdict) {
 	v.remaining = max(0, p.c.Tokens-p.used)
 	v.remReqs = max(0, p.c.Requests-int64(len(p.entries)-p.head))
 	if n := len(p.entries); n > p.head {
 		v.resetToken = p.entries[n-1].at.Add(p.c.Window).Sub(now)
 	}
+}
+
+// complete counts a call admitted with AtCompletion when its answer is
+// written. The clock is read under the lock, so the window stays in time order.
+func (p *Provider) complete(tokens int64) verdict {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.c.Now()
+	p.entries = append(p.entries, entry{now, tokens})
+	p.used += tokens
+	v := verdict{ok: true}
+	p.stateLocked(now, &v)
 	return p.recordLocked(now, tokens, v)
 }
 
@@ -437,6 +466,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if d := p.c.Latency + time.Duration(jitter*float64(p.c.Jitter)) + time.Duration(completion)*p.c.PerOutputToken; d > 0 {
 		p.c.Sleep(r.Context(), d)
+	}
+	if p.c.AtCompletion && !p.c.Bucket {
+		// Counted now, also when the client went away: the answer was written.
+		// The headers were written at arrival, as a streaming answer's are.
+		p.complete(prompt + completion)
 	}
 	finish := "stop"
 	if capped {

@@ -1,6 +1,7 @@
 package fakeprovider
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -128,6 +129,65 @@ func TestBucket(t *testing.T) {
 		if got := send(p, body).Code == http.StatusOK; got != s.ok {
 			t.Fatalf("step %d at +%s: ok=%v, want %v", i, now.Sub(t0), got, s.ok)
 		}
+	}
+}
+
+// TestAtCompletion: with AtCompletion a call counts from when its answer is
+// written: calls still being answered do not count against a call arriving,
+// and a call leaves the window Window after it completed, not after it arrived.
+func TestAtCompletion(t *testing.T) {
+	c := &clock{now: t0}
+	entered, release := make(chan struct{}), make(chan struct{})
+	sleep := func(_ context.Context, d time.Duration) {
+		select {
+		case <-release:
+		default:
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, PerOutputToken: time.Millisecond,
+		AtCompletion: true, Now: c.Now, Sleep: sleep})
+	body := bodyOf(t, 1200, "") // 400
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = send(p, body).Code
+		}()
+		<-entered // admitted and being answered: not counted yet
+	}
+	if st := p.Stats(); st.Served != 0 || st.Tokens != 0 {
+		t.Fatalf("before the answers are written: served %d (%d tokens), want nothing counted", st.Served, st.Tokens)
+	}
+	c.Set(t0.Add(time.Second)) // the three answers complete here
+	close(release)
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Fatalf("call %d, admitted while the others were being answered: status %d, want 200", i, code)
+		}
+	}
+	steps := []struct {
+		after time.Duration
+		ok    bool
+	}{
+		{2 * time.Second, false},                       // 1200 completed in the window
+		{10*time.Second + 500*time.Millisecond, false}, // 10.5 s after they arrived, 9.5 s after they completed
+		{11 * time.Second, true},                       // they left 10 s after completing
+	}
+	for i, s := range steps {
+		c.Set(t0.Add(s.after))
+		if got := send(p, body).Code == http.StatusOK; got != s.ok {
+			t.Fatalf("step %d at +%s: ok=%v, want %v", i, s.after, got, s.ok)
+		}
+	}
+	st := p.Stats()
+	want := []WindowStats{{Tokens: 1200, Requests: 3, Refused: 1}, {Tokens: 400, Requests: 1, Refused: 1}}
+	if st.Served != 4 || st.Refused != 2 || len(st.Windows) != 2 || st.Windows[0] != want[0] || st.Windows[1] != want[1] {
+		t.Fatalf("stats: served %d, refused %d, windows %+v; want 4, 2, %+v", st.Served, st.Refused, st.Windows, want)
 	}
 }
 
