@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -28,8 +29,8 @@ import (
 //
 //	go test ./server/ -run TestGateTimingE2E -v -count=1
 //
-// With TIMING_LOG=1 each case also logs its gatectl's whole log (the learner's
-// steps, each wait and 429).
+// With TIMING_LOG=DIR each case also writes its gatectl's whole log (the
+// learner's steps, each wait and 429) to DIR/<case>.log.
 //
 // The figures it logs go to docs/benchmarks.md. The targets are the issue's, and
 // the gate meets them in the three cases (every run recorded there did;
@@ -97,6 +98,9 @@ type timingCase struct {
 	// answers take timingSlowPerToken a token, so a call is counted most of a
 	// second after it was sent: the gate learns that view from its 429s.
 	atCompletion bool
+	// fixed: the provider's limit is counted in clock-aligned windows, empty
+	// again at each boundary.
+	fixed bool
 }
 
 var timingCases = []timingCase{
@@ -132,6 +136,9 @@ var timingCases = []timingCase{
 	// it (docs/benchmarks.md); its cooldown is a whole window, up to a third of
 	// the learned windows, hence the floor.
 	{name: "AtTruthCompletion", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, atCompletion: true},
+	// Clock-aligned fixed windows (the simulator's fixed-window), configured at
+	// the truth: the targets of AtTruth.
+	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, fixed: true},
 }
 
 // timingSlowPerToken: the completion case's answers take this a token, about
@@ -239,9 +246,14 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	if tc.free {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingFreePerToken
 	}
-	pc.Bucket, pc.Unstated = tc.bucket, !tc.stated
-	if tc.atCompletion {
-		pc.AtCompletion, pc.PerOutputToken = true, timingSlowPerToken
+	pc.Unstated = !tc.stated
+	switch {
+	case tc.bucket:
+		pc.Limit = fakeprovider.TokenBucket
+	case tc.atCompletion:
+		pc.Limit, pc.PerOutputToken = fakeprovider.SlidingCompletion, timingSlowPerToken
+	case tc.fixed:
+		pc.Limit = fakeprovider.FixedWindow
 	}
 	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
@@ -455,8 +467,10 @@ func (run *timingRun) report(t *testing.T) {
 		logs := f.logs.String()
 		t.Logf("gatectl log (last 4k):\n%s", logs[max(0, len(logs)-4096):])
 	}
-	if os.Getenv("TIMING_LOG") != "" {
-		t.Logf("gatectl log:\n%s", f.logs.String())
+	if dir := os.Getenv("TIMING_LOG"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, tc.name+".log"), []byte(f.logs.String()), 0o644); err != nil {
+			t.Errorf("TIMING_LOG: %v", err)
+		}
 	}
 	if r.ok == 0 || served == 0 {
 		t.Errorf("no call was served (%d ok, %d tokens)", r.ok, served)

@@ -1,16 +1,23 @@
 // Package fakeprovider is an OpenAI-compatible /v1/chat/completions handler with
 // a hidden rate limit, for measuring the admission gate over real HTTP.
 //
-// The limit is a sliding window of Tokens per Window (40,000 per 10 s by
-// default), counted when a request arrives at the whole cost of the call: its
-// prompt tokens plus the completion tokens it will write. With Bucket, it is a
-// token bucket instead: a reserve of Tokens, refilled continuously at Tokens per
-// Window and full at the start, that a call must find its whole cost in. With
-// AtCompletion, the sliding window counts a call when its answer is complete: a
-// call is refused when the completed calls in the window plus its own cost are
-// over the limit (calls still being answered are not counted yet), and the
-// records count it in the window it completed in. Optionally a request limit
-// (Requests per Window) as well. A call that does not fit is answered 429 with
+// The limit (Config.Limit, named as the simulator's provider models) is one of:
+//
+//   - SlidingArrival (the default): a sliding window of Tokens per Window
+//     (40,000 per 10 s by default), counted when a request arrives at the
+//     whole cost of the call: its prompt tokens plus the completion tokens it
+//     will write;
+//   - SlidingCompletion: the same window, but a call counts when its answer is
+//     complete: a call is refused when the completed calls in the window plus
+//     its own cost are over the limit (calls still being answered are not
+//     counted yet), and the records count it in the window it completed in;
+//   - TokenBucket: a reserve of Tokens, refilled continuously at Tokens per
+//     Window and full at the start, that a call must find its whole cost in;
+//   - FixedWindow: Tokens per clock-aligned window (multiples of Window since
+//     the Unix epoch), counted on arrival, empty again at each boundary.
+//
+// Optionally a request limit (Requests per Window) as well, a sliding window
+// but with FixedWindow. A call that does not fit is answered 429 with
 // Retry-After and an OpenAI-style body, and does not count.
 //
 // Everything a call costs is a function of its body, so runs are reproducible:
@@ -50,6 +57,18 @@ import (
 	"time"
 )
 
+// Limit is how the provider counts calls against its limit.
+type Limit string
+
+// The limits, spelled as the simulator's provider models (scenario key
+// provider.model).
+const (
+	SlidingArrival    Limit = "sliding-arrival"
+	SlidingCompletion Limit = "sliding-completion"
+	TokenBucket       Limit = "token-bucket"
+	FixedWindow       Limit = "fixed-window"
+)
+
 // Defaults for a zero Config field.
 const (
 	DefaultTokens        = 40_000
@@ -74,11 +93,9 @@ type Config struct {
 	RetryAfter time.Duration
 	// Headers sends the OpenAI x-ratelimit-* headers on every answer.
 	Headers bool
-	// Bucket makes the token limit a token bucket (see the package comment).
-	Bucket bool
-	// AtCompletion counts a call on the sliding window when its answer is
-	// complete, not when it arrives (see the package comment).
-	AtCompletion bool
+	// Limit is how the provider counts (see the package comment); "" is
+	// SlidingArrival.
+	Limit Limit
 	// Unstated words a 429 without its figures: it names the limit (tokens or
 	// requests per min) but not the limit, what was used or what was asked, as
 	// Azure OpenAI's and many gateways' 429s do. By default a 429 states them in
@@ -111,9 +128,13 @@ type Provider struct {
 	entries []entry // the sliding window, oldest first
 	head    int     // entries[head:] are live
 	used    int64   // tokens in the window
-	// With Bucket: the reserve, and when it was last refilled (zero: full).
+	// TokenBucket: the reserve, and when it was last refilled (zero: full).
 	level   float64
 	levelAt time.Time
+	// FixedWindow: the current window's index (Unix time ÷ Window) and what
+	// it counted.
+	fixedAt               int64
+	fixedUsed, fixedCalls int64
 
 	epoch       time.Time
 	windows     []WindowStats // windows[i] is window firstWindow+i
@@ -156,6 +177,13 @@ type Stats struct {
 
 // New returns a provider for c, its epoch now.
 func New(c Config) *Provider {
+	switch c.Limit {
+	case "":
+		c.Limit = SlidingArrival
+	case SlidingArrival, SlidingCompletion, TokenBucket, FixedWindow:
+	default:
+		panic(fmt.Sprintf("fakeprovider: Limit %q is not one of %s, %s, %s, %s", c.Limit, SlidingArrival, SlidingCompletion, TokenBucket, FixedWindow))
+	}
 	if c.Tokens <= 0 {
 		c.Tokens = DefaultTokens
 	}
@@ -286,14 +314,17 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 		p.entries, p.head = p.entries[:n], 0
 	}
 	v := verdict{used: p.used, requests: int64(len(p.entries) - p.head)}
-	if p.c.Bucket {
+	switch p.c.Limit {
+	case TokenBucket:
 		return p.admitBucketLocked(now, tokens, v)
+	case FixedWindow:
+		return p.admitFixedLocked(now, tokens)
 	}
 	switch {
 	case p.used+tokens > p.c.Tokens:
 	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
 		v.rpm = true
-	case p.c.AtCompletion:
+	case p.c.Limit == SlidingCompletion:
 		v.ok = true // counted by complete, when the answer is written
 		p.stateLocked(now, &v)
 		return v
@@ -315,7 +346,7 @@ func (p *Provider) stateLocked(now time.Time, v *verdict) {
 	}
 }
 
-// complete counts a call admitted with AtCompletion when its answer is
+// complete counts a call admitted by SlidingCompletion when its answer is
 // written. The clock is read under the lock, so the window stays in time order.
 func (p *Provider) complete(tokens int64) verdict {
 	p.mu.Lock()
@@ -325,6 +356,30 @@ func (p *Provider) complete(tokens int64) verdict {
 	p.used += tokens
 	v := verdict{ok: true}
 	p.stateLocked(now, &v)
+	return p.recordLocked(now, tokens, v)
+}
+
+// admitFixedLocked is admit for clock-aligned fixed windows; the request limit
+// is counted in the same windows.
+func (p *Provider) admitFixedLocked(now time.Time, tokens int64) verdict {
+	// Requests are timed before the lock: one timed just before the current
+	// window began counts in it.
+	if i := now.UnixNano() / int64(p.c.Window); i > p.fixedAt {
+		p.fixedAt, p.fixedUsed, p.fixedCalls = i, 0, 0
+	}
+	v := verdict{used: p.fixedUsed, requests: p.fixedCalls}
+	switch {
+	case p.fixedUsed+tokens > p.c.Tokens:
+	case p.c.Requests > 0 && p.fixedCalls+1 > p.c.Requests:
+		v.rpm = true
+	default:
+		v.ok = true
+		p.fixedUsed += tokens
+		p.fixedCalls++
+	}
+	v.remaining = max(0, p.c.Tokens-p.fixedUsed)
+	v.remReqs = max(0, p.c.Requests-p.fixedCalls)
+	v.resetToken = time.Unix(0, (p.fixedAt+1)*int64(p.c.Window)).Sub(now)
 	return p.recordLocked(now, tokens, v)
 }
 
@@ -467,7 +522,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d := p.c.Latency + time.Duration(jitter*float64(p.c.Jitter)) + time.Duration(completion)*p.c.PerOutputToken; d > 0 {
 		p.c.Sleep(r.Context(), d)
 	}
-	if p.c.AtCompletion && !p.c.Bucket {
+	if p.c.Limit == SlidingCompletion {
 		// Counted now, also when the client went away: the answer was written.
 		// The headers were written at arrival, as a streaming answer's are.
 		p.complete(prompt + completion)

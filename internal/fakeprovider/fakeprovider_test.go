@@ -102,11 +102,11 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// TestBucket: with Bucket a call must find its whole cost in a reserve of
+// TestBucket: with TokenBucket a call must find its whole cost in a reserve of
 // Tokens that refills at Tokens per Window, full at the start.
 func TestBucket(t *testing.T) {
 	c := &clock{now: t0}
-	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Bucket: true, Now: c.Now})
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Limit: TokenBucket, Now: c.Now})
 	body := bodyOf(t, 1200, "") // 400
 	steps := []struct {
 		after time.Duration
@@ -132,7 +132,45 @@ func TestBucket(t *testing.T) {
 	}
 }
 
-// TestAtCompletion: with AtCompletion a call counts from when its answer is
+// TestFixedWindow: with FixedWindow the limit counts in clock-aligned windows
+// that empty at each boundary: a call just after one fits though a sliding
+// window would still hold the calls of a second before.
+func TestFixedWindow(t *testing.T) {
+	if t0.UnixNano()%int64(10*time.Second) != 0 {
+		t.Fatal("t0 must start a 10 s window")
+	}
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Limit: FixedWindow, Headers: true, Now: c.Now})
+	body := bodyOf(t, 1200, "") // 400
+	steps := []struct {
+		at        time.Duration
+		ok        bool
+		remaining string // per minute, as OpenAI states it
+		reset     string
+	}{
+		{0, true, "3600", "10s"},
+		{9 * time.Second, true, "1200", "1s"},
+		{10*time.Second - time.Nanosecond, false, "1200", "0s"}, // 1200 > 1000
+		{10 * time.Second, true, "3600", "10s"},                 // a new window
+		{10 * time.Second, true, "1200", "10s"},
+		{12 * time.Second, false, "1200", "8s"},
+	}
+	for i, s := range steps {
+		c.Set(t0.Add(s.at))
+		w := send(p, body)
+		if got := w.Code == http.StatusOK; got != s.ok {
+			t.Fatalf("step %d at +%s: ok=%v, want %v", i, s.at, got, s.ok)
+		}
+		if rem, reset := w.Header().Get("X-Ratelimit-Remaining-Tokens"), w.Header().Get("X-Ratelimit-Reset-Tokens"); rem != s.remaining || reset != s.reset {
+			t.Fatalf("step %d at +%s: remaining %s reset %s, want %s and %s", i, s.at, rem, reset, s.remaining, s.reset)
+		}
+	}
+	if st := p.Stats(); st.Served != 4 || st.Refused != 2 {
+		t.Fatalf("served %d, refused %d; want 4, 2", st.Served, st.Refused)
+	}
+}
+
+// TestAtCompletion: with SlidingCompletion a call counts from when its answer is
 // written: calls still being answered do not count against a call arriving,
 // and a call leaves the window Window after it completed, not after it arrived.
 func TestAtCompletion(t *testing.T) {
@@ -147,7 +185,7 @@ func TestAtCompletion(t *testing.T) {
 		}
 	}
 	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, PerOutputToken: time.Millisecond,
-		AtCompletion: true, Now: c.Now, Sleep: sleep})
+		Limit: SlidingCompletion, Now: c.Now, Sleep: sleep})
 	body := bodyOf(t, 1200, "") // 400
 	var wg sync.WaitGroup
 	codes := make([]int, 3)
