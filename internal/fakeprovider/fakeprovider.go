@@ -16,9 +16,11 @@
 //   - FixedWindow: Tokens per clock-aligned window (multiples of Window since
 //     the Unix epoch), counted on arrival, empty again at each boundary.
 //
-// Optionally a request limit (Requests per Window) as well, a sliding window
-// but with FixedWindow. A call that does not fit is answered 429 with
-// Retry-After and an OpenAI-style body, and does not count.
+// Optionally a request limit (Requests per Window) as well, counted as the
+// tokens are: in the sliding window (at completion with SlidingCompletion, on
+// arrival otherwise, TokenBucket included), or in the same fixed windows with
+// FixedWindow. A call that does not fit is answered 429 with Retry-After and an
+// OpenAI-style body, and does not count.
 //
 // Everything a call costs is a function of its body, so runs are reproducible:
 //
@@ -33,12 +35,17 @@
 // hash) + PerOutputToken × completion_tokens. With Headers, every answer (429s
 // included) carries x-ratelimit-{limit,remaining,reset}-{tokens,requests},
 // scaled from the hidden window to per minute as OpenAI states them; the
-// request headers only when Requests is set.
+// request headers only when Requests is set. They state the limit as the call
+// left it on arrival: what is left once the call was counted or refused (with
+// SlidingCompletion the call counts only later, so what the completed calls
+// leave), and when the window empties, the reserve is full or the fixed window
+// ends.
 //
 // The provider records what it served, per fixed window counted from its epoch
 // (see SetEpoch): tokens, requests and 429s, plus the times of the latest 429s.
 // Memory is bounded: the sliding window holds at most one entry per token of
-// the limit, and the records keep the latest MaxWindows windows and
+// the limit (with SlidingCompletion, plus the calls being answered, which the
+// limit does not count), and the records keep the latest MaxWindows windows and
 // MaxRefusals 429 times. It is safe for concurrent use.
 package fakeprovider
 
@@ -85,7 +92,7 @@ const (
 // 140 tokens.
 type Config struct {
 	Tokens   int64         // hidden limit: tokens per Window (default 40,000)
-	Window   time.Duration // the sliding window (default 10 s)
+	Window   time.Duration // the limit's period: the window's span, the bucket's refill of Tokens (default 10 s)
 	Requests int64         // hidden limit: requests per Window; 0 = none
 
 	// RetryAfter is the wait a 429 states, written in whole seconds rounded up
@@ -94,7 +101,7 @@ type Config struct {
 	// Headers sends the OpenAI x-ratelimit-* headers on every answer.
 	Headers bool
 	// Limit is how the provider counts (see the package comment); "" is
-	// SlidingArrival.
+	// SlidingArrival, and New panics on a value it does not know.
 	Limit Limit
 	// Unstated words a 429 without its figures: it names the limit (tokens or
 	// requests per min) but not the limit, what was used or what was asked, as
@@ -133,7 +140,7 @@ type Provider struct {
 	levelAt time.Time
 	// FixedWindow: the current window's index (Unix time ÷ Window) and what
 	// it counted.
-	fixedAt               int64
+	fixedIndex            int64
 	fixedUsed, fixedCalls int64
 
 	epoch       time.Time
@@ -295,7 +302,7 @@ type verdict struct {
 	rpm        bool  // refused on the request limit
 	used       int64 // tokens in the window before this request
 	requests   int64 // requests in the window before this request
-	remaining  int64 // tokens left after the answer
+	remaining  int64 // tokens left after the call was counted or refused (see the package comment)
 	remReqs    int64
 	resetToken time.Duration // until the window is empty
 }
@@ -304,6 +311,9 @@ type verdict struct {
 func (p *Provider) admit(now time.Time, tokens int64) verdict {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.c.Limit == FixedWindow {
+		return p.admitFixedLocked(now, tokens)
+	}
 	for p.head < len(p.entries) && !now.Before(p.entries[p.head].at.Add(p.c.Window)) {
 		p.used -= p.entries[p.head].tokens
 		p.head++
@@ -314,11 +324,8 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 		p.entries, p.head = p.entries[:n], 0
 	}
 	v := verdict{used: p.used, requests: int64(len(p.entries) - p.head)}
-	switch p.c.Limit {
-	case TokenBucket:
+	if p.c.Limit == TokenBucket {
 		return p.admitBucketLocked(now, tokens, v)
-	case FixedWindow:
-		return p.admitFixedLocked(now, tokens)
 	}
 	switch {
 	case p.used+tokens > p.c.Tokens:
@@ -348,15 +355,13 @@ func (p *Provider) stateLocked(now time.Time, v *verdict) {
 
 // complete counts a call admitted by SlidingCompletion when its answer is
 // written. The clock is read under the lock, so the window stays in time order.
-func (p *Provider) complete(tokens int64) verdict {
+func (p *Provider) complete(tokens int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.c.Now()
 	p.entries = append(p.entries, entry{now, tokens})
 	p.used += tokens
-	v := verdict{ok: true}
-	p.stateLocked(now, &v)
-	return p.recordLocked(now, tokens, v)
+	p.recordLocked(now, tokens, verdict{ok: true})
 }
 
 // admitFixedLocked is admit for clock-aligned fixed windows; the request limit
@@ -364,8 +369,8 @@ func (p *Provider) complete(tokens int64) verdict {
 func (p *Provider) admitFixedLocked(now time.Time, tokens int64) verdict {
 	// Requests are timed before the lock: one timed just before the current
 	// window began counts in it.
-	if i := now.UnixNano() / int64(p.c.Window); i > p.fixedAt {
-		p.fixedAt, p.fixedUsed, p.fixedCalls = i, 0, 0
+	if i := now.UnixNano() / int64(p.c.Window); i > p.fixedIndex {
+		p.fixedIndex, p.fixedUsed, p.fixedCalls = i, 0, 0
 	}
 	v := verdict{used: p.fixedUsed, requests: p.fixedCalls}
 	switch {
@@ -379,7 +384,7 @@ func (p *Provider) admitFixedLocked(now time.Time, tokens int64) verdict {
 	}
 	v.remaining = max(0, p.c.Tokens-p.fixedUsed)
 	v.remReqs = max(0, p.c.Requests-p.fixedCalls)
-	v.resetToken = time.Unix(0, (p.fixedAt+1)*int64(p.c.Window)).Sub(now)
+	v.resetToken = time.Unix(0, (p.fixedIndex+1)*int64(p.c.Window)).Sub(now)
 	return p.recordLocked(now, tokens, v)
 }
 
@@ -523,8 +528,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.c.Sleep(r.Context(), d)
 	}
 	if p.c.Limit == SlidingCompletion {
-		// Counted now, also when the client went away: the answer was written.
-		// The headers were written at arrival, as a streaming answer's are.
+		// Counted now at its whole cost — when the client went away, at the
+		// moment it left. The headers state the window as the call found it.
 		p.complete(prompt + completion)
 	}
 	finish := "stop"

@@ -187,21 +187,32 @@ func TestAtCompletion(t *testing.T) {
 	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, PerOutputToken: time.Millisecond,
 		Limit: SlidingCompletion, Now: c.Now, Sleep: sleep})
 	body := bodyOf(t, 1200, "") // 400
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		released sync.Once
+	)
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(func() { free(); wg.Wait() })
 	codes := make([]int, 3)
 	for i := range codes {
+		answered := make(chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(answered)
 			codes[i] = send(p, body).Code
 		}()
-		<-entered // admitted and being answered: not counted yet
+		select {
+		case <-entered: // admitted and being answered: not counted yet
+		case <-answered: // refused at once: the calls being answered counted
+			t.Fatalf("call %d, sent while %d were being answered: status %d, want it admitted", i, i, codes[i])
+		}
 	}
 	if st := p.Stats(); st.Served != 0 || st.Tokens != 0 {
 		t.Fatalf("before the answers are written: served %d (%d tokens), want nothing counted", st.Served, st.Tokens)
 	}
 	c.Set(t0.Add(time.Second)) // the three answers complete here
-	close(release)
+	free()
 	wg.Wait()
 	for i, code := range codes {
 		if code != http.StatusOK {
