@@ -98,6 +98,10 @@ type timingCase struct {
 	// outside: another client spends timingOutsideShare of the limit on the
 	// same key, straight at the provider; utilization is then of what remains.
 	outside bool
+	// rpm, when > 0: the provider's hidden request limit per window, which
+	// binds before the token limit, and the gate starts at startRPM; the
+	// utilization is then of the request limit.
+	rpm, startRPM int
 }
 
 var timingCases = []timingCase{
@@ -133,6 +137,11 @@ var timingCases = []timingCase{
 	// it (docs/benchmarks.md); its cooldown is a whole window, up to a third of
 	// the learned windows, hence the floor.
 	{name: "AtTruthCompletion", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.SlidingCompletion},
+	// Bound by requests (timingRPM a window, about half the token limit's worth of
+	// calls), the request limit configured at twice it: the targets of
+	// Start2xNoHeaders, on the request axis. The 429s name the request limit
+	// but no figure.
+	{name: "RPMBound2x", start: timingLimit, target: timingTarget{max429: 3, max429Learned: 0, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, rpm: timingRPM, startRPM: 2 * timingRPM},
 	// Clock-aligned fixed windows (the simulator's fixed-window), configured at
 	// the truth: the targets of AtTruth. The gate's window slides across the
 	// provider's, so a probe step above the limit may pass and the next one,
@@ -142,6 +151,9 @@ var timingCases = []timingCase{
 	// them can hold more than the limit.
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow},
 }
+
+// timingRPM: the RPM-bound case's hidden request limit per window.
+const timingRPM = 20
 
 // The other client of the outside case: one call of about timingInputTokens
 // every timingOutsideEvery, sent again a second later while refused.
@@ -238,7 +250,7 @@ type timingRun struct {
 func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	t.Helper()
 	pc := fakeprovider.Config{
-		Tokens: timingLimit, Window: timingWindow, Requests: 1000, // the request limit never binds
+		Tokens: timingLimit, Window: timingWindow, Requests: 1000, // the request limit never binds (but where the case sets one)
 		RetryAfter: timingWindow, Headers: tc.headers,
 		Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
 		OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
@@ -247,6 +259,10 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingSlowPerToken
 	}
 	pc.Unstated, pc.Limit = !tc.stated, tc.limit
+	startRPM := 100000
+	if tc.rpm > 0 {
+		pc.Requests, startRPM = int64(tc.rpm), tc.startRPM
+	}
 	if tc.limit == fakeprovider.SlidingCompletion {
 		pc.PerOutputToken = timingSlowPerToken
 	}
@@ -258,8 +274,8 @@ providers:
   fake: {kind: openai, baseURL: %s/v1}
 gate:
   window: %s
-  defaults: {tpm: %d, rpm: 100000}
-`, up.URL, timingWindow, tc.start), nil)
+  defaults: {tpm: %d, rpm: %d}
+`, up.URL, timingWindow, tc.start, startRPM), nil)
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * timingSessions}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}, provURL: up.URL}
@@ -417,10 +433,14 @@ func (run *timingRun) report(t *testing.T) {
 		}
 		outRefused += or
 		if i < windows {
-			served += w.Tokens - ot
+			got := w.Tokens - ot
+			if tc.rpm > 0 {
+				got = w.Requests // the request limit binds: measured against it
+			}
+			served += got
 			outServed += ot
 			if i >= timingLearnedFrom {
-				servedL += w.Tokens - ot
+				servedL += got
 				outServedL += ot
 			}
 		}
@@ -429,8 +449,12 @@ func (run *timingRun) report(t *testing.T) {
 		}
 	}
 	r.refused -= outRefused
-	r.util = float64(served) / float64(timingLimit*int64(windows)-outServed)
-	r.utilLearned = float64(servedL) / float64(timingLimit*int64(windows-timingLearnedFrom)-outServedL)
+	limit := int64(timingLimit)
+	if tc.rpm > 0 {
+		limit = int64(tc.rpm)
+	}
+	r.util = float64(served) / float64(limit*int64(windows)-outServed)
+	r.utilLearned = float64(servedL) / float64(limit*int64(windows-timingLearnedFrom)-outServedL)
 	if run.tc.outside {
 		t.Logf("%s: the other client was served %d tokens (%.3f of the limit) and refused %d times; utilization is of what it left", tc.name, outServed, float64(outServed)/float64(timingLimit*windows), outRefused)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -151,6 +152,32 @@ func TestRPMBound(t *testing.T) {
 	}
 	if m.RequestUtilization < 0.9 || m.RequestUtilization > 1.0001 {
 		t.Fatalf("request utilization %.3f", m.RequestUtilization)
+	}
+}
+
+// RPM-bound, the request limit configured at twice the truth: the gate learns
+// the request limit, not a token trigger, whether the provider names the limit
+// its 429s refuse on or not. Unnamed, the 429s came at half the request budget
+// and were read as tokens: a token trigger at 13% of the token limit held 0.71
+// of the requests for the hour. Named, the request trigger relaxed back into
+// the limit after each 429: 44 429s in the hour (90 against fixed windows).
+func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
+	for _, model := range []string{LimitSlidingArrival, LimitFixedWindow} {
+		for _, named := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/named=%v", model, named), func(t *testing.T) {
+				s := DefaultScenario()
+				s.Duration = Duration(time.Hour)
+				s.Provider = ProviderSpec{Model: model, TPM: 200_000, RPM: 100, RetryAfter: s.Provider.RetryAfter, NamesLimit: named}
+				s.Prompt = SizeSpec{Median: 200, P99: 400}
+				s.Output = SizeSpec{Median: 50, P99: 200}
+				s.Gate.Start = 2
+				g := run(t, s).Modes[ModeGate]
+				if g.RequestUtilization < 0.95 || g.RateLimited > 3 || g.RateLimitedByTokens != 0 {
+					t.Fatalf("request utilization %.3f, %d 429s (%d on tokens): want ≥ 0.95 and ≤ 3, none on tokens",
+						g.RequestUtilization, g.RateLimited, g.RateLimitedByTokens)
+				}
+			})
+		}
 	}
 }
 

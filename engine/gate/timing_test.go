@@ -117,6 +117,32 @@ func TestRateLimitAxes(t *testing.T) {
 			t.Fatalf("trigger %v, want the token reading 900", st.Trigger)
 		}
 	})
+	t.Run("RequestsWhenTheirShareIsFarAbove", func(t *testing.T) {
+		// The request limit configured at twice the truth: the provider refuses
+		// at half the request budget, with the tokens a sliver of theirs.
+		c := learnGate()
+		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 49; i++ {
+			mustAdmit(t, l, t0, req(10)) // 49 requests, 5,390 tokens
+		}
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 0 || st.Quota != 1_000_000 || st.RPMBudget != 49 {
+			t.Fatalf("quota %v trigger %v rpm %d: want the token quota untouched and the 49 requests as the request budget", st.Quota, st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("TokensWhenTheirShareIsNear", func(t *testing.T) {
+		c := learnGate()
+		c.Defaults = ModelLimits{TPM: 10_000, RPM: 100}
+		l, _, _ := newTestLedger(t, c)
+		for i := 0; i < 10; i++ {
+			mustAdmit(t, l, t0, req(500)) // 10 requests, 6,000 tokens: 0.11 and 0.6 of the budgets
+		}
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 6000 || st.RPMBudget != 100 {
+			t.Fatalf("trigger %v rpm %d: want the token reading 6000 and the request budget untouched", st.Trigger, st.RPMBudget)
+		}
+	})
 	t.Run("RPMTriggerRelaxes", func(t *testing.T) {
 		c := learnGate()
 		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
@@ -138,6 +164,70 @@ func TestRateLimitAxes(t *testing.T) {
 		}
 		if st := l.BucketStatus(at, "p", "m"); st.RPMBudget != 46 {
 			t.Fatalf("rpm budget %d, want 40 → 42 → 44 → 46", st.RPMBudget)
+		}
+	})
+}
+
+// fillRequests admits one-token calls at at until the window holds n requests.
+func fillRequests(t *testing.T, l *Ledger, at time.Time, n int) {
+	t.Helper()
+	for l.BucketStatus(at, "p", "m").WindowRequests < n {
+		mustAdmit(t, l, at, req(1))
+	}
+}
+
+// A relaxed RPM trigger refused again within refusedAgainWindows: the count
+// becomes the ceiling the trigger relaxes to, so the trigger stops climbing
+// into the limit after each 429 (with the RPM configured at twice the truth it
+// took one every one to two windows). At the same count the count is the
+// ceiling; at a lower one (a bucket's lent reserve running out), rpmStepDown
+// below it. A 429 outside refusedAgainWindows only sets a trigger.
+func TestRPMRefusedAgainSetsTheCeiling(t *testing.T) {
+	newLedger := func() *Ledger {
+		c := learnGate()
+		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
+		l, _, _ := newTestLedger(t, c)
+		return l
+	}
+	named := engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests}
+	// refused at 50; relaxed to 52 after a window that held calls back; refused
+	// at count second in the next window; then windows that hold calls back.
+	run := func(l *Ledger, second int, gap time.Duration) (after, later int) {
+		fillRequests(t, l, t0, 50)
+		l.RateLimitedBy(t0, "p", "m", named)
+		at := t0.Add(gap)
+		fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
+		heldBack(l, at, req(1))
+		if st := l.BucketStatus(at, "p", "m"); st.RPMBudget != 52 {
+			t.Fatalf("rpm budget %d after a window held back, want 50 relaxed to 52", st.RPMBudget)
+		}
+		at = at.Add(61 * time.Second) // a window on: only the 429's own window counts
+		fillRequests(t, l, at, second)
+		l.RateLimitedBy(at, "p", "m", named)
+		after = l.BucketStatus(at, "p", "m").RPMBudget
+		for i := 0; i < 3; i++ {
+			at = at.Add(61 * time.Second)
+			fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
+			heldBack(l, at, req(1))
+		}
+		return after, l.BucketStatus(at, "p", "m").RPMBudget
+	}
+	t.Run("SameCount", func(t *testing.T) {
+		if after, later := run(newLedger(), 51, 61*time.Second); after != 51 || later != 51 {
+			t.Fatalf("rpm budget %d at the 429, %d three windows on: want the count 51 to hold", after, later)
+		}
+	})
+	t.Run("LowerCount", func(t *testing.T) {
+		// 0.93 × min(45, 50) = 41.85
+		if after, later := run(newLedger(), 45, 61*time.Second); after != 41 || later != 41 {
+			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 41, below the lower count", after, later)
+		}
+	})
+	t.Run("NotAgain", func(t *testing.T) {
+		// eleven windows after the first: a trigger at the count, which relaxes
+		after, later := run(newLedger(), 51, 10*61*time.Second)
+		if after != 51 || later <= 51 {
+			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 51 relaxing", after, later)
 		}
 	})
 }
