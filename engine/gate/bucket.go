@@ -258,12 +258,12 @@ func (b *bucket) tokenBudget() int64 {
 }
 
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
-// else the learned ceiling, else the configured RPM.
+// else the configured RPM or the learned ceiling below it.
 func (b *bucket) rpmLimitLocked() int {
 	if b.statedRequests > 0 || b.rpmCeiling == 0 {
 		return b.limits.RPM
 	}
-	return b.rpmCeiling
+	return min(b.rpmCeiling, b.limits.RPM)
 }
 
 // setRPMLocked derives the request budget from the request limit and the RPM
@@ -275,17 +275,6 @@ func (b *bucket) setRPMLocked() {
 	}
 	b.rpm = max(1, int(float64(rpm)*b.factor()))
 }
-
-// axisShareRatio and axisShareMin: see axisLocked. A workload bound by tokens
-// at twice the truth fills about half of its token budget and a seventh of its
-// request budget; one bound by requests at twice the truth, half of its
-// request budget and a fifteenth of its token budget. A window with few
-// requests in it says nothing of the request limit (a 429 into an empty
-// window is about something else), hence the floor of a quarter.
-const (
-	axisShareRatio = 2
-	axisShareMin   = 0.25
-)
 
 // margin is the head room kept for the calls in flight and one more of
 // variance v: MarginSigmas standard deviations of their summed cost. One margin
@@ -840,23 +829,14 @@ func (b *bucket) typicalCallLocked() float64 {
 	return float64(b.est.input(0) + out)
 }
 
-// axisLocked decides which limit a 429 was about. The caller's word wins. When
-// it had none, the window's tokens must be well under the token budget for the
-// 429 to be about requests, and then the request count decides: at its budget,
-// or at least axisShareMin of it and more than axisShareRatio times the
-// tokens' share of theirs.
-// The budgets are the gate's, which may be far from the provider's: a request
-// limit configured at twice the truth sees its 429s at half its budget, and
-// read as tokens they set a token trigger at a few percent of the token limit
-// (an RPM-bound workload of small calls held 0.54–0.71 of its requests for the
-// hour).
+// axisLocked decides which limit a 429 was about. The caller's word wins; when
+// it had none, a window at its request budget whose tokens were well under the
+// token budget was refused for its requests.
 func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
 	}
-	tokens := reading / float64(max(1, b.tokenBudget()))
-	requests := float64(b.win.requests()+1) / float64(b.rpm)
-	if tokens < suspectRatio && (requests >= 1 || (requests >= axisShareMin && requests > axisShareRatio*tokens)) {
+	if b.win.requests()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
@@ -869,13 +849,18 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 // another client's calls on the key — heals. But a trigger relaxed up to the
 // limit is refused again, and relaxing again after each 429 took one every
 // one to two windows for as long as the configured RPM stood above the truth
-// (44 an hour at twice it; 90–300 against fixed windows and a provider that
-// counts at completion). So a 429 within refusedAgainWindows of the last
-// burst sets the ceiling the trigger relaxes to: the count, when it is the
-// count refused before (a sliding window refuses at its limit, exactly); when
-// it is not — a token bucket's lent reserve runs out lower each time, a
-// provider that counts at completion refuses at counts the calls in flight
-// blur — rpmStepDown below the lower of the two.
+// (44 an hour at twice it on a sliding window, 90 on fixed windows, 176 on a
+// provider that counts at completion). So a second burst within
+// refusedAgainWindows of the last, at a count at least suspectRatio of the one
+// refused then (not another client's dip), sets the ceiling the trigger
+// relaxes to: the count,
+// when it is the count refused before (a sliding window refuses at its limit,
+// exactly); when it is not — a token bucket's lent reserve runs out lower each
+// time, a provider that counts at completion refuses at counts the calls in
+// flight blur — rpmStepDown below the lower of the two. Never below
+// 1/learnFloorDivisor of the configured RPM, and re-probed like a trigger
+// (relaxRPMLocked). Not with a shared window: the count is this instance's,
+// the provider's limit everyone's.
 func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if !b.learn.enabled {
 		return
@@ -883,32 +868,50 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	n := max(1, b.win.requests())
 	span := b.l.conf().Window
 	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
-	if !inBurst {
-		again := b.rpmRefused > 0 && now.Sub(b.rpmRefusedAt) < refusedAgainWindows*span
-		if again && b.statedRequests == 0 {
-			if abs(n-b.rpmRefused) <= max(1, b.rpmRefused/rpmSameCount) {
-				b.rpmCeiling = n
-			} else {
-				b.rpmCeiling = max(1, int(rpmStepDown*float64(min(n, b.rpmRefused, b.rpmLimitLocked()))))
+	if inBurst {
+		b.rpmRefused = max(b.rpmRefused, n)
+	} else {
+		again := b.rpmRefused > 0 && now.Sub(b.rpmRefusedAt) < refusedAgainWindows*span &&
+			float64(n) >= suspectRatio*float64(b.rpmRefused)
+		if again && b.statedRequests == 0 && b.l.shared == nil {
+			ceiling := n
+			if abs(n-b.rpmRefused) > max(1, b.rpmRefused/rpmSameCount) {
+				ceiling = int(rpmStepDown * float64(min(n, b.rpmRefused)))
 			}
+			b.setRPMCeilingLocked(now, ceiling)
 		}
 		b.rpmRefused, b.rpmRefusedAt = n, now
-	}
-	if !inBurst {
 		b.rpmBurst, b.rpmTrigger = now, n
-	} else if n > b.rpmTrigger {
+	}
+	if n > b.rpmTrigger {
 		b.rpmTrigger = n
 	}
 	b.lastRPMRelax = now
 	b.setRPMLocked()
 }
 
+// setRPMCeilingLocked sets the learned request ceiling, no lower than
+// 1/learnFloorDivisor of the configured RPM, and says so.
+func (b *bucket) setRPMCeilingLocked(now time.Time, ceiling int) {
+	ceiling = max(ceiling, b.limits.RPM/learnFloorDivisor, 1)
+	if ceiling >= b.limits.RPM {
+		ceiling = 0 // the configured RPM is the limit
+	}
+	if ceiling == b.rpmCeiling {
+		return
+	}
+	from := b.rpmLimitLocked()
+	b.rpmCeiling = ceiling
+	e := b.newEvent(EventLearn, now, "", "rpm-ceiling", 0, 0)
+	e.Step, e.From, e.To = "rpm-ceiling", float64(from), float64(b.rpmLimitLocked())
+	b.l.emit(e)
+}
+
 // The request ceiling (see rpmLimitedLocked): a count within 1/rpmSameCount of
 // the one refused before is the same count; a different one sets the ceiling
-// rpmStepDown below the lower. In an RPM-bound workload of small calls, 0.93
-// took a token bucket configured at twice its rate from 15 429s an hour to 7;
-// 0.97 left 8–10, and 0.85 cut the runs with another client on the key (whose
-// calls make the counts differ) to 0.81 of the limit.
+// rpmStepDown below the lower. In an RPM-bound workload of small calls whose
+// 429s name the request limit, 0.93 took a token bucket configured at twice its
+// rate from 26 429s an hour to 7.
 const (
 	rpmSameCount = 20
 	rpmStepDown  = 0.93
@@ -917,16 +920,27 @@ const (
 // relaxRPMLocked lets an RPM trigger rise by 5% (at least one request) for each
 // window the request budget held calls back without an RPM 429, until it no
 // longer binds: up to the request limit (the ceiling, once one was learned).
+// A ceiling that binds is re-probed × 1.05 once per triggerReprobeWindows
+// windows without an RPM 429, as a token trigger is, so a raised limit (or a
+// ceiling another client's calls set) is found again.
 func (b *bucket) relaxRPMLocked(now time.Time) {
-	if b.rpmTrigger == 0 || now.Sub(b.lastRPMRelax) < b.l.conf().Window {
+	span := b.l.conf().Window
+	if now.Sub(b.lastRPMRelax) < span {
 		return
 	}
-	b.lastRPMRelax = now
-	b.rpmTrigger += max(1, b.rpmTrigger/20)
-	if b.rpmTrigger >= b.rpmLimitLocked() {
-		b.rpmTrigger = 0
+	switch {
+	case b.rpmTrigger > 0:
+		b.lastRPMRelax = now
+		b.rpmTrigger += max(1, b.rpmTrigger/20)
+		if b.rpmTrigger >= b.rpmLimitLocked() {
+			b.rpmTrigger = 0
+		}
+		b.setRPMLocked()
+	case b.rpmCeiling > 0 && now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span:
+		b.lastRPMRelax, b.rpmRefusedAt = now, now
+		b.setRPMCeilingLocked(now, b.rpmCeiling+max(1, b.rpmCeiling/20))
+		b.setRPMLocked()
 	}
-	b.setRPMLocked()
 }
 
 func abs(x int) int {

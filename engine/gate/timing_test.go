@@ -117,32 +117,6 @@ func TestRateLimitAxes(t *testing.T) {
 			t.Fatalf("trigger %v, want the token reading 900", st.Trigger)
 		}
 	})
-	t.Run("RequestsWhenTheirShareIsFarAbove", func(t *testing.T) {
-		// The request limit configured at twice the truth: the provider refuses
-		// at half the request budget, with the tokens a sliver of theirs.
-		c := learnGate()
-		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
-		l, _, _ := newTestLedger(t, c)
-		for i := 0; i < 49; i++ {
-			mustAdmit(t, l, t0, req(10)) // 49 requests, 5,390 tokens
-		}
-		l.RateLimited(t0, "p", "m", time.Second)
-		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 0 || st.Quota != 1_000_000 || st.RPMBudget != 49 {
-			t.Fatalf("quota %v trigger %v rpm %d: want the token quota untouched and the 49 requests as the request budget", st.Quota, st.Trigger, st.RPMBudget)
-		}
-	})
-	t.Run("TokensWhenTheirShareIsNear", func(t *testing.T) {
-		c := learnGate()
-		c.Defaults = ModelLimits{TPM: 10_000, RPM: 100}
-		l, _, _ := newTestLedger(t, c)
-		for i := 0; i < 10; i++ {
-			mustAdmit(t, l, t0, req(500)) // 10 requests, 6,000 tokens: 0.11 and 0.6 of the budgets
-		}
-		l.RateLimited(t0, "p", "m", time.Second)
-		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 6000 || st.RPMBudget != 100 {
-			t.Fatalf("trigger %v rpm %d: want the token reading 6000 and the request budget untouched", st.Trigger, st.RPMBudget)
-		}
-	})
 	t.Run("RPMTriggerRelaxes", func(t *testing.T) {
 		c := learnGate()
 		c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 100}
@@ -221,6 +195,30 @@ func TestRPMRefusedAgainSetsTheCeiling(t *testing.T) {
 		// 0.93 × min(45, 50) = 41.85
 		if after, later := run(newLedger(), 45, 61*time.Second); after != 41 || later != 41 {
 			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 41, below the lower count", after, later)
+		}
+	})
+	t.Run("AnotherClientsDip", func(t *testing.T) {
+		// below suspectRatio of the count refused before: a trigger, not a ceiling
+		after, later := run(newLedger(), 30, 61*time.Second)
+		if after != 30 || later <= 30 {
+			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 30 relaxing", after, later)
+		}
+	})
+	t.Run("ReprobedAndForgottenForAStatedLimit", func(t *testing.T) {
+		l := newLedger()
+		run(l, 51, 61*time.Second) // ceiling 51 at t0 + 122 s
+		at := t0.Add(122 * time.Second)
+		for i := 0; i < triggerReprobeWindows+1; i++ {
+			at = at.Add(61 * time.Second)
+			fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
+			heldBack(l, at, req(1))
+		}
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 53 {
+			t.Fatalf("rpm budget %d after %d windows held back without a 429, want the ceiling 51 re-probed to 53", got, triggerReprobeWindows+1)
+		}
+		l.Calibrate(at, "p", "m", -1, -1, 90, 40) // an answer's headers: 90 a minute
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 90 {
+			t.Fatalf("rpm budget %d after the provider stated 90 a minute, want the stated limit, not the ceiling", got)
 		}
 	})
 	t.Run("NotAgain", func(t *testing.T) {
