@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -162,21 +161,19 @@ func TestRPMBound(t *testing.T) {
 // still read as tokens: docs/benchmarks.md, "Workloads bound by requests".)
 func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
 	for _, model := range []string{LimitSlidingArrival, LimitFixedWindow} {
-		for _, named := range []bool{true} {
-			t.Run(fmt.Sprintf("%s/named=%v", model, named), func(t *testing.T) {
-				s := DefaultScenario()
-				s.Duration = Duration(time.Hour)
-				s.Provider = ProviderSpec{Model: model, TPM: 200_000, RPM: 100, RetryAfter: s.Provider.RetryAfter, NamesLimit: named}
-				s.Prompt = SizeSpec{Median: 200, P99: 400}
-				s.Output = SizeSpec{Median: 50, P99: 200}
-				s.Gate.Start = 2
-				g := run(t, s).Modes[ModeGate]
-				if g.RequestUtilization < 0.95 || g.RateLimited > 3 || g.RateLimitedByTokens != 0 {
-					t.Fatalf("request utilization %.3f, %d 429s (%d on tokens): want ≥ 0.95 and ≤ 3, none on tokens",
-						g.RequestUtilization, g.RateLimited, g.RateLimitedByTokens)
-				}
-			})
-		}
+		t.Run(model, func(t *testing.T) {
+			s := DefaultScenario()
+			s.Duration = Duration(time.Hour)
+			s.Provider = ProviderSpec{Model: model, TPM: 200_000, RPM: 100, RetryAfter: s.Provider.RetryAfter, NamesLimit: true}
+			s.Prompt = SizeSpec{Median: 200, P99: 400}
+			s.Output = SizeSpec{Median: 50, P99: 200}
+			s.Gate.Start = 2
+			g := run(t, s).Modes[ModeGate]
+			if g.RequestUtilization < 0.95 || g.RateLimited > 3 || g.RateLimitedByTokens != 0 {
+				t.Fatalf("request utilization %.3f, %d 429s (%d on tokens): want ≥ 0.95 and ≤ 3, none on tokens",
+					g.RequestUtilization, g.RateLimited, g.RateLimitedByTokens)
+			}
+		})
 	}
 }
 

@@ -72,8 +72,8 @@ type bucket struct {
 	// stands): set when a relaxed trigger is refused again (see
 	// rpmLimitedLocked). A limit the provider states overrides it.
 	rpmCeiling int
-	// rpmRefused is the count the first RPM 429 of the last burst was refused
-	// at, and when.
+	// rpmRefused is the highest count an RPM 429 of the last burst was refused
+	// at, and rpmRefusedAt when the burst began.
 	rpmRefused   int
 	rpmRefusedAt time.Time
 
@@ -160,6 +160,11 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 			b.atCompletion = atCompletion
 			b.learn.forgetReadings() // read in the other view
 		}
+	}
+	if b.win.inner != cfg.Window || !cfg.Learn {
+		// Request counts of the old window's length, or learned while learning
+		// was on: the configured RPM stands again.
+		b.rpmCeiling, b.rpmRefused, b.rpmTrigger = 0, 0, 0
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
@@ -853,11 +858,12 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 // provider that counts at completion). So a second burst within
 // refusedAgainWindows of the last, at a count at least suspectRatio of the one
 // refused then (not another client's dip), sets the ceiling the trigger
-// relaxes to: the count,
-// when it is the count refused before (a sliding window refuses at its limit,
-// exactly); when it is not — a token bucket's lent reserve runs out lower each
-// time, a provider that counts at completion refuses at counts the calls in
-// flight blur — rpmStepDown below the lower of the two. Never below
+// relaxes to: the count, when it is the count refused before (a sliding window
+// refuses at its limit, exactly); when it is not, rpmStepDown below the lower
+// of the two. A token bucket refuses where its lent reserve runs out, higher
+// after a cooldown refilled it and lower as it drains, and a provider that
+// counts at completion at counts the calls in flight blur: a served count
+// there is no lower bound of the limit. Never below
 // 1/learnFloorDivisor of the configured RPM, and re-probed like a trigger
 // (relaxRPMLocked). Not with a shared window: the count is this instance's,
 // the provider's limit everyone's.
@@ -876,6 +882,7 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 		if again && b.statedRequests == 0 && b.l.shared == nil {
 			ceiling := n
 			if abs(n-b.rpmRefused) > max(1, b.rpmRefused/rpmSameCount) {
+				// not the count refused before: below the lower of the two
 				ceiling = int(rpmStepDown * float64(min(n, b.rpmRefused)))
 			}
 			b.setRPMCeilingLocked(now, ceiling)
@@ -907,11 +914,12 @@ func (b *bucket) setRPMCeilingLocked(now time.Time, ceiling int) {
 	b.l.emit(e)
 }
 
-// The request ceiling (see rpmLimitedLocked): a count within 1/rpmSameCount of
-// the one refused before is the same count; a different one sets the ceiling
-// rpmStepDown below the lower. In an RPM-bound workload of small calls whose
-// 429s name the request limit, 0.93 took a token bucket configured at twice its
-// rate from 26 429s an hour to 7.
+// The request ceiling (see rpmLimitedLocked): a count within 1/rpmSameCount (at
+// least one request) of the one refused before is the ceiling; another sets it
+// rpmStepDown below the lower of the two. In an RPM-bound workload of small
+// calls whose 429s name the request limit, 0.93 took a token bucket configured
+// at twice its rate from 26 429s an hour to 7; stepping down only below a lower
+// count left 15 (the second count was the higher one).
 const (
 	rpmSameCount = 20
 	rpmStepDown  = 0.93
@@ -920,9 +928,11 @@ const (
 // relaxRPMLocked lets an RPM trigger rise by 5% (at least one request) for each
 // window the request budget held calls back without an RPM 429, until it no
 // longer binds: up to the request limit (the ceiling, once one was learned).
-// A ceiling that binds is re-probed × 1.05 once per triggerReprobeWindows
-// windows without an RPM 429, as a token trigger is, so a raised limit (or a
-// ceiling another client's calls set) is found again.
+// A ceiling that binds is re-probed once triggerReprobeWindows windows passed
+// without an RPM 429: × 1.05 a window while it binds and no RPM 429 answers,
+// so a raised limit, or a ceiling another client's calls set, is found again
+// in a few windows once the wait is over (a right ceiling costs a 429 or two
+// per wait).
 func (b *bucket) relaxRPMLocked(now time.Time) {
 	span := b.l.conf().Window
 	if now.Sub(b.lastRPMRelax) < span {
@@ -936,8 +946,8 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 			b.rpmTrigger = 0
 		}
 		b.setRPMLocked()
-	case b.rpmCeiling > 0 && now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span:
-		b.lastRPMRelax, b.rpmRefusedAt = now, now
+	case b.rpmCeiling > 0 && b.rpmCeiling < b.limits.RPM && now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span:
+		b.lastRPMRelax = now
 		b.setRPMCeilingLocked(now, b.rpmCeiling+max(1, b.rpmCeiling/20))
 		b.setRPMLocked()
 	}

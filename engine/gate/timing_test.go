@@ -208,13 +208,18 @@ func TestRPMRefusedAgainSetsTheCeiling(t *testing.T) {
 		l := newLedger()
 		run(l, 51, 61*time.Second) // ceiling 51 at t0 + 122 s
 		at := t0.Add(122 * time.Second)
+		// Held for triggerReprobeWindows windows of 60 s after the 429, then
+		// stepped × 1.05 a window while nothing refuses it.
+		var budgets []int
 		for i := 0; i < triggerReprobeWindows+1; i++ {
 			at = at.Add(61 * time.Second)
 			fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
 			heldBack(l, at, req(1))
+			budgets = append(budgets, l.BucketStatus(at, "p", "m").RPMBudget)
 		}
-		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 53 {
-			t.Fatalf("rpm budget %d after %d windows held back without a 429, want the ceiling 51 re-probed to 53", got, triggerReprobeWindows+1)
+		// 177 windows of 61 s are under 180 of 60 s; the 178th is past them
+		if budgets[176] != 51 || budgets[177] != 53 || budgets[178] != 55 || budgets[180] != 59 {
+			t.Fatalf("rpm budgets %v in the last windows, want 51 held, then 53, 55, 57, 59", budgets[175:])
 		}
 		l.Calibrate(at, "p", "m", -1, -1, 90, 40) // an answer's headers: 90 a minute
 		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 90 {
