@@ -909,7 +909,8 @@ func (b *bucket) setRPMCeilingLocked(now time.Time, ceiling int) {
 	}
 	from := b.rpmLimitLocked()
 	b.rpmCeiling = ceiling
-	e := b.newEvent(EventLearn, now, "", "rpm-ceiling", 0, 0)
+	b.setRPMLocked() // the event carries the budget it sets
+	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.From, e.To = "rpm-ceiling", float64(from), float64(b.rpmLimitLocked())
 	b.l.emit(e)
 }

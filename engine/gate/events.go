@@ -39,7 +39,10 @@ type Event struct {
 	RPMBudget    int
 	CooldownLeft time.Duration
 	// Learn events.
-	Step string // cut, probe, relax, trigger, leak
+	// Step: cut, probe, relax, revert, trigger, leak, suspect, rate,
+	// calibrate, count-mode, reset, unstated, unstated-rpm, rpm-ceiling (From
+	// and To are then the request limit per window, not the budget).
+	Step string
 	From float64
 	To   float64
 	// Rate-limited events.
