@@ -69,7 +69,7 @@ type bucket struct {
 	rpmBurst     time.Time
 	lastRPMRelax time.Time
 	// rpmCeiling is the request limit learned (0: none, the configured RPM
-	// stands): set when a relaxed trigger is refused again (see
+	// stands): set by a second RPM 429 burst near the last one's count (see
 	// rpmLimitedLocked). A limit the provider states overrides it.
 	rpmCeiling int
 	// rpmRefused is the highest count an RPM 429 of the last burst was refused
@@ -950,7 +950,6 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 	case b.rpmCeiling > 0 && b.rpmCeiling < b.limits.RPM && now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span:
 		b.lastRPMRelax = now
 		b.setRPMCeilingLocked(now, b.rpmCeiling+max(1, b.rpmCeiling/20))
-		b.setRPMLocked()
 	}
 }
 
