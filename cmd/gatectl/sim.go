@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,6 +33,8 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "matrix", Usage: "run the gate for every provider model × {no latency, latency} × start {1, 2, 0.5} × outside {0, 10%} from the scenario, one row per run, against the issue's targets"},
 			&cli.DurationFlag{Name: "duration", Usage: "simulated time per run, overriding the scenario's (--matrix: 1h unless given)"},
 			&cli.BoolFlag{Name: "trace", Usage: "print each 429 and learner step of the gate run to stderr"},
+			&cli.StringFlag{Name: "seeds", Usage: "with --matrix: run it for each seed of `LIST` (1-6,9) and print the runs meeting every target, the 429s and the misses of each target, summed"},
+			&cli.BoolFlag{Name: "nudges", Usage: "with --matrix: also run it with pace and paceBurst nudged by 1.4% or less, which no target depends on; the spread is the matrix's noise (docs/benchmarks.md)"},
 		},
 		Action: func(c *cli.Context) error {
 			s := sim.DefaultScenario()
@@ -55,6 +58,33 @@ func simCommand() *cli.Command {
 				s.Duration = sim.Duration(c.Duration("duration"))
 			} else if c.Bool("matrix") {
 				s.Duration = sim.Duration(sim.MatrixDuration)
+			}
+			if (c.IsSet("seeds") || c.Bool("nudges")) && !c.Bool("matrix") {
+				return cli.Exit("sim: --seeds and --nudges go with --matrix", exitUsage)
+			}
+			if c.Bool("matrix") && (c.IsSet("seeds") || c.Bool("nudges")) {
+				seeds := []uint64{s.Seed}
+				if c.IsSet("seeds") {
+					var err error
+					if seeds, err = parseSeeds(c.String("seeds")); err != nil {
+						return cli.Exit(fmt.Sprintf("sim: --seeds: %v", err), exitUsage)
+					}
+				}
+				nudges := sim.Nudges[:1]
+				if c.Bool("nudges") {
+					nudges = sim.Nudges
+				}
+				rows, err := sim.Sweep(s, seeds, nudges)
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("sim: %v", err), exitFailure)
+				}
+				if format == "json" {
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(rows)
+				}
+				writeSweepText(c.App.Writer, s, seeds, nudges, rows)
+				return nil
 			}
 			if c.Bool("matrix") {
 				rows, err := sim.Matrix(s)
@@ -216,4 +246,100 @@ func marginText(g sim.GateSpec) string {
 		t += ", told the provider counts at " + g.CountsAt
 	}
 	return t
+}
+
+// parseSeeds reads a list of seeds and ranges: "1-6,9".
+func parseSeeds(list string) ([]uint64, error) {
+	var seeds []uint64
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want seeds and ranges such as 1-6,9", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
+				return nil, fmt.Errorf("%q: want seeds and ranges such as 1-6,9", part)
+			}
+		}
+		if b-a >= maxSweepSeeds || len(seeds)+int(b-a) >= maxSweepSeeds {
+			return nil, fmt.Errorf("%q: at most %d seeds", list, maxSweepSeeds)
+		}
+		for n := a; n <= b; n++ {
+			seeds = append(seeds, n)
+		}
+	}
+	return seeds, nil
+}
+
+// maxSweepSeeds bounds a sweep: a matrix of one seed takes a few seconds.
+const maxSweepSeeds = 1000
+
+// writeSweepText prints a sweep summed: one line per seed when there are no
+// nudges, else one per nudge over all seeds; then the total, or the mean and
+// range over the nudges.
+func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim.Nudge, rows []sim.SweepRow) {
+	fmt.Fprintf(w, "sweep: the matrix for %d seeds × %d settings, %s per run, %s\n", len(seeds), len(nudges), time.Duration(base.Duration), marginText(base.Gate))
+	fmt.Fprintln(w, "met = runs meeting every target; misses = runs missing each target")
+	fmt.Fprintln(w)
+	type sum struct {
+		label              string
+		runs, met, limited int
+		util               float64
+		misses             map[string]int
+	}
+	var sums []*sum
+	byKey := map[string]*sum{}
+	for _, r := range rows {
+		key := r.Nudge
+		if len(nudges) == 1 {
+			key = fmt.Sprintf("seed %d", r.Seed)
+		}
+		s, ok := byKey[key]
+		if !ok {
+			s = &sum{label: key, misses: map[string]int{}}
+			byKey[key] = s
+			sums = append(sums, s)
+		}
+		s.runs += r.Runs
+		s.met += r.Met
+		s.limited += r.RateLimited
+		s.util += r.Utilization * float64(r.Runs)
+		for k, v := range r.Misses {
+			s.misses[k] += v
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "\tmet\truns\t429s\tutilization")
+	for _, k := range sim.TargetLabels {
+		fmt.Fprintf(tw, "\t%s", k)
+	}
+	fmt.Fprintln(tw)
+	for _, s := range sums {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.4f", s.label, s.met, s.runs, s.limited, s.util/float64(max(1, s.runs)))
+		for _, k := range sim.TargetLabels {
+			fmt.Fprintf(tw, "\t%d", s.misses[k])
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if len(nudges) == 1 {
+		var met, runs, limited int
+		for _, s := range sums {
+			met, runs, limited = met+s.met, runs+s.runs, limited+s.limited
+		}
+		fmt.Fprintf(w, "\nall seeds: %d of %d runs meet every target; %d 429s\n", met, runs, limited)
+		return
+	}
+	minMet, maxMet, minLim, maxLim := sums[0].met, sums[0].met, sums[0].limited, sums[0].limited
+	var met, limited int
+	for _, s := range sums {
+		met, limited = met+s.met, limited+s.limited
+		minMet, maxMet = min(minMet, s.met), max(maxMet, s.met)
+		minLim, maxLim = min(minLim, s.limited), max(maxLim, s.limited)
+	}
+	n := float64(len(sums))
+	fmt.Fprintf(w, "\nover the %d settings: %.1f runs meet every target (%d–%d), %.0f 429s (%d–%d)\n", len(sums), float64(met)/n, minMet, maxMet, float64(limited)/n, minLim, maxLim)
 }
