@@ -34,7 +34,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "duration", Usage: "simulated time per run, overriding the scenario's (--matrix: 1h unless given)"},
 			&cli.BoolFlag{Name: "trace", Usage: "print each 429 and learner step of the gate run to stderr"},
 			&cli.StringFlag{Name: "seeds", Usage: "with --matrix: run it for each seed of `LIST` (1-6,9) and print the runs meeting every target, the 429s and the misses of each target, summed"},
-			&cli.BoolFlag{Name: "nudges", Usage: "with --matrix: also run it with pace and paceBurst nudged by 1.4% or less, which no target depends on; the spread is the matrix's noise (docs/benchmarks.md)"},
+			&cli.BoolFlag{Name: "nudges", Usage: "with --matrix: also run it with pace and paceBurst nudged by 1/70 (1.43%) or less, which no target depends on; the spread is the matrix's noise (docs/sim.md)"},
 		},
 		Action: func(c *cli.Context) error {
 			s := sim.DefaultScenario()
@@ -70,7 +70,7 @@ func simCommand() *cli.Command {
 						return cli.Exit(fmt.Sprintf("sim: --seeds: %v", err), exitUsage)
 					}
 				}
-				nudges := sim.Nudges[:1]
+				nudges := sim.Nudges[:1:1] // a slice of its own: appending must not write into sim.Nudges
 				if c.Bool("nudges") {
 					nudges = sim.Nudges
 				}
@@ -248,40 +248,53 @@ func marginText(g sim.GateSpec) string {
 	return t
 }
 
-// parseSeeds reads a list of seeds and ranges: "1-6,9".
+// parseSeeds reads a list of seeds and ranges: "1-6,9". A seed listed twice
+// would be counted twice in the sums, so it is refused.
 func parseSeeds(list string) ([]uint64, error) {
 	var seeds []uint64
+	seen := map[uint64]bool{}
 	for _, part := range strings.Split(list, ",") {
-		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.ParseUint(lo, 10, 64)
+		a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("%q: want seeds and ranges such as 1-6,9", part)
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
+			if b, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 64); err != nil {
 				return nil, fmt.Errorf("%q: want seeds and ranges such as 1-6,9", part)
 			}
+			if b < a {
+				return nil, fmt.Errorf("%q: a range runs upward, such as 1-6", part)
+			}
 		}
-		if b-a >= maxSweepSeeds || len(seeds)+int(b-a) >= maxSweepSeeds {
+		if b-a >= maxSweepSeeds || uint64(len(seeds))+b-a >= maxSweepSeeds {
 			return nil, fmt.Errorf("%q: at most %d seeds", list, maxSweepSeeds)
 		}
-		for n := a; n <= b; n++ {
-			seeds = append(seeds, n)
+		for i := uint64(0); i <= b-a; i++ { // counted, not a+i <= b: b may be the largest uint64
+			if seen[a+i] {
+				return nil, fmt.Errorf("%q: seed %d is listed twice", list, a+i)
+			}
+			seen[a+i] = true
+			seeds = append(seeds, a+i)
 		}
 	}
 	return seeds, nil
 }
 
-// maxSweepSeeds bounds a sweep: a matrix of one seed takes a few seconds.
+// maxSweepSeeds bounds a sweep. A matrix of one seed takes a few seconds, so
+// the bound with --nudges is about 1000 × 6 × 2 s: some hours, not days.
 const maxSweepSeeds = 1000
 
 // writeSweepText prints a sweep summed: one line per seed when there are no
 // nudges, else one per nudge over all seeds; then the total, or the mean and
 // range over the nudges.
 func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim.Nudge, rows []sim.SweepRow) {
-	fmt.Fprintf(w, "sweep: the matrix for %d seeds × %d settings, %s per run, %s\n", len(seeds), len(nudges), time.Duration(base.Duration), marginText(base.Gate))
+	settings := map[string]bool{}
+	for _, r := range rows {
+		settings[r.Nudge] = true
+	}
+	fmt.Fprintf(w, "sweep: the matrix for %d seeds × %d settings, %s per run, %s\n", len(seeds), len(settings), time.Duration(base.Duration), marginText(base.Gate))
 	fmt.Fprintln(w, "met = runs meeting every target; misses = runs missing each target")
 	fmt.Fprintln(w)
 	type sum struct {
@@ -331,6 +344,13 @@ func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim
 			met, runs, limited = met+s.met, runs+s.runs, limited+s.limited
 		}
 		fmt.Fprintf(w, "\nall seeds: %d of %d runs meet every target; %d 429s\n", met, runs, limited)
+		return
+	}
+	if len(sums) == 0 {
+		return
+	}
+	if len(sums) == 1 {
+		fmt.Fprintf(w, "\nthe nudges changed nothing (the pacer is off): %d of %d runs meet every target; %d 429s\n", sums[0].met, sums[0].runs, sums[0].limited)
 		return
 	}
 	minMet, maxMet, minLim, maxLim := sums[0].met, sums[0].met, sums[0].limited, sums[0].limited

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -30,36 +31,70 @@ func TestWriteMatrixTextTally(t *testing.T) {
 }
 
 func TestParseSeeds(t *testing.T) {
-	for list, want := range map[string]string{"3": "[3]", "1-3,7": "[1 2 3 7]", " 5 , 2-2": "[5 2]"} {
+	for list, want := range map[string]string{
+		"3": "[3]", "1-3,7": "[1 2 3 7]", " 5 , 2 - 2": "[5 2]", "0-999": fmt.Sprint(seq(0, 999)),
+		"18446744073709551615": "[18446744073709551615]", "18446744073709551614-18446744073709551615": "[18446744073709551614 18446744073709551615]",
+	} {
 		got, err := parseSeeds(list)
 		if err != nil || fmt.Sprint(got) != want {
 			t.Errorf("parseSeeds(%q) = %v, %v; want %s", list, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "a", "3-1", "1-", "-2", "1-100000", "1,,2"} {
-		if got, err := parseSeeds(bad); err == nil || !strings.Contains(err.Error(), "1-6,9") && !strings.Contains(err.Error(), "at most") {
-			t.Errorf("parseSeeds(%q) = %v, %v; want an error showing the form", bad, got, err)
+	for bad, says := range map[string]string{
+		"": "1-6,9", "a": "1-6,9", "1-": "1-6,9", "-2": "1-6,9", "1,,2": "1-6,9",
+		"3-1": "runs upward", "0-1000": "at most 1000", "1-600,601-1001": "at most 1000", "1-6,3": "seed 3 is listed twice",
+	} {
+		if got, err := parseSeeds(bad); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("parseSeeds(%q) = %v, %v; want an error saying %q", bad, got, err, says)
 		}
 	}
 }
 
-// Over nudges, the sweep's text ends with the mean and range of the runs that
-// meet every target and of the 429s.
+func seq(a, b uint64) []uint64 {
+	var s []uint64
+	for n := a; n <= b; n++ {
+		s = append(s, n)
+	}
+	return s
+}
+
+// Over nudges, the sweep prints one line per setting summed over the seeds,
+// then the mean and range of the runs that meet every target and of the 429s.
 func TestWriteSweepTextBand(t *testing.T) {
 	rows := []sim.SweepRow{
-		{Seed: 1, Nudge: "as set", Runs: 48, Met: 20, RateLimited: 100, Misses: map[string]int{"util≥.93": 5}},
-		{Seed: 1, Nudge: "pace ×0.99", Runs: 48, Met: 18, RateLimited: 110},
-		{Seed: 2, Nudge: "as set", Runs: 48, Met: 22, RateLimited: 90},
-		{Seed: 2, Nudge: "pace ×0.99", Runs: 48, Met: 19, RateLimited: 120},
+		{Seed: 1, Nudge: "as set", Runs: 48, Met: 20, RateLimited: 100, Utilization: 0.90, Misses: map[string]int{"util≥.93": 5}},
+		{Seed: 1, Nudge: "pace ×0.99", Runs: 48, Met: 18, RateLimited: 110, Utilization: 0.91},
+		{Seed: 2, Nudge: "as set", Runs: 48, Met: 22, RateLimited: 90, Utilization: 0.92, Misses: map[string]int{"util≥.93": 2}},
+		{Seed: 2, Nudge: "pace ×0.99", Runs: 48, Met: 19, RateLimited: 120, Utilization: 0.93},
 	}
 	var b bytes.Buffer
 	writeSweepText(&b, sim.DefaultScenario(), []uint64{1, 2}, sim.Nudges[:2], rows)
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	out := b.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := "over the 2 settings: 39.5 runs meet every target (37–42), 210 429s (190–230)"
 	if last := lines[len(lines)-1]; last != want {
-		t.Fatalf("last line %q, want %q\n%s", last, want, b.String())
+		t.Fatalf("last line %q, want %q\n%s", last, want, out)
 	}
-	if !strings.Contains(b.String(), "as set") || strings.Contains(b.String(), "seed 1") {
-		t.Fatalf("want one line per setting over all seeds:\n%s", b.String())
+	// as set: 42 met of 96, 190 429s, utilization 0.91, util≥.93 missed 7 times
+	if !regexp.MustCompile(`(?m)^as set +42 +96 +190 +0\.9100 +7 `).MatchString(out) || strings.Contains(out, "seed 1") {
+		t.Fatalf("want one line per setting summed over the seeds:\n%s", out)
+	}
+}
+
+// Without nudges, the sweep prints one line per seed and the total.
+func TestWriteSweepTextSeeds(t *testing.T) {
+	rows := []sim.SweepRow{
+		{Seed: 4, Nudge: "as set", Runs: 48, Met: 20, RateLimited: 100, Utilization: 0.90, Misses: map[string]int{"conv≤3": 3}},
+		{Seed: 9, Nudge: "as set", Runs: 48, Met: 25, RateLimited: 80, Utilization: 0.92},
+	}
+	var b bytes.Buffer
+	writeSweepText(&b, sim.DefaultScenario(), []uint64{4, 9}, sim.Nudges[:1:1], rows)
+	out := b.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if want := "all seeds: 45 of 96 runs meet every target; 180 429s"; lines[len(lines)-1] != want {
+		t.Fatalf("last line %q, want %q\n%s", lines[len(lines)-1], want, out)
+	}
+	if !regexp.MustCompile(`(?m)^seed 4 +20 +48 +100 +0\.9000( +\d+){3} +3 `).MatchString(out) || !strings.Contains(out, "seed 9") {
+		t.Fatalf("want one line per seed:\n%s", out)
 	}
 }
