@@ -98,3 +98,17 @@ func TestWriteSweepTextSeeds(t *testing.T) {
 		t.Fatalf("want one line per seed:\n%s", out)
 	}
 }
+
+// With the pacer off the nudges are skipped, and the sweep says so.
+func TestWriteSweepTextNothingNudged(t *testing.T) {
+	rows := []sim.SweepRow{{Seed: 1, Nudge: "as set", Runs: 48, Met: 9, RateLimited: 85}}
+	var b bytes.Buffer
+	writeSweepText(&b, sim.DefaultScenario(), []uint64{1}, sim.Nudges, rows)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if want := "the nudges changed nothing (the pacer is off): 9 of 48 runs meet every target; 85 429s"; lines[len(lines)-1] != want {
+		t.Fatalf("last line %q, want %q\n%s", lines[len(lines)-1], want, b.String())
+	}
+	if !strings.HasPrefix(lines[0], "sweep: the matrix for 1 seeds × 1 settings") {
+		t.Fatalf("first line %q, want it to count the settings run", lines[0])
+	}
+}
