@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -79,9 +78,7 @@ func simCommand() *cli.Command {
 					return cli.Exit(fmt.Sprintf("sim: %v", err), exitFailure)
 				}
 				if format == "json" {
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					return enc.Encode(rows)
+					return writeJSONOut(c.App.Writer, rows)
 				}
 				writeSweepText(c.App.Writer, s, seeds, nudges, rows)
 				return nil
@@ -92,9 +89,7 @@ func simCommand() *cli.Command {
 					return cli.Exit(fmt.Sprintf("sim: %v", err), exitFailure)
 				}
 				if format == "json" {
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					return enc.Encode(rows)
+					return writeJSONOut(c.App.Writer, rows)
 				}
 				writeMatrixText(c.App.Writer, s, rows)
 				return nil
@@ -104,9 +99,7 @@ func simCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("sim: %v", err), exitFailure)
 			}
 			if format == "json" {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
+				return writeJSONOut(c.App.Writer, r)
 			}
 			writeSimText(c.App.Writer, r)
 			return nil
