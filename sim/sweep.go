@@ -34,12 +34,16 @@ var Nudges = []Nudge{
 
 // scaled is f × the value set, or × def when none is.
 func scaled(set *float64, def, f float64) *float64 {
-	v := def
-	if set != nil {
-		v = *set
-	}
-	v *= f
+	v := valueOr(set, def) * f
 	return &v
+}
+
+// valueOr is the value set, or def when none is.
+func valueOr(set *float64, def float64) float64 {
+	if set != nil {
+		return *set
+	}
+	return def
 }
 
 // SweepRow is one matrix (one seed, one nudge) summed against the targets.
@@ -96,15 +100,9 @@ func sweepRow(seed uint64, nudge string, rows []MatrixRow) SweepRow {
 // sameAdmission reports whether a and b pace grants alike.
 func sameAdmission(a, b GateSpec) bool {
 	def := gate.DefaultConfig()
-	v := func(p *float64, d float64) float64 {
-		if p != nil {
-			return *p
-		}
-		return d
-	}
-	pa, pb := v(a.Pace, def.Pace), v(b.Pace, def.Pace)
+	pa, pb := valueOr(a.Pace, def.Pace), valueOr(b.Pace, def.Pace)
 	if pa == 0 && pb == 0 {
 		return true // the pacer is off: its burst does nothing
 	}
-	return pa == pb && v(a.PaceBurst, def.PaceBurst) == v(b.PaceBurst, def.PaceBurst)
+	return pa == pb && valueOr(a.PaceBurst, def.PaceBurst) == valueOr(b.PaceBurst, def.PaceBurst)
 }
