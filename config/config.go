@@ -41,8 +41,9 @@ type Config struct {
 	Retry Retry
 	Store Store
 
-	Classifiers []ClassifierRef // in order; the built-in rules always decide last
-	PluginsDir  string
+	Classifiers  []ClassifierRef // in order; the built-in rules always decide last
+	PluginsDir   string
+	PluginLimits PluginLimits // bounds of every module dropped into PluginsDir; zero fields take the host's defaults
 
 	Pools     map[string]Pool
 	PoolOrder []string // pool names in declared order

@@ -47,16 +47,27 @@ var pluginLimitsSchema = &schema[PluginLimits]{
 	path:     "classifiers[].limits",
 	doc:      "a key left out takes the host's default",
 	defaults: func() PluginLimits { return PluginLimits{} },
-	fields: []setting[PluginLimits]{
-		durField("timeout", "deadline of one call", positive,
-			func(l *PluginLimits) *time.Duration { return &l.Timeout }),
-		intField("memoryPages", "memory cap in 64 KiB pages (65536 = 4 GiB)", between(1, 65536),
-			func(l *PluginLimits) *int { return &l.MemoryPages }),
-		intField("maxBodyBytes", "longest failure body handed to the plugin", inherit,
-			func(l *PluginLimits) *int { return &l.MaxBodyBytes }),
-		intField("maxOutputBytes", "longest output the plugin may write", inherit,
-			func(l *PluginLimits) *int { return &l.MaxOutputBytes }),
-	},
+	fields:   pluginLimitFields,
+}
+
+// dirPluginLimitsSchema bounds every module dropped into pluginsDir, with the same
+// keys as a named plugin's limits.
+var dirPluginLimitsSchema = &schema[PluginLimits]{
+	path:     "pluginLimits",
+	doc:      "a key left out takes the host's default",
+	defaults: func() PluginLimits { return PluginLimits{} },
+	fields:   pluginLimitFields,
+}
+
+var pluginLimitFields = []setting[PluginLimits]{
+	durField("timeout", "deadline of one call", positive,
+		func(l *PluginLimits) *time.Duration { return &l.Timeout }),
+	intField("memoryPages", "memory cap in 64 KiB pages (65536 = 4 GiB)", between(1, 65536),
+		func(l *PluginLimits) *int { return &l.MemoryPages }),
+	intField("maxBodyBytes", "longest failure body handed to the plugin", inherit,
+		func(l *PluginLimits) *int { return &l.MaxBodyBytes }),
+	intField("maxOutputBytes", "longest output the plugin may write", inherit,
+		func(l *PluginLimits) *int { return &l.MaxOutputBytes }),
 }
 
 func (v *validator) classifiers(n *yaml.Node, path string) {

@@ -37,6 +37,8 @@ var topSchema = &schema[Config]{
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.classifiers(n, path) }),
 		strField("pluginsDir", "every *.wasm dropped here joins the classifier chain", nil,
 			func(c *Config) *string { return &c.PluginsDir }),
+		subField("pluginLimits", "bounds of every module dropped into pluginsDir", dirPluginLimitsSchema,
+			func(c *Config) *PluginLimits { return &c.PluginLimits }),
 		customField("pools", "mapping", "name -> pool of interchangeable routes",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.pools(n, path) }),
 		customField("models", "mapping", "model names clients send -> a pool, provider/model, or provider/* (the name as sent); a key holding * is a pattern. Absent: the embedded default's aliases whose providers the file configures",

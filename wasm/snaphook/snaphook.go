@@ -122,7 +122,7 @@ func (h *Hook) DirClassifiers(ctx context.Context, cfg *config.Config, prev *sna
 	if err != nil {
 		return nil, nil, err
 	}
-	cs, err := wasm.LoadDir(ctx, host, dir, wasm.DirOptions{})
+	cs, err := wasm.LoadDir(ctx, host, dir, wasm.DirOptions{Limits: limitsOf(cfg.PluginLimits)})
 	if err != nil {
 		return nil, files, err
 	}

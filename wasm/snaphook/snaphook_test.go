@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/snapshot"
@@ -34,6 +35,7 @@ func TestSnapshotWithPlugins(t *testing.T) {
 	os.WriteFile(cfgPath, []byte(`
 stateDir: state
 pluginsDir: plugins
+pluginLimits: {timeout: 1s} # as below: the dropped-in module's first call under -race may pass 2 ms
 classifiers:
   - wasm: octafuse.wasm
     limits: {timeout: 1s} # the default 2 ms is a production bound; under -race on a loaded CI machine a first call can exceed it
@@ -63,6 +65,13 @@ classifiers:
 	v, _, _ = s1.Chain.Classify(ctx, &engine.Failure{Status: 500, Body: "x"})
 	if v.By != "wasm/switch.wasm" {
 		t.Errorf("dropped-in plugin did not decide: %+v", v)
+	}
+	for _, l := range s1.Chain.Links() {
+		if c, ok := l.(*wasm.Classifier); ok && c.Name() == "wasm/switch.wasm" {
+			if got := c.Plugin().Limits().Timeout; got != time.Second {
+				t.Errorf("dropped-in plugin's deadline = %s, want pluginLimits.timeout 1s", got)
+			}
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", wasm.CacheSubdir)); err != nil {
 		t.Errorf("no compilation cache under stateDir: %v", err)
