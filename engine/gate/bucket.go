@@ -262,6 +262,29 @@ func (b *bucket) tokenBudget() int64 {
 	return int64(b.learn.budget() * b.factor())
 }
 
+// requestsLocked is the request count the request budget holds against, in
+// the view the bucket counts in: the calls admitted within the window, or — for
+// a provider that counts a call when it completes — the calls that completed
+// within it. Counted on arrival there, the gate's window drains a window after a
+// burst was admitted while the provider holds the burst until a window after
+// it completed, and the queue released then meets a full window: a cohort of
+// 429s, one a call.
+func (b *bucket) requestsLocked() int {
+	if b.atCompletion {
+		return b.done.requests()
+	}
+	return b.win.requests()
+}
+
+// requestDrainLocked is how long until one more request fits the request
+// budget, in the count requestsLocked reads.
+func (b *bucket) requestDrainLocked(now time.Time) time.Duration {
+	if b.atCompletion {
+		return b.done.requestDrain(now, b.rpm)
+	}
+	return b.win.requestDrain(now, b.rpm)
+}
+
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
 // else the configured RPM or the learned ceiling below it.
 func (b *bucket) rpmLimitLocked() int {
@@ -368,7 +391,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 			tpm, _ = b.win.tokenDrain(now, need, budget)
 		}
 	}
-	rpm := b.win.requestDrain(now, b.rpm)
+	rpm := b.requestDrainLocked(now)
 	if rpm > 0 && cd == 0 {
 		b.forgetStaleStatedLocked(now, false)
 		b.relaxRPMLocked(now)
@@ -841,7 +864,7 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
 	}
-	if b.win.requests()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
+	if b.requestsLocked()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
@@ -871,7 +894,7 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if !b.learn.enabled {
 		return
 	}
-	n := max(1, b.win.requests())
+	n := max(1, b.requestsLocked())
 	span := b.l.conf().Window
 	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
 	if inBurst {

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -711,6 +712,39 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 					t.Fatalf("window %d: moved (%+v), trigger %v", w, st, l.trigger)
 				}
 			}
+		})
+	}
+}
+
+// The request budget counts in the bucket's view. Ten calls admitted together
+// and answered 5 s later leave the arrival view a window after they were
+// admitted; a provider that counts at completion holds them a window after they
+// completed, and the completion view holds the next call until then — released
+// at the arrival view's drain, the queue would meet a full window.
+func TestRequestBudgetCountsInTheView(t *testing.T) {
+	for _, view := range []string{CountsAtArrival, CountsAtCompletion} {
+		t.Run(view, func(t *testing.T) {
+			c := testGate()
+			c.Defaults.CountsAt = view
+			l, _, _ := newTestLedger(t, c)
+			r := Request{Provider: "p", Model: "m", InputTokens: 10, MaxTokens: 10}
+			var tks []Ticket
+			for i := range 10 { // the whole request budget of 10
+				r.Session = fmt.Sprint("s", i)
+				tks = append(tks, mustAdmit(t, l, t0, r))
+			}
+			for _, tk := range tks {
+				if err := l.Settle(t0.Add(5*time.Second), tk, Usage{InputTokens: 10, OutputTokens: 10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.Session = "next"
+			w := c.Window
+			if view == CountsAtArrival {
+				mustAdmit(t, l, t0.Add(w), r)
+				return
+			}
+			mustWait(t, l, t0.Add(w), r, "rpm", 5*time.Second+w)
 		})
 	}
 }
