@@ -309,9 +309,10 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack && !again {
 			t = l.cleanMax
 		}
-		if h := l.servedInView; slack > 0 && h > t && h <= reading+slack && !again {
+		if h := l.servedInView; slack > 0 && h > t && h <= reading+slack {
 			// The provider served a level inside the bracket in the view read:
-			// the limit is at least that (see servedInView).
+			// the limit is at least that (see servedInView). Refused again or
+			// not: unlike the clean record, it is of the last window or two.
 			t = h
 		}
 		if probing && !hadTrigger && l.preProbe == l.start && l.preProbe > t && reading+slack >= l.preProbe {

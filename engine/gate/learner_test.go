@@ -660,3 +660,36 @@ func TestOnlyARelaxIsARaiseByRelax(t *testing.T) {
 		t.Fatalf("step %+v (moved %v), raisedByRelax %v; want a probe step that clears it", st, moved, l.raisedByRelax)
 	}
 }
+
+// Refused again at the trigger the previous 429 set, the clean record is set
+// aside (above) — but not a level the provider served inside the bracket in the
+// completion view (servedInView, set by the bucket only in that view and only at
+// a 429 that does not refute it). Within the last windows the provider carried
+// it, so the limit is at least that; read at the bottom of a wide bracket (a
+// large refused call), the trigger sat at 0.87 of a completion-counting
+// provider's limit for the rest of the hour, with the clean record pulled down
+// to it and nothing to relax toward (sliding-completion at 2×, seed 5: 0.813 →
+// 0.897 of the limit).
+func TestServedLevelLiftsATriggerRefusedAgain(t *testing.T) {
+	span := time.Minute
+	for _, c := range []struct {
+		name         string
+		served, want float64
+	}{
+		{"served in the bracket", 990, 990},
+		{"none served", 0, 940},
+		{"served above the bracket", 1030, 940},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLearner(1200, true, t0)
+			l.trigger, l.quota, l.cleanMax = 1000, 1000, 1000
+			l.prevCut, l.burstStart, l.last429, l.lastRaise = t0, t0, t0, t0
+			l.refusedLevel = 1000 // what the previous 429 set
+			l.servedInView = c.served
+			l.on429(t0.Add(6*time.Minute), 940, 80, false, false, span)
+			if math.Abs(l.trigger-c.want) > 1e-9 {
+				t.Fatalf("trigger %g, want %g", l.trigger, c.want)
+			}
+		})
+	}
+}
