@@ -783,7 +783,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled {
-		refuted, bothRefuted = b.voteLocked(now, sig.Tokens)
+		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
 	}
 	reading := b.providerViewLocked()
 	// No sliding window explains a 429 that refutes both views; when it also

@@ -59,11 +59,18 @@ func (b *bucket) clearVotesLocked() {
 // It reports whether the 429 refuted the view the bucket uses after the vote:
 // the provider refused below a level it served in that view within two windows;
 // and whether it refuted both.
-func (b *bucket) voteLocked(now time.Time, refused int64) (refutedInUse, bothRefuted bool) {
+func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUse, bothRefuted bool) {
 	span := b.l.conf().Window
 	// The views as the provider's own window holds them: without what the
-	// gate's count guard keeps past the window.
-	arrival := b.arrivalViewLocked() - float64(b.win.tail())
+	// gate's count guard keeps past the window — but with what it held when the
+	// refused call was admitted. A 429 comes back a round trip later; when a
+	// cohort admitted together leaves the window in between, the arrival view
+	// read now has lost what the provider counted, and reads as refuted.
+	tail := b.win.tail()
+	if !admitted.IsZero() && admitted.Before(now) {
+		tail -= b.win.tailAfter(admitted.Add(-span).UnixNano())
+	}
+	arrival := b.arrivalViewLocked() - float64(tail)
 	completion := float64(b.done.tokens - b.done.tail())
 	// How far a refused level may honestly lie below a served one: the refused
 	// call's own spread (its real output may exceed what it reserved), and the

@@ -748,3 +748,39 @@ func TestRequestBudgetCountsInTheView(t *testing.T) {
 		})
 	}
 }
+
+// A 429 whose call was admitted just before a cohort left the window is read
+// in the arrival view as the provider held it when that call arrived: with the
+// cohort the count guard still keeps. Read without it, the arrival view holds
+// nothing at a 429 far below what it served, and the bucket switched an
+// arrival-counting provider to completion at a probe's 429 (over real HTTP, at
+// the truth: a second 429 and a third of the learned windows lost).
+func TestVoteReadsTheWindowTheRefusedCallMet(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		admitted time.Duration // of the refused call, from t0
+		switches int
+	}{
+		{"admitted while the cohort was in the window", time.Minute - 5*time.Millisecond, 0},
+		{"admitted after it left", time.Minute + time.Millisecond, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.RPM = 1000
+			c.CountGuard = 0.01 // 600 ms past the window
+			l, _, ev := newTestLedger(t, c)
+			a := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 400})
+			b := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 400})
+			for _, tk := range []Ticket{a, b} {
+				if err := l.Settle(t0.Add(time.Second), tk, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := t0.Add(time.Minute + 5*time.Millisecond) // the cohort is in the guard only
+			l.RateLimitedBy(now, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: t0.Add(tc.admitted), Tokens: 400})
+			if got := countModeSwitches(ev); len(got) != tc.switches {
+				t.Fatalf("count-mode steps %v, want %d", got, tc.switches)
+			}
+		})
+	}
+}

@@ -92,6 +92,21 @@ func (w *slidingWindow) advanceTail(now time.Time) {
 // It assumes expire(now) ran.
 func (w *slidingWindow) tail() int64 { return w.tailTokens }
 
+// tailAfter is the tokens of the tail's entries admitted after cutoff (unix
+// nanos): of what only the count guard keeps, what a provider that counted at
+// cutoff + the window still held.
+func (w *slidingWindow) tailAfter(cutoff int64) int64 {
+	var sum int64
+	for seq := w.tailEnd; seq > w.headSeq; seq-- {
+		e := &w.entries[(w.head+int(seq-1-w.headSeq))%len(w.entries)]
+		if e.at <= cutoff {
+			break
+		}
+		sum += e.tokens
+	}
+	return sum
+}
+
 func (w *slidingWindow) closeEntry(e *windowEntry) {
 	if e.open == 0 {
 		return
