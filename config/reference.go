@@ -15,7 +15,7 @@ var sections = []documented{
 	topSchema, serverSchema, upstreamSchema, apiSchema, logSchema, providerSchema,
 	gateSchema, limitsSchema, storeSchema, redisSchema,
 	retrySchema, clampSchema, mislabeledSchema, transportSchema,
-	classifierSchema, pluginLimitsSchema,
+	classifierSchema, pluginLimitsSchema, dirPluginLimitsSchema,
 	poolSchema, routeSchema,
 	balanceSchema, httpBalanceSchema, wasmBalanceSchema,
 	quotaSchema,

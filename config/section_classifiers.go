@@ -54,7 +54,7 @@ var pluginLimitsSchema = &schema[PluginLimits]{
 // keys as a named plugin's limits.
 var dirPluginLimitsSchema = &schema[PluginLimits]{
 	path:     "pluginLimits",
-	doc:      "a key left out takes the host's default",
+	doc:      "bounds of the modules dropped into pluginsDir, not of classifiers[] entries; a key left out takes the host's default",
 	defaults: func() PluginLimits { return PluginLimits{} },
 	fields:   pluginLimitFields,
 }

@@ -37,7 +37,7 @@ var topSchema = &schema[Config]{
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.classifiers(n, path) }),
 		strField("pluginsDir", "every *.wasm dropped here joins the classifier chain", nil,
 			func(c *Config) *string { return &c.PluginsDir }),
-		subField("pluginLimits", "bounds of every module dropped into pluginsDir", dirPluginLimitsSchema,
+		subField("pluginLimits", "bounds of every module dropped into pluginsDir (a classifiers[] entry has its own limits)", dirPluginLimitsSchema,
 			func(c *Config) *PluginLimits { return &c.PluginLimits }),
 		customField("pools", "mapping", "name -> pool of interchangeable routes",
 			func(v *validator, n *yaml.Node, path string, c *Config) { v.pools(n, path) }),

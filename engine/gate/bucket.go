@@ -267,13 +267,24 @@ func (b *bucket) tokenBudget() int64 {
 // a provider that counts a call when it completes — the calls that completed
 // within it. Counted on arrival there, the gate's window drains a window after a
 // burst was admitted while the provider holds the burst until a window after
-// it completed, and the queue released then meets a full window: a cohort of
-// 429s, one a call.
+// it completed, and the queue released then meets a full window: every call
+// of that cohort gets a 429. Calls in flight are not in the completion count,
+// as they are not in the token budget's there: such a provider does not count
+// them when it decides on a call.
 func (b *bucket) requestsLocked() int {
 	if b.atCompletion {
 		return b.done.requests()
 	}
 	return b.win.requests()
+}
+
+// windowTokensLocked is the window's tokens in the view the token budget
+// holds against (what status and events report beside the budgets).
+func (b *bucket) windowTokensLocked() int64 {
+	if b.atCompletion {
+		return b.done.tokens
+	}
+	return b.win.tokens
 }
 
 // requestDrainLocked is how long until one more request fits the request
@@ -1044,8 +1055,8 @@ func (b *bucket) event(kind EventKind, now time.Time, session, reason string, wa
 func (b *bucket) newEvent(kind EventKind, now time.Time, session, reason string, wait time.Duration, res int64) Event {
 	return Event{
 		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
-		WindowTokens: b.win.tokens, TokenBudget: b.tokenBudget(), Reservation: res,
+		WindowTokens: b.windowTokensLocked(), TokenBudget: b.tokenBudget(), Reservation: res,
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
-		Requests: b.win.requests(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
+		Requests: b.requestsLocked(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
 	}
 }

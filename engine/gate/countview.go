@@ -65,13 +65,17 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	// gate's count guard keeps past the window — but with what it held when the
 	// refused call was admitted. A 429 comes back a round trip later; when a
 	// cohort admitted together leaves the window in between, the arrival view
-	// read now has lost what the provider counted, and reads as refuted.
-	tail := b.win.tail()
+	// read now has lost what the provider counted, and reads as refuted (the
+	// completion view likewise, for calls that completed together). Entries
+	// the count guard no longer keeps either cannot be read back.
+	tail, doneTail := b.win.tail(), b.done.tail()
 	if !admitted.IsZero() && admitted.Before(now) {
-		tail -= b.win.tailAfter(admitted.Add(-span).UnixNano())
+		cutoff := admitted.Add(-span).UnixNano()
+		tail -= b.win.tailAfter(cutoff)
+		doneTail -= b.done.tailAfter(cutoff)
 	}
 	arrival := b.arrivalViewLocked() - float64(tail)
-	completion := float64(b.done.tokens - b.done.tail())
+	completion := float64(b.done.tokens - doneTail)
 	// How far a refused level may honestly lie below a served one: the refused
 	// call's own spread (its real output may exceed what it reserved), and the
 	// view's error — the calls in flight counted at their expected output in the

@@ -9,8 +9,8 @@ import (
 type BucketStatus struct {
 	Provider       string  `json:"provider"`
 	Model          string  `json:"model"`
-	WindowTokens   int64   `json:"windowTokens"`   // tokens in the sliding window, reservations included
-	WindowRequests int     `json:"windowRequests"` // requests in the window
+	WindowTokens   int64   `json:"windowTokens"`   // tokens in the window the budget holds against (countsAt): reservations included on arrival, completed calls at completion
+	WindowRequests int     `json:"windowRequests"` // requests in that window
 	Reserved       int64   `json:"reserved"`       // reservations not settled yet
 	InFlight       int     `json:"inFlight"`
 	Waiting        int     `json:"waiting"`
@@ -63,7 +63,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,
-		WindowTokens: b.win.tokens, WindowRequests: b.win.requests(),
+		WindowTokens: b.windowTokensLocked(), WindowRequests: b.requestsLocked(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,

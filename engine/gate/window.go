@@ -94,7 +94,8 @@ func (w *slidingWindow) tail() int64 { return w.tailTokens }
 
 // tailAfter is the tokens of the tail's entries admitted after cutoff (unix
 // nanos): of what only the count guard keeps, what a provider that counted at
-// cutoff + the window still held.
+// cutoff + the window still held. It assumes expire(now) ran; what already left
+// the guard too cannot be read back.
 func (w *slidingWindow) tailAfter(cutoff int64) int64 {
 	var sum int64
 	for seq := w.tailEnd; seq > w.headSeq; seq-- {

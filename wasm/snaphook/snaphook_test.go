@@ -66,12 +66,17 @@ classifiers:
 	if v.By != "wasm/switch.wasm" {
 		t.Errorf("dropped-in plugin did not decide: %+v", v)
 	}
+	found := false
 	for _, l := range s1.Chain.Links() {
 		if c, ok := l.(*wasm.Classifier); ok && c.Name() == "wasm/switch.wasm" {
+			found = true
 			if got := c.Plugin().Limits().Timeout; got != time.Second {
 				t.Errorf("dropped-in plugin's deadline = %s, want pluginLimits.timeout 1s", got)
 			}
 		}
+	}
+	if !found {
+		t.Error("no wasm/switch.wasm classifier among the links")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", wasm.CacheSubdir)); err != nil {
 		t.Errorf("no compilation cache under stateDir: %v", err)
