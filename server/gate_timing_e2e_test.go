@@ -102,6 +102,8 @@ type timingCase struct {
 	// binds before the token limit, and the gate starts at startRPM; the
 	// utilization is then of the request limit.
 	rpm, startRPM int
+	// countsAt, when set, tells the gate how the provider counts (gate.defaults.countsAt).
+	countsAt string
 }
 
 var timingCases = []timingCase{
@@ -149,6 +151,18 @@ var timingCases = []timingCase{
 	// windows costs up to a third of them, hence the floor. The records' windows
 	// count from the run's start, not from the provider's boundaries, so one of
 	// them can hold more than the limit.
+	// Bound by requests against a provider that counts at completion, the gate
+	// told so, the request limit configured at twice the truth: RPMBound2x's
+	// targets, but one 429 from window 3 on — the second RPM 429, the one that
+	// sets the request ceiling, which here comes at 35–38 s. Counted on arrival, the request budget released its queue when a
+	// burst left the gate's window, while the provider still held it until a
+	// window after it completed: a cohort of 429s at every window edge, 0.37 of
+	// the requests once learned (docs/benchmarks.md, "The gate's fifteenth
+	// round"). Counted at completion, the second 429 (the one that sets the
+	// request ceiling) comes at 35–38 s, sometimes with a third in its burst,
+	// and its 10 s cooldown inside the learned windows costs up to a fifth of
+	// them, hence the floor.
+	{name: "RPMBoundCompletion2x", start: timingLimit, target: timingTarget{max429: 3, max429Learned: 1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, rpm: timingRPM, startRPM: 2 * timingRPM, limit: fakeprovider.SlidingCompletion, countsAt: "completion"},
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow},
 }
 
@@ -269,13 +283,17 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)
+	countsAt := ""
+	if tc.countsAt != "" {
+		countsAt = ", countsAt: " + tc.countsAt
+	}
 	f := newPxFixtureWith(t, fmt.Sprintf(`
 providers:
   fake: {kind: openai, baseURL: %s/v1}
 gate:
   window: %s
-  defaults: {tpm: %d, rpm: %d}
-`, up.URL, timingWindow, tc.start, startRPM), nil)
+  defaults: {tpm: %d, rpm: %d%s}
+`, up.URL, timingWindow, tc.start, startRPM, countsAt), nil)
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * timingSessions}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}, provURL: up.URL}
