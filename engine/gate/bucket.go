@@ -262,38 +262,19 @@ func (b *bucket) tokenBudget() int64 {
 	return int64(b.learn.budget() * b.factor())
 }
 
-// requestsLocked is the request count the request budget holds against, in
-// the view the bucket counts in: the calls admitted within the window, or — for
-// a provider that counts a call when it completes — the calls that completed
-// within it. Counted on arrival there, the gate's window drains a window after a
-// burst was admitted while the provider holds the burst until a window after
-// it completed, and the queue released then meets a full window: every call
-// of that cohort gets a 429. Calls in flight are not in the completion count,
-// as they are not in the token budget's there: such a provider does not count
-// them when it decides on a call.
-func (b *bucket) requestsLocked() int {
+// countedLocked is the window the budgets hold against, in the view the bucket
+// counts in: the calls admitted within the window, or — for a provider that
+// counts a call when it completes — the calls that completed within it. Counted
+// on arrival there, the gate's window drains a window after a burst was
+// admitted while the provider holds the burst until a window after it
+// completed, and the queue released then meets a full window: every call of
+// that cohort gets a 429. Calls in flight are not in the completion window:
+// such a provider does not count them when it decides on a call.
+func (b *bucket) countedLocked() *slidingWindow {
 	if b.atCompletion {
-		return b.done.requests()
+		return &b.done
 	}
-	return b.win.requests()
-}
-
-// windowTokensLocked is the window's tokens in the view the token budget
-// holds against (what status and events report beside the budgets).
-func (b *bucket) windowTokensLocked() int64 {
-	if b.atCompletion {
-		return b.done.tokens
-	}
-	return b.win.tokens
-}
-
-// requestDrainLocked is how long until one more request fits the request
-// budget, in the count requestsLocked reads.
-func (b *bucket) requestDrainLocked(now time.Time) time.Duration {
-	if b.atCompletion {
-		return b.done.requestDrain(now, b.rpm)
-	}
-	return b.win.requestDrain(now, b.rpm)
+	return &b.win
 }
 
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
@@ -402,7 +383,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 			tpm, _ = b.win.tokenDrain(now, need, budget)
 		}
 	}
-	rpm := b.requestDrainLocked(now)
+	rpm := b.countedLocked().requestDrain(now, b.rpm)
 	if rpm > 0 && cd == 0 {
 		b.forgetStaleStatedLocked(now, false)
 		b.relaxRPMLocked(now)
@@ -875,7 +856,7 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
 	}
-	if b.requestsLocked()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
+	if b.countedLocked().requests()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
@@ -905,7 +886,7 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if !b.learn.enabled {
 		return
 	}
-	n := max(1, b.requestsLocked())
+	n := max(1, b.countedLocked().requests())
 	span := b.l.conf().Window
 	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
 	if inBurst {
@@ -1055,8 +1036,8 @@ func (b *bucket) event(kind EventKind, now time.Time, session, reason string, wa
 func (b *bucket) newEvent(kind EventKind, now time.Time, session, reason string, wait time.Duration, res int64) Event {
 	return Event{
 		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
-		WindowTokens: b.windowTokensLocked(), TokenBudget: b.tokenBudget(), Reservation: res,
+		WindowTokens: b.countedLocked().tokens, TokenBudget: b.tokenBudget(), Reservation: res,
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
-		Requests: b.requestsLocked(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
+		Requests: b.countedLocked().requests(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
 	}
 }

@@ -63,7 +63,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,
-		WindowTokens: b.windowTokensLocked(), WindowRequests: b.requestsLocked(),
+		WindowTokens: b.countedLocked().tokens, WindowRequests: b.countedLocked().requests(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
