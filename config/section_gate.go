@@ -73,7 +73,7 @@ var limitsSchema = &schema[ModelLimits]{
 	fields: []setting[ModelLimits]{
 		intField("tpm", "tokens per window: the learner's starting point", inherit,
 			func(l *ModelLimits) *int { return &l.TPM }),
-		intField("rpm", "requests per window", inherit,
+		intField("rpm", "requests per window: the learner's starting point, like tpm", inherit,
 			func(l *ModelLimits) *int { return &l.RPM }),
 		numField("safetyFactor", "overrides gate.safetyFactor for the model", unitFactor,
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor }),

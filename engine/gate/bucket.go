@@ -68,10 +68,24 @@ type bucket struct {
 	rpmTrigger   int
 	rpmBurst     time.Time
 	lastRPMRelax time.Time
-	// rpmCeiling is the request limit learned (0: none, the configured RPM
-	// stands): set by a second RPM 429 burst near the last one's count (see
+	// rpmLearned is the request limit learned (0: none, the configured RPM
+	// stands). Probe steps raise it while the request budget binds (the
+	// configured RPM is a start, like the configured TPM); an RPM 429 that
+	// answers a step, or a second burst near the last one's count, sets it (see
 	// rpmLimitedLocked). A limit the provider states overrides it.
-	rpmCeiling int
+	rpmLearned int
+	// The request probe (see probeRPMLocked): the last step (or the bucket's
+	// birth, or a reset), the windows in its run, and the limit before the
+	// step (0: no step to answer). While a step is tried — a window after it —
+	// a call above rpmStepHeld, the request budget that held, goes one at a
+	// time (stepNext), so a refused step costs one call.
+	rpmStepAt   time.Time
+	rpmRun      int
+	rpmPreStep  int
+	rpmStepHeld int
+	// rpmBoundAt: the last time the request budget held a call back or an RPM
+	// 429 came; the request pacer runs within two windows of it.
+	rpmBoundAt time.Time
 	// rpmRefused is the highest count an RPM 429 of the last burst was refused
 	// at, and rpmRefusedAt when the burst began.
 	rpmRefused   int
@@ -83,10 +97,8 @@ type bucket struct {
 	delays [8]time.Duration
 	nDelay int
 
-	// The pacer: tokens it allows now (at most the burst; a grant may take it
-	// below zero) and when it was last refilled (unix nanos; 0: never, full).
-	paceTokens float64
-	paceAt     int64
+	// The pacers (pacing.go): the tokens and the requests they allow now.
+	pace, paceReq pacer
 
 	// A step above the level that held (a probe or a relax) is tried one call
 	// at a time: for a window after the raise, a call the old budget (stepHeld)
@@ -164,7 +176,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if b.win.inner != cfg.Window || !cfg.Learn {
 		// Request counts of the old window's length, or learned while learning
 		// was on: the configured RPM stands again.
-		b.rpmCeiling, b.rpmRefused, b.rpmTrigger = 0, 0, 0
+		b.rpmLearned, b.rpmRefused, b.rpmTrigger = 0, 0, 0
+		b.rpmPreStep, b.rpmStepHeld, b.rpmRun = 0, 0, 0
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
@@ -204,16 +217,17 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
 	lim := l.conf().Limits(provider + "/" + model)
 	b := &bucket{
-		l:        l,
-		provider: provider,
-		model:    model,
-		prov:     ps,
-		limits:   lim,
-		win:      newSlidingWindow(l.conf().Window),
-		done:     newSlidingWindow(l.conf().Window),
-		learn:    newLearner(lim.TPM, l.conf().Learn, now),
-		est:      newEstimator(l.conf().OutputReserveTokens),
-		lastUsed: now,
+		l:         l,
+		provider:  provider,
+		model:     model,
+		prov:      ps,
+		limits:    lim,
+		win:       newSlidingWindow(l.conf().Window),
+		done:      newSlidingWindow(l.conf().Window),
+		learn:     newLearner(lim.TPM, l.conf().Learn, now),
+		est:       newEstimator(l.conf().OutputReserveTokens),
+		lastUsed:  now,
+		rpmStepAt: now,
 	}
 	b.atCompletion, _ = lim.countView()
 	b.setRPMLocked()
@@ -278,12 +292,12 @@ func (b *bucket) countedLocked() *slidingWindow {
 }
 
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
-// else the configured RPM or the learned ceiling below it.
+// else the learned one, else the configured RPM.
 func (b *bucket) rpmLimitLocked() int {
-	if b.statedRequests > 0 || b.rpmCeiling == 0 {
+	if b.statedRequests > 0 || b.rpmLearned == 0 {
 		return b.limits.RPM
 	}
-	return min(b.rpmCeiling, b.limits.RPM)
+	return b.rpmLearned
 }
 
 // setRPMLocked derives the request budget from the request limit and the RPM
@@ -384,6 +398,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		}
 	}
 	rpm := b.countedLocked().requestDrain(now, b.rpm)
+	if rpm > 0 {
+		b.rpmBoundAt = now
+	}
 	if rpm > 0 && cd == 0 {
 		b.forgetStaleStatedLocked(now, false)
 		b.relaxRPMLocked(now)
@@ -394,6 +411,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		if b.aboveHeldLocked(now, res, variance) {
 			pace = max(pace, b.stepNext.Sub(now))
 		}
+	}
+	if b.aboveHeldRequestsLocked(now) {
+		pace = max(pace, b.stepNext.Sub(now))
 	}
 	wait = max(cd, tpm, rpm, pace)
 	switch {
@@ -635,7 +655,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	if b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget() {
+	if (b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget()) || b.aboveHeldRequestsLocked(now) {
 		// (an over-budget call is not spaced, so it does not space others; a
 		// fail-open grant past maxWait is, like any call above the old level)
 		b.stepNext = now.Add(b.stepGapLocked())
@@ -675,10 +695,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
 		// wait stays within window ÷ pace.
-		if rate, burst := b.paceParams(budget); rate > 0 {
-			b.refillPaceLocked(now, rate, burst)
-			b.paceTokens = math.Max(b.paceTokens-float64(res), burst-float64(budget))
-		}
+		b.spendPaceLocked(now, res, budget)
 	}
 	b.inFlight++
 	if b.perSession != nil {
@@ -764,7 +781,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.sharedCooldownLocked(now, now.Add(retryAfter))
 	b.rateLimited++
 	b.last429 = now
-	b.stepHeld = 0 // the step, if one was tried, is answered
+	b.stepHeld = 0 // the step, if one was tried, is answered (the request step below)
 	b.lastUsed = now
 	cfg := b.l.conf()
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
@@ -772,7 +789,8 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.nDelay++
 		b.setSpanLocked(cfg)
 	}
-	axis := b.axisLocked(sig.Axis, b.providerViewLocked())
+	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
+	b.rpmStepHeld = 0
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled {
 		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
@@ -799,6 +817,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	var steps []learnStep
 	switch {
 	case axis == engine.AxisRequests:
+		b.rpmBoundAt = now
 		b.rpmLimitedLocked(now)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
@@ -850,13 +869,21 @@ func (b *bucket) typicalCallLocked() float64 {
 }
 
 // axisLocked decides which limit a 429 was about. The caller's word wins; when
-// it had none, a window at its request budget whose tokens were well under the
-// token budget was refused for its requests.
-func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
+// it had none, a window whose tokens were well under the token budget was
+// refused for its requests when its count was near the request budget
+// (suspectRatio of it: another client on the key takes the rest), when the
+// request budget held a call back within two windows (a token bucket's reserve
+// runs out below a count it served; a probe step is refused), or when the count
+// was near one an RPM 429 was refused at within refusedAgainWindows (a trigger
+// relaxing back toward a configured RPM above the truth). Read as tokens, such
+// 429s set a token trigger at a seventh of the token limit.
+func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
 	}
-	if b.countedLocked().requests()+1 >= b.rpm && reading < suspectRatio*float64(b.tokenBudget()) {
+	n := b.countedLocked().requests()
+	atRequests := float64(n+1) >= suspectRatio*float64(b.rpm) || b.requestsBindLocked(now) || b.nearRefusedCountLocked(now, n)
+	if atRequests && reading < suspectRatio*float64(b.tokenBudget()) {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
@@ -864,6 +891,13 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 
 // rpmLimitedLocked learns from an RPM 429: the window's request count caps the
 // request budget. Within one window the highest count of the burst stands.
+//
+// A 429 that answers a probe step (within a window of it) sets the learned
+// limit at once: to the count less the refused call, between the level that
+// held before the step and the step. The calls above the level that held went
+// one at a time, so on a sliding window the count is the limit's; without
+// this, the limit stood at the level before the last step — a slow start from
+// half the limit stopped at 0.80 of it.
 //
 // The trigger relaxes (relaxRPMLocked), so that a 429 far below the limit —
 // another client's calls on the key — heals. But a trigger relaxed up to the
@@ -878,10 +912,10 @@ func (b *bucket) axisLocked(said engine.Axis, reading float64) engine.Axis {
 // of the two. A token bucket refuses where its lent reserve runs out, higher
 // after a cooldown refilled it and lower as it drains, and a provider that
 // counts at completion at counts the calls in flight blur: a served count
-// there is no lower bound of the limit. Never below
-// 1/learnFloorDivisor of the configured RPM, and re-probed like a trigger
-// (relaxRPMLocked). Not with a shared window: the count is this instance's,
-// the provider's limit everyone's.
+// there is no lower bound of the limit. A 429 never raises the limit; never
+// below 1/learnFloorDivisor of the configured RPM, and re-probed like a
+// trigger (relaxRPMLocked). Not with a shared window: the count is this
+// instance's, the provider's limit everyone's.
 func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if !b.learn.enabled {
 		return
@@ -892,16 +926,26 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if inBurst {
 		b.rpmRefused = max(b.rpmRefused, n)
 	} else {
-		again := b.rpmRefused > 0 && now.Sub(b.rpmRefusedAt) < refusedAgainWindows*span &&
-			float64(n) >= suspectRatio*float64(b.rpmRefused)
-		if again && b.statedRequests == 0 && b.l.shared == nil {
+		learns := b.statedRequests == 0 && b.l.shared == nil
+		answered := b.rpmPreStep > 0 && now.Sub(b.rpmStepAt) < span
+		again := b.nearRefusedCountLocked(now, n)
+		switch {
+		case learns && answered:
+			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, n-1)), "rpm-ceiling")
+		case learns && again:
 			ceiling := n
 			if abs(n-b.rpmRefused) > max(1, b.rpmRefused/rpmSameCount) {
 				// not the count refused before: below the lower of the two
 				ceiling = int(rpmStepDown * float64(min(n, b.rpmRefused)))
 			}
-			b.setRPMCeilingLocked(now, ceiling)
+			b.setRPMLearnedLocked(now, min(ceiling, b.rpmLimitLocked()), "rpm-ceiling")
+		case learns && b.rpmLearned > 0 && b.rpmRefused > 0 && n+1 >= b.rpm:
+			// Refused again at a ceiling's budget, long after: a token
+			// bucket's reserve, drained at a few requests a window above its
+			// rate (a 429 every quarter hour), or a limit that fell.
+			b.setRPMLearnedLocked(now, min(int(rpmStepDown*float64(n)), b.rpmLimitLocked()), "rpm-ceiling")
 		}
+		b.rpmPreStep, b.rpmRun = 0, 0
 		b.rpmRefused, b.rpmRefusedAt = n, now
 		b.rpmBurst, b.rpmTrigger = now, n
 	}
@@ -912,21 +956,30 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	b.setRPMLocked()
 }
 
-// setRPMCeilingLocked sets the learned request ceiling, no lower than
-// 1/learnFloorDivisor of the configured RPM, and says so.
-func (b *bucket) setRPMCeilingLocked(now time.Time, ceiling int) {
-	ceiling = max(ceiling, b.limits.RPM/learnFloorDivisor, 1)
-	if ceiling >= b.limits.RPM {
-		ceiling = 0 // the configured RPM is the limit
+// nearRefusedCountLocked says whether a count of n requests is near the count
+// the last RPM 429 burst was refused at — at least suspectRatio of it, not
+// another client's dip — within refusedAgainWindows.
+func (b *bucket) nearRefusedCountLocked(now time.Time, n int) bool {
+	return b.rpmRefused > 0 && now.Sub(b.rpmRefusedAt) < refusedAgainWindows*b.l.conf().Window &&
+		float64(n) >= suspectRatio*float64(b.rpmRefused)
+}
+
+// setRPMLearnedLocked sets the learned request limit, no lower than
+// 1/learnFloorDivisor of the configured RPM, and says so with the step's name
+// (rpm-ceiling: set by 429s; rpm-probe: a probe step).
+func (b *bucket) setRPMLearnedLocked(now time.Time, limit int, step string) {
+	limit = max(limit, b.limits.RPM/learnFloorDivisor, 1)
+	if limit == b.limits.RPM {
+		limit = 0 // the configured RPM is the limit
 	}
-	if ceiling == b.rpmCeiling {
+	if limit == b.rpmLearned {
 		return
 	}
 	from := b.rpmLimitLocked()
-	b.rpmCeiling = ceiling
+	b.rpmLearned = limit
 	b.setRPMLocked() // the event carries the budget it sets
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
-	e.Step, e.From, e.To = "rpm-ceiling", float64(from), float64(b.rpmLimitLocked())
+	e.Step, e.From, e.To = step, float64(from), float64(b.rpmLimitLocked())
 	b.l.emit(e)
 }
 
@@ -935,20 +988,21 @@ func (b *bucket) setRPMCeilingLocked(now time.Time, ceiling int) {
 // rpmStepDown below the lower of the two. In an RPM-bound workload of small
 // calls whose 429s name the request limit, 0.93 took a token bucket configured
 // at twice its rate from 26 429s an hour to 7; stepping down only below a lower
-// count left 15 (the second count was the higher one).
+// count left 15 (the second count was the higher one). Same within a twentieth
+// at first; once the request limit was probed above the configured RPM, a token
+// bucket's lent reserve let the count reach 1.4× its rate, and its counts,
+// falling a few requests at each burst, were each taken as the ceiling: a 429
+// every two or three minutes for the hour (the workloads bound by requests, 96
+// runs: 504 429s, against 324 at a hundredth).
 const (
-	rpmSameCount = 20
+	rpmSameCount = 100
 	rpmStepDown  = 0.93
 )
 
-// relaxRPMLocked lets an RPM trigger rise by 5% (at least one request) for each
-// window the request budget held calls back without an RPM 429, until it no
-// longer binds: up to the request limit (the ceiling, once one was learned).
-// A ceiling that binds is re-probed once triggerReprobeWindows windows passed
-// without an RPM 429: × 1.05 a window while it binds and no RPM 429 answers,
-// so a raised limit, or a ceiling another client's calls set, is found again
-// in a few windows once the wait is over (a right ceiling costs a 429 or two
-// per wait).
+// relaxRPMLocked is called when the request budget holds a call back. An RPM
+// trigger rises by 5% (at least one request) for each window that happens
+// without an RPM 429, until it no longer binds: up to the request limit. Once
+// no trigger binds, the limit itself is probed (probeRPMLocked).
 func (b *bucket) relaxRPMLocked(now time.Time) {
 	span := b.l.conf().Window
 	if now.Sub(b.lastRPMRelax) < span {
@@ -962,10 +1016,56 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 			b.rpmTrigger = 0
 		}
 		b.setRPMLocked()
-	case b.rpmCeiling > 0 && b.rpmCeiling < b.limits.RPM && now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span:
-		b.lastRPMRelax = now
-		b.setRPMCeilingLocked(now, b.rpmCeiling+max(1, b.rpmCeiling/20))
+	case b.rpmProbeDueLocked(now, span):
+		b.probeRPMLocked(now, span)
 	}
+}
+
+// rpmProbeDueLocked says whether the request limit may be stepped up now: a
+// full window since the last step (or the bucket's birth), and
+// triggerReprobeWindows since the last RPM 429 — a limit never refused is
+// probed at once. Not above a limit the provider states, not while learning
+// is off, and not with a shared window (the counts there are everyone's).
+func (b *bucket) rpmProbeDueLocked(now time.Time, span time.Duration) bool {
+	if !b.learn.enabled || b.statedRequests > 0 || b.l.shared != nil || now.Sub(b.rpmStepAt) < span {
+		return false
+	}
+	return b.rpmRefusedAt.IsZero() || now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span
+}
+
+// probeRPMLocked steps the request limit up, as the token learner probes its
+// quota: the configured RPM is where learning starts, not the truth (the
+// default, 60, is far below what most keys allow). Before any RPM 429 the
+// steps are a slow start — × 1.05, 1.1025, … for consecutive windows, the
+// step no larger than × 1.05^learnProbeMaxRun — so half the limit is made up
+// in about five windows; after one, × 1.05 a window (at least one request), so
+// a raised limit, or a ceiling another client's calls set, is found again in
+// a few windows once the wait is over. The calls above the level that held go
+// one at a time for a window (aboveHeldRequestsLocked).
+func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
+	if b.rpmRefusedAt.IsZero() && now.Sub(b.rpmStepAt) < 2*span {
+		b.rpmRun = min(b.rpmRun+1, learnProbeMaxRun)
+	} else {
+		b.rpmRun = 1
+	}
+	from := b.rpmLimitLocked()
+	to := max(from+1, int(float64(from)*math.Pow(learnProbeFactor, float64(b.rpmRun))))
+	b.rpmPreStep, b.rpmStepAt, b.lastRPMRelax = from, now, now
+	b.rpmStepHeld = b.rpm
+	b.setRPMLearnedLocked(now, to, "rpm-probe")
+}
+
+// aboveHeldRequestsLocked reports whether a call now would take the window's
+// request count above the request budget that held before the last probe
+// step, while that step is tried (a window after it).
+func (b *bucket) aboveHeldRequestsLocked(now time.Time) bool {
+	return b.requestStepTriedLocked(now) && b.countedLocked().requests()+1 > b.rpmStepHeld
+}
+
+// requestStepTriedLocked says whether a request probe step is being tried: a
+// window after it, until a 429 answers it.
+func (b *bucket) requestStepTriedLocked(now time.Time) bool {
+	return b.rpmStepHeld > 0 && now.Before(b.rpmStepAt.Add(b.l.conf().Window))
 }
 
 func abs(x int) int {
@@ -990,7 +1090,8 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.stepHeld = 0
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
-	b.rpmCeiling, b.rpmRefused, b.rpmRefusedAt = 0, 0, time.Time{}
+	b.rpmLearned, b.rpmRefused, b.rpmRefusedAt = 0, 0, time.Time{}
+	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}

@@ -66,7 +66,8 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)
 		b.limits.RPM = int(rpm)
-		b.rpmCeiling, b.rpmRefused = 0, 0 // the provider said: what was learned goes
+		b.rpmLearned, b.rpmRefused = 0, 0 // the provider said: what was learned goes
+		b.rpmPreStep, b.rpmStepHeld = 0, 0
 		b.setRPMLocked()
 	}
 	if limitTokens <= 0 {

@@ -40,7 +40,7 @@ type Event struct {
 	CooldownLeft time.Duration
 	// Learn events.
 	// Step: cut, probe, relax, revert, trigger, leak, suspect, rate,
-	// calibrate, count-mode, reset, unstated, unstated-rpm, rpm-ceiling (From
+	// calibrate, count-mode, reset, unstated, unstated-rpm, rpm-ceiling, rpm-probe (From
 	// and To are then the request limit per window, not the budget).
 	Step string
 	From float64

@@ -138,6 +138,9 @@ func TestLearnerProbesOnlyWhenTokensHeldACallBack(t *testing.T) {
 		l.BucketStatus(t0, "p", "m") // known from t0: a window has passed by 61s
 		mustAdmit(t, l, t0.Add(61*time.Second), req(1))
 		mustAdmit(t, l, t0.Add(61*time.Second), req(1))
+		// The request limit is probed instead (2 → 3): one more call, then the
+		// stepped request budget holds.
+		mustAdmit(t, l, t0.Add(62*time.Second), req(1))
 		mustWait(t, l, t0.Add(62*time.Second), req(1), "rpm", 121*time.Second)
 		if q, _ := quota(l, t0.Add(62*time.Second)); q != 1000 {
 			t.Fatalf("quota %g: an RPM wait must not probe the token budget", q)

@@ -303,7 +303,7 @@ func (b *bucket) evictableLocked(now time.Time, idle time.Duration) bool {
 	if now.Sub(b.lastUsed) < idle || len(b.waiters) > 0 || b.inFlight > 0 || b.reservedOpen > 0 || now.Before(b.cooldownUntil) {
 		return false
 	}
-	if b.rateLimited > 0 || b.statedTokens > 0 || b.statedRequests > 0 || b.rpmTrigger > 0 || b.rpmCeiling > 0 ||
+	if b.rateLimited > 0 || b.statedTokens > 0 || b.statedRequests > 0 || b.rpmTrigger > 0 || b.rpmLearned > 0 ||
 		b.learn.trigger > 0 || b.learn.quota != b.learn.start {
 		return false
 	}

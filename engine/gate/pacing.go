@@ -10,7 +10,56 @@ import (
 // is being tried, the calls above the level that held go one at a time, so a
 // step the provider refuses costs one call, not a cohort.
 
-// paceParams are the pacer's rate (tokens a second) and burst for budget.
+// pacer is a token bucket of what may be granted now: at most burst, refilled
+// at rate a second; a grant may take it below zero.
+type pacer struct {
+	level float64
+	at    int64 // unix nanos of the last refill; 0: never, full
+}
+
+// refill brings the pacer up to now.
+func (p *pacer) refill(now time.Time, rate, burst float64) {
+	at := now.UnixNano()
+	if p.at == 0 {
+		p.level, p.at = burst, at
+		return
+	}
+	if at < p.at { // the clock stepped back: refill from here on, never wait for it to catch up
+		p.at = at
+		return
+	}
+	if at > p.at {
+		p.level = math.Min(burst, p.level+rate*float64(at-p.at)/1e9)
+		p.at = at
+	}
+}
+
+// wait is how long until the pacer holds need (a full burst, for more than
+// the burst).
+func (p *pacer) wait(now time.Time, need, rate, burst float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	p.refill(now, rate, burst)
+	need = math.Min(need, burst)
+	if p.level >= need {
+		return 0
+	}
+	return time.Duration(math.Ceil((need - p.level) / rate * 1e9))
+}
+
+// spend takes amount, never below burst − budget: the longest wait stays
+// within window ÷ pace.
+func (p *pacer) spend(now time.Time, amount, rate, burst, budget float64) {
+	if rate <= 0 {
+		return
+	}
+	p.refill(now, rate, burst)
+	p.level = math.Max(p.level-amount, burst-budget)
+}
+
+// paceParams are the pacer's rate (a second) and burst for a budget of one
+// window: the token budget's, or the request budget's.
 func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 	cfg := b.l.conf()
 	if cfg.Pace <= 0 || budget <= 0 {
@@ -19,36 +68,37 @@ func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 	return cfg.Pace * float64(budget) / cfg.Window.Seconds(), math.Max(1, cfg.PaceBurst*float64(budget))
 }
 
-// refillPaceLocked brings the pacer up to now.
-func (b *bucket) refillPaceLocked(now time.Time, rate, burst float64) {
-	at := now.UnixNano()
-	if b.paceAt == 0 {
-		b.paceTokens, b.paceAt = burst, at
-		return
-	}
-	if at < b.paceAt { // the clock stepped back: refill from here on, never wait for it to catch up
-		b.paceAt = at
-		return
-	}
-	if at > b.paceAt {
-		b.paceTokens = math.Min(burst, b.paceTokens+rate*float64(at-b.paceAt)/1e9)
-		b.paceAt = at
-	}
-}
-
-// paceWaitLocked is how long the pacer holds a reservation of res: until it
-// holds res tokens (a full burst, for a call larger than the burst).
+// paceWaitLocked is how long the pacers hold a reservation of res (within the
+// budget): the token pacer until it holds res tokens (a full burst, for a call
+// larger than the burst), and — while requests bind — the request pacer until
+// it holds one request. Small calls bound by requests are cohorts the token
+// pacer does not see: a queue of them released at once when the request window
+// drained met a provider that counts at completion still holding the last
+// cohort (19 429s in 12 ms). Requests that never bind are not paced: a burst of
+// calls under a request limit nobody reaches waits for nothing.
 func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration {
 	rate, burst := b.paceParams(budget)
-	if rate <= 0 {
-		return 0
+	wait := b.pace.wait(now, float64(res), rate, burst)
+	if b.requestsBindLocked(now) {
+		rate, burst = b.paceParams(int64(b.rpm))
+		wait = max(wait, b.paceReq.wait(now, 1, rate, burst))
 	}
-	b.refillPaceLocked(now, rate, burst)
-	need := math.Min(float64(res), burst)
-	if b.paceTokens >= need {
-		return 0
-	}
-	return time.Duration(math.Ceil((need - b.paceTokens) / rate * 1e9))
+	return wait
+}
+
+// spendPaceLocked charges a grant of res (within the budget) to the pacers.
+func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
+	rate, burst := b.paceParams(budget)
+	b.pace.spend(now, float64(res), rate, burst, float64(budget))
+	rate, burst = b.paceParams(int64(b.rpm))
+	b.paceReq.spend(now, 1, rate, burst, float64(b.rpm))
+}
+
+// requestsBindLocked says whether the request budget held a call back, or an
+// RPM 429 came, within the last two windows (a cooldown of a window after a
+// 429 is followed by the queue it held).
+func (b *bucket) requestsBindLocked(now time.Time) bool {
+	return !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*b.l.conf().Window
 }
 
 // aboveHeldLocked reports whether a reservation of res (variance v) goes above

@@ -197,6 +197,29 @@ func TestRPMRefusedAgainSetsTheCeiling(t *testing.T) {
 			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 41, below the lower count", after, later)
 		}
 	})
+	t.Run("TwoLower", func(t *testing.T) {
+		// a count two below the one refused is not the same count: a token
+		// bucket's or fixed windows' count falls a little at each burst, and
+		// taken as the ceiling each time it took a 429 every two or three
+		// minutes. 0.93 × 48 = 44.6
+		if after, later := run(newLedger(), 48, 61*time.Second); after != 44 || later != 44 {
+			t.Fatalf("rpm budget %d at the 429, %d three windows on: want 44, below the lower count", after, later)
+		}
+	})
+	t.Run("RefusedAtTheCeilingLongAfter", func(t *testing.T) {
+		// refused again at the ceiling's budget beyond refusedAgainWindows: a
+		// token bucket draining its reserve a few requests a window above its
+		// rate. Without the step, a trigger at the count relaxed back to the
+		// ceiling, refused every quarter hour. 0.93 × 51 = 47.4
+		l := newLedger()
+		run(l, 51, 61*time.Second) // ceiling 51 at t0 + 122 s, then three windows
+		at := t0.Add(122*time.Second + 11*61*time.Second)
+		fillRequests(t, l, at, 51)
+		l.RateLimitedBy(at, "p", "m", named)
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 47 {
+			t.Fatalf("rpm budget %d, want 47: the ceiling stepped below the count refused at it", got)
+		}
+	})
 	t.Run("AnotherClientsDip", func(t *testing.T) {
 		// below suspectRatio of the count refused before: a trigger, not a ceiling
 		after, later := run(newLedger(), 30, 61*time.Second)

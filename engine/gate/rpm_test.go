@@ -1,0 +1,206 @@
+package gate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// rpmGate is the learning test gate with a request limit of rpm a window and
+// a token limit that never binds.
+func rpmGate(rpm int) Config {
+	c := learnGate()
+	c.Defaults = ModelLimits{TPM: 1_000_000, RPM: rpm}
+	return c
+}
+
+// holdWindow fills the window at at to the request budget and has one more
+// call held back: a window the request budget bound.
+func holdWindow(t *testing.T, l *Ledger, at time.Time) int {
+	t.Helper()
+	fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
+	heldBack(l, at, req(1))
+	return l.BucketStatus(at, "p", "m").RPMBudget
+}
+
+// The configured RPM is where learning starts, as the configured TPM is: a
+// request budget that holds calls back for a window without an RPM 429 is
+// stepped up, in a slow start (× 1.05, × 1.1025, … of the limit). From half the
+// truth a sliding window is found in five windows; without the probe the gate
+// held 0.49 of the requests for the hour. A stated limit is never probed above.
+func TestRequestLimitIsProbedAboveTheConfigured(t *testing.T) {
+	l, _, ev := newTestLedger(t, rpmGate(40))
+	l.BucketStatus(t0, "p", "m") // born at t0: a window passes by t0 + 61 s
+	at := t0
+	var budgets []int
+	for range 5 {
+		at = at.Add(61 * time.Second)
+		budgets = append(budgets, holdWindow(t, l, at))
+	}
+	// 40 × 1.05 = 42, 42 × 1.1025 = 46.3, 46 × 1.157625 = 53.3, 53 × 1.2155 = 64.4, 64 × 1.2763 = 81.7
+	want := []int{42, 46, 53, 64, 81}
+	for i := range want {
+		if budgets[i] != want[i] {
+			t.Fatalf("rpm budgets %v over five held windows, want %v", budgets, want)
+		}
+	}
+	probes := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "rpm-probe" {
+			probes++
+		}
+	}
+	if probes != 5 {
+		t.Fatalf("%d rpm-probe events, want one a window", probes)
+	}
+
+	t.Run("NotAboveAStatedLimit", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(40))
+		l.Calibrate(t0, "p", "m", -1, -1, 40, 40) // an answer's headers: 40 a minute
+		if got := holdWindow(t, l, t0.Add(61*time.Second)); got != 40 {
+			t.Fatalf("rpm budget %d, want the stated 40", got)
+		}
+	})
+	t.Run("NotWithLearningOff", func(t *testing.T) {
+		c := rpmGate(40)
+		c.Learn = false
+		l, _, _ := newTestLedger(t, c)
+		if got := holdWindow(t, l, t0.Add(61*time.Second)); got != 40 {
+			t.Fatalf("rpm budget %d, want the configured 40", got)
+		}
+	})
+	t.Run("NotWithinAWindowOfTheBucketsBirth", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(40))
+		if got := holdWindow(t, l, t0.Add(30*time.Second)); got != 40 {
+			t.Fatalf("rpm budget %d, want 40: the level has not held a window yet", got)
+		}
+	})
+}
+
+// A step is tried one call at a time: for a window after it, a call that takes
+// the count above the budget that held waits until the one before it had time
+// to be refused. The 429 that answers the step sets the learned limit to the
+// count less the refused call (between the level that held and the step), so
+// the slow start ends at the limit, not at the level before the last step.
+func TestRefusedRequestStepSetsTheLimit(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(40))
+	l.BucketStatus(t0, "p", "m")
+	at := climbRequests(t, l, 4) // 40 → 42 → 46 → 53 → 64
+	at = at.Add(61 * time.Second)
+	fillRequests(t, l, at, 64)
+	heldBack(l, at, req(1)) // the step 64 → 81, taken now
+	if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 81 {
+		t.Fatalf("rpm budget %d after the fifth window, want 81", got)
+	}
+	// The held-back call was granted by the step and given back: it spent the
+	// step's first gap.
+	at = at.Add(stepGapMin)
+	mustAdmit(t, l, at, req(1)) // the 65th
+	w := mustWait(t, l, at, req(1), "pace", at.Sub(t0)+stepGapMin)
+	w.Cancel(at)
+	// The provider's limit is 70: the calls go a gap apart, and the 71st is refused.
+	for l.BucketStatus(at, "p", "m").WindowRequests < 71 {
+		at = at.Add(stepGapMin)
+		mustAdmit(t, l, at, req(1))
+	}
+	l.RateLimited(at, "p", "m", time.Second) // unnamed: the count is above the level that held
+	st := l.BucketStatus(at, "p", "m")
+	if st.RPMBudget != 70 || st.Trigger != 0 {
+		t.Fatalf("rpm budget %d, token trigger %v after the step was refused at 71: want 70, no token trigger", st.RPMBudget, st.Trigger)
+	}
+}
+
+// climbRequests holds the request budget for windows windows, a window apart
+// from t0, and returns the time of the last.
+func climbRequests(t *testing.T, l *Ledger, windows int) time.Time {
+	t.Helper()
+	at := t0
+	for range windows {
+		at = at.Add(61 * time.Second)
+		holdWindow(t, l, at)
+	}
+	return at
+}
+
+// While the request budget binds, an unnamed 429 with few tokens in the window
+// is about requests, though the count is well under the request budget: here a
+// step larger than 1/suspectRatio of the level that held, refused just above
+// that level (a token bucket's reserve likewise runs out below a count it
+// served).
+func TestUnnamed429WhileRequestsBindIsAboutRequests(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(40))
+	l.BucketStatus(t0, "p", "m")
+	at := climbRequests(t, l, 5) // … → 64 → 81
+	at = at.Add(61 * time.Second)
+	if got := holdWindow(t, l, at); got != 108 { // 81 × 1.05^6 = 108.5
+		t.Fatalf("rpm budget %d after the sixth window, want 108", got)
+	}
+	for l.BucketStatus(at, "p", "m").WindowRequests < 84 { // under 0.8 × 108
+		at = at.Add(stepGapMin)
+		mustAdmit(t, l, at, req(1))
+	}
+	l.RateLimited(at, "p", "m", time.Second)
+	if st := l.BucketStatus(at, "p", "m"); st.RPMBudget != 83 || st.Trigger != 0 {
+		t.Fatalf("rpm budget %d, token trigger %v: want the count less the refused call, 83, no token trigger", st.RPMBudget, st.Trigger)
+	}
+}
+
+// Small calls bound by requests are paced by the request budget, as large ones
+// are by the token budget: at most paceBurst of it at once, then pace × the
+// budget a window. The token pacer alone let a queue of them go at once when
+// the request window drained. Only while requests bind: a burst under a request
+// limit nobody reached is not held.
+func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
+	c := rpmGate(100)
+	c.Pace, c.PaceBurst = 3, 0.07 // 5 requests a second after a burst of 7
+	l, _, _ := newTestLedger(t, c)
+	fillRequests(t, l, t0, 100) // requests have not bound: the 100 go at once
+	mustWait(t, l, t0, req(1), "rpm", 60*time.Second)
+	at := t0.Add(60 * time.Second) // the window drained; the queue above went
+	for range 6 {
+		mustAdmit(t, l, at, req(1))
+	}
+	mustWait(t, l, at, req(1), "pace", 60*time.Second+200*time.Millisecond)
+}
+
+// An unnamed 429 with few tokens in the window is about requests when the
+// window's count is near the request budget (suspectRatio of it: another
+// client on the key takes the rest), or near the count an RPM 429 was refused
+// at within refusedAgainWindows — a trigger relaxing back toward a configured
+// RPM above the truth, or a token bucket's reserve running out. Read as
+// tokens, such 429s set a token trigger at a seventh of the token limit.
+func TestUnnamed429NearARequestLimitIsAboutRequests(t *testing.T) {
+	t.Run("NearTheBudget", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(100))
+		fillRequests(t, l, t0, 80)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 80 || st.Trigger != 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want the request count 80, no token trigger", st.RPMBudget, st.Trigger)
+		}
+	})
+	t.Run("FarBelowTheBudget", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(100))
+		fillRequests(t, l, t0, 70)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 100 || st.Trigger == 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want tokens read", st.RPMBudget, st.Trigger)
+		}
+	})
+	t.Run("NearTheCountRefused", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(200))
+		fillRequests(t, l, t0, 100)
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
+		at := t0
+		for range 6 { // the trigger relaxes 100 → 105 → 110 → 115 → 120 → 126 → 132
+			at = at.Add(61 * time.Second)
+			holdWindow(t, l, at)
+		}
+		at = at.Add(61 * time.Second)
+		fillRequests(t, l, at, 100) // under 0.8 × 132
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.RPMBudget != 100 || st.Trigger != 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want the request ceiling 100, no token trigger", st.RPMBudget, st.Trigger)
+		}
+	})
+}
