@@ -302,12 +302,27 @@ func (b *bucket) rpmLimitLocked() int {
 
 // setRPMLocked derives the request budget from the request limit and the RPM
 // trigger.
+//
+// A limit the provider stated, or the one configured, is a figure: the derived
+// margin (baseMargin) is kept of it in whole requests only — a provider counts
+// requests exactly, one per call, and 1% rounded down took a whole request
+// from every such limit under a hundred (2 of a stated 3). A learned count (a
+// trigger, a ceiling) keeps the 1% rounded down: it is read with the refused
+// call still in the window, one above what the provider held, and the rounding
+// takes that request back under a hundred. A safety factor the user set is a
+// share of either, rounded down.
 func (b *bucket) setRPMLocked() {
 	rpm := b.rpmLimitLocked()
+	read := b.statedRequests == 0 && b.rpmLearned > 0
 	if b.rpmTrigger > 0 && b.rpmTrigger < rpm {
-		rpm = b.rpmTrigger
+		rpm, read = b.rpmTrigger, true
 	}
-	b.rpm = max(1, int(float64(rpm)*b.factor()))
+	switch {
+	case read || b.limits.SafetyFactor > 0:
+		b.rpm = max(1, int(float64(rpm)*b.factor()))
+	default:
+		b.rpm = max(1, rpm-int(float64(rpm)*baseMargin))
+	}
 }
 
 // margin is the head room kept for the calls in flight and one more of

@@ -204,3 +204,47 @@ func TestUnnamed429NearARequestLimitIsAboutRequests(t *testing.T) {
 		}
 	})
 }
+
+// A stated or configured request limit is a figure, and the derived 1% margin
+// is kept of it in whole requests only: rounded down, it took a whole request
+// from every limit under a hundred (2 of a stated 3). A count the gate read at
+// a 429 (with the refused call still in the window) keeps the 1% rounded down;
+// a safety factor the user set is a share, rounded down.
+func TestRequestBudgetKeepsWholeRequests(t *testing.T) {
+	derived := func(rpm int) Config {
+		c := rpmGate(rpm)
+		c.SafetyFactor = 0 // 1% and the pooled margin
+		return c
+	}
+	t.Run("Configured", func(t *testing.T) {
+		for _, tc := range []struct{ rpm, want int }{{3, 3}, {20, 20}, {100, 99}, {600, 594}} {
+			l, _, _ := newTestLedger(t, derived(tc.rpm))
+			if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != tc.want {
+				t.Errorf("rpm %d: budget %d, want %d", tc.rpm, got, tc.want)
+			}
+		}
+	})
+	t.Run("Stated", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, derived(60))
+		l.Calibrate(t0, "p", "m", -1, -1, 3, 3) // the provider states 3 a minute
+		if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != 3 {
+			t.Fatalf("budget %d under a stated 3 a minute, want 3", got)
+		}
+	})
+	t.Run("ReadAtA429", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, derived(60))
+		fillRequests(t, l, t0, 20)
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+		if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != 19 {
+			t.Fatalf("budget %d after a 429 at a count of 20 (the refused call among them), want 19", got)
+		}
+	})
+	t.Run("SafetyFactor", func(t *testing.T) {
+		c := rpmGate(21)
+		c.SafetyFactor = 0.5
+		l, _, _ := newTestLedger(t, c)
+		if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != 10 {
+			t.Fatalf("budget %d at a safety factor of 0.5 of 21, want 10", got)
+		}
+	})
+}

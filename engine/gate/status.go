@@ -23,7 +23,7 @@ type BucketStatus struct {
 	// without a 429 restating it).
 	Stated        float64 `json:"stated,omitempty"`
 	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
-	RPMBudget     int     `json:"rpmBudget"`     // rpm × safety factor
+	RPMBudget     int     `json:"rpmBudget"`     // the request budget (see setRPMLocked)
 	CooldownMs    int64   `json:"cooldownMs"`    // cooldown left
 	OutputReserve int64   `json:"outputReserve"` // what a call without max_tokens reserves now
 	BytesPerToken float64 `json:"bytesPerToken"` // learned input ratio; 0 before any sized settle

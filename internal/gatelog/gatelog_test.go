@@ -37,7 +37,7 @@ func TestLogLines(t *testing.T) {
 	for _, want := range []string{
 		"rate limited: cooling down", "cooldown=1m0s", "cooldown_from=fallback",
 		"learned quota moved", "step=cut", "from=1000", "to=600",
-		"holding call", "reason=cooldown", "window_tokens=600", "reservation=600", "trigger=600", "rpm_budget=9",
+		"holding call", "reason=cooldown", "window_tokens=600", "reservation=600", "trigger=600", "rpm_budget=10",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
