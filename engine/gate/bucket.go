@@ -14,7 +14,7 @@ type bucket struct {
 	model    string
 	prov     *providerState
 	limits   ModelLimits
-	rpm      int // request budget: min(rpm, rpmTrigger) × factor, at least 1
+	rpm      int // request budget (setRPMLocked), at least 1
 
 	mu  sync.Mutex
 	win slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
@@ -74,6 +74,13 @@ type bucket struct {
 	// answers a step, or a second burst near the last one's count, sets it (see
 	// rpmLimitedLocked). A limit the provider states overrides it.
 	rpmLearned int
+	// rpmLearnedRead: rpmLearned was read at a 429 (a ceiling, or the level a
+	// refused step set), not set by a probe step (see setRPMLocked).
+	rpmLearnedRead bool
+	// rpmConfigured is the configured RPM the request learning started from:
+	// a reload that changes it starts the request axis again from the new
+	// figure (it is a start, and the way to lower a limit probed above it).
+	rpmConfigured int
 	// The request probe (see probeRPMLocked): the last step (or the bucket's
 	// birth, or a reset), the windows in its run, and the limit before the
 	// step (0: no step to answer). While a step is tried — a window after it —
@@ -165,6 +172,10 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if b.statedRequests > 0 {
 		lim.RPM = int(scaleLimit(b.statedRequests, cfg.Window))
 	}
+	if configured := cfg.Limits(b.provider + "/" + b.model).RPM; configured != b.rpmConfigured {
+		b.rpmConfigured = configured
+		b.forgetRequestLearningLocked(now)
+	}
 	b.limits = lim
 	if atCompletion, set := lim.countView(); set {
 		b.clearVotesLocked() // the user says how the provider counts: no votes
@@ -176,8 +187,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if b.win.inner != cfg.Window || !cfg.Learn {
 		// Request counts of the old window's length, or learned while learning
 		// was on: the configured RPM stands again.
-		b.rpmLearned, b.rpmRefused, b.rpmTrigger = 0, 0, 0
-		b.rpmPreStep, b.rpmStepHeld, b.rpmRun = 0, 0, 0
+		b.forgetRequestLearningLocked(now)
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
@@ -217,17 +227,18 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
 	lim := l.conf().Limits(provider + "/" + model)
 	b := &bucket{
-		l:         l,
-		provider:  provider,
-		model:     model,
-		prov:      ps,
-		limits:    lim,
-		win:       newSlidingWindow(l.conf().Window),
-		done:      newSlidingWindow(l.conf().Window),
-		learn:     newLearner(lim.TPM, l.conf().Learn, now),
-		est:       newEstimator(l.conf().OutputReserveTokens),
-		lastUsed:  now,
-		rpmStepAt: now,
+		l:             l,
+		provider:      provider,
+		model:         model,
+		prov:          ps,
+		limits:        lim,
+		win:           newSlidingWindow(l.conf().Window),
+		done:          newSlidingWindow(l.conf().Window),
+		learn:         newLearner(lim.TPM, l.conf().Learn, now),
+		est:           newEstimator(l.conf().OutputReserveTokens),
+		lastUsed:      now,
+		rpmStepAt:     now,
+		rpmConfigured: lim.RPM,
 	}
 	b.atCompletion, _ = lim.countView()
 	b.setRPMLocked()
@@ -303,17 +314,19 @@ func (b *bucket) rpmLimitLocked() int {
 // setRPMLocked derives the request budget from the request limit and the RPM
 // trigger.
 //
-// A limit the provider stated, or the one configured, is a figure: the derived
-// margin (baseMargin) is kept of it in whole requests only — a provider counts
-// requests exactly, one per call, and 1% rounded down took a whole request
-// from every such limit under a hundred (2 of a stated 3). A learned count (a
-// trigger, a ceiling) keeps the 1% rounded down: it is read with the refused
-// call still in the window, one above what the provider held, and the rounding
-// takes that request back under a hundred. A safety factor the user set is a
-// share of either, rounded down.
+// A limit the provider stated, the one configured, or a level a probe step set
+// is a figure: the derived margin (baseMargin) is kept of it in whole requests
+// only — a provider counts requests exactly, one per call, and 1% rounded down
+// took a whole request from every such limit under a hundred (2 of a stated 3,
+// and a first step from 10 to 11 that moved nothing). A level read at a 429 (a
+// trigger, a ceiling, the level a refused step sets) keeps the 1% rounded
+// down: it is the count of a moment the provider refused, and the gate does
+// not sit exactly there — the refused step's level taken as a figure took
+// 344 429s over the 96 runs bound by requests, against 308. A safety factor
+// the user set is a share of either, rounded down.
 func (b *bucket) setRPMLocked() {
 	rpm := b.rpmLimitLocked()
-	read := b.statedRequests == 0 && b.rpmLearned > 0
+	read := b.statedRequests == 0 && b.rpmLearned > 0 && b.rpmLearnedRead
 	if b.rpmTrigger > 0 && b.rpmTrigger < rpm {
 		rpm, read = b.rpmTrigger, true
 	}
@@ -805,7 +818,6 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
-	b.rpmStepHeld = 0
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled {
 		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
@@ -832,7 +844,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	var steps []learnStep
 	switch {
 	case axis == engine.AxisRequests:
-		b.rpmBoundAt = now
+		b.rpmBoundAt, b.rpmStepHeld = now, 0 // a request step, if one was tried, is answered
 		b.rpmLimitedLocked(now)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
@@ -886,18 +898,21 @@ func (b *bucket) typicalCallLocked() float64 {
 // axisLocked decides which limit a 429 was about. The caller's word wins; when
 // it had none, a window whose tokens were well under the token budget was
 // refused for its requests when its count was near the request budget
-// (suspectRatio of it: another client on the key takes the rest), when the
-// request budget held a call back within two windows (a token bucket's reserve
-// runs out below a count it served; a probe step is refused), or when the count
-// was near one an RPM 429 was refused at within refusedAgainWindows (a trigger
-// relaxing back toward a configured RPM above the truth). Read as tokens, such
-// 429s set a token trigger at a seventh of the token limit.
+// (suspectRatio of it: another client on the key takes the rest), near the
+// count an RPM 429 was refused at within refusedAgainWindows (a trigger relaxing
+// back toward a configured RPM above the truth), or — while a request probe
+// step is tried — near the budget that held before it (a step refused just
+// above that level, a token bucket's reserve running out below a count it
+// served). Read as tokens, such 429s set a token trigger at a seventh of the
+// token limit. A window nearly empty (a cooldown drained it) is none of these:
+// its 429 goes to the token learner, which cools down on it.
 func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
 	}
 	n := b.countedLocked().requests()
-	atRequests := float64(n+1) >= suspectRatio*float64(b.rpm) || b.requestsBindLocked(now) || b.nearRefusedCountLocked(now, n)
+	atRequests := float64(n+1) >= suspectRatio*float64(b.rpm) || b.nearRefusedCountLocked(now, n) ||
+		b.requestStepTriedLocked(now) && float64(n+1) >= suspectRatio*float64(b.rpmStepHeld)
 	if atRequests && reading < suspectRatio*float64(b.tokenBudget()) {
 		return engine.AxisRequests
 	}
@@ -935,7 +950,20 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	if !b.learn.enabled {
 		return
 	}
-	n := max(1, b.countedLocked().requests())
+	count := b.countedLocked().requests()
+	if count < lowCallsAlone && float64(count) < suspectRatio*float64(b.rpm) {
+		// A window nearly empty (a cooldown drained it, another client filled
+		// the key): not the gate's count. A cooldown only — a trigger of one
+		// request would take many windows to relax.
+		return
+	}
+	n := max(1, count)
+	// What the provider held: on arrival the count less the refused call,
+	// which stays counted once released; the completion view never counted it.
+	held := n
+	if !b.atCompletion {
+		held = max(1, n-1)
+	}
 	span := b.l.conf().Window
 	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
 	if inBurst {
@@ -946,19 +974,19 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 		again := b.nearRefusedCountLocked(now, n)
 		switch {
 		case learns && answered:
-			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, n-1)), "rpm-ceiling")
+			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, held)), true, "rpm-ceiling")
 		case learns && again:
 			ceiling := n
 			if abs(n-b.rpmRefused) > max(1, b.rpmRefused/rpmSameCount) {
 				// not the count refused before: below the lower of the two
 				ceiling = int(rpmStepDown * float64(min(n, b.rpmRefused)))
 			}
-			b.setRPMLearnedLocked(now, min(ceiling, b.rpmLimitLocked()), "rpm-ceiling")
-		case learns && b.rpmLearned > 0 && b.rpmRefused > 0 && n+1 >= b.rpm:
+			b.setRPMLearnedLocked(now, min(ceiling, b.rpmLimitLocked()), true, "rpm-ceiling")
+		case learns && b.rpmLearnedRead && b.rpmRefused > 0 && n+1 >= b.rpm:
 			// Refused again at a ceiling's budget, long after: a token
 			// bucket's reserve, drained at a few requests a window above its
 			// rate (a 429 every quarter hour), or a limit that fell.
-			b.setRPMLearnedLocked(now, min(int(rpmStepDown*float64(n)), b.rpmLimitLocked()), "rpm-ceiling")
+			b.setRPMLearnedLocked(now, min(int(rpmStepDown*float64(n)), b.rpmLimitLocked()), true, "rpm-ceiling")
 		}
 		b.rpmPreStep, b.rpmRun = 0, 0
 		b.rpmRefused, b.rpmRefusedAt = n, now
@@ -980,18 +1008,23 @@ func (b *bucket) nearRefusedCountLocked(now time.Time, n int) bool {
 }
 
 // setRPMLearnedLocked sets the learned request limit, no lower than
-// 1/learnFloorDivisor of the configured RPM, and says so with the step's name
-// (rpm-ceiling: set by 429s; rpm-probe: a probe step).
-func (b *bucket) setRPMLearnedLocked(now time.Time, limit int, step string) {
+// 1/learnFloorDivisor of the configured RPM — read: a count read at a 429, or
+// a level a probe step or a refused step set — and says so with the step's
+// name (rpm-ceiling: set by 429s; rpm-probe: a probe step).
+func (b *bucket) setRPMLearnedLocked(now time.Time, limit int, read bool, step string) {
 	limit = max(limit, b.limits.RPM/learnFloorDivisor, 1)
 	if limit == b.limits.RPM {
-		limit = 0 // the configured RPM is the limit
+		limit, read = 0, false // the configured RPM is the limit
 	}
 	if limit == b.rpmLearned {
+		if read != b.rpmLearnedRead {
+			b.rpmLearnedRead = read
+			b.setRPMLocked()
+		}
 		return
 	}
 	from := b.rpmLimitLocked()
-	b.rpmLearned = limit
+	b.rpmLearned, b.rpmLearnedRead = limit, read
 	b.setRPMLocked() // the event carries the budget it sets
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.From, e.To = step, float64(from), float64(b.rpmLimitLocked())
@@ -1067,7 +1100,7 @@ func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
 	to := max(from+1, int(float64(from)*math.Pow(learnProbeFactor, float64(b.rpmRun))))
 	b.rpmPreStep, b.rpmStepAt, b.lastRPMRelax = from, now, now
 	b.rpmStepHeld = b.rpm
-	b.setRPMLearnedLocked(now, to, "rpm-probe")
+	b.setRPMLearnedLocked(now, to, false, "rpm-probe")
 }
 
 // aboveHeldRequestsLocked reports whether a call now would take the window's
@@ -1081,6 +1114,14 @@ func (b *bucket) aboveHeldRequestsLocked(now time.Time) bool {
 // window after it, until a 429 answers it.
 func (b *bucket) requestStepTriedLocked(now time.Time) bool {
 	return b.rpmStepHeld > 0 && now.Before(b.rpmStepAt.Add(b.l.conf().Window))
+}
+
+// forgetRequestLearningLocked drops what the request axis learned: the request
+// limit is the configured (or stated) one again, probed from it a window on.
+func (b *bucket) forgetRequestLearningLocked(now time.Time) {
+	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
+	b.rpmLearned, b.rpmLearnedRead, b.rpmRefused, b.rpmRefusedAt = 0, false, 0, time.Time{}
+	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
 }
 
 func abs(x int) int {
@@ -1104,9 +1145,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	}
 	b.learn.reset(now)
 	b.stepHeld = 0
-	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
-	b.rpmLearned, b.rpmRefused, b.rpmRefusedAt = 0, 0, time.Time{}
-	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
+	b.forgetRequestLearningLocked(now)
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}

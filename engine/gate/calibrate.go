@@ -66,7 +66,7 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 		b.statedRequests = limitRequests
 		rpm := scaleLimit(limitRequests, span)
 		b.limits.RPM = int(rpm)
-		b.rpmLearned, b.rpmRefused = 0, 0 // the provider said: what was learned goes
+		b.rpmLearned, b.rpmLearnedRead, b.rpmRefused = 0, false, 0 // the provider said: what was learned goes
 		b.rpmPreStep, b.rpmStepHeld = 0, 0
 		b.setRPMLocked()
 	}
@@ -173,8 +173,13 @@ func (b *bucket) forgetStatedRequestsLocked(now time.Time) {
 	lim := b.l.conf().Limits(b.provider + "/" + b.model)
 	b.statedRequests, b.requestsBy429 = 0, false
 	b.limits.RPM = lim.RPM
-	if held < lim.RPM && (b.rpmTrigger == 0 || b.rpmTrigger > held) {
+	switch {
+	case held < lim.RPM && (b.rpmTrigger == 0 || b.rpmTrigger > held):
 		b.rpmTrigger, b.lastRPMRelax = held, now
+	case held > lim.RPM && b.learn.enabled:
+		// The configured RPM is a start, and the provider carried the figure:
+		// the request limit stays there, probed above it as any learned level.
+		b.rpmLearned, b.rpmLearnedRead = held, false
 	}
 	b.setRPMLocked()
 	e := b.newEvent(EventLearn, now, "", "unstated-rpm", 0, 0)

@@ -93,10 +93,14 @@ func TestRefusedRequestStepSetsTheLimit(t *testing.T) {
 	if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 81 {
 		t.Fatalf("rpm budget %d after the fifth window, want 81", got)
 	}
-	// The held-back call was granted by the step and given back: it spent the
-	// step's first gap.
+	// The step let the held-back call through at once (Submit granted it, the
+	// 65th): the first call above the level that held. The next goes a gap
+	// later, and the one after it waits a gap more.
+	if got := l.BucketStatus(at, "p", "m").WindowRequests; got != 65 {
+		t.Fatalf("window holds %d requests after the step, want 65", got)
+	}
 	at = at.Add(stepGapMin)
-	mustAdmit(t, l, at, req(1)) // the 65th
+	mustAdmit(t, l, at, req(1)) // the 66th
 	w := mustWait(t, l, at, req(1), "pace", at.Sub(t0)+stepGapMin)
 	w.Cancel(at)
 	// The provider's limit is 70: the calls go a gap apart, and the 71st is refused.
@@ -247,4 +251,88 @@ func TestRequestBudgetKeepsWholeRequests(t *testing.T) {
 			t.Fatalf("budget %d at a safety factor of 0.5 of 21, want 10", got)
 		}
 	})
+}
+
+// What the request axis learned goes with the figure it started from: a reset
+// forgets it, a reload that changes the configured RPM starts again from the
+// new figure (the way to lower a limit probed above the old one), and a reload
+// that leaves it keeps it.
+func TestRequestLearningStartsAgainFromANewFigure(t *testing.T) {
+	climbed := func(t *testing.T) (*Ledger, time.Time) {
+		l, _, _ := newTestLedger(t, rpmGate(40))
+		l.BucketStatus(t0, "p", "m")
+		at := climbRequests(t, l, 5) // 40 → … → 81
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 81 {
+			t.Fatalf("setup: rpm budget %d, want 81", got)
+		}
+		return l, at
+	}
+	t.Run("Reset", func(t *testing.T) {
+		l, at := climbed(t)
+		l.Reset(at, "p", "m")
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 40 {
+			t.Fatalf("rpm budget %d after a reset, want the configured 40", got)
+		}
+	})
+	t.Run("ReloadWithANewRPM", func(t *testing.T) {
+		l, at := climbed(t)
+		if err := l.Reconfigure(at, rpmGate(30)); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 30 {
+			t.Fatalf("rpm budget %d after a reload to rpm 30, want 30", got)
+		}
+	})
+	t.Run("ReloadWithTheSameRPM", func(t *testing.T) {
+		l, at := climbed(t)
+		c := rpmGate(40)
+		c.MaxWait = 3 * time.Minute // anything else
+		if err := l.Reconfigure(at, c); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 81 {
+			t.Fatalf("rpm budget %d after a reload that left rpm as it was, want 81 kept", got)
+		}
+	})
+}
+
+// An RPM 429 with less than a few calls in the window (a cooldown drained it,
+// another client filled the key) is not the gate's count: a cooldown only. Set
+// as a trigger it held the request budget at one or two requests, relaxing a
+// request a window.
+func TestRPM429InANearlyEmptyWindowOnlyCools(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(60))
+	fillRequests(t, l, t0, 2)
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+	st := l.BucketStatus(t0, "p", "m")
+	if st.RPMBudget != 60 || st.CooldownMs != 1000 {
+		t.Fatalf("rpm budget %d, cooldown %dms: want 60 kept and the cooldown", st.RPMBudget, st.CooldownMs)
+	}
+	t.Run("ATinyLimitStillLearns", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(3))
+		fillRequests(t, l, t0, 3) // the third refused: the provider allows 2
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+		if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != 3 {
+			t.Fatalf("rpm budget %d, want the count 3 as the trigger", got)
+		}
+	})
+}
+
+// A stated request limit above the configured RPM that goes unrestated is
+// forgotten, but the provider carried it: the request limit stays there rather
+// than falling back to the configured start, which took about 45 windows of
+// probe steps to climb back from.
+func TestForgottenStatedRequestLimitAboveTheStartStays(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(60))
+	fillRequests(t, l, t0, 2) // too few calls to read: the 429 states its figure only
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests, StatedRequests: 500})
+	if got := l.BucketStatus(t0, "p", "m").RPMBudget; got != 500 {
+		t.Fatalf("setup: rpm budget %d, want the stated 500", got)
+	}
+	// triggerReprobeWindows on, the request budget binding: the 429's figure
+	// goes unrestated and is forgotten (and the limit is probed, × 1.05).
+	at := t0.Add(triggerReprobeWindows * time.Minute)
+	if got := holdWindow(t, l, at); got < 500 {
+		t.Fatalf("rpm budget %d once the stated 500 was forgotten, want 500 or a step above it, not the configured 60", got)
+	}
 }

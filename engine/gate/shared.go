@@ -97,6 +97,9 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	b.sharedOthers = max(0, others)
 	if g.Wait > 0 {
 		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldReason = now.Add(g.Wait), need, g.Reason
+		if g.Reason == "rpm" {
+			b.rpmBoundAt = now // the shared request count binds: the request pacer runs
+		}
 		return "", g.Wait, g.Reason
 	}
 	return g.ID, 0, ""

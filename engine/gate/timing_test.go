@@ -422,13 +422,15 @@ func TestCompletionCountingIsLearned(t *testing.T) {
 
 func TestResetForgetsWhatWasLearned(t *testing.T) {
 	l, _, ev := newTestLedger(t, learnGate())
-	mustAdmit(t, l, t0, req(600))
-	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests}) // request budget 1
-	if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 1 {
+	for range 4 {
+		mustAdmit(t, l, t0, req(100)) // 200 tokens each with the output reserve
+	}
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests}) // request budget 4
+	if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 4 {
 		t.Fatalf("setup: rpm %d", st.RPMBudget)
 	}
 	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: 30 * time.Second, Axis: engine.AxisTokens})
-	if q, trig := quota(l, t0); q != 700 || trig != 700 {
+	if q, trig := quota(l, t0); q != 800 || trig != 800 {
 		t.Fatalf("setup: quota %v trigger %v", q, trig)
 	}
 	if !l.Reset(t0.Add(time.Second), "p", "m") {
