@@ -166,6 +166,30 @@ func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
 		mustAdmit(t, l, at, req(1))
 	}
 	mustWait(t, l, at, req(1), "pace", 60*time.Second+200*time.Millisecond)
+
+	t.Run("NotInTheCompletionView", func(t *testing.T) {
+		// The gate counts requests as such a provider does, when calls
+		// complete: the window's drain spreads them, and pacing only delayed
+		// the queue after a cooldown.
+		c := rpmGate(100)
+		c.Pace, c.PaceBurst = 3, 0.07
+		c.Defaults.CountsAt = CountsAtCompletion
+		l, _, _ := newTestLedger(t, c)
+		var tks []Ticket
+		for range 100 {
+			tks = append(tks, mustAdmit(t, l, t0, req(1)))
+		}
+		for _, tk := range tks {
+			if err := l.Settle(t0, tk, Usage{InputTokens: 1, OutputTokens: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustWait(t, l, t0, req(1), "rpm", 60*time.Second)
+		at := t0.Add(60 * time.Second)
+		for range 8 {
+			mustAdmit(t, l, at, req(1))
+		}
+	})
 }
 
 // An unnamed 429 with few tokens in the window is about requests when the
