@@ -70,12 +70,13 @@ func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 
 // paceWaitLocked is how long the pacers hold a reservation of res (within the
 // budget): the token pacer until it holds res tokens (a full burst, for a call
-// larger than the burst), and — while requests bind — the request pacer until
-// it holds one request. Small calls bound by requests are cohorts the token
-// pacer does not see: a queue of them released at once when the request window
-// drained met a provider that counts at completion still holding the last
-// cohort (19 429s in 12 ms). Requests that never bind are not paced: a burst of
-// calls under a request limit nobody reaches waits for nothing.
+// larger than the burst), and — while requests bind, in the arrival view
+// (requestPacedLocked) — the request pacer until it holds one request. Small
+// calls bound by requests are cohorts the token pacer does not see: a queue of
+// them released at once when the request window drained met a provider that
+// counts at completion still holding the last cohort (19 429s in 12 ms).
+// Requests that never bind are not paced: a burst of calls under a request
+// limit nobody reaches waits for nothing.
 func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration {
 	rate, burst := b.paceParams(budget)
 	wait := b.pace.wait(now, float64(res), rate, burst)
@@ -96,22 +97,17 @@ func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
 	}
 }
 
-// requestsBindLocked says whether the request budget held a call back, or an
-// RPM 429 came, within the last two windows (a cooldown of a window after a
-// 429 is followed by the queue it held).
-func (b *bucket) requestsBindLocked(now time.Time) bool {
-	return !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*b.l.conf().Window
-}
-
-// requestPacedLocked says whether the request pacer runs: while requests bind,
-// in the arrival view. The cohort it spreads is the arrival window's drain
-// releasing a queue that a provider counting at completion still holds; in
-// the completion view the gate's request count drains as the provider's does,
-// as the calls complete, and pacing there only delayed the queue after a
+// requestPacedLocked says whether the request pacer runs: while requests bind
+// — the request budget held a call back, or an RPM 429 came, within the last
+// two windows (a cooldown of a window after a 429 is followed by the queue it
+// held) — in the arrival view. The cohort it spreads is the arrival window's
+// drain releasing a queue that a provider counting at completion still holds;
+// in the completion view the gate's request count drains as the provider's
+// does, as the calls complete, and pacing there only delayed the queue after a
 // cooldown (over real sockets, a case told the provider counts at completion
 // read 0.58–0.78 of the requests once learned paced, 0.83–0.87 unpaced).
 func (b *bucket) requestPacedLocked(now time.Time) bool {
-	return !b.atCompletion && b.requestsBindLocked(now)
+	return !b.atCompletion && !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*b.l.conf().Window
 }
 
 // aboveHeldLocked reports whether a reservation of res (variance v) goes above
