@@ -260,7 +260,7 @@ gate:
   defaults: {rpm: 100}
   models:
     deepseek/deepseek-chat: {tpm: 5000, safetyFactor: 0.5, countsAt: completion}
-    claude/claude-sonnet-4-5: {rpm: 10}
+    claude/claude-sonnet-4-5: {rpm: 10, maxTpm: 40000, maxRpm: 8}
 retry:
   rounds: 0
   initialDelay: 500ms
@@ -340,7 +340,8 @@ quota:
 	if got := g.Limits("deepseek/deepseek-chat"); got != (ModelLimits{TPM: 5000, RPM: 100, SafetyFactor: 0.5, CountsAt: "completion"}) {
 		t.Errorf("Limits(deepseek/deepseek-chat) = %+v", got)
 	}
-	if got := g.Limits("claude/claude-sonnet-4-5"); got != (ModelLimits{TPM: 1000000, RPM: 10, SafetyFactor: 1}) {
+	// A start above a cap starts at it.
+	if got := g.Limits("claude/claude-sonnet-4-5"); got != (ModelLimits{TPM: 40000, RPM: 8, SafetyFactor: 1, MaxTPM: 40000, MaxRPM: 8}) {
 		t.Errorf("Limits(claude/...) = %+v", got)
 	}
 	if got := g.Limits("other/x"); got != (ModelLimits{TPM: 1000000, RPM: 100, SafetyFactor: 1}) {

@@ -24,34 +24,99 @@ import (
 // nothing lost, at most two 429s (the refused step, and one that sets the
 // ceiling), and ≥ 90% of the limit in the windows after the tenth.
 //
+// Capped, the same load with maxRpm below the truth: the probe stops at the
+// cap, no window the provider counts holds more, and nothing is refused.
+//
 // A 2 s window, so fifteen windows fit in 30 s: the network's milliseconds
 // weigh more against it than against a minute's. CI runs it in the real-timing
 // step, without the race detector.
 func TestGateRequestProbeE2E(t *testing.T) {
 	testenv.RealTiming(t)
 	const (
-		window    = 2 * time.Second
-		limit     = 20 // the provider's hidden requests per window
-		start     = limit / 2
-		sessions  = 10
-		duration  = 30 * time.Second
-		windows   = int(duration / window)
-		converged = 10 // the issue's bound, in windows
+		window = 2 * time.Second
+		limit  = 20 // the provider's hidden requests per window
+		start  = limit / 2
 	)
-	prov := fakeprovider.New(fakeprovider.Config{
-		Tokens: 100_000_000, Window: window, Requests: limit, RetryAfter: window, Unstated: true,
-		Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
-		OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
-	})
-	up := httptest.NewServer(prov)
-	t.Cleanup(up.Close)
-	f := newPxFixtureWith(t, fmt.Sprintf(`
+	for _, c := range []struct {
+		name      string
+		maxRPM    int // 0: no cap
+		duration  time.Duration
+		converged int // windows: the issue's bound from half the truth, or the climb to the cap
+		max429s   int64
+	}{
+		{name: "HalfTheTruth", duration: 30 * time.Second, converged: 10, max429s: 2},
+		{name: "CappedBelowTheTruth", maxRPM: 14, duration: 20 * time.Second, converged: 6, max429s: 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			target := limit
+			caps := ""
+			if c.maxRPM > 0 {
+				target, caps = c.maxRPM, fmt.Sprintf(", maxRpm: %d", c.maxRPM)
+			}
+			prov := fakeprovider.New(fakeprovider.Config{
+				Tokens: 100_000_000, Window: window, Requests: limit, RetryAfter: window, Unstated: true,
+				Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
+				OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
+			})
+			up := httptest.NewServer(prov)
+			t.Cleanup(up.Close)
+			f := newPxFixtureWith(t, fmt.Sprintf(`
 providers:
   fake: {kind: openai, baseURL: %s/v1}
 gate:
   window: %s
-  defaults: {tpm: 100000000, rpm: %d}
-`, up.URL, window, start), nil)
+  defaults: {tpm: 100000000, rpm: %d%s}
+`, up.URL, window, start, caps), nil)
+			ok, lost, cut := runRequestLoad(t, f, prov, 10, c.duration)
+
+			st := prov.Stats()
+			var series []string
+			first := -1 // the first window served at ≥ 90% of the target
+			var after, afterWindows, most int64
+			for i, w := range st.Windows {
+				if i >= int(c.duration/window) {
+					break
+				}
+				series = append(series, fmt.Sprintf("%d/%d", w.Requests, w.Refused))
+				most = max(most, w.Requests)
+				if first < 0 && w.Requests >= int64(target)*9/10 {
+					first = i
+				}
+				if i > c.converged {
+					after += w.Requests
+					afterWindows++
+				}
+			}
+			util := float64(after) / float64(int64(target)*max(afterWindows, 1))
+			t.Logf("request probe over real HTTP: %s windows, hidden limit %d requests a window, configured %d%s: %d ok, %d lost, %d cut; 429s %d (at %v); first window at ≥ 90%% of %d: %d; after window %d: %.3f of it; most in a window %d; rpm budget at the end %d",
+				window, limit, start, caps, ok, lost, cut, st.Refused, st.Refusals, target, first, c.converged, util, most, f.status("fake", "gpt-fake").RPMBudget)
+			t.Logf("requests served / 429s per window: %s", strings.Join(series, " "))
+			if st.BadRequests > 0 {
+				t.Fatalf("%d unreadable requests at the provider", st.BadRequests)
+			}
+			if lost > 0 {
+				t.Errorf("%d calls lost, want none", lost)
+			}
+			if st.Refused > c.max429s {
+				t.Errorf("%d 429s, want at most %d", st.Refused, c.max429s)
+			}
+			if first < 0 || first > c.converged {
+				t.Errorf("first window at ≥ 90%% of %d: %d, want within %d (-1: never)", target, first, c.converged)
+			}
+			if util < 0.90 {
+				t.Errorf("%.3f of %d served after window %d, want ≥ 0.90", util, target, c.converged)
+			}
+			if c.maxRPM > 0 && most > int64(c.maxRPM) {
+				t.Errorf("a window the provider counted held %d requests, above maxRpm %d", most, c.maxRPM)
+			}
+		})
+	}
+}
+
+// runRequestLoad runs closed-loop sessions of small calls through f for
+// duration and counts how they ended; a harness error fails the test.
+func runRequestLoad(t *testing.T, f *pxFixture, prov *fakeprovider.Provider, sessions int, duration time.Duration) (ok, lost, cut int) {
+	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * sessions}
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
@@ -61,12 +126,11 @@ gate:
 	stopAt := begin.Add(duration)
 	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(timingDrain))
 	defer cancel()
-	const maxCallsPerSession = 2000 // a bound on each loop, far above what 30 s allows
+	const maxCallsPerSession = 2000 // a bound on each loop, far above what the run allows
 	var (
-		mu            sync.Mutex
-		ok, lost, cut int
-		harness       []string
-		wg            sync.WaitGroup
+		mu      sync.Mutex
+		harness []string
+		wg      sync.WaitGroup
 	)
 	for s := range sessions {
 		wg.Add(1)
@@ -95,41 +159,8 @@ gate:
 		}()
 	}
 	wg.Wait()
-
-	st := prov.Stats()
-	var series []string
-	first := -1 // the first window served at ≥ 90% of the limit
-	var after, afterWindows int64
-	for i, w := range st.Windows {
-		if i >= windows {
-			break
-		}
-		series = append(series, fmt.Sprintf("%d/%d", w.Requests, w.Refused))
-		if first < 0 && w.Requests >= limit*9/10 {
-			first = i
-		}
-		if i > converged {
-			after += w.Requests
-			afterWindows++
-		}
+	if len(harness) > 0 {
+		t.Fatalf("%d harness errors: %s", len(harness), strings.Join(harness[:min(len(harness), 5)], "; "))
 	}
-	util := float64(after) / float64(limit*max(afterWindows, 1))
-	t.Logf("request probe over real HTTP: %d sessions, %s windows, hidden limit %d requests a window, configured %d: %d ok, %d lost, %d cut; 429s %d (at %v); first window at ≥ 90%% of the limit: %d; after window %d: %.3f of the limit; rpm budget at the end %d",
-		sessions, window, limit, start, ok, lost, cut, st.Refused, st.Refusals, first, converged, util, f.status("fake", "gpt-fake").RPMBudget)
-	t.Logf("requests served / 429s per window: %s", strings.Join(series, " "))
-	if len(harness) > 0 || st.BadRequests > 0 {
-		t.Fatalf("%d harness errors, %d unreadable requests at the provider: %s", len(harness), st.BadRequests, strings.Join(harness[:min(len(harness), 5)], "; "))
-	}
-	if lost > 0 {
-		t.Errorf("%d calls lost, want none", lost)
-	}
-	if st.Refused > 2 {
-		t.Errorf("%d 429s, want at most 2: the refused step, and one that sets the ceiling", st.Refused)
-	}
-	if first < 0 || first > converged {
-		t.Errorf("first window at ≥ 90%% of the limit: %d, want within %d (-1: never)", first, converged)
-	}
-	if util < 0.90 {
-		t.Errorf("%.3f of the limit served after window %d, want ≥ 0.90", util, converged)
-	}
+	return ok, lost, cut
 }

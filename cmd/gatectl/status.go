@@ -120,14 +120,16 @@ func windowText(m gate.BucketStatus) string {
 // the configured TPM, or the limit the provider stated (headers, a 429's words).
 func quotaText(m gate.BucketStatus) string {
 	q := strconv.FormatFloat(m.Quota, 'f', 0, 64)
-	if m.Stated > 0 {
-		if m.Quota != m.Stated {
-			return q + " (stated " + strconv.FormatFloat(m.Stated, 'f', 0, 64) + ")"
-		}
-		return q + " (stated)"
-	}
-	if m.Start > 0 && m.Quota != m.Start {
+	switch {
+	case m.Stated > 0 && m.Quota != m.Stated:
+		q += " (stated " + strconv.FormatFloat(m.Stated, 'f', 0, 64) + ")"
+	case m.Stated > 0:
+		q += " (stated)"
+	case m.Start > 0 && m.Quota != m.Start:
 		q += " (from " + strconv.FormatFloat(m.Start, 'f', 0, 64) + ")"
+	}
+	if m.MaxTPM > 0 {
+		q += " (cap " + strconv.Itoa(m.MaxTPM) + ")"
 	}
 	return q
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/server"
 	"github.com/gatectl/gatectl/snapshot"
@@ -190,6 +191,23 @@ func TestRoutesAgainstServer(t *testing.T) {
 	} {
 		if _, err := runCLI(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v = %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestQuotaTextSaysWhereTheQuotaComesFrom(t *testing.T) {
+	for _, c := range []struct {
+		m    gate.BucketStatus
+		want string
+	}{
+		{gate.BucketStatus{Quota: 1000, Start: 1000}, "1000"},
+		{gate.BucketStatus{Quota: 1340, Start: 1000}, "1340 (from 1000)"},
+		{gate.BucketStatus{Quota: 8000, Start: 8000, Stated: 8000}, "8000 (stated)"},
+		{gate.BucketStatus{Quota: 7000, Start: 8000, Stated: 8000}, "7000 (stated 8000)"},
+		{gate.BucketStatus{Quota: 1200, Start: 1000, MaxTPM: 1200}, "1200 (from 1000) (cap 1200)"},
+	} {
+		if got := quotaText(c.m); got != c.want {
+			t.Errorf("quotaText(%+v) = %q, want %q", c.m, got, c.want)
 		}
 	}
 }

@@ -214,6 +214,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.learn.quota = min(b.learn.quota, b.learn.stated)
 		b.learn.trigger = min(b.learn.trigger, b.learn.stated)
 	}
+	b.learn.cap = float64(lim.MaxTPM)
 	b.est.configuredReserve = cfg.OutputReserveTokens
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
@@ -241,6 +242,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		rpmConfigured: lim.RPM,
 	}
 	b.atCompletion, _ = lim.countView()
+	b.learn.cap = float64(lim.MaxTPM)
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
@@ -303,12 +305,16 @@ func (b *bucket) countedLocked() *slidingWindow {
 }
 
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
-// else the learned one, else the configured RPM.
+// else the learned one, else the configured RPM — never above the user's cap.
 func (b *bucket) rpmLimitLocked() int {
+	limit := b.rpmLearned
 	if b.statedRequests > 0 || b.rpmLearned == 0 {
-		return b.limits.RPM
+		limit = b.limits.RPM
 	}
-	return b.rpmLearned
+	if c := b.limits.MaxRPM; c > 0 {
+		limit = min(limit, c) // the user's cap: the budget keeps its margin below it, as below a stated limit
+	}
+	return limit
 }
 
 // setRPMLocked derives the request budget from the request limit and the RPM
@@ -1072,11 +1078,15 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 // rpmProbeDueLocked says whether the request limit may be stepped up now: a
 // full window since the last step (or the bucket's birth), and
 // triggerReprobeWindows since the last RPM 429 — a limit never refused is
-// probed at once. Not above a limit the provider states, not while learning
-// is off, and not with a shared window (the counts there are everyone's).
+// probed at once. Not above a limit the provider states or the user's cap, not
+// while learning is off, and not with a shared window (the counts there are
+// everyone's).
 func (b *bucket) rpmProbeDueLocked(now time.Time, span time.Duration) bool {
 	if !b.learn.enabled || b.statedRequests > 0 || b.l.shared != nil || now.Sub(b.rpmStepAt) < span {
 		return false
+	}
+	if c := b.limits.MaxRPM; c > 0 && b.rpmLimitLocked() >= c {
+		return false // at the user's cap
 	}
 	return b.rpmRefusedAt.IsZero() || now.Sub(b.rpmRefusedAt) >= triggerReprobeWindows*span
 }
@@ -1098,6 +1108,9 @@ func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
 	}
 	from := b.rpmLimitLocked()
 	to := max(from+1, int(float64(from)*math.Pow(learnProbeFactor, float64(b.rpmRun))))
+	if c := b.limits.MaxRPM; c > 0 {
+		to = min(to, c)
+	}
 	b.rpmPreStep, b.rpmStepAt, b.lastRPMRelax = from, now, now
 	b.rpmStepHeld = b.rpm
 	b.setRPMLearnedLocked(now, to, false, "rpm-probe")

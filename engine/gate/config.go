@@ -17,6 +17,13 @@ type ModelLimits struct {
 	// never switches. CountsAtLearn (or "", which inherits, down to learning)
 	// has the gate learn it from where 429s fall.
 	CountsAt string
+	// MaxTPM and MaxRPM are hard caps the user set, per window (0: none). The
+	// learner starts at TPM and RPM and may probe above them — they are
+	// guesses of what the provider allows — but never above a cap: a key
+	// shared with other programs, or a spend the user wants bounded, is the
+	// user's limit, not the provider's.
+	MaxTPM int
+	MaxRPM int
 }
 
 // The provider's ways of counting a call (ModelLimits.CountsAt).
@@ -125,6 +132,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gate.outputReserveTokens: must not be negative (got %d)", c.OutputReserveTokens)
 	case c.Defaults.TPM <= 0 || c.Defaults.RPM <= 0:
 		return fmt.Errorf("gate.defaults: tpm and rpm must be positive (got tpm %d, rpm %d)", c.Defaults.TPM, c.Defaults.RPM)
+	case c.Defaults.MaxTPM < 0 || c.Defaults.MaxRPM < 0:
+		return fmt.Errorf("gate.defaults: maxTpm and maxRpm must not be negative (got maxTpm %d, maxRpm %d)", c.Defaults.MaxTPM, c.Defaults.MaxRPM)
 	case c.MaxInFlightPerSession < 0:
 		return fmt.Errorf("gate.maxInFlightPerSession: must not be negative (got %d)", c.MaxInFlightPerSession)
 	case c.MaxModels < 0:
@@ -136,8 +145,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	for k, m := range c.Models {
-		if m.TPM < 0 || m.RPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
-			return fmt.Errorf("gate.models[%q]: tpm, rpm must not be negative and safetyFactor must be in (0, 1]", k)
+		if m.TPM < 0 || m.RPM < 0 || m.MaxTPM < 0 || m.MaxRPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
+			return fmt.Errorf("gate.models[%q]: tpm, rpm, maxTpm, maxRpm must not be negative and safetyFactor must be in (0, 1]", k)
 		}
 		if err := checkCountsAt(fmt.Sprintf("gate.models[%q]", k), m.CountsAt); err != nil {
 			return err
@@ -175,6 +184,19 @@ func (c Config) Limits(key string) ModelLimits {
 		if m.CountsAt != "" {
 			l.CountsAt = m.CountsAt
 		}
+		if m.MaxTPM > 0 {
+			l.MaxTPM = m.MaxTPM
+		}
+		if m.MaxRPM > 0 {
+			l.MaxRPM = m.MaxRPM
+		}
+	}
+	// A start above a cap starts at the cap.
+	if l.MaxTPM > 0 {
+		l.TPM = min(l.TPM, l.MaxTPM)
+	}
+	if l.MaxRPM > 0 {
+		l.RPM = min(l.RPM, l.MaxRPM)
 	}
 	return l
 }

@@ -93,6 +93,7 @@ type learner struct {
 	trigger float64
 	floor   float64
 	stated  float64 // the provider's stated limit for one window; 0 when none
+	cap     float64 // the user's cap (maxTpm) for one window; 0 when none
 
 	lastCut   time.Time // last cut (a trusted 429 burst's first 429)
 	lastProbe time.Time // last probe step, trusted 429, or window the trigger held calls back (or the learner's birth)
@@ -165,12 +166,31 @@ func newLearner(start int, enabled bool, now time.Time) learner {
 	}
 }
 
-// budget is the token budget before any margin: min(quota, trigger).
+// budget is the token budget before any margin: min(quota, trigger), never
+// above the user's cap.
 func (l *learner) budget() float64 {
+	b := l.quota
 	if l.trigger > 0 && l.trigger < l.quota {
-		return l.trigger
+		b = l.trigger
 	}
-	return l.quota
+	if l.cap > 0 {
+		b = math.Min(b, l.cap)
+	}
+	return b
+}
+
+// ceiling is what no probe or relax may go above: the lower of the
+// provider's stated limit and the user's cap (0: neither). Unlike a stated
+// limit, a cap says nothing of the provider, so it is no reference for which
+// 429s are suspect.
+func (l *learner) ceiling() float64 {
+	switch {
+	case l.stated > 0 && l.cap > 0:
+		return math.Min(l.stated, l.cap)
+	case l.stated > 0:
+		return l.stated
+	}
+	return l.cap
 }
 
 // observeAdmit records the window reading at an admission for the clean-window
@@ -493,8 +513,8 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
-		case l.stated > 0 && l.trigger >= l.stated:
-			return step, false // never probe above what the provider says it allows
+		case l.ceiling() > 0 && l.trigger >= l.ceiling():
+			return step, false // never probe above what the provider says it allows, or the user's cap
 		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
 			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
 			l.trigger *= learnProbeFactor
@@ -505,8 +525,8 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		default:
 			return step, false
 		}
-		if l.stated > 0 {
-			l.trigger = math.Min(l.trigger, l.stated)
+		if c := l.ceiling(); c > 0 {
+			l.trigger = math.Min(l.trigger, c)
 		}
 		l.quota = math.Max(l.quota, l.trigger)
 		l.preProbe = 0
@@ -514,7 +534,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
-	if l.stated > 0 && from >= l.stated {
+	if c := l.ceiling(); c > 0 && from >= c {
 		return step, false
 	}
 	l.preProbe = from
@@ -522,8 +542,8 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if l.trigger > 0 && l.quota > l.trigger {
 		l.quota = l.trigger // never above the tightest trigger
 	}
-	if l.stated > 0 && l.quota > l.stated {
-		l.quota = l.stated
+	if c := l.ceiling(); c > 0 && l.quota > c {
+		l.quota = c
 	}
 	l.lastRaise, l.raisedByRelax = now, false
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
@@ -545,7 +565,7 @@ func (l *learner) forgetReadings() {
 // reset forgets everything learned: the quota starts again from start.
 func (l *learner) reset(now time.Time) {
 	fresh := newLearner(int(l.start), l.enabled, now)
-	fresh.stated = l.stated
+	fresh.stated, fresh.cap = l.stated, l.cap
 	*l = fresh
 }
 

@@ -21,8 +21,11 @@ type BucketStatus struct {
 	// headers, or a 429's headers or words), scaled to the window; 0 when it
 	// stated none, or a 429's figure was forgotten (a reset, or 180 windows
 	// without a 429 restating it).
-	Stated        float64 `json:"stated,omitempty"`
-	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger) × safety factor
+	Stated float64 `json:"stated,omitempty"`
+	// MaxTPM and MaxRPM are the caps the user set (maxTpm, maxRpm); 0: none.
+	MaxTPM        int     `json:"maxTpm,omitempty"`
+	MaxRPM        int     `json:"maxRpm,omitempty"`
+	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger, maxTpm) × safety factor
 	RPMBudget     int     `json:"rpmBudget"`     // the request budget (see setRPMLocked)
 	CooldownMs    int64   `json:"cooldownMs"`    // cooldown left
 	OutputReserve int64   `json:"outputReserve"` // what a call without max_tokens reserves now
@@ -66,6 +69,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		WindowTokens: b.countedLocked().tokens, WindowRequests: b.countedLocked().requests(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
+		MaxTPM: b.limits.MaxTPM, MaxRPM: b.limits.MaxRPM,
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
 		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),

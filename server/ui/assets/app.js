@@ -226,7 +226,7 @@ const views = {
         <dl class="facts">
           <div><dt>reserved</dt><dd>${num(m.reserved)}</dd></div>
           <div><dt>in flight</dt><dd>${m.inFlight}</dd></div>
-          <div><dt>learned quota</dt><dd>${num(m.quota)}</dd></div>
+          <div><dt>learned quota</dt><dd>${num(m.quota)}${m.maxTpm ? ` (cap ${num(m.maxTpm)})` : ""}</dd></div>
           <div><dt>tightest trigger</dt><dd>${m.trigger ? num(m.trigger) : "none"}</dd></div>
           <div><dt>429s</dt><dd>${m.rateLimited}</dd></div>
           <div><dt>held so far</dt><dd>${m.waits}</dd></div>
