@@ -97,6 +97,9 @@ type bucket struct {
 	// at, and rpmRefusedAt when the burst began.
 	rpmRefused   int
 	rpmRefusedAt time.Time
+	// rpmRefusedTokens is the token reading at that burst's first 429, when
+	// the 429 did not name its limit (0 when it did): see countFellLocked.
+	rpmRefusedTokens float64
 
 	// How late the provider counts a call: admission→429 delays of recent 429s
 	// (a ring), and the guard they set — entries stay that much longer than the
@@ -852,6 +855,12 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	case axis == engine.AxisRequests:
 		b.rpmBoundAt, b.rpmStepHeld = now, 0 // a request step, if one was tried, is answered
 		b.rpmLimitedLocked(now)
+		if b.rpmRefusedAt.Equal(now) { // this 429 began a burst
+			b.rpmRefusedTokens = 0
+			if sig.Axis == engine.AxisUnknown {
+				b.rpmRefusedTokens = b.providerViewLocked()
+			}
+		}
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
@@ -917,13 +926,37 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 		return said
 	}
 	n := b.countedLocked().requests()
+	if b.countFellLocked(now, n, reading) {
+		return engine.AxisTokens
+	}
 	atRequests := float64(n+1) >= suspectRatio*float64(b.rpm) || b.nearRefusedCountLocked(now, n) ||
 		b.requestStepTriedLocked(now) && float64(n+1) >= suspectRatio*float64(b.rpmStepHeld)
-	if atRequests && reading < suspectRatio*float64(b.tokenBudget()) {
+	budget := float64(b.tokenBudget())
+	if atRequests && reading < suspectRatio*budget {
+		return engine.AxisRequests
+	}
+	tokenFigure := b.statedTokens > 0 || b.limits.TPM != DefaultTPM // not the placeholder
+	if share := float64(n+1) / float64(b.rpm); tokenFigure && share >= requestShareAlone && reading < budget*share/requestShareLead {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
 }
+
+// An unnamed 429 whose window holds requestShareAlone of the request budget or
+// more, and a requestShareLead times smaller share of the token budget, is
+// about requests — when the token figure is one someone gave (configured, or
+// stated by the provider), not the default. Configured at twice the truth on
+// both axes, a workload bound by requests meets its first 429 at half the
+// request budget and a sixteenth of the token one; read as tokens, it set a
+// token trigger that a call's reservation and the margin then bit into
+// (0.54–0.74 of the requests for the hour, 0.87–0.97 now). Under the default
+// tpm, a placeholder ten or more times most keys' limit, a token 429 has just
+// such shares: read as requests there, a workload bound by tokens fell from
+// 0.81–0.89 of the limit to 0.56–0.69.
+const (
+	requestShareAlone = 0.4
+	requestShareLead  = 4
+)
 
 // rpmLimitedLocked learns from an RPM 429: the window's request count caps the
 // request budget. Within one window the highest count of the burst stands.
@@ -1004,6 +1037,29 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 	b.lastRPMRelax = now
 	b.setRPMLocked()
 }
+
+// countFellLocked says whether an unnamed 429 at n requests and a token
+// reading of reading undoes the reading of the last unnamed one as requests:
+// refused within refusedAgainWindows at a count countFell or more below that
+// one's, while the tokens in the window fell by at most half as much. A request limit refuses at its count,
+// whatever the calls' sizes; a token limit at its tokens, at fewer calls when
+// they are larger. A token 429 read as requests (its shares looked like
+// requests', or its count was near one refused before) would otherwise set
+// each later one's count as the request ceiling, lower and lower.
+func (b *bucket) countFellLocked(now time.Time, n int, reading float64) bool {
+	if b.rpmRefusedTokens <= 0 || now.Sub(b.rpmRefusedAt) >= refusedAgainWindows*b.l.conf().Window {
+		return false
+	}
+	countDrop := 1 - float64(n)/float64(b.rpmRefused)
+	tokenDrop := 1 - reading/b.rpmRefusedTokens
+	return countDrop >= countFell && tokenDrop <= countDrop/2
+}
+
+// countFell: a count at least 10% under the one refused before is another
+// count; the tokens then fell by at most half as much (a token bucket's
+// request reserve running out refuses at a lower count, and fewer calls hold
+// proportionally fewer tokens).
+const countFell = 0.1
 
 // nearRefusedCountLocked says whether a count of n requests is near the count
 // the last RPM 429 burst was refused at — at least suspectRatio of it, not

@@ -99,11 +99,19 @@ func DefaultConfig() Config {
 		FallbackCooldown:    60 * time.Second,
 		OutputReserveTokens: 8192,
 		Learn:               true,
-		Defaults:            ModelLimits{TPM: 1_000_000, RPM: 60},
+		Defaults:            ModelLimits{TPM: DefaultTPM, RPM: DefaultRPM},
 		Jitter:              0.1,
 		MaxModels:           1000,
 	}
 }
+
+// DefaultTPM and DefaultRPM are a model's limits when the config gives none:
+// starts far above what most keys allow for tokens (the learner comes down
+// from it at the first 429) and below it for requests (the probe climbs).
+const (
+	DefaultTPM = 1_000_000
+	DefaultRPM = 60
+)
 
 // ErrMaxWaitBelowWindow is returned by Validate when MaxWait < Window: the gate
 // could then never wait out one full window.

@@ -360,3 +360,82 @@ func TestForgottenStatedRequestLimitAboveTheStartStays(t *testing.T) {
 		t.Fatalf("rpm budget %d once the stated 500 was forgotten, want 500 or a step above it, not the configured 60", got)
 	}
 }
+
+// An unnamed 429 whose window holds 0.4 of the request budget or more and a
+// four times smaller share of the token budget is about requests — when the
+// token figure is one someone gave, not the default tpm (a placeholder far
+// above most keys, under which a token 429 has just such shares). Configured at
+// twice the truth on both axes, a workload bound by requests meets its first
+// 429 at half the request budget; read as tokens it held 0.54–0.74 of the
+// requests for the hour.
+func TestUnnamed429FarNearerTheRequestBudget(t *testing.T) {
+	configured := func() Config {
+		c := rpmGate(200)
+		c.Defaults.TPM = 400_000
+		return c
+	}
+	t.Run("ConfiguredFigures", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, configured())
+		fillRequests(t, l, t0, 100) // ~10k tokens: 0.5 of the request budget, 0.025 of the token one
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 100 || st.Trigger != 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want the request count 100, no token trigger", st.RPMBudget, st.Trigger)
+		}
+	})
+	t.Run("UnderTheShare", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, configured())
+		fillRequests(t, l, t0, 70)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 200 || st.Trigger == 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want tokens read", st.RPMBudget, st.Trigger)
+		}
+	})
+	t.Run("UnderTheDefaultTPM", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, rpmGate(200))
+		fillRequests(t, l, t0, 100)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 200 || st.Trigger == 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want tokens read", st.RPMBudget, st.Trigger)
+		}
+	})
+}
+
+// A request limit refuses at its count whatever the calls' sizes; a token limit
+// at its tokens, at fewer calls when they are larger. An unnamed 429 read as
+// requests is undone by the next unnamed one within 10 windows when that comes
+// at a count 10% or more lower while the window's tokens fell by at most half
+// as much: read as requests, each such 429 set the request ceiling lower (a
+// workload bound by tokens under the default config: 0.69–0.72 of the limit
+// for the hour, 0.84–0.88 with this).
+func TestUnnamed429AtAFallenCountIsAboutTokens(t *testing.T) {
+	first := func(t *testing.T) *Ledger {
+		c := rpmGate(200)
+		c.Defaults.TPM = 400_000
+		l, _, _ := newTestLedger(t, c)
+		fillRequests(t, l, t0, 100) // 100 calls of 101 tokens
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.Trigger != 0 {
+			t.Fatalf("the first 429 was read as tokens (trigger %v)", st.Trigger)
+		}
+		return l
+	}
+	at := t0.Add(61 * time.Second)
+	t.Run("TokensHeld", func(t *testing.T) {
+		l := first(t)
+		for range 80 { // 80 calls of 120 tokens: the count fell 20%, the tokens 5%
+			mustAdmit(t, l, at, req(20))
+		}
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 {
+			t.Fatal("no token trigger: the 429 at a fallen count with as many tokens was read as requests")
+		}
+	})
+	t.Run("TokensFellWithTheCount", func(t *testing.T) {
+		l := first(t)
+		fillRequests(t, l, at, 80) // the same calls: the tokens fell 20% too
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 {
+			t.Fatalf("token trigger %v: the 429 at a count and tokens that fell alike was read as tokens", st.Trigger)
+		}
+	})
+}

@@ -108,6 +108,10 @@ type Config struct {
 	// Azure OpenAI's and many gateways' 429s do. By default a 429 states them in
 	// OpenAI's words.
 	Unstated bool
+	// Unnamed words a 429 without even naming the limit — "Rate limit
+	// exceeded", as a bare gateway answers — so the gate must tell tokens from
+	// requests by its own window. It overrides Unstated.
+	Unnamed bool
 
 	Latency        time.Duration // every answer takes at least this long
 	Jitter         time.Duration // plus a uniform share of this
@@ -595,6 +599,8 @@ func (p *Provider) refuse(w http.ResponseWriter, model string, v verdict, cost i
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	var msg string
 	switch {
+	case p.c.Unnamed:
+		msg = fmt.Sprintf("Rate limit exceeded for %s. Please try again in %ds.", model, secs)
 	case p.c.Unstated && v.rpm:
 		msg = fmt.Sprintf("Rate limit reached for %s on requests per min (RPM). Please try again in %ds.", model, secs)
 	case p.c.Unstated:
@@ -607,7 +613,10 @@ func (p *Provider) refuse(w http.ResponseWriter, model string, v verdict, cost i
 			model, p.perMinute(p.c.Tokens), p.perMinute(v.used), p.perMinute(cost), secs)
 	}
 	typ := "tokens"
-	if v.rpm {
+	switch {
+	case p.c.Unnamed:
+		typ = "rate_limit_error"
+	case v.rpm:
 		typ = "requests"
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -309,6 +309,29 @@ func TestUnstatedRefusal(t *testing.T) {
 	}
 }
 
+// TestUnnamedRefusal: with Unnamed a 429 names neither its limit nor a figure,
+// on either axis: the gate reads it as AxisUnknown.
+func TestUnnamedRefusal(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, Requests: 3, OutputMedian: 100, Now: c.Now, Unnamed: true})
+	body := bodyOf(t, 2400, "") // 600 + 100: the second does not fit the tokens
+	send(p, body)
+	w := send(p, body)
+	c.Set(t0.Add(20 * time.Second))
+	small := bodyOf(t, 100, "")
+	for range 3 {
+		send(p, small)
+	}
+	w2 := send(p, small) // the fourth does not fit the requests
+	for i, w := range []*httptest.ResponseRecorder{w, w2} {
+		f := &engine.Failure{Status: w.Code, Body: w.Body.String()}
+		tokens, requests := engine.StatedLimits(f)
+		if w.Code != http.StatusTooManyRequests || engine.RateLimitAxis(f) != engine.AxisUnknown || tokens != 0 || requests != 0 {
+			t.Fatalf("429 %d: status %d, axis %v, stated %d/%d; want an unnamed 429: %s", i, w.Code, engine.RateLimitAxis(f), tokens, requests, w.Body)
+		}
+	}
+}
+
 // TestHeaders: x-ratelimit-* per minute, on successes and 429s.
 func TestHeaders(t *testing.T) {
 	c := &clock{now: t0}
