@@ -64,6 +64,10 @@ var gateSchema = &schema[Gate]{
 	},
 }
 
+// capRange bounds maxTpm and maxRpm: 0, like a key left out, inherits — a
+// model cannot lift a cap gate.defaults sets, only set its own.
+var capRange = rng{lo: 0, hasLo: true, tail: "; 0 or left out inherits (none by default)"}
+
 // limitsSchema is gate.defaults and each entry of gate.models. A key left out
 // inherits: see gate.Config.Limits, the one place limits are resolved.
 var limitsSchema = &schema[ModelLimits]{
@@ -75,9 +79,9 @@ var limitsSchema = &schema[ModelLimits]{
 			func(l *ModelLimits) *int { return &l.TPM }),
 		intField("rpm", "requests per window: the learner's starting point, like tpm", inherit,
 			func(l *ModelLimits) *int { return &l.RPM }),
-		intField("maxTpm", "a hard cap on tokens per window (0: none): the learner never goes above it, whatever the provider allows (a key other programs share, a spend you bound); a tpm above it starts at it", inherit,
+		intField("maxTpm", "a hard cap on tokens per window (0 or left out: gate.defaults', none by default): the learner never goes above it, whatever the provider allows (a key other programs share, a spend you bound); a tpm above it starts at it, and a call larger than it waits for an empty window", capRange,
 			func(l *ModelLimits) *int { return &l.MaxTPM }),
-		intField("maxRpm", "a hard cap on requests per window (0: none), as maxTpm", inherit,
+		intField("maxRpm", "a hard cap on requests per window, as maxTpm", capRange,
 			func(l *ModelLimits) *int { return &l.MaxRPM }),
 		numField("safetyFactor", "overrides gate.safetyFactor for the model", unitFactor,
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor }),

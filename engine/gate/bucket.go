@@ -100,6 +100,9 @@ type bucket struct {
 	// rpmRefusedTokens is the token reading at that burst's first 429, when
 	// the 429 did not name its limit (0 when it did): see countFellLocked.
 	rpmRefusedTokens float64
+	// tpmGiven: the model's TPM is a figure the config gives, not the
+	// placeholder DefaultTPM (see axisLocked).
+	tpmGiven bool
 
 	// How late the provider counts a call: admission→429 delays of recent 429s
 	// (a ring), and the guard they set — entries stay that much longer than the
@@ -218,6 +221,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.learn.trigger = min(b.learn.trigger, b.learn.stated)
 	}
 	b.learn.cap = float64(lim.MaxTPM)
+	b.tpmGiven = cfg.tpmGiven(b.provider + "/" + b.model)
 	b.est.configuredReserve = cfg.OutputReserveTokens
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
@@ -246,6 +250,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	}
 	b.atCompletion, _ = lim.countView()
 	b.learn.cap = float64(lim.MaxTPM)
+	b.tpmGiven = l.conf().tpmGiven(provider + "/" + model)
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
@@ -335,7 +340,7 @@ func (b *bucket) rpmLimitLocked() int {
 // the user set is a share of either, rounded down.
 func (b *bucket) setRPMLocked() {
 	rpm := b.rpmLimitLocked()
-	read := b.statedRequests == 0 && b.rpmLearned > 0 && b.rpmLearnedRead
+	read := b.statedRequests == 0 && b.rpmLearned > 0 && b.rpmLearnedRead && rpm != b.limits.MaxRPM // the cap is a figure
 	if b.rpmTrigger > 0 && b.rpmTrigger < rpm {
 		rpm, read = b.rpmTrigger, true
 	}
@@ -423,7 +428,13 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	cd := b.cooldownLeft(now)
 	budget := b.tokenBudget()
 	var tpm time.Duration
-	if res <= budget { // an over-budget reservation never waits for the window
+	switch {
+	case res > budget && b.limits.MaxTPM > 0:
+		// Larger than the whole budget under the user's cap: it could never
+		// fit, but it goes only into an empty window, so a window holds at
+		// most one such call (without a cap it goes at once: fail open).
+		tpm, _ = b.countedLocked().tokenDrain(now, budget, budget)
+	case res <= budget: // an over-budget reservation never waits for the window
 		if b.atCompletion {
 			// Calls in flight are not in such a provider's window: only the
 			// settled ones, known exactly, and this call's own spread.
@@ -854,13 +865,11 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	switch {
 	case axis == engine.AxisRequests:
 		b.rpmBoundAt, b.rpmStepHeld = now, 0 // a request step, if one was tried, is answered
-		b.rpmLimitedLocked(now)
-		if b.rpmRefusedAt.Equal(now) { // this 429 began a burst
-			b.rpmRefusedTokens = 0
-			if sig.Axis == engine.AxisUnknown {
-				b.rpmRefusedTokens = b.providerViewLocked()
-			}
+		unnamed := 0.0                       // the token reading of an unnamed 429 (countFellLocked)
+		if sig.Axis == engine.AxisUnknown {
+			unnamed = b.providerViewLocked()
 		}
+		b.rpmLimitedLocked(now, unnamed)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
@@ -920,7 +929,10 @@ func (b *bucket) typicalCallLocked() float64 {
 // above that level, a token bucket's reserve running out below a count it
 // served). Read as tokens, such 429s set a token trigger at a seventh of the
 // token limit. A window nearly empty (a cooldown drained it) is none of these:
-// its 429 goes to the token learner, which cools down on it.
+// its 429 goes to the token learner, which cools down on it. Two more rules,
+// each the other's guard: a window far nearer the request budget than a token
+// figure someone gave (requestShareAlone) is about requests, and one refused
+// at a fallen count with as many tokens (countFellLocked) is about tokens.
 func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) engine.Axis {
 	if said != engine.AxisUnknown {
 		return said
@@ -935,8 +947,8 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 	if atRequests && reading < suspectRatio*budget {
 		return engine.AxisRequests
 	}
-	tokenFigure := b.statedTokens > 0 || b.limits.TPM != DefaultTPM // not the placeholder
-	if share := float64(n+1) / float64(b.rpm); tokenFigure && share >= requestShareAlone && reading < budget*share/requestShareLead {
+	tokenFigure := b.statedTokens > 0 || b.tpmGiven // not the placeholder
+	if share := float64(n+1) / float64(b.rpm); tokenFigure && b.l.shared == nil && share >= requestShareAlone && reading < budget*share/requestShareLead {
 		return engine.AxisRequests
 	}
 	return engine.AxisTokens
@@ -985,7 +997,7 @@ const (
 // below 1/learnFloorDivisor of the configured RPM, and re-probed like a
 // trigger (relaxRPMLocked). Not with a shared window: the count is this
 // instance's, the provider's limit everyone's.
-func (b *bucket) rpmLimitedLocked(now time.Time) {
+func (b *bucket) rpmLimitedLocked(now time.Time, unnamedReading float64) {
 	if !b.learn.enabled {
 		return
 	}
@@ -1028,7 +1040,7 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 			b.setRPMLearnedLocked(now, min(int(rpmStepDown*float64(n)), b.rpmLimitLocked()), true, "rpm-ceiling")
 		}
 		b.rpmPreStep, b.rpmRun = 0, 0
-		b.rpmRefused, b.rpmRefusedAt = n, now
+		b.rpmRefused, b.rpmRefusedAt, b.rpmRefusedTokens = n, now, unnamedReading
 		b.rpmBurst, b.rpmTrigger = now, n
 	}
 	if n > b.rpmTrigger {
@@ -1039,16 +1051,23 @@ func (b *bucket) rpmLimitedLocked(now time.Time) {
 }
 
 // countFellLocked says whether an unnamed 429 at n requests and a token
-// reading of reading undoes the reading of the last unnamed one as requests:
+// reading of reading is about tokens, though the last unnamed one was read as
+// requests:
 // refused within refusedAgainWindows at a count countFell or more below that
 // one's, while the tokens in the window fell by at most half as much. A request limit refuses at its count,
 // whatever the calls' sizes; a token limit at its tokens, at fewer calls when
 // they are larger. A token 429 read as requests (its shares looked like
 // requests', or its count was near one refused before) would otherwise set
-// each later one's count as the request ceiling, lower and lower.
+// each later one's count as the request ceiling, lower and lower; read as
+// tokens, it sets the token trigger, and the request trigger the first one
+// set relaxes as any (5% a window while it binds). Not within a window of the
+// first (its burst's later 429s read a window its refusals changed), nor with
+// a shared window (the count is this instance's, the tokens everyone's).
 func (b *bucket) countFellLocked(now time.Time, n int, reading float64) bool {
-	if b.rpmRefusedTokens <= 0 || now.Sub(b.rpmRefusedAt) >= refusedAgainWindows*b.l.conf().Window {
-		return false
+	span := b.l.conf().Window
+	if b.rpmRefused <= 0 || b.rpmRefusedTokens <= 0 || b.l.shared != nil ||
+		now.Sub(b.rpmRefusedAt) < span || now.Sub(b.rpmRefusedAt) >= refusedAgainWindows*span {
+		return false // not within the burst itself: its later 429s read a window its refusals changed
 	}
 	countDrop := 1 - float64(n)/float64(b.rpmRefused)
 	tokenDrop := 1 - reading/b.rpmRefusedTokens
@@ -1190,6 +1209,7 @@ func (b *bucket) requestStepTriedLocked(now time.Time) bool {
 func (b *bucket) forgetRequestLearningLocked(now time.Time) {
 	b.rpmTrigger, b.rpmBurst, b.lastRPMRelax = 0, time.Time{}, time.Time{}
 	b.rpmLearned, b.rpmLearnedRead, b.rpmRefused, b.rpmRefusedAt = 0, false, 0, time.Time{}
+	b.rpmRefusedTokens = 0
 	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
 }
 

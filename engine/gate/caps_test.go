@@ -11,11 +11,11 @@ import (
 // takes the budget above them.
 
 // climbTokens holds a call back by the token budget once a window for n
-// windows (a probe step each) and returns the last window's time.
-func climbTokens(t *testing.T, l *Ledger, n int) time.Time {
+// windows from from (a probe step each) and returns the last window's time.
+func climbTokens(t *testing.T, l *Ledger, from time.Time, n int) time.Time {
 	t.Helper()
-	l.BucketStatus(t0, "p", "m")
-	at := t0
+	l.BucketStatus(from, "p", "m")
+	at := from
 	for range n {
 		at = at.Add(61 * time.Second)
 		budget := l.BucketStatus(at, "p", "m").TokenBudget
@@ -29,7 +29,7 @@ func TestMaxTPMHoldsTheProbe(t *testing.T) {
 	capped := learnGate()
 	capped.Defaults.MaxTPM = 1200
 	l, _, _ := newTestLedger(t, capped)
-	at := climbTokens(t, l, 8)
+	at := climbTokens(t, l, t0, 8)
 	if st := l.BucketStatus(at, "p", "m"); st.TokenBudget != 1200 || st.Quota > 1200 || st.MaxTPM != 1200 {
 		t.Fatalf("after eight held windows: budget %d, quota %g, maxTpm %d; want the budget at the cap 1200 and the quota no higher",
 			st.TokenBudget, st.Quota, st.MaxTPM)
@@ -37,7 +37,7 @@ func TestMaxTPMHoldsTheProbe(t *testing.T) {
 
 	// The same load without the cap climbs past it: the cap is what held.
 	free, _, _ := newTestLedger(t, learnGate())
-	if got := free.BucketStatus(climbTokens(t, free, 8), "p", "m").TokenBudget; got <= 1200 {
+	if got := free.BucketStatus(climbTokens(t, free, t0, 8), "p", "m").TokenBudget; got <= 1200 {
 		t.Fatalf("uncapped budget %d after eight held windows, want it above 1200", got)
 	}
 
@@ -62,7 +62,7 @@ func TestMaxTPMHoldsTheProbe(t *testing.T) {
 	})
 	t.Run("AReloadSetsAndLiftsIt", func(t *testing.T) {
 		l, _, _ := newTestLedger(t, learnGate())
-		at := climbTokens(t, l, 4) // 1000 → 1050 → 1157 → 1340 → 1629
+		at := climbTokens(t, l, t0, 4) // 1000 → 1050 → 1157 → 1340 → 1629
 		c := learnGate()
 		c.Defaults.MaxTPM = 1100
 		if err := l.Reconfigure(at, c); err != nil {
@@ -80,10 +80,53 @@ func TestMaxTPMHoldsTheProbe(t *testing.T) {
 	})
 }
 
+// A call larger than the whole budget goes at once without a cap (it could
+// never fit; waiting would only hold everyone behind it). Under a cap it waits
+// for an empty window: a window then holds at most one such call.
+func TestACallLargerThanTheCapWaitsForAnEmptyWindow(t *testing.T) {
+	c := learnGate()
+	c.Defaults.MaxTPM = 1000
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(400))
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 1500}, "tpm", 60*time.Second)
+
+	free, _, _ := newTestLedger(t, learnGate())
+	mustAdmit(t, free, t0, req(400))
+	mustAdmit(t, free, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 1500})
+}
+
+// What forgets the learned state keeps the cap: a reset, a learned store's
+// record from before the cap.
+func TestCapsOutliveResetAndRestore(t *testing.T) {
+	c := learnGate()
+	c.Defaults.MaxTPM = 1200
+	t.Run("Reset", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, c)
+		at := climbTokens(t, l, t0, 6)
+		at = at.Add(61 * time.Second)
+		l.Reset(at, "p", "m")
+		at = climbTokens(t, l, at, 8)
+		if got := l.BucketStatus(at, "p", "m").TokenBudget; got != 1200 {
+			t.Fatalf("budget %d after a reset and eight held windows, want the cap 1200", got)
+		}
+	})
+	t.Run("Restore", func(t *testing.T) {
+		store := &MemoryLearnedStore{}
+		store.Save("p", "m", LearnedQuota{Quota: 5000, LastProbe: t0})
+		l, err := NewLedger(c, nil, WithLearnedStore(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.BucketStatus(t0, "p", "m").TokenBudget; got != 1200 {
+			t.Fatalf("budget %d from a stored quota of 5000, want the cap 1200", got)
+		}
+	})
+}
+
 func TestMaxRPMHoldsTheProbe(t *testing.T) {
 	c := rpmGate(40)
 	c.Defaults.MaxRPM = 50
-	l, _, _ := newTestLedger(t, c)
+	l, _, ev := newTestLedger(t, c)
 	l.BucketStatus(t0, "p", "m")
 	at := t0
 	var budgets []int
@@ -91,8 +134,7 @@ func TestMaxRPMHoldsTheProbe(t *testing.T) {
 		at = at.Add(61 * time.Second)
 		budgets = append(budgets, holdWindow(t, l, at))
 	}
-	// 40 → 42 → 46 → 50 (53 without the cap), then no further step. The cap is
-	// a limit like a stated one: the budget keeps its whole-request margin of it.
+	// 40 → 42 → 46 → 50 (53 without the cap), then no further step.
 	want := []int{42, 46, 50, 50, 50, 50}
 	for i := range want {
 		if budgets[i] != want[i] {
@@ -101,6 +143,15 @@ func TestMaxRPMHoldsTheProbe(t *testing.T) {
 	}
 	if st := l.BucketStatus(at, "p", "m"); st.MaxRPM != 50 {
 		t.Fatalf("status maxRpm %d, want 50", st.MaxRPM)
+	}
+	probes := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "rpm-probe" {
+			probes++
+		}
+	}
+	if probes != 3 {
+		t.Fatalf("%d rpm-probe events, want 3: none once at the cap", probes)
 	}
 
 	t.Run("AboveAStatedLimit", func(t *testing.T) {

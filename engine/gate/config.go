@@ -171,6 +171,16 @@ func checkCountsAt(where, v string) error {
 	return fmt.Errorf("%s.countsAt: must be %q, %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, CountsAtLearn, v)
 }
 
+// tpmGiven reports whether model key's TPM is a figure the config gives — its
+// own entry's, or defaults other than DefaultTPM — rather than the
+// placeholder (a cap clamps the start, but says nothing of the provider).
+func (c Config) tpmGiven(key string) bool {
+	if m, ok := c.Models[key]; ok && m.TPM > 0 {
+		return true
+	}
+	return c.Defaults.TPM != DefaultTPM
+}
+
 // Limits returns the effective limits of model key "provider/model": its entry in
 // Models over Defaults over the gate's own SafetyFactor. Every field of the result
 // is set. It is the one place limits are resolved; config and the ledger both use it.

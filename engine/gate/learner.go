@@ -169,14 +169,19 @@ func newLearner(start int, enabled bool, now time.Time) learner {
 // budget is the token budget before any margin: min(quota, trigger), never
 // above the user's cap.
 func (l *learner) budget() float64 {
-	b := l.quota
-	if l.trigger > 0 && l.trigger < l.quota {
-		b = l.trigger
-	}
 	if l.cap > 0 {
-		b = math.Min(b, l.cap)
+		return math.Min(l.learnedLevel(), l.cap)
 	}
-	return b
+	return l.learnedLevel()
+}
+
+// learnedLevel is min(quota, trigger): what was learned of the provider, which
+// a cap may hold the budget under.
+func (l *learner) learnedLevel() float64 {
+	if l.trigger > 0 && l.trigger < l.quota {
+		return l.trigger
+	}
+	return l.quota
 }
 
 // ceiling is what no probe or relax may go above: the lower of the
@@ -508,13 +513,13 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		// The trigger, not the quota, is the binding cap.
 		from, relaxing := l.trigger, false
 		switch {
+		case l.ceiling() > 0 && l.trigger >= l.ceiling():
+			return step, false // never probe above what the provider says it allows, or the user's cap
 		case l.trigger < relaxTo*l.cleanMax:
 			l.relaxed, relaxing = true, true
 			l.firstProbe = firstProbeDone // the clean record, not one reading, sets it now
 			target := relaxTo * l.cleanMax
 			l.trigger = math.Min(target, math.Max(l.trigger*learnProbeFactor, l.trigger+relaxGapShare*(target-l.trigger)))
-		case l.ceiling() > 0 && l.trigger >= l.ceiling():
-			return step, false // never probe above what the provider says it allows, or the user's cap
 		case l.firstProbe == firstProbeArmed && now.Sub(maxTime(l.last429, l.lastRelax)) >= firstProbeWait*span:
 			l.firstProbe, l.firstFrom = firstProbeInFlight, l.trigger
 			l.trigger *= learnProbeFactor
@@ -553,7 +558,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 // in a view of the provider that proved wrong; the quota stays, and 90% of the
 // level that passed stands as the clean record.
 func (l *learner) forgetReadings() {
-	level := l.budget()
+	level := l.learnedLevel() // not the cap's: the cap is the user's, not a reading
 	l.trigger, l.curWindowMax = 0, 0
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
 	l.firstProbe, l.firstUsed = firstProbeDone, true

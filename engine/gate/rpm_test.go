@@ -390,6 +390,26 @@ func TestUnnamed429FarNearerTheRequestBudget(t *testing.T) {
 			t.Fatalf("rpm budget %d, token trigger %v: want tokens read", st.RPMBudget, st.Trigger)
 		}
 	})
+	t.Run("TokensNotFarEnoughBehind", func(t *testing.T) {
+		c := configured()
+		c.Defaults.TPM = 40_000 // 100 calls of 101 tokens: 0.25 of it, against 0.5 of the requests'
+		l, _, _ := newTestLedger(t, c)
+		fillRequests(t, l, t0, 100)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 200 || st.Trigger == 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want tokens read", st.RPMBudget, st.Trigger)
+		}
+	})
+	t.Run("ACapIsNoTokenFigure", func(t *testing.T) {
+		c := rpmGate(200) // the default tpm
+		c.Defaults.MaxTPM = 800_000
+		l, _, _ := newTestLedger(t, c)
+		fillRequests(t, l, t0, 100)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.RPMBudget != 200 || st.Trigger == 0 {
+			t.Fatalf("rpm budget %d, token trigger %v: want tokens read (a cap says nothing of the provider)", st.RPMBudget, st.Trigger)
+		}
+	})
 	t.Run("UnderTheDefaultTPM", func(t *testing.T) {
 		l, _, _ := newTestLedger(t, rpmGate(200))
 		fillRequests(t, l, t0, 100)
