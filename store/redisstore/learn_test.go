@@ -108,3 +108,60 @@ func TestResetShared(t *testing.T) {
 		return st.Trigger == 0 && st.Quota == 100000
 	})
 }
+
+// With a shared window the request counts are everyone's: the request limit is
+// not probed above the configured RPM (each instance would step it on its own),
+// and an unnamed 429 is not read as requests from the shares of this
+// instance's count against a token reading that holds the others' calls.
+func TestSharedWindowKeepsTheRequestAxisPut(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 400_000, RPM: 10, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	s := open(t, srv, FailOpen)
+	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10, MaxTokens: 10}
+	// fill admits calls until the request budget holds one back, and releases
+	// them (their requests still count in the window).
+	fill := func() {
+		t.Helper()
+		for i := 0; ; i++ {
+			tk, w := l.Submit(clock.Now(), small)
+			if w != nil {
+				w.Cancel(clock.Now())
+				return
+			}
+			if i > 100 {
+				t.Fatal("100 calls admitted past a request budget of 10")
+			}
+			_ = l.Release(clock.Now(), tk)
+		}
+	}
+	t.Run("NoRequestProbe", func(t *testing.T) {
+		for range 4 {
+			clock.Advance(61 * time.Second)
+			fill()
+		}
+		if got := l.BucketStatus(clock.Now(), "p", "m").RPMBudget; got != 10 {
+			t.Fatalf("rpm budget %d after four windows the request budget held calls back, want the configured 10", got)
+		}
+	})
+	t.Run("UnnamedNotReadByShares", func(t *testing.T) {
+		clock.Advance(61 * time.Second)
+		for range 6 { // 0.6 of the request budget, a sliver of the token one
+			tk, w := l.Submit(clock.Now(), small)
+			if w != nil {
+				t.Fatal("held back under the request budget")
+			}
+			_ = l.Settle(clock.Now(), tk, gate.Usage{InputTokens: 10, OutputTokens: 10})
+		}
+		l.RateLimited(clock.Now(), "p", "m", time.Second)
+		if st := l.BucketStatus(clock.Now(), "p", "m"); st.Trigger == 0 || st.RPMBudget != 10 {
+			t.Fatalf("token trigger %v, rpm budget %d: want the 429 read as tokens", st.Trigger, st.RPMBudget)
+		}
+	})
+}
