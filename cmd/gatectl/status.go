@@ -70,7 +70,7 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 		fmt.Fprintln(tw, strings.Join([]string{
 			m.Provider + "/" + m.Model,
 			windowText(m),
-			fmt.Sprintf("%d/%d", m.WindowRequests, m.RPMBudget),
+			requestsText(m),
 			strconv.FormatInt(m.Reserved, 10),
 			strconv.Itoa(m.InFlight),
 			strconv.Itoa(m.Waiting),
@@ -132,6 +132,16 @@ func quotaText(m gate.BucketStatus) string {
 		q += " (cap " + strconv.Itoa(m.MaxTPM) + ")"
 	}
 	return q
+}
+
+// requestsText is the window's requests over the request budget, and the cap
+// when the config sets one.
+func requestsText(m gate.BucketStatus) string {
+	r := fmt.Sprintf("%d/%d", m.WindowRequests, m.RPMBudget)
+	if m.MaxRPM > 0 {
+		r += " (cap " + strconv.Itoa(m.MaxRPM) + ")"
+	}
+	return r
 }
 
 func triggerText(m gate.BucketStatus) string {

@@ -211,3 +211,12 @@ func TestQuotaTextSaysWhereTheQuotaComesFrom(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestsTextShowsTheCap(t *testing.T) {
+	if got := requestsText(gate.BucketStatus{WindowRequests: 3, RPMBudget: 14, MaxRPM: 14}); got != "3/14 (cap 14)" {
+		t.Errorf("requestsText = %q, want \"3/14 (cap 14)\"", got)
+	}
+	if got := requestsText(gate.BucketStatus{WindowRequests: 3, RPMBudget: 60}); got != "3/60" {
+		t.Errorf("requestsText = %q, want \"3/60\"", got)
+	}
+}

@@ -222,7 +222,7 @@ const views = {
         <header><h2>${esc(k)}</h2>${m.cooldownMs > 0 ? `<span class="badge hot">cooldown ${until(m.cooldownMs, state.statusAt)}</span>` : ""}
           ${m.waiting ? `<span class="badge warm">${m.waiting} waiting</span>` : ""}</header>
         ${bar(m.windowTokens, m.tokenBudget, m.reserved)}
-        <p class="bar-legend">${num(m.windowTokens)} / ${num(m.tokenBudget)} tokens in window · ${m.windowRequests} / ${m.rpmBudget} requests</p>
+        <p class="bar-legend">${num(m.windowTokens)} / ${num(m.tokenBudget)} tokens in window · ${m.windowRequests} / ${m.rpmBudget} requests${m.maxRpm ? ` (cap ${m.maxRpm})` : ""}</p>
         <dl class="facts">
           <div><dt>reserved</dt><dd>${num(m.reserved)}</dd></div>
           <div><dt>in flight</dt><dd>${m.inFlight}</dd></div>
