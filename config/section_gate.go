@@ -65,7 +65,7 @@ var gateSchema = &schema[Gate]{
 }
 
 // capRange bounds maxTpm and maxRpm: 0, like a key left out, inherits — a
-// model cannot lift a cap gate.defaults sets, only set its own.
+// model cannot remove a cap gate.defaults sets, only set its own.
 var capRange = rng{lo: 0, hasLo: true, tail: "; 0 or left out inherits (none by default)"}
 
 // limitsSchema is gate.defaults and each entry of gate.models. A key left out

@@ -336,11 +336,15 @@ func (b *bucket) rpmLimitLocked() int {
 // trigger, a ceiling, the level a refused step sets) keeps the 1% rounded
 // down: it is the count of a moment the provider refused, and the gate does
 // not sit exactly there — the refused step's level taken as a figure took
-// 344 429s over the 96 runs bound by requests, against 308. A safety factor
-// the user set is a share of either, rounded down.
+// 344 429s over the 96 runs bound by requests, against 308. The user's cap,
+// when it binds, is a figure. A safety factor the user set is a share of
+// either, rounded down.
 func (b *bucket) setRPMLocked() {
 	rpm := b.rpmLimitLocked()
-	read := b.statedRequests == 0 && b.rpmLearned > 0 && b.rpmLearnedRead && rpm != b.limits.MaxRPM // the cap is a figure
+	// The user's cap, when it binds, is a figure (kept in whole requests), not
+	// a level read at a 429.
+	capBinds := b.limits.MaxRPM > 0 && b.rpmLearned > b.limits.MaxRPM
+	read := b.statedRequests == 0 && b.rpmLearned > 0 && b.rpmLearnedRead && !capBinds
 	if b.rpmTrigger > 0 && b.rpmTrigger < rpm {
 		rpm, read = b.rpmTrigger, true
 	}
@@ -429,11 +433,15 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	budget := b.tokenBudget()
 	var tpm time.Duration
 	switch {
-	case res > budget && b.limits.MaxTPM > 0:
-		// Larger than the whole budget under the user's cap: it could never
-		// fit, but it goes only into an empty window, so a window holds at
-		// most one such call (without a cap it goes at once: fail open).
-		tpm, _ = b.countedLocked().tokenDrain(now, budget, budget)
+	case b.overCapLocked(res):
+		// Larger than the user's cap: it could never fit, but it goes only
+		// into an empty window — none admitted within it, none completed
+		// within it — so a window holds at most one such call. Without a cap
+		// (or under it, above a learned budget) it goes at once: fail open.
+		capBudget := b.capBudgetLocked()
+		a, _ := b.win.tokenDrain(now, capBudget, capBudget)
+		d, _ := b.done.tokenDrain(now, capBudget, capBudget)
+		tpm = max(a, d)
 	case res <= budget: // an over-budget reservation never waits for the window
 		if b.atCompletion {
 			// Calls in flight are not in such a provider's window: only the
@@ -492,6 +500,18 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		}
 	}
 	return reason, wait, capped
+}
+
+// capBudgetLocked is the token budget the user's cap allows (maxTpm less the
+// margin every figure keeps); 0 without a cap.
+func (b *bucket) capBudgetLocked() int64 {
+	return int64(float64(b.limits.MaxTPM) * b.factor())
+}
+
+// overCapLocked says whether a reservation of res is larger than the user's
+// token cap allows: such a call waits for an empty window (block).
+func (b *bucket) overCapLocked(res int64) bool {
+	return b.limits.MaxTPM > 0 && res > b.capBudgetLocked()
 }
 
 // sizing is how a request is reserved.
@@ -957,7 +977,8 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 // An unnamed 429 whose window holds requestShareAlone of the request budget or
 // more, and a requestShareLead times smaller share of the token budget, is
 // about requests — when the token figure is one someone gave (configured, or
-// stated by the provider), not the default. Configured at twice the truth on
+// stated by the provider), not the default, and not with a shared window (the
+// count is this instance's, the token reading everyone's). Configured at twice the truth on
 // both axes, a workload bound by requests meets its first 429 at half the
 // request budget and a sixteenth of the token one; read as tokens, it set a
 // token trigger that a call's reservation and the margin then bit into
@@ -1018,7 +1039,9 @@ func (b *bucket) rpmLimitedLocked(now time.Time, unnamedReading float64) {
 	span := b.l.conf().Window
 	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
 	if inBurst {
-		b.rpmRefused = max(b.rpmRefused, n)
+		if n > b.rpmRefused { // the burst's highest count, with its own tokens
+			b.rpmRefused, b.rpmRefusedTokens = n, unnamedReading
+		}
 	} else {
 		learns := b.statedRequests == 0 && b.l.shared == nil
 		answered := b.rpmPreStep > 0 && now.Sub(b.rpmStepAt) < span

@@ -3,6 +3,8 @@ package gate
 import (
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // A configured tpm or rpm is where learning starts, and the gate probes above
@@ -181,5 +183,42 @@ func TestCapsMustNotBeNegative(t *testing.T) {
 	c.Defaults.MaxTPM = -5
 	if err := c.Validate(); err == nil {
 		t.Fatal("defaults maxTpm -5 validated")
+	}
+}
+
+// Above a learned budget but under the cap, a call goes at once as before: only
+// a call larger than the cap waits for an empty window.
+func TestACallUnderTheCapAboveTheBudgetGoesAtOnce(t *testing.T) {
+	c := learnGate()
+	c.Defaults.MaxTPM = 5000
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(400)) // window 500
+	l.RateLimited(t0, "p", "m", time.Second)
+	if st := l.BucketStatus(t0, "p", "m"); st.TokenBudget != 500 {
+		t.Fatalf("budget %d after a 429 at 500, want 500", st.TokenBudget)
+	}
+	mustAdmit(t, l, t0.Add(2*time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 900}) // 1000 > 500, < 5000
+}
+
+// A ceiling read at a 429 exactly at the cap is a level read, and keeps its
+// margin (1% rounded down): taken as the cap's figure it would stay where the
+// provider refuses, a 429 a window.
+func TestACeilingReadAtTheCapKeepsItsMargin(t *testing.T) {
+	c := rpmGate(10)
+	c.SafetyFactor = 0 // 1% and the pooled margin
+	c.Defaults.MaxRPM = 14
+	l, _, _ := newTestLedger(t, c)
+	l.BucketStatus(t0, "p", "m")
+	at := climbRequests(t, l, 4) // 10 → 11 → 12 → 13 → 14, the cap
+	if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 14 {
+		t.Fatalf("rpm budget %d at the cap, want 14 (a figure)", got)
+	}
+	for range 2 { // the provider refuses at 14 twice within 10 windows: the ceiling
+		at = at.Add(61 * time.Second)
+		fillRequests(t, l, at, 14)
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+	}
+	if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 13 {
+		t.Fatalf("rpm budget %d after two 429s at 14 under maxRpm 14, want 13", got)
 	}
 }

@@ -80,7 +80,12 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	}
 	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
 		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force}
-	if sz.total > budget {
+	switch {
+	case b.overCapLocked(sz.total):
+		// Larger than the user's cap: only into an empty shared window, like locally.
+		c := b.capBudgetLocked()
+		r.Need, r.Budget = c, c
+	case sz.total > budget:
 		r.Budget = 0 // it could never fit: admitted without waiting for the window, like locally
 	}
 	g, err := s.Reserve(r)

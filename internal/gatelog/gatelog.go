@@ -28,7 +28,7 @@ func Hook(logger hclog.Logger) func(gate.Event) {
 		case gate.EventFailOpen:
 			logger.Warn("admitted without waiting (fail-open)", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait", e.Wait.Round(time.Millisecond), "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventOverBudget:
-			logger.Warn("reservation exceeds the whole budget: admitted without waiting for the window", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait_ms", e.Wait.Milliseconds())...)
+			logger.Warn("reservation exceeds the whole budget: admitted without waiting for the window to fit it (under a maxTpm it waits for an empty one)", append(reading(e), "model", model, "session", e.Session, "reason", e.Reason, "wait_ms", e.Wait.Milliseconds())...)
 		case gate.EventRateLimited:
 			src := "provider"
 			if e.FromFallback {
