@@ -65,9 +65,11 @@ type bucket struct {
 
 	// The request axis: the window's request count at the last RPM 429 burst
 	// (0: none), which caps the request limit until it relaxes.
-	rpmTrigger   int
-	rpmBurst     time.Time
-	lastRPMRelax time.Time
+	rpmTrigger int
+	rpmBurst   time.Time
+	// rpmBurstRefused: the RPM 429s of the current burst so far.
+	rpmBurstRefused int
+	lastRPMRelax    time.Time
 	// rpmLearned is the request limit learned (0: none, the configured RPM
 	// stands). Probe steps raise it while the request budget binds (the
 	// configured RPM is a start, like the configured TPM); an RPM 429 that
@@ -889,7 +891,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if sig.Axis == engine.AxisUnknown {
 			unnamed = b.providerViewLocked()
 		}
-		b.rpmLimitedLocked(now, unnamed)
+		b.rpmLimitedLocked(now, sig.Admitted, unnamed)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
@@ -1018,11 +1020,18 @@ const (
 // below 1/learnFloorDivisor of the configured RPM, and re-probed like a
 // trigger (relaxRPMLocked). Not with a shared window: the count is this
 // instance's, the provider's limit everyone's.
-func (b *bucket) rpmLimitedLocked(now time.Time, unnamedReading float64) {
+func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float64) {
 	if !b.learn.enabled {
 		return
 	}
 	count := b.countedLocked().requests()
+	if !b.atCompletion && !admitted.IsZero() && admitted.Before(now) {
+		// The count when the refused call was admitted: the calls admitted
+		// after it, before its 429 came back a round trip later, were not in
+		// the window the provider refused it at. A cohort released at once
+		// took 429s at counts 22 and 23 of a limit of 20.
+		count -= b.win.requestsAfter(admitted.UnixNano())
+	}
 	if count < lowCallsAlone && float64(count) < suspectRatio*float64(b.rpm) {
 		// A window nearly empty (a cooldown drained it, another client filled
 		// the key): not the gate's count. A cooldown only — a trigger of one
@@ -1030,15 +1039,24 @@ func (b *bucket) rpmLimitedLocked(now time.Time, unnamedReading float64) {
 		return
 	}
 	n := max(1, count)
+	span := b.l.conf().Window
+	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
+	if inBurst && !b.atCompletion {
+		// The calls this burst refused before stay counted on arrival, but the
+		// provider never counted them: taken as they are, a burst's later
+		// 429s read counts above the limit, its highest became the count
+		// refused, and the next burst's count at the limit was "another
+		// count" that stepped the ceiling 0.93 below it.
+		n = max(1, n-b.rpmBurstRefused)
+	}
 	// What the provider held: on arrival the count less the refused call,
 	// which stays counted once released; the completion view never counted it.
 	held := n
 	if !b.atCompletion {
 		held = max(1, n-1)
 	}
-	span := b.l.conf().Window
-	inBurst := !b.rpmBurst.IsZero() && now.Sub(b.rpmBurst) < span
 	if inBurst {
+		b.rpmBurstRefused++
 		if n > b.rpmRefused { // the burst's highest count, with its own tokens
 			b.rpmRefused, b.rpmRefusedTokens = n, unnamedReading
 		}
@@ -1064,7 +1082,7 @@ func (b *bucket) rpmLimitedLocked(now time.Time, unnamedReading float64) {
 		}
 		b.rpmPreStep, b.rpmRun = 0, 0
 		b.rpmRefused, b.rpmRefusedAt, b.rpmRefusedTokens = n, now, unnamedReading
-		b.rpmBurst, b.rpmTrigger = now, n
+		b.rpmBurst, b.rpmTrigger, b.rpmBurstRefused = now, n, 1
 	}
 	if n > b.rpmTrigger {
 		b.rpmTrigger = n

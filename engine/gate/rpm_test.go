@@ -459,3 +459,21 @@ func TestUnnamed429AtAFallenCountIsAboutTokens(t *testing.T) {
 		}
 	})
 }
+
+// An RPM 429 reads the count when the refused call was admitted: the calls
+// admitted after it, before its 429 came back, were not in the window the
+// provider refused it at. A cohort released at once over real sockets took
+// 429s at counts 22 and 23 of a limit of 20, and the ceiling then stepped 0.93
+// below the next burst's count.
+func TestRPM429ReadsTheCountAtTheRefusedCallsAdmission(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(40))
+	fillRequests(t, l, t0, 20) // the 20th is the call the provider refuses
+	at := t0.Add(10 * time.Millisecond)
+	for range 3 { // admitted while its 429 is on the way back
+		mustAdmit(t, l, at, req(1))
+	}
+	l.RateLimitedBy(at.Add(5*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests, Admitted: t0})
+	if got := l.BucketStatus(at, "p", "m").RPMBudget; got != 20 {
+		t.Fatalf("rpm budget %d, want the count 20 at the refused call's admission (23 with the calls after it)", got)
+	}
+}

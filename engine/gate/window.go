@@ -184,6 +184,16 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 // requests is the number of requests in the window.
 func (w *slidingWindow) requests() int { return w.n }
 
+// requestsAfter is how many of the window's entries were added after at (unix
+// nanoseconds).
+func (w *slidingWindow) requestsAfter(at int64) int {
+	k := 0
+	for i := w.n - 1; i >= 0 && w.entries[(w.head+i)%len(w.entries)].at > at; i-- {
+		k++
+	}
+	return k
+}
+
 // tokenDrain is how long from now until the window holds at most budget-need
 // tokens, i.e. until a reservation of need fits under budget. It assumes expire(now)
 // ran. It returns ok=false when the reservation can never fit (need > budget).
