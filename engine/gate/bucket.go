@@ -102,9 +102,6 @@ type bucket struct {
 	// rpmRefusedTokens is the token reading at that burst's first 429, when
 	// the 429 did not name its limit (0 when it did): see countFellLocked.
 	rpmRefusedTokens float64
-	// tpmGiven: the model's TPM is a figure the config gives, not the
-	// placeholder DefaultTPM (see axisLocked).
-	tpmGiven bool
 
 	// How late the provider counts a call: admission→429 delays of recent 429s
 	// (a ring), and the guard they set — entries stay that much longer than the
@@ -223,7 +220,6 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.learn.trigger = min(b.learn.trigger, b.learn.stated)
 	}
 	b.learn.cap = float64(lim.MaxTPM)
-	b.tpmGiven = cfg.tpmGiven(b.provider + "/" + b.model)
 	b.est.configuredReserve = cfg.OutputReserveTokens
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
@@ -252,7 +248,6 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	}
 	b.atCompletion, _ = lim.countView()
 	b.learn.cap = float64(lim.MaxTPM)
-	b.tpmGiven = l.conf().tpmGiven(provider + "/" + model)
 	b.setRPMLocked()
 	b.setSpanLocked(l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
@@ -969,7 +964,7 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 	if atRequests && reading < suspectRatio*budget {
 		return engine.AxisRequests
 	}
-	tokenFigure := b.statedTokens > 0 || b.tpmGiven // not the placeholder
+	tokenFigure := b.statedTokens > 0 || b.l.conf().tpmGiven(b.provider+"/"+b.model) // not the placeholder
 	if share := float64(n+1) / float64(b.rpm); tokenFigure && b.l.shared == nil && share >= requestShareAlone && reading < budget*share/requestShareLead {
 		return engine.AxisRequests
 	}
