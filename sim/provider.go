@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"sort"
 	"time"
 )
 
@@ -23,6 +24,33 @@ const (
 	// of the window since the Unix epoch) that reset at each boundary.
 	LimitFixedWindow = "fixed-window"
 )
+
+// What decides a call at arrival (scenario key provider.decides).
+const (
+	// DecidesWhole: the call's whole cost, its output included, as if the
+	// provider knew at arrival what the model will write.
+	DecidesWhole = "whole"
+	// DecidesKnown: what the provider knows at arrival — the call's input and
+	// its max_tokens. Calls in flight count that much until they complete, then
+	// their whole cost, at the time they arrived (a fixed window's output lands
+	// in the window it arrived in, if that window is still open).
+	DecidesKnown = "known"
+)
+
+// cost is a call's cost to a limiter: decide is what the provider knows when
+// it arrives, whole what it costs once answered. They are equal unless the
+// provider decides on what it knows.
+type cost struct{ decide, whole int64 }
+
+// whole is a cost known in full at arrival.
+func whole(tokens int64) cost { return cost{tokens, tokens} }
+
+// held identifies what a limiter counted for an accepted call, so its
+// completion can settle the count to the whole cost: the sliding window's
+// entry. The zero value settles nothing.
+type held struct {
+	seq uint64
+}
 
 // LimitModels lists the provider limit models in report order.
 var LimitModels = []string{LimitSlidingArrival, LimitSlidingCompletion, LimitTokenBucket, LimitFixedWindow}
@@ -49,12 +77,14 @@ func (a axis) String() string {
 // limiter is one provider limit model: both the token and the request limit of
 // one key. Calls reach it in time order.
 type limiter interface {
-	// offer is a call costing tokens arriving at now. It returns axisNone when the
-	// call is accepted, else the limit that refused it (tokens when both would)
-	// and how long until the same call would first fit (0: never, or unknown).
-	offer(now time.Time, tokens int64) (axis, time.Duration)
-	// done tells the limiter that a call it accepted has completed at now.
-	done(now time.Time, tokens int64)
+	// offer is a call of cost c arriving at now, decided on c.decide. It
+	// returns axisNone when the call is accepted (and what it counted), else
+	// the limit that refused it (tokens when both would) and how long until
+	// the same call would first fit (0: never, or unknown).
+	offer(now time.Time, c cost) (axis, time.Duration, held)
+	// done tells the limiter that a call it accepted (h) has completed at now:
+	// its count settles from c.decide to c.whole.
+	done(now time.Time, c cost, h held)
 	// remaining is what is left of each limit at now, as rate-limit headers say.
 	remaining(now time.Time) (tokens, requests int64)
 	// countsOnDone: a call is counted (served) at done rather than at offer.
@@ -80,11 +110,13 @@ type slidingWindow struct {
 	window  time.Duration
 	entries []provEntry // in time order; each counts until at + window (exclusive)
 	tokens  int64       // sum of entries' tokens
+	seq     uint64      // the last entry's sequence number
 }
 
 type provEntry struct {
 	at     time.Time
 	tokens int64
+	seq    uint64
 }
 
 func (w *slidingWindow) expire(now time.Time) {
@@ -97,9 +129,20 @@ func (w *slidingWindow) expire(now time.Time) {
 	w.entries = w.entries[i:]
 }
 
-func (w *slidingWindow) add(now time.Time, tokens int64) {
-	w.entries = append(w.entries, provEntry{now, tokens})
+func (w *slidingWindow) add(now time.Time, tokens int64) uint64 {
+	w.seq++
+	w.entries = append(w.entries, provEntry{now, tokens, w.seq})
 	w.tokens += tokens
+	return w.seq
+}
+
+// settle adds delta to the entry seq, if it is still in the window.
+func (w *slidingWindow) settle(seq uint64, delta int64) {
+	i := sort.Search(len(w.entries), func(i int) bool { return w.entries[i].seq >= seq })
+	if i < len(w.entries) && w.entries[i].seq == seq {
+		w.entries[i].tokens += delta
+		w.tokens += delta
+	}
 }
 
 // check reports whether a call of cost tokens fits now (expire first), and if
@@ -135,19 +178,25 @@ type slidingLimiter struct {
 	onDone   bool
 }
 
-func (l *slidingLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+func (l *slidingLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) {
 	l.w.expire(now)
-	ax, ra := l.w.check(now, tokens, l.tpm, l.rpm)
+	ax, ra := l.w.check(now, c.decide, l.tpm, l.rpm)
+	var h held
 	if ax == axisNone && !l.onDone {
-		l.w.add(now, tokens)
+		h.seq = l.w.add(now, c.decide)
 	}
-	return ax, ra
+	return ax, ra, h
 }
 
-func (l *slidingLimiter) done(now time.Time, tokens int64) {
+func (l *slidingLimiter) done(now time.Time, c cost, h held) {
 	if l.onDone {
 		l.w.expire(now)
-		l.w.add(now, tokens)
+		l.w.add(now, c.whole)
+		return
+	}
+	if c.whole != c.decide && h.seq != 0 {
+		l.w.expire(now)
+		l.w.settle(h.seq, c.whole-c.decide)
 	}
 }
 
@@ -178,21 +227,21 @@ func (l *bucketLimiter) refill(now time.Time) {
 	}
 }
 
-func (l *bucketLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+func (l *bucketLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) {
 	l.refill(now)
-	cost := float64(tokens)
+	need := float64(c.decide)
 	switch {
-	case cost > l.tokens:
-		if cost > l.tpm {
-			return axisTokens, 0
+	case need > l.tokens:
+		if need > l.tpm {
+			return axisTokens, 0, held{}
 		}
-		return axisTokens, l.until(cost-l.tokens, l.tpm, max(0, 1-l.requests), l.rpm)
+		return axisTokens, l.until(need-l.tokens, l.tpm, max(0, 1-l.requests), l.rpm), held{}
 	case l.requests < 1:
-		return axisRequests, l.until(0, l.tpm, 1-l.requests, l.rpm)
+		return axisRequests, l.until(0, l.tpm, 1-l.requests, l.rpm), held{}
 	}
-	l.tokens -= cost
+	l.tokens -= need
 	l.requests--
-	return axisNone, 0
+	return axisNone, 0, held{}
 }
 
 // until is how long both deficits take to refill.
@@ -201,7 +250,15 @@ func (l *bucketLimiter) until(tokDeficit, tpm, reqDeficit, rpm float64) time.Dur
 	return time.Duration(math.Ceil(f * float64(l.window)))
 }
 
-func (l *bucketLimiter) done(time.Time, int64) {}
+// done takes the rest of the whole cost from the bucket (or gives back what
+// the call did not write): the level may go below zero, a debt the refill pays.
+func (l *bucketLimiter) done(now time.Time, c cost, _ held) {
+	if c.whole == c.decide {
+		return
+	}
+	l.refill(now)
+	l.tokens = math.Min(l.tpm, l.tokens-float64(c.whole-c.decide))
+}
 
 func (l *bucketLimiter) remaining(now time.Time) (int64, int64) {
 	l.refill(now)
@@ -224,25 +281,34 @@ func (l *fixedLimiter) roll(now time.Time) {
 	}
 }
 
-func (l *fixedLimiter) offer(now time.Time, tokens int64) (axis, time.Duration) {
+func (l *fixedLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) {
 	l.roll(now)
-	overT := l.tokens+tokens > l.tpm
+	overT := l.tokens+c.decide > l.tpm
 	if !overT && l.requests+1 <= l.rpm {
-		l.tokens += tokens
+		l.tokens += c.decide
 		l.requests++
-		return axisNone, 0
+		return axisNone, 0, held{}
 	}
 	ax := axisRequests
 	if overT {
 		ax = axisTokens
 	}
-	if tokens > l.tpm {
-		return ax, 0
+	if c.decide > l.tpm {
+		return ax, 0, held{}
 	}
-	return ax, l.start.Add(l.window).Sub(now)
+	return ax, l.start.Add(l.window).Sub(now), held{}
 }
 
-func (l *fixedLimiter) done(time.Time, int64) {}
+// done settles the call's count: in the window it arrived in, which is the
+// current one unless the call ran past its end; then in the current one (a
+// window that has ended counts nothing more, and the provider loses nothing).
+func (l *fixedLimiter) done(now time.Time, c cost, _ held) {
+	if c.whole == c.decide {
+		return
+	}
+	l.roll(now)
+	l.tokens += c.whole - c.decide
+}
 
 func (l *fixedLimiter) remaining(now time.Time) (int64, int64) {
 	l.roll(now)
@@ -286,13 +352,13 @@ type refusal struct {
 }
 
 // offer is a call arriving at now.
-func (p *provider) offer(now time.Time, tokens int64, src source) refusal {
-	ax, fit := p.lim.offer(now, tokens)
+func (p *provider) offer(now time.Time, c cost, src source) (refusal, held) {
+	ax, fit, h := p.lim.offer(now, c)
 	if ax == axisNone {
 		if !p.lim.countsOnDone() {
-			p.count(tokens, src)
+			p.count(c.whole, src)
 		}
-		return refusal{}
+		return refusal{}, h
 	}
 	if src == fromOutside {
 		p.refusedOut++
@@ -304,14 +370,14 @@ func (p *provider) offer(now time.Time, tokens int64, src source) refusal {
 		// the header carries whole seconds
 		ra = max(time.Second, (fit+time.Second-1)/time.Second*time.Second)
 	}
-	return refusal{axis: ax, retryAfter: ra}
+	return refusal{axis: ax, retryAfter: ra}, held{}
 }
 
 // done is an accepted call completing at now.
-func (p *provider) done(now time.Time, tokens int64, src source) {
-	p.lim.done(now, tokens)
+func (p *provider) done(now time.Time, c cost, h held, src source) {
+	p.lim.done(now, c, h)
 	if p.lim.countsOnDone() {
-		p.count(tokens, src)
+		p.count(c.whole, src)
 	}
 }
 

@@ -37,10 +37,10 @@ func runSteps(t *testing.T, model string, steps []step) {
 	}
 	for i, s := range steps {
 		if s.op == "done" {
-			l.done(s.at, s.tokens)
+			l.done(s.at, whole(s.tokens), held{})
 			continue
 		}
-		ax, fit := l.offer(s.at, s.tokens)
+		ax, fit, _ := l.offer(s.at, whole(s.tokens))
 		if ax != s.want || (ax != axisNone && fit != s.fit) {
 			t.Fatalf("step %d (+%s, %d tokens): got %s after %s, want %s after %s", i, s.at.Sub(t0), s.tokens, ax, fit, s.want, s.fit)
 		}
@@ -110,24 +110,108 @@ func TestLimitModels(t *testing.T) {
 	})
 }
 
+// knownStep is a step of a provider that decides on what it knows: an offer
+// costs decide at arrival and whole once done; a "done" step completes the
+// offer at index of.
+type knownStep struct {
+	at            time.Time
+	op            string
+	decide, whole int64
+	of            int
+	want          axis
+	fit           time.Duration
+}
+
+func runKnownSteps(t *testing.T, model string, steps []knownStep) {
+	t.Helper()
+	l, err := newLimiter(model, testTPM, testRPM, testWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := make([]held, len(steps))
+	for i, s := range steps {
+		c := cost{s.decide, s.whole}
+		if s.op == "done" {
+			o := steps[s.of]
+			l.done(s.at, cost{o.decide, o.whole}, hs[s.of])
+			continue
+		}
+		ax, fit, h := l.offer(s.at, c)
+		hs[i] = h
+		if ax != s.want || (ax != axisNone && fit != s.fit) {
+			t.Fatalf("step %d (+%s, %d of %d tokens): got %s after %s, want %s after %s", i, s.at.Sub(t0), s.decide, s.whole, ax, fit, s.want, s.fit)
+		}
+	}
+}
+
+// A provider that decides on what it knows accepts a call whose output will
+// take the window over, and counts that output, at the call's arrival, once it
+// is written; one that decides on the whole cost refuses it at arrival.
+func TestLimitModelsDecideOnWhatTheyKnow(t *testing.T) {
+	t.Run("SlidingArrival", func(t *testing.T) {
+		runKnownSteps(t, LimitSlidingArrival, []knownStep{
+			{t0, "offer", 30, 90, 0, axisNone, 0},
+			{t1, "offer", 60, 60, 0, axisNone, 0}, // 30 + 60 known: goes (90 + 60 would not)
+			{t2, "done", 0, 0, 0, 0, 0},           // the t0 call wrote 60: 150 in the window
+			{t2, "offer", 10, 10, 0, axisTokens, 8 * time.Second},
+			{t0.Add(testWindow), "offer", 10, 10, 0, axisNone, 0}, // the t0 call left with its whole 90
+		})
+	})
+	t.Run("SlidingArrivalWholeRefuses", func(t *testing.T) {
+		runSteps(t, LimitSlidingArrival, []step{
+			{t0, "offer", 90, axisNone, 0},
+			{t1, "offer", 60, axisTokens, 9 * time.Second},
+		})
+	})
+	t.Run("FixedWindow", func(t *testing.T) {
+		runKnownSteps(t, LimitFixedWindow, []knownStep{
+			{t1, "offer", 30, 90, 0, axisNone, 0},
+			{t2, "done", 0, 0, 0, 0, 0}, // 90 in this window
+			{t5, "offer", 20, 20, 0, axisTokens, 5 * time.Second},
+			{t9, "offer", 10, 50, 0, axisNone, 0},
+			{t0.Add(11 * time.Second), "done", 0, 0, 3, 0, 0}, // completes in the next window: its output counts there
+			{t0.Add(11 * time.Second), "offer", 61, 61, 0, axisTokens, 9 * time.Second},
+			{t0.Add(11 * time.Second), "offer", 60, 60, 0, axisNone, 0},
+		})
+	})
+	t.Run("TokenBucket", func(t *testing.T) {
+		runKnownSteps(t, LimitTokenBucket, []knownStep{
+			{t0, "offer", 30, 90, 0, axisNone, 0}, // 100 → 70
+			{t0, "done", 0, 0, 0, 0, 0},           // and the 60 it wrote: 10
+			{t0, "offer", 20, 20, 0, axisTokens, time.Second},
+			{t1, "offer", 20, 5, 0, axisNone, 0}, // 20 → 0
+			{t1, "done", 0, 0, 3, 0, 0},          // it asked 20 and wrote 5: 15 back
+			{t1, "offer", 15, 15, 0, axisNone, 0},
+		})
+	})
+	t.Run("SlidingCompletion", func(t *testing.T) {
+		runKnownSteps(t, LimitSlidingCompletion, []knownStep{
+			{t0, "offer", 30, 90, 0, axisNone, 0},
+			{t1, "done", 0, 0, 0, 0, 0}, // counted at completion, whole: 90
+			{t1, "offer", 20, 20, 0, axisTokens, 10 * time.Second},
+			{t1, "offer", 10, 10, 0, axisNone, 0},
+		})
+	})
+}
+
 func TestProviderRetryAfter(t *testing.T) {
 	spec := ProviderSpec{Model: LimitFixedWindow, TPM: testTPM, RPM: testRPM, RetryAfter: Duration(30 * time.Second)}
 	p, err := newProvider(spec, testWindow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.offer(t1, 90, fromSessions)
-	if ref := p.offer(t0.Add(1500*time.Millisecond), 20, fromSessions); ref.axis != axisTokens || ref.retryAfter != 30*time.Second {
+	p.offer(t1, whole(90), fromSessions)
+	if ref, _ := p.offer(t0.Add(1500*time.Millisecond), whole(20), fromSessions); ref.axis != axisTokens || ref.retryAfter != 30*time.Second {
 		t.Fatalf("configured Retry-After: %+v", ref)
 	}
 	p.spec.ComputeRetryAfter = true
-	if ref := p.offer(t0.Add(1500*time.Millisecond), 20, fromSessions); ref.retryAfter != 9*time.Second {
+	if ref, _ := p.offer(t0.Add(1500*time.Millisecond), whole(20), fromSessions); ref.retryAfter != 9*time.Second {
 		t.Fatalf("computed Retry-After is the wait to the boundary in whole seconds (8.5 s → 9 s): %+v", ref)
 	}
-	if ref := p.offer(t0.Add(9900*time.Millisecond), 20, fromSessions); ref.retryAfter != time.Second {
+	if ref, _ := p.offer(t0.Add(9900*time.Millisecond), whole(20), fromSessions); ref.retryAfter != time.Second {
 		t.Fatalf("computed Retry-After is at least 1 s: %+v", ref)
 	}
-	if ref := p.offer(t5, 101, fromSessions); ref.retryAfter != 30*time.Second {
+	if ref, _ := p.offer(t5, whole(101), fromSessions); ref.retryAfter != 30*time.Second {
 		t.Fatalf("a call that never fits gets the configured Retry-After: %+v", ref)
 	}
 	if p.served[fromSessions] != 90 || p.refusedBy[axisTokens] != 4 {
@@ -138,7 +222,7 @@ func TestProviderRetryAfter(t *testing.T) {
 func TestProviderHeaders(t *testing.T) {
 	// a 10 s window: the headers state per-minute figures, six times the window's
 	p, _ := newProvider(ProviderSpec{Model: LimitSlidingArrival, TPM: testTPM, RPM: testRPM}, testWindow)
-	p.offer(t1, 40, fromSessions)
+	p.offer(t1, whole(40), fromSessions)
 	h := p.headers(t2)
 	want := headers{limitTokens: 600, remainingTokens: 360, limitRequests: 18, remainingRequests: 12}
 	if h != want {

@@ -105,6 +105,9 @@ type ProviderSpec struct {
 	Headers           bool     `yaml:"headers" json:"headers"`
 	NamesLimit        bool     `yaml:"namesLimit" json:"namesLimit"`
 	StatesLimit       bool     `yaml:"statesLimit" json:"statesLimit"`
+	// Decides is what decides a call at arrival: DecidesWhole (""; its whole
+	// cost) or DecidesKnown (its input and max_tokens).
+	Decides string `yaml:"decides" json:"decides,omitempty"`
 }
 
 // NetworkSpec is the one-way delay between the gate and the provider.
@@ -290,6 +293,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
 	case s.Gate.CountsAt != "" && s.Gate.CountsAt != gate.CountsAtArrival && s.Gate.CountsAt != gate.CountsAtCompletion && s.Gate.CountsAt != gate.CountsAtLearn:
 		return fmt.Errorf("scenario.gate.countsAt: %q is invalid; choices are [%s %s %s]", s.Gate.CountsAt, gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn)
+	case s.Provider.Decides != "" && s.Provider.Decides != DecidesWhole && s.Provider.Decides != DecidesKnown:
+		return fmt.Errorf("scenario.provider.decides: %q is invalid; choices are [%s %s]", s.Provider.Decides, DecidesWhole, DecidesKnown)
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
 	}

@@ -170,6 +170,7 @@ type session struct {
 	served  int64
 	sentAt  time.Time // when the current attempt left the gate (admitted)
 	pending refusal   // the 429 on its way back to the gate
+	held    held      // what the provider counted for the call in flight
 	hdr     headers   // the headers on the answer on its way back
 }
 
@@ -368,7 +369,8 @@ func (r *runner) handle(e event) {
 	case evRetry:
 		r.send(now, s)
 	case evArrive:
-		ref := r.provider.offer(now, s.cur.prompt+s.cur.output, fromSessions)
+		ref, h := r.provider.offer(now, r.cost(s.cur), fromSessions)
+		s.held = h
 		if ref.axis != axisNone {
 			r.push(now.Add(r.oneWay()), evRefused, s)
 			s.pending = ref
@@ -376,7 +378,7 @@ func (r *runner) handle(e event) {
 		}
 		r.push(now.Add(r.s.responseTime(s.cur.output)), evDone, s)
 	case evDone:
-		r.provider.done(now, s.cur.prompt+s.cur.output, fromSessions)
+		r.provider.done(now, r.cost(s.cur), s.held, fromSessions)
 		s.hdr = r.provider.headers(now)
 		r.push(now.Add(r.oneWay()), evAnswer, s)
 	case evAnswer:
@@ -402,14 +404,25 @@ func (r *runner) handle(e event) {
 	case evOutsideTick:
 		r.outsideTick(now)
 	case evOutsideCall:
-		if ref := r.provider.offer(now, e.tokens, fromOutside); ref.axis != axisNone {
+		if ref, _ := r.provider.offer(now, whole(e.tokens), fromOutside); ref.axis != axisNone {
 			r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
 			return
 		}
 		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)
 	case evOutsideDone:
-		r.provider.done(now, e.tokens, fromOutside)
+		r.provider.done(now, whole(e.tokens), held{}, fromOutside)
 	}
+}
+
+// cost is what a session's call costs the provider: decided on its input and
+// max_tokens when the provider decides on what it knows (provider.decides),
+// else on its whole cost.
+func (r *runner) cost(j job) cost {
+	c := whole(j.prompt + j.output)
+	if r.s.Provider.Decides == DecidesKnown {
+		c.decide = j.prompt + j.maxTokens
+	}
+	return c
 }
 
 // try asks for admission (engine modes) or sends at once (naive).
@@ -536,12 +549,12 @@ func (r *runner) warmOutside(start time.Time) {
 	for k := n; k >= 1; k-- {
 		at := start.Add(period/2 - time.Duration(k)*period)
 		for _, c := range r.outsideCalls() {
-			if ax, _ := r.provider.lim.offer(at, c); ax == axisNone {
+			if ax, _, _ := r.provider.lim.offer(at, whole(c)); ax == axisNone {
 				done := at.Add(time.Duration(r.s.Response.Base))
 				if done.After(start) {
 					done = start
 				}
-				r.provider.lim.done(done, c)
+				r.provider.lim.done(done, whole(c), held{})
 			}
 		}
 	}

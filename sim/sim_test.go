@@ -119,6 +119,7 @@ func TestParseScenario(t *testing.T) {
 		{"CountsAt", "gate: {countsAt: later}\n", "scenario.gate.countsAt:"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
+		{"Decides", "provider: {decides: later}\n", "scenario.provider.decides:"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
 		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
 		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},

@@ -22,7 +22,7 @@ func simCommand() *cli.Command {
 			"Without --scenario it runs the built-in scenario: 32 sessions offering 1.5× a 200k TPM limit on a\n" +
 			"sliding window counted at arrival, 5–15 ms of network delay each way, 10% of calls sending max_tokens,\n" +
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
-			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit, statesLimit},\n" +
+			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit, statesLimit, decides},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm},\n" +
 			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt}, promptTokens {median, p99},\n" +
 			"outputTokens {median, p99}, maxTokensShare, maxTokens.",
@@ -110,9 +110,10 @@ func simCommand() *cli.Command {
 func writeSimText(w io.Writer, r sim.Report) {
 	s := r.Scenario
 	fmt.Fprintf(w, "scenario: %s offering %.2f× the limit for %s (seed %d)\n", plural(s.Sessions, "session", "sessions"), s.Demand, time.Duration(s.Duration), s.Seed)
-	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM per %s window, Retry-After %s%s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
+	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM per %s window, Retry-After %s%s%s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
 		time.Duration(s.Window), time.Duration(s.Provider.RetryAfter), simIf(s.Provider.ComputeRetryAfter, " (or the real wait)"),
-		simIf(s.Provider.Headers, ", rate-limit headers"), simIf(s.Provider.NamesLimit, ", 429s name the limit"), simIf(s.Provider.StatesLimit, ", 429s state the limits"))
+		simIf(s.Provider.Headers, ", rate-limit headers"), simIf(s.Provider.NamesLimit, ", 429s name the limit"), simIf(s.Provider.StatesLimit, ", 429s state the limits"),
+		simIf(s.Provider.Decides == sim.DecidesKnown, ", decides on input + max_tokens"))
 	fmt.Fprintf(w, "network:  %s + up to %s each way; answers take %s + %s per output token\n", time.Duration(s.Network.Delay), time.Duration(s.Network.Jitter),
 		time.Duration(s.Response.Base), time.Duration(s.Response.PerOutputToken))
 	if s.MaxTokensShare > 0 {
