@@ -31,9 +31,10 @@ const (
 	// provider knew at arrival what the model will write.
 	DecidesWhole = "whole"
 	// DecidesKnown: what the provider knows at arrival — the call's input and
-	// its max_tokens. Calls in flight count that much until they complete, then
-	// their whole cost, at the time they arrived (a fixed window's output lands
-	// in the window it arrived in, if that window is still open).
+	// its max_tokens. A call in flight counts that much until it completes;
+	// then the rest of its whole cost is counted: in its sliding-window entry
+	// (at its arrival), from the bucket's level, or in the fixed window current
+	// at completion.
 	DecidesKnown = "known"
 )
 
@@ -47,9 +48,11 @@ func whole(tokens int64) cost { return cost{tokens, tokens} }
 
 // held identifies what a limiter counted for an accepted call, so its
 // completion can settle the count to the whole cost: the sliding window's
-// entry. The zero value settles nothing.
+// entry, or the fixed window it was counted in. The zero value settles nothing
+// in a sliding window.
 type held struct {
-	seq uint64
+	seq    uint64
+	window time.Time
 }
 
 // LimitModels lists the provider limit models in report order.
@@ -287,7 +290,7 @@ func (l *fixedLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) 
 	if !overT && l.requests+1 <= l.rpm {
 		l.tokens += c.decide
 		l.requests++
-		return axisNone, 0, held{}
+		return axisNone, 0, held{window: l.start}
 	}
 	ax := axisRequests
 	if overT {
@@ -299,15 +302,21 @@ func (l *fixedLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) 
 	return ax, l.start.Add(l.window).Sub(now), held{}
 }
 
-// done settles the call's count: in the window it arrived in, which is the
-// current one unless the call ran past its end; then in the current one (a
-// window that has ended counts nothing more, and the provider loses nothing).
-func (l *fixedLimiter) done(now time.Time, c cost, _ held) {
-	if c.whole == c.decide {
+// done settles the call's count in the window current at completion: the one
+// it arrived in, unless the call ran past its end. Output beyond what was
+// counted lands there either way (an ended window counts nothing more, and the
+// provider loses nothing); what a call did not write is given back only to the
+// window that counted it.
+func (l *fixedLimiter) done(now time.Time, c cost, h held) {
+	delta := c.whole - c.decide
+	if delta == 0 {
 		return
 	}
 	l.roll(now)
-	l.tokens += c.whole - c.decide
+	if delta < 0 && !l.start.Equal(h.window) {
+		return
+	}
+	l.tokens += delta
 }
 
 func (l *fixedLimiter) remaining(now time.Time) (int64, int64) {

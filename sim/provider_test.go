@@ -171,7 +171,10 @@ func TestLimitModelsDecideOnWhatTheyKnow(t *testing.T) {
 			{t9, "offer", 10, 50, 0, axisNone, 0},
 			{t0.Add(11 * time.Second), "done", 0, 0, 3, 0, 0}, // completes in the next window: its output counts there
 			{t0.Add(11 * time.Second), "offer", 61, 61, 0, axisTokens, 9 * time.Second},
-			{t0.Add(11 * time.Second), "offer", 60, 60, 0, axisNone, 0},
+			{t0.Add(19 * time.Second), "offer", 50, 10, 0, axisNone, 0}, // asks 50: the window holds 90
+			{t0.Add(21 * time.Second), "done", 0, 0, 6, 0, 0},           // it wrote 10 after the boundary: nothing given back to a window that never counted it
+			{t0.Add(21 * time.Second), "offer", 100, 100, 0, axisNone, 0},
+			{t0.Add(22 * time.Second), "offer", 1, 1, 0, axisTokens, 8 * time.Second},
 		})
 	})
 	t.Run("TokenBucket", func(t *testing.T) {
@@ -181,17 +184,42 @@ func TestLimitModelsDecideOnWhatTheyKnow(t *testing.T) {
 			{t0, "offer", 20, 20, 0, axisTokens, time.Second},
 			{t1, "offer", 20, 5, 0, axisNone, 0}, // 20 → 0
 			{t1, "done", 0, 0, 3, 0, 0},          // it asked 20 and wrote 5: 15 back
-			{t1, "offer", 15, 15, 0, axisNone, 0},
+			{t1, "offer", 15, 85, 0, axisNone, 0},
+			{t1, "done", 0, 0, 5, 0, 0},                           // 70 more than it asked: a debt of 70
+			{t1, "offer", 10, 10, 0, axisTokens, 8 * time.Second}, // 80 to refill at 10 a second
 		})
 	})
 	t.Run("SlidingCompletion", func(t *testing.T) {
 		runKnownSteps(t, LimitSlidingCompletion, []knownStep{
-			{t0, "offer", 30, 90, 0, axisNone, 0},
-			{t1, "done", 0, 0, 0, 0, 0}, // counted at completion, whole: 90
-			{t1, "offer", 20, 20, 0, axisTokens, 10 * time.Second},
-			{t1, "offer", 10, 10, 0, axisNone, 0},
+			{t0, "offer", 20, 20, 0, axisNone, 0},
+			{t0, "done", 0, 0, 0, 0, 0},           // 20 completed
+			{t1, "offer", 30, 90, 0, axisNone, 0}, // decided on 30: 20 + 90 would not go
+			{t2, "done", 0, 0, 2, 0, 0},           // counted at completion, whole: 110
+			{t2, "offer", 1, 1, 0, axisTokens, 8 * time.Second},
 		})
 	})
+}
+
+// A session's call costs the provider its input and max_tokens at arrival when
+// it decides on what it knows, and its whole cost either way once done.
+func TestCallCost(t *testing.T) {
+	j := job{prompt: 100, output: 50, maxTokens: 80}
+	free := job{prompt: 100, output: 50}
+	for _, tc := range []struct {
+		decides string
+		j       job
+		want    cost
+	}{
+		{"", j, cost{150, 150}},
+		{DecidesWhole, free, cost{150, 150}},
+		{DecidesKnown, j, cost{180, 150}},
+		{DecidesKnown, free, cost{100, 150}},
+	} {
+		r := &runner{s: Scenario{Provider: ProviderSpec{Decides: tc.decides}}}
+		if got := r.cost(tc.j); got != tc.want {
+			t.Errorf("decides %q, %+v: %+v, want %+v", tc.decides, tc.j, got, tc.want)
+		}
+	}
 }
 
 func TestProviderRetryAfter(t *testing.T) {
