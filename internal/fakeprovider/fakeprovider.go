@@ -16,6 +16,14 @@
 //   - FixedWindow: Tokens per clock-aligned window (multiples of Window since
 //     the Unix epoch), counted on arrival, empty again at each boundary.
 //
+// With DecidesKnown a limit decides on what a provider can know when a request
+// arrives — its prompt tokens plus its max_tokens (none: the prompt alone) —
+// and counts the rest of the whole cost once the answer is written: in the
+// sliding window at the call's arrival, from the bucket's reserve, or in the
+// fixed window current then (what a call did not write is given back only to
+// the window that counted it). SlidingCompletion counts at completion either
+// way; there DecidesKnown only changes the cost a new call is checked with.
+//
 // Optionally a request limit (Requests per Window) as well, counted as the
 // tokens are: in the sliding window (at completion with SlidingCompletion, on
 // arrival otherwise, TokenBucket included), or in the same fixed windows with
@@ -58,6 +66,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +121,10 @@ type Config struct {
 	// exceeded", as a bare gateway answers — so the gate must tell tokens from
 	// requests by its own window. It overrides Unstated.
 	Unnamed bool
+	// DecidesKnown decides on a request's prompt and max_tokens at arrival and
+	// counts its output once written (see the package comment). By default a
+	// request is decided on its whole cost, output included.
+	DecidesKnown bool
 
 	Latency        time.Duration // every answer takes at least this long
 	Jitter         time.Duration // plus a uniform share of this
@@ -139,6 +152,7 @@ type Provider struct {
 	entries []entry // the sliding window, oldest first
 	head    int     // entries[head:] are live
 	used    int64   // tokens in the window
+	seq     uint64  // the last entry's sequence number
 	// TokenBucket: the reserve, and when it was last refilled (zero: full).
 	level   float64
 	levelAt time.Time
@@ -162,6 +176,7 @@ type Provider struct {
 type entry struct {
 	at     time.Time
 	tokens int64
+	seq    uint64
 }
 
 // WindowStats is what one fixed window [epoch + i·Window, epoch + (i+1)·Window) saw.
@@ -311,12 +326,20 @@ type verdict struct {
 	resetToken time.Duration // until the window is empty
 }
 
-// admit counts tokens at now, or refuses them.
-func (p *Provider) admit(now time.Time, tokens int64) verdict {
+// held is what admit counted for a call, for settle: its sliding-window entry,
+// or the fixed window it was counted in.
+type held struct {
+	seq   uint64
+	fixed int64
+}
+
+// admit decides on a call of decide tokens at now and counts it, or refuses
+// it; the records count its whole cost.
+func (p *Provider) admit(now time.Time, decide, whole int64) (verdict, held) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.c.Limit == FixedWindow {
-		return p.admitFixedLocked(now, tokens)
+		return p.admitFixedLocked(now, decide, whole), held{fixed: p.fixedIndex}
 	}
 	for p.head < len(p.entries) && !now.Before(p.entries[p.head].at.Add(p.c.Window)) {
 		p.used -= p.entries[p.head].tokens
@@ -329,23 +352,54 @@ func (p *Provider) admit(now time.Time, tokens int64) verdict {
 	}
 	v := verdict{used: p.used, requests: int64(len(p.entries) - p.head)}
 	if p.c.Limit == TokenBucket {
-		return p.admitBucketLocked(now, tokens, v)
+		return p.admitBucketLocked(now, decide, whole, v), held{}
 	}
+	var h held
 	switch {
-	case p.used+tokens > p.c.Tokens:
+	case p.used+decide > p.c.Tokens:
 	case p.c.Requests > 0 && v.requests+1 > p.c.Requests:
 		v.rpm = true
 	case p.c.Limit == SlidingCompletion:
 		v.ok = true // counted by complete, when the answer is written
 		p.stateLocked(now, &v)
-		return v
+		return v, h
 	default:
 		v.ok = true
-		p.entries = append(p.entries, entry{now, tokens})
-		p.used += tokens
+		p.seq++
+		h.seq = p.seq
+		p.entries = append(p.entries, entry{now, decide, p.seq})
+		p.used += decide
 	}
 	p.stateLocked(now, &v)
-	return p.recordLocked(now, tokens, v)
+	return p.recordLocked(now, whole, v), h
+}
+
+// settle counts the rest of a call's whole cost once its answer is written
+// (DecidesKnown): delta = whole − what admit counted.
+func (p *Provider) settle(h held, delta int64) {
+	if delta == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch p.c.Limit {
+	case FixedWindow:
+		if i := p.c.Now().UnixNano() / int64(p.c.Window); i > p.fixedIndex {
+			p.fixedIndex, p.fixedUsed, p.fixedCalls = i, 0, 0
+		}
+		if delta > 0 || p.fixedIndex == h.fixed {
+			p.fixedUsed += delta
+		}
+	case TokenBucket:
+		p.level = math.Min(float64(p.c.Tokens), p.level-float64(delta)) // a debt the refill pays
+	default:
+		live := p.entries[p.head:]
+		i := sort.Search(len(live), func(i int) bool { return live[i].seq >= h.seq })
+		if i < len(live) && live[i].seq == h.seq {
+			live[i].tokens += delta
+			p.used += delta
+		}
+	}
 }
 
 // stateLocked fills in what is left of the window at now and when it empties.
@@ -363,14 +417,14 @@ func (p *Provider) complete(tokens int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.c.Now()
-	p.entries = append(p.entries, entry{now, tokens})
+	p.entries = append(p.entries, entry{now, tokens, 0})
 	p.used += tokens
 	p.recordLocked(now, tokens, verdict{ok: true})
 }
 
 // admitFixedLocked is admit for clock-aligned fixed windows; the request limit
 // is counted in the same windows.
-func (p *Provider) admitFixedLocked(now time.Time, tokens int64) verdict {
+func (p *Provider) admitFixedLocked(now time.Time, tokens, whole int64) verdict {
 	// Requests are timed before the lock: one timed just before the current
 	// window began counts in it.
 	if i := now.UnixNano() / int64(p.c.Window); i > p.fixedIndex {
@@ -389,12 +443,12 @@ func (p *Provider) admitFixedLocked(now time.Time, tokens int64) verdict {
 	v.remaining = max(0, p.c.Tokens-p.fixedUsed)
 	v.remReqs = max(0, p.c.Requests-p.fixedCalls)
 	v.resetToken = time.Unix(0, (p.fixedIndex+1)*int64(p.c.Window)).Sub(now)
-	return p.recordLocked(now, tokens, v)
+	return p.recordLocked(now, whole, v)
 }
 
 // admitBucketLocked is admit for a token bucket: the request limit stays a
 // sliding window (its entries count requests only).
-func (p *Provider) admitBucketLocked(now time.Time, tokens int64, v verdict) verdict {
+func (p *Provider) admitBucketLocked(now time.Time, tokens, whole int64, v verdict) verdict {
 	rate := float64(p.c.Tokens) / p.c.Window.Seconds()
 	if p.levelAt.IsZero() {
 		p.level, p.levelAt = float64(p.c.Tokens), now
@@ -411,13 +465,13 @@ func (p *Provider) admitBucketLocked(now time.Time, tokens int64, v verdict) ver
 	default:
 		v.ok = true
 		p.level -= float64(tokens)
-		p.entries = append(p.entries, entry{now, 0})
+		p.entries = append(p.entries, entry{now, 0, 0})
 	}
 	v.remaining = int64(p.level)
 	v.used = p.c.Tokens - v.remaining // as OpenAI states it: the limit less what is left
 	v.remReqs = max(0, p.c.Requests-int64(len(p.entries)-p.head))
 	v.resetToken = time.Duration((float64(p.c.Tokens) - p.level) / rate * float64(time.Second))
-	return p.recordLocked(now, tokens, v)
+	return p.recordLocked(now, whole, v)
 }
 
 // recordLocked counts the answer in the records.
@@ -520,12 +574,16 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prompt, completion, jitter, capped := p.usage(body, req.maxTokens())
-	v := p.admit(now, prompt+completion)
+	decide := prompt + completion
+	if p.c.DecidesKnown {
+		decide = prompt + req.maxTokens()
+	}
+	v, h := p.admit(now, decide, prompt+completion)
 	if p.c.Headers {
 		p.rateLimitHeaders(w.Header(), v)
 	}
 	if !v.ok {
-		p.refuse(w, req.Model, v, prompt+completion)
+		p.refuse(w, req.Model, v, decide)
 		return
 	}
 	if d := p.c.Latency + time.Duration(jitter*float64(p.c.Jitter)) + time.Duration(completion)*p.c.PerOutputToken; d > 0 {
@@ -535,6 +593,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted now at its whole cost — when the client went away, at the
 		// moment it left. The headers state the window as the call found it.
 		p.complete(prompt + completion)
+	} else {
+		p.settle(h, prompt+completion-decide) // nothing unless DecidesKnown
 	}
 	finish := "stop"
 	if capped {

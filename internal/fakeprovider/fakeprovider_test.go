@@ -472,3 +472,51 @@ func TestBounded(t *testing.T) {
 		t.Fatalf("latest refusal at %s", last)
 	}
 }
+
+// TestDecidesKnown: with DecidesKnown a call is decided on its prompt and
+// max_tokens while calls in flight count that much, and its output counts,
+// at its arrival, once written. Decided on the whole cost, the second call
+// below is refused.
+func TestDecidesKnown(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		c := &clock{now: t0}
+		entered, release := make(chan struct{}, 2), make(chan struct{})
+		p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 500, Latency: time.Millisecond, DecidesKnown: known, Now: c.Now,
+			Sleep: func(context.Context, time.Duration) { entered <- struct{}{}; <-release }})
+		codes := make([]int, 2)
+		done := make([]chan struct{}, 2)
+		for i, b := range [][]byte{
+			bodyOf(t, 1200, ""),                  // 300 prompt + 500 output
+			bodyOf(t, 1200, `"max_tokens":200,`), // 300 prompt + 200 output
+		} {
+			done[i] = make(chan struct{})
+			go func() { defer close(done[i]); codes[i] = send(p, b).Code }()
+			select { // the call is answered (held in flight) or refused
+			case <-entered:
+			case <-done[i]:
+			}
+		}
+		close(release)
+		<-done[0]
+		<-done[1]
+		if !known {
+			if codes[0] != http.StatusOK || codes[1] != http.StatusTooManyRequests {
+				t.Fatalf("whole: statuses %v, want 200 then 429 (800 + 500 > 1000)", codes)
+			}
+			continue
+		}
+		// 300 in flight + 500 (300 prompt, 200 max_tokens) ≤ 1000: both go
+		if codes[0] != http.StatusOK || codes[1] != http.StatusOK {
+			t.Fatalf("known: statuses %v, want both 200", codes)
+		}
+		// once written, 800 + 500 count: a call of 100 + max_tokens 1 does not fit
+		c.Set(t0.Add(time.Second))
+		if code := send(p, bodyOf(t, 400, `"max_tokens":1,`)).Code; code != http.StatusTooManyRequests {
+			t.Fatalf("known: status %d; the outputs written should count", code)
+		}
+		c.Set(t0.Add(10 * time.Second)) // both left the window
+		if code := send(p, bodyOf(t, 400, `"max_tokens":1,`)).Code; code != http.StatusOK {
+			t.Fatalf("known: status %d once the window emptied", code)
+		}
+	}
+}
