@@ -104,6 +104,9 @@ type timingCase struct {
 	rpm, startRPM int
 	// countsAt, when set, tells the gate how the provider counts (gate.defaults.countsAt).
 	countsAt string
+	// lateSends: gatectl sends a share of its calls late after admitting them
+	// (lateSends), as a loaded machine's scheduler or a new TLS connection does.
+	lateSends bool
 }
 
 var timingCases = []timingCase{
@@ -163,7 +166,43 @@ var timingCases = []timingCase{
 	// and its 10 s cooldown inside the learned windows costs up to a fifth of
 	// them, hence the floor.
 	{name: "RPMBoundCompletion2x", start: timingLimit, target: timingTarget{max429: 3, max429Learned: 1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, rpm: timingRPM, startRPM: 2 * timingRPM, limit: fakeprovider.SlidingCompletion, countsAt: "completion"},
+	// Configured at the truth, as AtTruth, but a quarter of the calls leave
+	// gatectl 50–200 ms after their admission — several times the count guard
+	// (50 ms at this window) — so the provider counts them that much later than
+	// the gate admitted them: the targets of AtTruth.
+	{name: "AtTruthLateSends", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, lateSends: true},
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow},
+}
+
+// The late sends of the AtTruthLateSends case: a share of the calls, each
+// late by a uniform delay in [timingLateMin, timingLateMax).
+const (
+	timingLateShare = 0.25
+	timingLateMin   = 50 * time.Millisecond
+	timingLateMax   = 200 * time.Millisecond
+)
+
+// lateSends is gatectl's upstream transport in the AtTruthLateSends case: it
+// holds a share of the calls before they are written.
+type lateSends struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	rng  *rand.Rand
+}
+
+func (l *lateSends) RoundTrip(r *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	late := l.rng.Float64() < timingLateShare
+	d := timingLateMin + time.Duration(l.rng.Int64N(int64(timingLateMax-timingLateMin)))
+	l.mu.Unlock()
+	if late {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return l.next.RoundTrip(r)
 }
 
 // timingRPM: the RPM-bound case's hidden request limit per window.
@@ -211,9 +250,13 @@ func TestGateTimingE2E(t *testing.T) {
 	// Every case gets its own provider and server, and their loads run side by
 	// side in plain goroutines (t.Parallel would be bounded by -parallel, which
 	// is GOMAXPROCS: two CPUs would run the cases one after another).
-	runs := make([]*timingRun, len(timingCases))
-	for i, tc := range timingCases {
-		runs[i] = newTimingRun(t, tc)
+	// TIMING_CASES=A,B runs only the cases named.
+	var runs []*timingRun
+	only := os.Getenv("TIMING_CASES")
+	for _, tc := range timingCases {
+		if only == "" || slices.Contains(strings.Split(only, ","), tc.name) {
+			runs = append(runs, newTimingRun(t, tc))
+		}
 	}
 	var wg sync.WaitGroup
 	for _, run := range runs {
@@ -293,7 +336,11 @@ providers:
 gate:
   window: %s
   defaults: {tpm: %d, rpm: %d%s}
-`, up.URL, timingWindow, tc.start, startRPM, countsAt), nil)
+`, up.URL, timingWindow, tc.start, startRPM, countsAt), nil, func(o *Options) {
+		if tc.lateSends {
+			o.Transport = &lateSends{next: newTransport(2 * timingSessions), rng: rand.New(rand.NewPCG(7, 42))}
+		}
+	})
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * timingSessions}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &timingRun{tc: tc, prov: prov, f: f, client: &http.Client{Transport: tr}, r: timingResult{name: tc.name}, provURL: up.URL}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"sync/atomic"
@@ -37,6 +38,9 @@ type exchange struct {
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
+	// sent is when the current attempt was written to the upstream (unix nanos
+	// on the gate's clock; 0: not yet), set from the transport's goroutine.
+	sent *atomic.Int64
 
 	// For the access log (access.go): the last route tried, the attempts sent
 	// upstream, and what the successful one was settled with.
@@ -213,6 +217,19 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	s.metrics.Admitted(route.Provider, route.Model, t)
 	actx, dl := withAttemptDeadline(ctx)
 	defer dl.stop()
+	// The provider counts the call from when it is written, which a busy
+	// machine or a new connection's handshake can make later than its
+	// admission: the ledger holds its entry from then.
+	sent := new(atomic.Int64)
+	x.sent = sent
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err != nil {
+			return // not sent whole: the attempt fails and its ticket is released
+		}
+		now := s.clock.Now()
+		sent.Store(now.UnixNano())
+		s.ledger.Sent(now, t)
+	}})
 	up := x.cfg.Upstream
 	var idle time.Duration
 	if pr.stream {
@@ -352,6 +369,17 @@ func (x *exchange) budgetFull() {
 func (x *exchange) redactor() *redactor { return x.s.redact.get(x.cfg) }
 
 // decide classifies a failure and plans what to do about it.
+// countedFrom is when the gate's entry for the current attempt begins: its
+// admission, or when it was written to the upstream if that was later.
+func (x *exchange) countedFrom() time.Time {
+	if x.sent != nil {
+		if at := x.sent.Load(); at > x.admitted.UnixNano() {
+			return time.Unix(0, at)
+		}
+	}
+	return x.admitted
+}
+
 func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {
 	s := x.s
 	now := s.clock.Now()
@@ -370,7 +398,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 		}
 	}
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
-		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.admitted, Reserved: x.reserved})
+		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.countedFrom(), Reserved: x.reserved})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

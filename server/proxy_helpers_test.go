@@ -45,7 +45,7 @@ func newPxFixture(t *testing.T, cfg string, fake bool) *pxFixture {
 }
 
 // newPxFixtureWith starts gatectl on cfg with fake (nil: the system clock).
-func newPxFixtureWith(t *testing.T, cfg string, fake *engine.FakeClock) *pxFixture {
+func newPxFixtureWith(t *testing.T, cfg string, fake *engine.FakeClock, opts ...func(*Options)) *pxFixture {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gatectl.yaml")
@@ -63,7 +63,11 @@ func newPxFixtureWith(t *testing.T, cfg string, fake *engine.FakeClock) *pxFixtu
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Manager: m, Clock: clock, Logger: logger, StateDir: filepath.Join(dir, "state")})
+	o := Options{Manager: m, Clock: clock, Logger: logger, StateDir: filepath.Join(dir, "state")}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

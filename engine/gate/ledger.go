@@ -372,6 +372,26 @@ func (l *Ledger) Settle(now time.Time, t Ticket, u Usage) error {
 	return l.close(now, t, u.Total(), &u)
 }
 
+// Sent records that t's call left for the provider at now. A call sent late
+// after its admission (a busy machine, a new connection's handshake) is counted
+// by the provider that much later, so its entry stays in the gate's window from
+// now instead: the gate never frees a call the provider still holds. A ticket
+// already closed, or a time before its entry's, changes nothing.
+func (l *Ledger) Sent(now time.Time, t Ticket) {
+	if t.b == nil {
+		return
+	}
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if int(t.slot) >= len(b.slots) {
+		return
+	}
+	if s := &b.slots[t.slot]; s.open && s.gen == t.gen {
+		s.seq = b.win.restamp(s.seq, now.UnixNano())
+	}
+}
+
 // Release gives t's whole reservation back: no usage ever arrived (the call
 // failed before the provider counted tokens, or the client went away).
 func (l *Ledger) Release(now time.Time, t Ticket) error {

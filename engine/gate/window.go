@@ -1,6 +1,9 @@
 package gate
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // slidingWindow holds the entries admitted in the last window: one per request,
 // carrying its reservation until it is settled and its real usage after. Entries
@@ -14,7 +17,8 @@ type slidingWindow struct {
 	span    time.Duration
 	entries []windowEntry // ring; len is the capacity
 	head    int           // index of the oldest entry
-	n       int           // live entries
+	n       int           // entries, the moved ones' old places among them
+	moved   int           // of those, old places of entries restamp moved to the end
 	headSeq uint64        // sequence number of entries[head]
 	tokens  int64         // invariant: sum of entries[*].tokens
 	// Calls still in flight, among the entries: how many, and the output tokens
@@ -37,12 +41,16 @@ type slidingWindow struct {
 // windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
 // every drain computation and should stay in few cache lines.
 type windowEntry struct {
-	at     int64
+	at     int64 // movedAt: the old place of an entry restamp moved
 	tokens int64
 	// open is 1 + the output reserved while the call is in flight, negated for a
 	// call that asked max_tokens; 0 once settled.
 	open int64
 }
+
+// movedAt marks the place an entry was moved from: it holds nothing, and
+// leaves the ring when it reaches the head.
+const movedAt = math.MinInt64
 
 func newSlidingWindow(span time.Duration) slidingWindow {
 	return slidingWindow{span: span, entries: make([]windowEntry, 16)}
@@ -59,6 +67,9 @@ func (w *slidingWindow) expire(now time.Time) {
 		}
 		if w.tailEnd > w.headSeq {
 			w.tailTokens -= e.tokens
+		}
+		if e.at == movedAt {
+			w.moved--
 		}
 		w.tokens -= e.tokens
 		w.closeEntry(e)
@@ -100,6 +111,9 @@ func (w *slidingWindow) tailAfter(cutoff int64) int64 {
 	var sum int64
 	for seq := w.tailEnd; seq > w.headSeq; seq-- {
 		e := &w.entries[(w.head+int(seq-1-w.headSeq))%len(w.entries)]
+		if e.at == movedAt {
+			continue
+		}
 		if e.at <= cutoff {
 			break
 		}
@@ -182,13 +196,20 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 }
 
 // requests is the number of requests in the window.
-func (w *slidingWindow) requests() int { return w.n }
+func (w *slidingWindow) requests() int { return w.n - w.moved }
 
 // requestsAfter is how many of the window's entries were added after at (unix
 // nanoseconds).
 func (w *slidingWindow) requestsAfter(at int64) int {
 	k := 0
-	for i := w.n - 1; i >= 0 && w.entries[(w.head+i)%len(w.entries)].at > at; i-- {
+	for i := w.n - 1; i >= 0; i-- {
+		e := w.entries[(w.head+i)%len(w.entries)].at
+		if e == movedAt {
+			continue
+		}
+		if e <= at {
+			break
+		}
 		k++
 	}
 	return k
@@ -218,20 +239,54 @@ func (w *slidingWindow) tokenDrain(now time.Time, need, budget int64) (time.Dura
 // requestDrain is how long from now until the window holds at most budget-1
 // requests, so one more fits. It assumes expire(now) ran.
 func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
-	excess := w.n + 1 - budget
+	excess := w.requests() + 1 - budget
 	if excess <= 0 {
 		return 0
 	}
-	if excess > w.n {
-		excess = w.n
+	var e windowEntry
+	for i := 0; i < w.n && excess > 0; i++ { // the excess-th request from the oldest
+		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != movedAt {
+			excess--
+		}
 	}
-	e := w.entries[(w.head+excess-1)%len(w.entries)]
 	return w.leaves(e, now)
 }
 
 // leaves is how long from now until e leaves the window.
 func (w *slidingWindow) leaves(e windowEntry, now time.Time) time.Duration {
 	return time.Duration(e.at + int64(w.span) - now.UnixNano())
+}
+
+// restamp moves entry seq, a call in flight, to at (unix nanos) when that is
+// later, and returns its sequence number now: the call left for the provider
+// at at, so the provider counts it from then, not from its admission. The ring
+// stays in time order: unless it is the newest, the entry moves to the end,
+// and its old place holds nothing until it reaches the head. An entry already
+// in the tail (sent a whole window after its admission) stays where it is.
+func (w *slidingWindow) restamp(seq uint64, at int64) uint64 {
+	if seq < max(w.headSeq, w.tailEnd) || seq >= w.headSeq+uint64(w.n) {
+		return seq
+	}
+	i := (w.head + int(seq-w.headSeq)) % len(w.entries)
+	e := w.entries[i]
+	if at <= e.at {
+		return seq
+	}
+	at = max(at, w.last) // keep entries ordered when the clock steps back
+	w.last = at
+	if seq == w.headSeq+uint64(w.n)-1 {
+		w.entries[i].at = at
+		return seq
+	}
+	w.entries[i] = windowEntry{at: movedAt}
+	w.moved++
+	if w.n == len(w.entries) {
+		w.grow()
+	}
+	e.at = at
+	w.entries[(w.head+w.n)%len(w.entries)] = e
+	w.n++
+	return w.headSeq + uint64(w.n) - 1
 }
 
 // resize changes the reservation of entry seq, a call still in flight that did

@@ -1,0 +1,130 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// A call written to the provider late after its admission is counted by the
+// provider from then: the gate's window holds it from then too, and a later
+// call waits until it leaves at that time, not at its admission's.
+func TestSentLateHoldsTheEntryFromTheSend(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	// reservations of 400 (300 input + 100 reserve): 800 in the window.
+	a := mustAdmit(t, l, t0, req(300))
+	l.Sent(t0.Add(5*time.Second), a) // a left 5 s after its admission
+	mustAdmit(t, l, t0.Add(10*time.Second), req(300))
+	// 800 + 400 > 1000: a must leave, at t0+5s+60s now, not at t0+60s.
+	w := mustWait(t, l, t0.Add(20*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 65*time.Second)
+	w.Cancel(t0.Add(20 * time.Second))
+	// At t0+60s+1ms the admission's window would have let it go; it still waits.
+	w = mustWait(t, l, t0.Add(60*time.Second+time.Millisecond), Request{Provider: "p", Model: "m", Session: "y", InputTokens: 300}, "tpm", 65*time.Second)
+	w.Cancel(t0.Add(60*time.Second + time.Millisecond))
+	if got := l.BucketStatus(t0.Add(61*time.Second), "p", "m"); got.WindowTokens != 800 || got.WindowRequests != 2 {
+		t.Fatalf("window at t0+61s = %d tokens, %d requests; want 800 and 2 (a still counts, once)", got.WindowTokens, got.WindowRequests)
+	}
+	// A call of 700 needs both out: the later to leave is b, at t0+70s.
+	w = mustWait(t, l, t0.Add(61*time.Second), Request{Provider: "p", Model: "m", Session: "y", InputTokens: 600}, "tpm", 70*time.Second)
+	w.Cancel(t0.Add(61 * time.Second))
+	// a leaves with its send's window.
+	mustAdmit(t, l, t0.Add(65*time.Second), Request{Provider: "p", Model: "m", Session: "z", InputTokens: 300})
+}
+
+// Only the call sent late moves: the calls admitted after it and sent on time
+// leave at their own time, not held behind it (a window that held them would
+// read more than the provider holds, and a 429 would read a limit above the
+// truth).
+func TestSentMovesTheEntryNotThoseAfterIt(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	a := mustAdmit(t, l, t0, req(300))                  // 400
+	b := mustAdmit(t, l, t0.Add(time.Second), req(300)) // 400, sent on time
+	l.Sent(t0.Add(5*time.Second), a)
+	// 800 + 400 > 1000: the first to leave is b, at t0+61s.
+	w := mustWait(t, l, t0.Add(2*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 61*time.Second)
+	w.Cancel(t0.Add(2 * time.Second))
+	if got := l.BucketStatus(t0.Add(62*time.Second), "p", "m"); got.WindowTokens != 400 || got.WindowRequests != 1 {
+		t.Fatalf("window at t0+62s = %d tokens, %d requests; want a's 400 and 1", got.WindowTokens, got.WindowRequests)
+	}
+	// a is still the call its ticket settles, in its new place.
+	if err := l.Settle(t0.Add(63*time.Second), a, Usage{InputTokens: 300, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BucketStatus(t0.Add(63*time.Second), "p", "m"); got.WindowTokens != 310 || got.InFlight != 1 {
+		t.Fatalf("after a settled: %d tokens, %d in flight; want 310 and 1 (b)", got.WindowTokens, got.InFlight)
+	}
+	if err := l.Settle(t0.Add(63*time.Second), b, Usage{InputTokens: 300}); err != nil {
+		t.Fatal(err) // b left the window: settled, counted nowhere
+	}
+	if got := l.BucketStatus(t0.Add(66*time.Second), "p", "m"); got.WindowTokens != 0 || got.WindowRequests != 0 {
+		t.Fatalf("at t0+66s: %d tokens, %d requests; want an empty window", got.WindowTokens, got.WindowRequests)
+	}
+}
+
+// The request budget counts a moved call once, and waits for the requests'
+// own times.
+func TestSentCountsARequestOnce(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 1_000_000, RPM: 4}
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(1))
+	a := mustAdmit(t, l, t0.Add(time.Second), req(1))
+	mustAdmit(t, l, t0.Add(2*time.Second), req(1))
+	l.Sent(t0.Add(10*time.Second), a)
+	mustAdmit(t, l, t0.Add(11*time.Second), req(1)) // 4 requests, not 5
+	// The next waits for the oldest request: the first, at t0+60s.
+	mustWait(t, l, t0.Add(12*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 1}, "rpm", 60*time.Second)
+}
+
+// The window's own reads skip the place a moved entry left: the drains, the
+// requests after a time, the tail.
+func TestRestampedWindowReads(t *testing.T) {
+	w := newSlidingWindow(time.Minute)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w.add(at(0), 100, 50, false)
+	a := w.add(at(1), 200, 50, false)
+	w.add(at(2), 300, 50, false)
+	if got := w.restamp(a, at(10).UnixNano()); got != a+2 {
+		t.Fatalf("restamp moved a to %d, want %d (the end)", got, a+2)
+	}
+	w.expire(at(12))
+	if w.requests() != 3 || w.tokens != 600 || w.openCount != 3 {
+		t.Fatalf("requests %d tokens %d open %d, want 3, 600, 3", w.requests(), w.tokens, w.openCount)
+	}
+	// One more request under a budget of 2: two must leave, the first (t0) and
+	// the third (t0+2s): t0+62s.
+	if d := w.requestDrain(at(12), 2); d != 50*time.Second {
+		t.Fatalf("requestDrain = %s, want 50s", d)
+	}
+	// 400 more under 600: 400 must leave: the first and the third, t0+62s.
+	if d, _ := w.tokenDrain(at(12), 400, 600); d != 50*time.Second {
+		t.Fatalf("tokenDrain = %s, want 50s", d)
+	}
+	if n := w.requestsAfter(at(0).UnixNano() - 1); n != 3 {
+		t.Fatalf("requestsAfter(just before t0) = %d, want 3", n)
+	}
+	if !w.settle(a+2, 120) || w.tokens != 520 || w.openCount != 2 {
+		t.Fatalf("settling a in its new place: tokens %d open %d, want 520 and 2", w.tokens, w.openCount)
+	}
+	w.expire(at(65))
+	if w.requests() != 1 || w.tokens != 120 || w.n != 1 {
+		t.Fatalf("at t0+65s: requests %d tokens %d entries %d, want a alone", w.requests(), w.tokens, w.n)
+	}
+}
+
+// A send stamped before the admission (a clock that stepped back), or a ticket
+// already closed or never issued, changes nothing.
+func TestSentThatCannotMoveAnEntry(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	a := mustAdmit(t, l, t0.Add(10*time.Second), req(300))
+	l.Sent(t0, a) // before its admission: it keeps t0+10s
+	b := mustAdmit(t, l, t0.Add(20*time.Second), req(300))
+	if err := l.Settle(t0.Add(21*time.Second), b, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	l.Sent(t0.Add(40*time.Second), b)                 // settled
+	mustAdmit(t, l, t0.Add(22*time.Second), req(100)) // reuses b's slot
+	l.Sent(t0.Add(40*time.Second), b)                 // b's stale ticket does not move the new call
+	l.Sent(t0.Add(40*time.Second), Ticket{})          // a ticket without a bucket
+	// 1000 - 400 (a) - 400 (b) - 200 = 0: a call of 400 waits for a, at t0+70s.
+	mustWait(t, l, t0.Add(23*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 70*time.Second)
+}

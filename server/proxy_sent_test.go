@@ -1,0 +1,53 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// clockedSend is an upstream transport that moves the gate's fake clock by
+// late before it writes a call: the call leaves that long after its admission.
+type clockedSend struct {
+	next  http.RoundTripper
+	clock *engine.FakeClock
+	late  time.Duration
+}
+
+func (c clockedSend) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.clock.Advance(c.late)
+	return c.next.RoundTrip(r)
+}
+
+// A call the proxy writes late after its admission counts in the gate's window
+// from when it was written: it is still counted a window after its admission,
+// and leaves a window after its send.
+func TestProxyCountsACallFromItsSend(t *testing.T) {
+	clock := engine.NewFakeClock(pxT0)
+	up := newFakeUpstream(t, chatOK(100, 10, 0))
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  up: {kind: openai, baseURL: %s/v1}
+gate:
+  window: 60s
+  defaults: {tpm: 100000, rpm: 1000}
+`, up.URL), clock, func(o *Options) {
+		o.Transport = clockedSend{next: newTransport(4), clock: clock, late: 5 * time.Second}
+	})
+	if resp, body := f.call("/v1/chat/completions", chatReq("up/m", "max_tokens", 50)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	// Admitted at pxT0, written at pxT0+5s. The guard keeps an entry 0.5% of
+	// the window (300 ms) past it.
+	clock.Set(pxT0.Add(61 * time.Second))
+	if st := f.status("up", "m"); st.WindowTokens != 110 || st.WindowRequests != 1 {
+		t.Fatalf("a window and a second after its admission: %d tokens, %d requests; want the call's 110 and 1", st.WindowTokens, st.WindowRequests)
+	}
+	clock.Set(pxT0.Add(66 * time.Second))
+	if st := f.status("up", "m"); st.WindowTokens != 0 || st.WindowRequests != 0 {
+		t.Fatalf("a window and a second after its send: %d tokens, %d requests; want none", st.WindowTokens, st.WindowRequests)
+	}
+}
