@@ -30,6 +30,30 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	}
 }
 
+// BenchmarkAdmitSentSettle: admit + send + settle, one bucket, 32 calls in
+// flight, each sent 16 admissions after its own: every send moves its entry to
+// the window's end, as the proxy's late sends do. Target: as admit + settle.
+func BenchmarkAdmitSentSettle(b *testing.B) {
+	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	u := Usage{InputTokens: 900, OutputTokens: 200}
+	var open [32]Ticket
+	now := t0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		k := i % len(open)
+		if i >= len(open) {
+			l.Settle(now, open[k], u)
+		}
+		open[k], _ = l.Submit(now, r)
+		if i >= 16 {
+			l.Sent(now, open[(i-16)%len(open)])
+		}
+	}
+}
+
 // BenchmarkAdmitSettle10kBuckets: the same across 10,000 models. Target ≤ 2 µs.
 func BenchmarkAdmitSettle10kBuckets(b *testing.B) {
 	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
