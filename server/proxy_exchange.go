@@ -193,7 +193,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
 		var err error
 		t, err = s.ledger.AdmitObserved(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
-			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens}, func(w *gate.Waiter) {
+			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens, Sends: true}, func(w *gate.Waiter) {
 			queued.Store(w)
 			started()
 		})

@@ -40,6 +40,7 @@ type bucket struct {
 	est                       estimator
 	cooldownUntil             time.Time
 	reservedOpen              int64   // reservations of tickets not yet settled
+	unsent                    int64   // the arrival view's share of the calls admitted and not yet sent (Request.Sends)
 	openVar                   float64 // invariant: the sum of the open tickets' cost variances
 	inFlight                  int
 	perSession                map[string]int // in flight per session; kept only with a cap
@@ -160,6 +161,11 @@ type ticketSlot struct {
 	inputVar float64 // of it, the input estimate's share (what aging keeps)
 	output0  int64   // the output reserved at admission (output follows the call's age)
 	admitted int64   // unix nanos
+	// sendPending: the caller reports the send (Request.Sends), and the level
+	// the call was admitted at is read then. unsent is the call's share of the
+	// arrival view until it is sent (in the bucket's unsent meanwhile).
+	sendPending bool
+	unsent      int64
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
 	viewArrival, viewDone int64
@@ -728,11 +734,9 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	// The clean-window record counts calls at their expected output, like the 429
 	// reading; before any output was seen there is no expectation, and a reading
 	// made of reserves would overstate it (and later raise a false leak warning).
-	reading := 0.0
-	if b.est.meanOutput() >= 0 {
-		reading = b.providerViewLocked() + float64(res-out+b.est.expectedOutput(out))
+	if !req.Sends {
+		b.observeAdmitLocked(now, b.providerViewLocked()+float64(res-out+b.est.expectedOutput(out)))
 	}
-	b.learn.observeAdmit(now, reading, b.l.conf().Window)
 	// Before any output was seen the arrival view counts calls in flight at their
 	// whole reserve, far above what the provider holds: no level to record then.
 	arrivalBefore := int64(-1)
@@ -752,7 +756,11 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s := &b.slots[idx]
 	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, sz.asked, req.InputBytes, req.Session
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
-	s.inputVar, s.output0 = sz.inputVar, out
+	s.inputVar, s.output0, s.sendPending = sz.inputVar, out, req.Sends
+	if req.Sends {
+		s.unsent = res - out + b.est.expectedOutput(out)
+		b.unsent += s.unsent
+	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
 	b.openVar += sz.variance
@@ -767,6 +775,15 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.perSession[req.Session]++
 	}
 	return Ticket{b: b, slot: idx, gen: s.gen, Reserved: res, ReservedOutput: out, Waited: waited, Reason: reason}
+}
+
+// observeAdmitLocked records the level a call was admitted at (reading: the
+// provider's window with the call in it) for the clean-window record.
+func (b *bucket) observeAdmitLocked(now time.Time, reading float64) {
+	if b.est.meanOutput() < 0 {
+		reading = 0
+	}
+	b.learn.observeAdmit(now, reading, b.l.conf().Window)
 }
 
 // closeLocked settles (u != nil) or releases a ticket.
@@ -809,6 +826,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
+	b.unsent -= s.unsent // never sent: the provider never counted it
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
 	}

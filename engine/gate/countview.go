@@ -19,9 +19,11 @@ func (b *bucket) providerViewLocked() float64 {
 	return b.arrivalViewLocked() + float64(b.sharedOthers)
 }
 
-// arrivalViewLocked is providerViewLocked for a provider that counts on arrival.
+// arrivalViewLocked is providerViewLocked for a provider that counts on arrival:
+// the calls sent within the window (the calls admitted and not yet sent have
+// not reached it).
 func (b *bucket) arrivalViewLocked() float64 {
-	view := b.win.tokens
+	view := b.win.tokens - b.unsent
 	if b.agingLocked() {
 		// calls without max_tokens hold their expected output already
 		return float64(view - max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput()))

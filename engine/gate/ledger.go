@@ -31,6 +31,10 @@ type Request struct {
 	InputBytes int
 	// MaxTokens is the request's max_tokens; 0 means reserve the calibrated default.
 	MaxTokens int
+	// Sends: the caller reports when the call leaves for the provider (Sent).
+	// The level the call was admitted at is then read when it leaves, as the
+	// provider meets it.
+	Sends bool
 }
 
 // Usage is what the provider reported for a call. Cache reads and writes count
@@ -387,8 +391,24 @@ func (l *Ledger) Sent(now time.Time, t Ticket) {
 	if int(t.slot) >= len(b.slots) {
 		return
 	}
-	if s := &b.slots[t.slot]; s.open && s.gen == t.gen {
-		s.seq = b.win.restamp(s.seq, now.UnixNano())
+	s := &b.slots[t.slot]
+	if !s.open || s.gen != t.gen {
+		return
+	}
+	b.expireLocked(now)
+	s.seq = b.win.restamp(s.seq, now.UnixNano())
+	b.unsent -= s.unsent
+	s.unsent = 0
+	if s.sendPending {
+		// The level this call meets at the provider: the window as it is now,
+		// this call in it. Read at its admission, it would count the calls that
+		// left the provider's window while this one waited to be sent.
+		s.sendPending = false
+		reading := b.providerViewLocked() // on arrival, this call is in it
+		if b.atCompletion {
+			reading += float64(s.reserved - s.output + b.est.expectedOutput(s.output))
+		}
+		b.observeAdmitLocked(now, reading)
 	}
 }
 

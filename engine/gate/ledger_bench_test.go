@@ -31,11 +31,12 @@ func BenchmarkAdmitSettle(b *testing.B) {
 }
 
 // BenchmarkAdmitSentSettle: admit + send + settle, one bucket, 32 calls in
-// flight, each sent 16 admissions after its own: every send moves its entry to
-// the window's end, as the proxy's late sends do. Target: as admit + settle.
+// flight, each sent 16 admissions after its own (Request.Sends, as the proxy
+// admits): every send moves its entry to the window's end and reads its level.
+// Target: as admit + settle.
 func BenchmarkAdmitSentSettle(b *testing.B) {
 	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
-	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000, Sends: true}
 	u := Usage{InputTokens: 900, OutputTokens: 200}
 	var open [32]Ticket
 	now := t0

@@ -128,3 +128,73 @@ func TestSentThatCannotMoveAnEntry(t *testing.T) {
 	// 1000 - 400 (a) - 400 (b) - 200 = 0: a call of 400 waits for a, at t0+70s.
 	mustWait(t, l, t0.Add(23*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 70*time.Second)
 }
+
+// A call whose caller reports its send (Request.Sends) is read at the level it
+// meets at the provider: the window when it leaves, not when it was admitted.
+// Read at its admission, the clean-window record would count a call that left
+// the provider's window while this one waited to be sent — a level the
+// provider never held, which a later trigger would keep.
+func TestSentReadsTheLevelWhenTheCallLeaves(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000}
+	l, _, _ := newTestLedger(t, c)
+	x := mustAdmit(t, l, t0, req(20_000))
+	if err := l.Settle(t0.Add(time.Second), x, Usage{InputTokens: 20_000, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	// Admitted while x is still in the window, sent after it left.
+	cr := req(1000)
+	cr.Sends = true
+	call := mustAdmit(t, l, t0.Add(59*time.Second), cr)
+	l.Sent(t0.Add(61*time.Second), call)
+	// A window later, the next admission closes the record of the last.
+	mustAdmit(t, l, t0.Add(130*time.Second), req(10))
+	b := l.lockedBucketFor("p", "m", t0.Add(130*time.Second))
+	clean := b.learn.cleanMax
+	b.mu.Unlock()
+	// What the provider held when the call arrived: the call, at its input and
+	// expected output (100).
+	if clean != 1100 {
+		t.Fatalf("clean-window record %.0f, want 1100 (the call alone, as it met the provider; 21200 read at its admission)", clean)
+	}
+}
+
+// The calls admitted and not yet sent are not in the provider's window: the
+// arrival view — every reading the learner takes, a 429's among them — leaves
+// them out until they are sent, while the budget still counts them.
+func TestUnsentCallsAreNotInTheProviderView(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000}
+	l, _, _ := newTestLedger(t, c)
+	x := mustAdmit(t, l, t0, req(1000))
+	if err := l.Settle(t0, x, Usage{InputTokens: 1000, OutputTokens: 100}); err != nil {
+		t.Fatal(err) // an expected output of 100 from here on
+	}
+	sends := req(2000)
+	sends.Sends = true
+	a := mustAdmit(t, l, t0.Add(time.Second), sends)
+	b := mustAdmit(t, l, t0.Add(time.Second), sends)
+	view := func(at time.Time) (float64, int64) {
+		bk := l.lockedBucketFor("p", "m", at)
+		defer bk.mu.Unlock()
+		bk.expireLocked(at)
+		return bk.arrivalViewLocked(), bk.win.tokens
+	}
+	// x's 1100 only: a and b (2100 each, at their expected output) are not sent.
+	if v, w := view(t0.Add(time.Second)); v != 1100 || w != 1100+2*(2000+100) {
+		t.Fatalf("before the sends: view %.0f, window %d; want 1100 and %d", v, w, 1100+2*2100)
+	}
+	l.Sent(t0.Add(2*time.Second), a)
+	if v, _ := view(t0.Add(2 * time.Second)); v != 1100+2100 {
+		t.Fatalf("a sent: view %.0f, want %d", v, 1100+2100)
+	}
+	if err := l.Release(t0.Add(3*time.Second), b); err != nil { // b failed before it was written
+		t.Fatal(err)
+	}
+	if err := l.Settle(t0.Add(3*time.Second), a, Usage{InputTokens: 2000, OutputTokens: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if v, w := view(t0.Add(3 * time.Second)); v != 1100+2050 || w != 1100+2050 {
+		t.Fatalf("all closed: view %.0f, window %d; want both %d", v, w, 1100+2050)
+	}
+}
