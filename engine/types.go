@@ -143,8 +143,10 @@ type RateLimit struct {
 	// Axis is the limit the provider named (wording, headers); AxisUnknown lets
 	// the gate judge from its window.
 	Axis Axis
-	// Admitted is when the refused call was admitted (zero: unknown). The delay
-	// from it to the 429 bounds how late the provider counts a call.
+	// Admitted is when the gate's entry for the refused call counts from (zero:
+	// unknown): its admission, or its send when the caller reported that
+	// (gate.Ledger.Sent). The delay from it to the 429 bounds how late the
+	// provider counts a call.
 	Admitted time.Time
 	// Tokens is what the refused call reserved (0: unknown). The provider held
 	// less than its limit and this call did not fit: the limit lies between the

@@ -38,8 +38,9 @@ type exchange struct {
 	waited   time.Duration // the gate's waits on its clock, for X-Gate-Waited-Ms
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
-	// sent is when the current attempt was written to the upstream (unix nanos
-	// on the gate's clock; 0: not yet), set from the transport's goroutine.
+	// sent is when the current attempt's ledger entry counts from, once it was
+	// written to the upstream (unix nanos on the gate's clock; 0: not yet, or
+	// the entry did not move), set from the transport's goroutine.
 	sent *atomic.Int64
 
 	// For the access log (access.go): the last route tried, the attempts sent
@@ -226,9 +227,9 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		if info.Err != nil {
 			return // not sent whole: the attempt fails and its ticket is released
 		}
-		now := s.clock.Now()
-		sent.Store(now.UnixNano())
-		s.ledger.Sent(now, t)
+		if at := s.ledger.Sent(s.clock.Now(), t); !at.IsZero() {
+			sent.Store(at.UnixNano())
+		}
 	}})
 	up := x.cfg.Upstream
 	var idle time.Duration
@@ -368,9 +369,8 @@ func (x *exchange) budgetFull() {
 // redactor is the redactor of the exchange's snapshot secrets.
 func (x *exchange) redactor() *redactor { return x.s.redact.get(x.cfg) }
 
-// decide classifies a failure and plans what to do about it.
-// countedFrom is when the gate's entry for the current attempt begins: its
-// admission, or when it was written to the upstream if that was later.
+// countedFrom is when the gate's entry for the current attempt counts from:
+// its admission, or when it was written to the upstream if that moved it.
 func (x *exchange) countedFrom() time.Time {
 	if x.sent != nil {
 		if at := x.sent.Load(); at > x.admitted.UnixNano() {
@@ -380,6 +380,7 @@ func (x *exchange) countedFrom() time.Time {
 	return x.admitted
 }
 
+// decide classifies a failure and plans what to do about it.
 func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engine.Route) (engine.Verdict, retry.Action) {
 	s := x.s
 	now := s.clock.Now()

@@ -40,10 +40,14 @@ type bucket struct {
 	est                       estimator
 	cooldownUntil             time.Time
 	reservedOpen              int64   // reservations of tickets not yet settled
-	unsent                    int64   // the arrival view's share of the calls admitted and not yet sent (Request.Sends)
 	openVar                   float64 // invariant: the sum of the open tickets' cost variances
 	inFlight                  int
 	perSession                map[string]int // in flight per session; kept only with a cap
+
+	// The calls admitted and not yet sent (Request.Sends): their share of the
+	// arrival view, and how many.
+	unsent      int64
+	unsentCount int
 
 	slots []ticketSlot
 	free  []int32
@@ -760,6 +764,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	if req.Sends {
 		s.unsent = res - out + b.est.expectedOutput(out)
 		b.unsent += s.unsent
+		b.unsentCount++
 	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
@@ -820,13 +825,20 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	}
 	b.expireLocked(now)
 	b.lastUsed = now
-	b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
+	if s.sendPending && u == nil {
+		b.win.drop(s.seq) // released before it was sent: the provider never saw it
+	} else {
+		b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
+	}
 	b.spent += float64(tokens - s.reserved)
 	if tokens > 0 {
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
-	b.unsent -= s.unsent // never sent: the provider never counted it
+	if s.sendPending { // never sent: the provider never counted it
+		b.unsent -= s.unsent
+		b.unsentCount--
+	}
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
 	}
@@ -972,7 +984,7 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 	if said != engine.AxisUnknown {
 		return said
 	}
-	n := b.countedLocked().requests()
+	n := b.providerRequestsLocked()
 	if b.countFellLocked(now, n, reading) {
 		return engine.AxisTokens
 	}
@@ -1037,7 +1049,7 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 	if !b.learn.enabled {
 		return
 	}
-	count := b.countedLocked().requests()
+	count := b.providerRequestsLocked()
 	if !b.atCompletion && !admitted.IsZero() && admitted.Before(now) {
 		// The count when the refused call was admitted: the calls admitted
 		// after it, before its 429 came back a round trip later, were not in

@@ -21,17 +21,28 @@ func (b *bucket) providerViewLocked() float64 {
 
 // arrivalViewLocked is providerViewLocked for a provider that counts on arrival:
 // the calls sent within the window (the calls admitted and not yet sent have
-// not reached it).
+// not reached it). An unsent call's share is fixed at its admission while the
+// expected output moves on; over the milliseconds before a send the difference
+// is a few tokens, and the view never reads below zero for it.
 func (b *bucket) arrivalViewLocked() float64 {
 	view := b.win.tokens - b.unsent
 	if b.agingLocked() {
 		// calls without max_tokens hold their expected output already
-		return float64(view - max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput()))
-	}
-	if expected := b.est.meanOutput(); expected >= 0 {
+		view -= max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput())
+	} else if expected := b.est.meanOutput(); expected >= 0 {
 		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
 	}
-	return float64(view)
+	return float64(max(view, 0))
+}
+
+// providerRequestsLocked is the requests the provider's window holds in the
+// view the gate counts in: in the arrival view, less the calls not yet sent.
+func (b *bucket) providerRequestsLocked() int {
+	n := b.countedLocked().requests()
+	if !b.atCompletion {
+		n -= b.unsentCount
+	}
+	return n
 }
 
 // clearVotesLocked forgets the evidence gathered toward a view switch, when the

@@ -376,40 +376,62 @@ func (l *Ledger) Settle(now time.Time, t Ticket, u Usage) error {
 	return l.close(now, t, u.Total(), &u)
 }
 
-// Sent records that t's call left for the provider at now. A call sent late
-// after its admission (a busy machine, a new connection's handshake) is counted
-// by the provider that much later, so its entry stays in the gate's window from
-// now instead: the gate never frees a call the provider still holds. A ticket
-// already closed, or a time before its entry's, changes nothing.
-func (l *Ledger) Sent(now time.Time, t Ticket) {
+// Sent records that t's call left for the provider at now, and returns the
+// time its entry counts from (zero when nothing changed: the ticket is closed,
+// stale or without a bucket, or now is not after the entry's time). A call
+// sent late after its admission (a busy machine, a new connection's handshake)
+// is counted by the provider that much later, so its entry stays in the gate's
+// window from now instead: the gate never frees a call the provider still
+// holds. For a call admitted with Request.Sends, the level it meets at the
+// provider is read now, and it joins the provider view the learner reads.
+func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	if t.b == nil {
-		return
+		return time.Time{}
 	}
 	b := t.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if int(t.slot) >= len(b.slots) {
-		return
+		return time.Time{}
 	}
 	s := &b.slots[t.slot]
 	if !s.open || s.gen != t.gen {
-		return
+		return time.Time{}
 	}
 	b.expireLocked(now)
-	s.seq = b.win.restamp(s.seq, now.UnixNano())
-	b.unsent -= s.unsent
-	s.unsent = 0
+	var at int64
+	if s.seq < b.win.headSeq {
+		// Sent a whole window after its admission: its entry already left the
+		// window, but the provider counts it from now.
+		s.seq = b.win.add(now, s.reserved, s.output, s.asked)
+		at = b.win.last
+	} else {
+		s.seq, at = b.win.restamp(s.seq, now.UnixNano())
+	}
 	if s.sendPending {
+		s.sendPending = false
+		if b.est.meanOutput() >= 0 {
+			// The served level's base, read as the provider meets the call:
+			// without it (it is not in the view until sent) and without what
+			// only the count guard keeps.
+			s.viewArrival = int64(b.arrivalViewLocked()) - b.win.tail()
+		}
+		b.unsent -= s.unsent
+		b.unsentCount--
+		s.unsent = 0
 		// The level this call meets at the provider: the window as it is now,
 		// this call in it. Read at its admission, it would count the calls that
 		// left the provider's window while this one waited to be sent.
-		s.sendPending = false
 		reading := b.providerViewLocked() // on arrival, this call is in it
 		if b.atCompletion {
 			reading += float64(s.reserved - s.output + b.est.expectedOutput(s.output))
 		}
 		b.observeAdmitLocked(now, reading)
 	}
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, at)
 }
 
 // Release gives t's whole reservation back: no usage ever arrived (the call

@@ -83,7 +83,7 @@ func TestRestampedWindowReads(t *testing.T) {
 	w.add(at(0), 100, 50, false)
 	a := w.add(at(1), 200, 50, false)
 	w.add(at(2), 300, 50, false)
-	if got := w.restamp(a, at(10).UnixNano()); got != a+2 {
+	if got, _ := w.restamp(a, at(10).UnixNano()); got != a+2 {
 		t.Fatalf("restamp moved a to %d, want %d (the end)", got, a+2)
 	}
 	w.expire(at(12))
@@ -102,6 +102,13 @@ func TestRestampedWindowReads(t *testing.T) {
 	if n := w.requestsAfter(at(0).UnixNano() - 1); n != 3 {
 		t.Fatalf("requestsAfter(just before t0) = %d, want 3", n)
 	}
+	// A window of 60 s whose provider counts 50 s of it: at t0+55s the first
+	// and the third are in the guard's tail, skipping a's old place.
+	w.inner = 50 * time.Second
+	w.expire(at(55))
+	if w.tail() != 400 || w.tailAfter(at(1).UnixNano()) != 300 || w.tailAfter(at(-1).UnixNano()) != 400 {
+		t.Fatalf("tail %d, after t0+1s %d, after t0-1s %d; want 400, 300 and 400", w.tail(), w.tailAfter(at(1).UnixNano()), w.tailAfter(at(-1).UnixNano()))
+	}
 	if !w.settle(a+2, 120) || w.tokens != 520 || w.openCount != 2 {
 		t.Fatalf("settling a in its new place: tokens %d open %d, want 520 and 2", w.tokens, w.openCount)
 	}
@@ -112,21 +119,69 @@ func TestRestampedWindowReads(t *testing.T) {
 }
 
 // A send stamped before the admission (a clock that stepped back), or a ticket
-// already closed or never issued, changes nothing.
+// already closed or never issued, changes nothing, and Sent says so.
 func TestSentThatCannotMoveAnEntry(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	a := mustAdmit(t, l, t0.Add(10*time.Second), req(300))
-	l.Sent(t0, a) // before its admission: it keeps t0+10s
+	if at := l.Sent(t0, a); !at.IsZero() { // before its admission: it keeps t0+10s
+		t.Fatalf("a send before the admission moved the entry to %s", at.Sub(t0))
+	}
 	b := mustAdmit(t, l, t0.Add(20*time.Second), req(300))
 	if err := l.Settle(t0.Add(21*time.Second), b, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
 		t.Fatal(err)
 	}
-	l.Sent(t0.Add(40*time.Second), b)                 // settled
-	mustAdmit(t, l, t0.Add(22*time.Second), req(100)) // reuses b's slot
-	l.Sent(t0.Add(40*time.Second), b)                 // b's stale ticket does not move the new call
-	l.Sent(t0.Add(40*time.Second), Ticket{})          // a ticket without a bucket
-	// 1000 - 400 (a) - 400 (b) - 200 = 0: a call of 400 waits for a, at t0+70s.
-	mustWait(t, l, t0.Add(23*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 70*time.Second)
+	c := mustAdmit(t, l, t0.Add(22*time.Second), req(100)) // reuses b's slot
+	for _, tk := range []Ticket{b, {}} {                   // b's stale ticket; a ticket without a bucket
+		if at := l.Sent(t0.Add(40*time.Second), tk); !at.IsZero() {
+			t.Fatalf("Sent(%+v) moved an entry to %s", tk, at.Sub(t0))
+		}
+	}
+	// 1000 - 400 (a) - 400 (b) - 200 (c) = 0. A call of 400 waits for a, at
+	// t0+70s; a call of 1000 for all three, c last, at t0+82s — t0+100s had the
+	// stale ticket moved c (or b) to t0+40s.
+	w := mustWait(t, l, t0.Add(23*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 70*time.Second)
+	w.Cancel(t0.Add(23 * time.Second))
+	mustWait(t, l, t0.Add(23*time.Second), Request{Provider: "p", Model: "m", Session: "y", InputTokens: 900}, "tpm", 82*time.Second)
+	if at := l.Sent(t0.Add(24*time.Second), c); !at.Equal(t0.Add(24 * time.Second)) {
+		t.Fatalf("c's own send: %s, want t0+24s", at.Sub(t0))
+	}
+}
+
+// A call sent after its entry left the gate's window (a connection that took
+// a whole window) is counted again from its send; one sent after its entry
+// passed the provider's window into the count guard's tail leaves the tail.
+func TestSentAfterTheEntryLeft(t *testing.T) {
+	c := testGate()
+	c.CountGuard = 0.02 // 1.2 s of tail at a minute's window
+	l, _, _ := newTestLedger(t, c)
+	a := mustAdmit(t, l, t0, req(300))
+	l.Sent(t0.Add(62*time.Second), a) // past the window and its guard (61.2 s)
+	if st := l.BucketStatus(t0.Add(100*time.Second), "p", "m"); st.WindowTokens != 400 || st.InFlight != 1 {
+		t.Fatalf("at t0+100s: %d tokens, %d in flight; want a's 400 and 1", st.WindowTokens, st.InFlight)
+	}
+	if err := l.Settle(t0.Add(101*time.Second), a, Usage{InputTokens: 300, OutputTokens: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.BucketStatus(t0.Add(101*time.Second), "p", "m"); st.WindowTokens != 320 {
+		t.Fatalf("settled in its new entry: %d tokens, want 320", st.WindowTokens)
+	}
+
+	b := mustAdmit(t, l, t0.Add(200*time.Second), req(300))
+	mustAdmit(t, l, t0.Add(200*time.Second+time.Millisecond), req(300))
+	bk := l.lockedBucketFor("p", "m", t0.Add(260*time.Second+500*time.Millisecond))
+	bk.expireLocked(t0.Add(260*time.Second + 500*time.Millisecond))
+	tail := bk.win.tail()
+	bk.mu.Unlock()
+	if tail != 800 {
+		t.Fatalf("in the guard's tail: %d, want both calls' 800", tail)
+	}
+	l.Sent(t0.Add(260*time.Second+500*time.Millisecond), b)
+	bk = l.lockedBucketFor("p", "m", t0.Add(260*time.Second+500*time.Millisecond))
+	tail, tokens := bk.win.tail(), bk.win.tokens
+	bk.mu.Unlock()
+	if tail != 400 || tokens != 800 {
+		t.Fatalf("b sent: tail %d, window %d; want 400 (the other call) and 800", tail, tokens)
+	}
 }
 
 // A call whose caller reports its send (Request.Sends) is read at the level it
@@ -147,6 +202,13 @@ func TestSentReadsTheLevelWhenTheCallLeaves(t *testing.T) {
 	cr.Sends = true
 	call := mustAdmit(t, l, t0.Add(59*time.Second), cr)
 	l.Sent(t0.Add(61*time.Second), call)
+	// The served level's base is read at the send too: an empty window.
+	bk := l.lockedBucketFor("p", "m", t0.Add(61*time.Second))
+	base := bk.slots[call.slot].viewArrival
+	bk.mu.Unlock()
+	if base != 0 {
+		t.Fatalf("the call's view at its send: %d, want 0 (x left; 20100 at its admission)", base)
+	}
 	// A window later, the next admission closes the record of the last.
 	mustAdmit(t, l, t0.Add(130*time.Second), req(10))
 	b := l.lockedBucketFor("p", "m", t0.Add(130*time.Second))
@@ -174,19 +236,21 @@ func TestUnsentCallsAreNotInTheProviderView(t *testing.T) {
 	sends.Sends = true
 	a := mustAdmit(t, l, t0.Add(time.Second), sends)
 	b := mustAdmit(t, l, t0.Add(time.Second), sends)
+	var requests int // the provider's window's requests, as an RPM 429 reads them
 	view := func(at time.Time) (float64, int64) {
 		bk := l.lockedBucketFor("p", "m", at)
 		defer bk.mu.Unlock()
 		bk.expireLocked(at)
+		requests = bk.providerRequestsLocked()
 		return bk.arrivalViewLocked(), bk.win.tokens
 	}
 	// x's 1100 only: a and b (2100 each, at their expected output) are not sent.
-	if v, w := view(t0.Add(time.Second)); v != 1100 || w != 1100+2*(2000+100) {
-		t.Fatalf("before the sends: view %.0f, window %d; want 1100 and %d", v, w, 1100+2*2100)
+	if v, w := view(t0.Add(time.Second)); v != 1100 || w != 1100+2*(2000+100) || requests != 1 {
+		t.Fatalf("before the sends: view %.0f, window %d, %d requests; want 1100, %d and 1", v, w, requests, 1100+2*2100)
 	}
 	l.Sent(t0.Add(2*time.Second), a)
-	if v, _ := view(t0.Add(2 * time.Second)); v != 1100+2100 {
-		t.Fatalf("a sent: view %.0f, want %d", v, 1100+2100)
+	if v, _ := view(t0.Add(2 * time.Second)); v != 1100+2100 || requests != 2 {
+		t.Fatalf("a sent: view %.0f, %d requests; want %d and 2", v, requests, 1100+2100)
 	}
 	if err := l.Release(t0.Add(3*time.Second), b); err != nil { // b failed before it was written
 		t.Fatal(err)
@@ -194,7 +258,11 @@ func TestUnsentCallsAreNotInTheProviderView(t *testing.T) {
 	if err := l.Settle(t0.Add(3*time.Second), a, Usage{InputTokens: 2000, OutputTokens: 50}); err != nil {
 		t.Fatal(err)
 	}
-	if v, w := view(t0.Add(3 * time.Second)); v != 1100+2050 || w != 1100+2050 {
-		t.Fatalf("all closed: view %.0f, window %d; want both %d", v, w, 1100+2050)
+	// b never reached the provider: neither its tokens nor its request count.
+	if v, w := view(t0.Add(3 * time.Second)); v != 1100+2050 || w != 1100+2050 || requests != 2 {
+		t.Fatalf("all closed: view %.0f, window %d, %d requests; want both %d, and 2", v, w, requests, 1100+2050)
+	}
+	if st := l.BucketStatus(t0.Add(3*time.Second), "p", "m"); st.WindowRequests != 2 {
+		t.Fatalf("the window holds %d requests, want 2 (x and a)", st.WindowRequests)
 	}
 }

@@ -17,8 +17,8 @@ type slidingWindow struct {
 	span    time.Duration
 	entries []windowEntry // ring; len is the capacity
 	head    int           // index of the oldest entry
-	n       int           // entries, the moved ones' old places among them
-	moved   int           // of those, old places of entries restamp moved to the end
+	n       int           // entries, holes among them
+	holes   int           // of those, places that hold nothing (see holeAt)
 	headSeq uint64        // sequence number of entries[head]
 	tokens  int64         // invariant: sum of entries[*].tokens
 	// Calls still in flight, among the entries: how many, and the output tokens
@@ -41,16 +41,16 @@ type slidingWindow struct {
 // windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
 // every drain computation and should stay in few cache lines.
 type windowEntry struct {
-	at     int64 // movedAt: the old place of an entry restamp moved
+	at     int64 // holeAt: a place that holds nothing
 	tokens int64
 	// open is 1 + the output reserved while the call is in flight, negated for a
 	// call that asked max_tokens; 0 once settled.
 	open int64
 }
 
-// movedAt marks the place an entry was moved from: it holds nothing, and
-// leaves the ring when it reaches the head.
-const movedAt = math.MinInt64
+// holeAt marks a place that holds nothing — an entry restamp moved to the end,
+// or a call drop took out — until it leaves the ring at the head.
+const holeAt = math.MinInt64
 
 func newSlidingWindow(span time.Duration) slidingWindow {
 	return slidingWindow{span: span, entries: make([]windowEntry, 16)}
@@ -68,8 +68,8 @@ func (w *slidingWindow) expire(now time.Time) {
 		if w.tailEnd > w.headSeq {
 			w.tailTokens -= e.tokens
 		}
-		if e.at == movedAt {
-			w.moved--
+		if e.at == holeAt {
+			w.holes--
 		}
 		w.tokens -= e.tokens
 		w.closeEntry(e)
@@ -111,7 +111,7 @@ func (w *slidingWindow) tailAfter(cutoff int64) int64 {
 	var sum int64
 	for seq := w.tailEnd; seq > w.headSeq; seq-- {
 		e := &w.entries[(w.head+int(seq-1-w.headSeq))%len(w.entries)]
-		if e.at == movedAt {
+		if e.at == holeAt {
 			continue
 		}
 		if e.at <= cutoff {
@@ -196,7 +196,7 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 }
 
 // requests is the number of requests in the window.
-func (w *slidingWindow) requests() int { return w.n - w.moved }
+func (w *slidingWindow) requests() int { return w.n - w.holes }
 
 // requestsAfter is how many of the window's entries were added after at (unix
 // nanoseconds).
@@ -204,7 +204,7 @@ func (w *slidingWindow) requestsAfter(at int64) int {
 	k := 0
 	for i := w.n - 1; i >= 0; i-- {
 		e := w.entries[(w.head+i)%len(w.entries)].at
-		if e == movedAt {
+		if e == holeAt {
 			continue
 		}
 		if e <= at {
@@ -245,7 +245,7 @@ func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
 	}
 	var e windowEntry
 	for i := 0; i < w.n && excess > 0; i++ { // the excess-th request from the oldest
-		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != movedAt {
+		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != holeAt {
 			excess--
 		}
 	}
@@ -258,35 +258,57 @@ func (w *slidingWindow) leaves(e windowEntry, now time.Time) time.Duration {
 }
 
 // restamp moves entry seq, a call in flight, to at (unix nanos) when that is
-// later, and returns its sequence number now: the call left for the provider
-// at at, so the provider counts it from then, not from its admission. The ring
-// stays in time order: unless it is the newest, the entry moves to the end,
-// and its old place holds nothing until it reaches the head. An entry already
-// in the tail (sent a whole window after its admission) stays where it is.
-func (w *slidingWindow) restamp(seq uint64, at int64) uint64 {
-	if seq < max(w.headSeq, w.tailEnd) || seq >= w.headSeq+uint64(w.n) {
-		return seq
+// later, and returns its sequence number and time now (0: it did not move): the
+// call left for the provider at at, so the provider counts it from then, not
+// from its admission. The ring stays in time order: unless it is the newest,
+// the entry moves to the end, and its old place holds nothing until it reaches
+// the head. An entry that already left the window is not found (the caller
+// adds the call again).
+func (w *slidingWindow) restamp(seq uint64, at int64) (uint64, int64) {
+	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
+		return seq, 0
 	}
 	i := (w.head + int(seq-w.headSeq)) % len(w.entries)
 	e := w.entries[i]
 	if at <= e.at {
-		return seq
+		return seq, 0
 	}
 	at = max(at, w.last) // keep entries ordered when the clock steps back
 	w.last = at
-	if seq == w.headSeq+uint64(w.n)-1 {
+	if seq == w.headSeq+uint64(w.n)-1 && seq >= w.tailEnd { // the newest: already in order
 		w.entries[i].at = at
-		return seq
+		return seq, at
 	}
-	w.entries[i] = windowEntry{at: movedAt}
-	w.moved++
+	if seq < w.tailEnd { // older than the provider's window: not any more
+		w.tailTokens -= e.tokens
+	}
+	w.entries[i] = windowEntry{at: holeAt}
+	w.holes++
 	if w.n == len(w.entries) {
 		w.grow()
 	}
 	e.at = at
 	w.entries[(w.head+w.n)%len(w.entries)] = e
 	w.n++
-	return w.headSeq + uint64(w.n) - 1
+	return w.headSeq + uint64(w.n) - 1, at
+}
+
+// drop takes entry seq out of the window, its request with its tokens: a call
+// that never reached the provider. It returns false when the entry already
+// left.
+func (w *slidingWindow) drop(seq uint64) bool {
+	if seq < w.headSeq || seq >= w.headSeq+uint64(w.n) {
+		return false
+	}
+	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
+	if seq < w.tailEnd {
+		w.tailTokens -= e.tokens
+	}
+	w.tokens -= e.tokens
+	w.closeEntry(e)
+	*e = windowEntry{at: holeAt}
+	w.holes++
+	return true
 }
 
 // resize changes the reservation of entry seq, a call still in flight that did

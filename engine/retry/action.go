@@ -120,8 +120,10 @@ type Request struct {
 	// planner remembers itself, see SinceCapacity) and hands it on to the
 	// QuotaRouter for its events.
 	Failure *engine.Failure
-	// Admitted is when the failed call was admitted by the gate (zero: unknown);
-	// the gate measures how late the provider counts from it.
+	// Admitted is when the gate's entry for the failed call counts from (zero:
+	// unknown): its admission, or when it was sent if the caller reported that
+	// later (gate.Ledger.Sent). The gate measures how late the provider counts
+	// from it.
 	Admitted time.Time
 	// Reserved is what the gate reserved for the failed call (0: unknown).
 	Reserved int64
