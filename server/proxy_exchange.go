@@ -250,6 +250,13 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	x.attempts++
 	u0 := time.Now()
 	resp, err := s.client.Do(req)
+	if err == nil && sent.Load() == 0 {
+		// An answer came back before the write was reported (a provider that
+		// answers early): the provider had the call, so it counts from now.
+		if at := s.ledger.Sent(s.clock.Now(), t); !at.IsZero() {
+			sent.Store(at.UnixNano())
+		}
+	}
 	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)

@@ -156,8 +156,8 @@ func (b *bucket) ageLocked(now time.Time) {
 	b.agedAt = at
 	for i := range b.slots {
 		s := &b.slots[i]
-		if !s.open || s.asked {
-			continue
+		if !s.open || s.asked || s.sendPending {
+			continue // an unsent call writes nothing yet, and its share of the view is fixed
 		}
 		mean, v := b.est.model.moments(b.est.model.floorAt(float64(at-s.admitted) / 1e9))
 		if out := int64(math.Ceil(mean)); out != s.output {

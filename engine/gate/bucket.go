@@ -164,7 +164,7 @@ type ticketSlot struct {
 	variance float64 // the call's cost variance, in openVar while open
 	inputVar float64 // of it, the input estimate's share (what aging keeps)
 	output0  int64   // the output reserved at admission (output follows the call's age)
-	admitted int64   // unix nanos
+	admitted int64   // unix nanos; its send's, once a reported send moved its entry
 	// sendPending: the caller reports the send (Request.Sends), and the level
 	// the call was admitted at is read then. unsent is the call's share of the
 	// arrival view until it is sent (in the bucket's unsent meanwhile).
@@ -782,6 +782,41 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	return Ticket{b: b, slot: idx, gen: s.gen, Reserved: res, ReservedOutput: out, Waited: waited, Reason: reason}
 }
 
+// requestsMetLocked is the request count the refused call met at the provider:
+// the window's, in the view the gate counts in, as of admitted (the time the
+// call's entry counts from; zero: unknown, now).
+func (b *bucket) requestsMetLocked(now, admitted time.Time) int {
+	count := b.countedLocked().requests()
+	switch {
+	case b.atCompletion:
+	case !admitted.IsZero() && admitted.Before(now):
+		// The calls admitted after it, before its 429 came back a round trip
+		// later, were not in the window the provider refused it at: a cohort
+		// released at once took 429s at counts 22 and 23 of a limit of 20. Nor
+		// were the calls admitted before it and not sent by then (those after
+		// it are among the first).
+		count -= b.win.requestsAfter(admitted.UnixNano()) + b.unsentSinceLocked(admitted.UnixNano())
+	default:
+		count -= b.unsentCount
+	}
+	return count
+}
+
+// unsentSinceLocked is how many calls admitted at or before at (unix nanos)
+// are still not sent. It scans the tickets: only a request 429 asks.
+func (b *bucket) unsentSinceLocked(at int64) int {
+	if b.unsentCount == 0 {
+		return 0
+	}
+	n := 0
+	for i := range b.slots {
+		if s := &b.slots[i]; s.open && s.sendPending && s.admitted <= at {
+			n++
+		}
+	}
+	return n
+}
+
 // observeAdmitLocked records the level a call was admitted at (reading: the
 // provider's window with the call in it) for the clean-window record.
 func (b *bucket) observeAdmitLocked(now time.Time, reading float64) {
@@ -1049,14 +1084,7 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 	if !b.learn.enabled {
 		return
 	}
-	count := b.providerRequestsLocked()
-	if !b.atCompletion && !admitted.IsZero() && admitted.Before(now) {
-		// The count when the refused call was admitted: the calls admitted
-		// after it, before its 429 came back a round trip later, were not in
-		// the window the provider refused it at. A cohort released at once
-		// took 429s at counts 22 and 23 of a limit of 20.
-		count -= b.win.requestsAfter(admitted.UnixNano())
-	}
+	count := b.requestsMetLocked(now, admitted)
 	if count < lowCallsAlone && float64(count) < suspectRatio*float64(b.rpm) {
 		// A window nearly empty (a cooldown drained it, another client filled
 		// the key): not the gate's count. A cooldown only — a trigger of one

@@ -431,6 +431,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	if at == 0 {
 		return time.Time{}
 	}
+	s.admitted = at // the call writes from its send: its age counts from there
 	return time.Unix(0, at)
 }
 

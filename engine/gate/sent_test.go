@@ -182,6 +182,45 @@ func TestSentAfterTheEntryLeft(t *testing.T) {
 	if tail != 400 || tokens != 800 {
 		t.Fatalf("b sent: tail %d, window %d; want 400 (the other call) and 800", tail, tokens)
 	}
+
+	// The newest entry in the tail leaves it too.
+	c2 := mustAdmit(t, l, t0.Add(400*time.Second), req(300))
+	at := t0.Add(460*time.Second + 500*time.Millisecond)
+	bk = l.lockedBucketFor("p", "m", at)
+	bk.expireLocked(at)
+	tail = bk.win.tail()
+	bk.mu.Unlock()
+	if tail != 400 {
+		t.Fatalf("the newest call in the tail: %d, want 400", tail)
+	}
+	l.Sent(at, c2)
+	bk = l.lockedBucketFor("p", "m", at)
+	tail, tokens = bk.win.tail(), bk.win.tokens
+	bk.mu.Unlock()
+	if tail != 0 || tokens != 400 {
+		t.Fatalf("the newest call sent: tail %d, window %d; want 0 and 400", tail, tokens)
+	}
+}
+
+// An RPM 429 reads the requests the refused call met: not the calls admitted
+// after its send, nor those admitted before it and still unsent — each once.
+func TestRequestsMetLeaveOutUnsentCalls(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	sends := req(10)
+	sends.Sends = true
+	mustAdmit(t, l, t0, sends) // never sent
+	refused := mustAdmit(t, l, t0.Add(time.Second), sends)
+	sentAt := l.Sent(t0.Add(2*time.Second), refused)
+	mustAdmit(t, l, t0.Add(3*time.Second), sends)   // after it, unsent
+	mustAdmit(t, l, t0.Add(4*time.Second), req(10)) // after it, sent
+	bk := l.lockedBucketFor("p", "m", t0.Add(5*time.Second))
+	defer bk.mu.Unlock()
+	if n := bk.requestsMetLocked(t0.Add(5*time.Second), sentAt); n != 1 {
+		t.Fatalf("the refused call met %d requests, want 1 (itself)", n)
+	}
+	if n := bk.requestsMetLocked(t0.Add(5*time.Second), time.Time{}); n != 2 {
+		t.Fatalf("without its time, %d requests, want 2 (the sent ones)", n)
+	}
 }
 
 // A call whose caller reports its send (Request.Sends) is read at the level it

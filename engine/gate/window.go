@@ -301,6 +301,9 @@ func (w *slidingWindow) drop(seq uint64) bool {
 		return false
 	}
 	e := &w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)]
+	if e.at == holeAt {
+		return false
+	}
 	if seq < w.tailEnd {
 		w.tailTokens -= e.tokens
 	}
