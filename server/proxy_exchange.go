@@ -39,8 +39,9 @@ type exchange struct {
 	admitted time.Time     // when the current attempt was admitted, on the gate's clock
 	reserved int64         // what the gate reserved for the current attempt
 	// sent is when the current attempt's ledger entry counts from, once it was
-	// written to the upstream (unix nanos on the gate's clock; 0: not yet, or
-	// the entry did not move), set from the transport's goroutine.
+	// written to the upstream (unix nanos on the gate's clock; 0: not written
+	// yet; 1: written, the entry did not move), set from the transport's
+	// goroutine.
 	sent *atomic.Int64
 
 	// For the access log (access.go): the last route tried, the attempts sent
@@ -227,9 +228,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		if info.Err != nil {
 			return // not sent whole: the attempt fails and its ticket is released
 		}
-		if at := s.ledger.Sent(s.clock.Now(), t); !at.IsZero() {
-			sent.Store(at.UnixNano())
-		}
+		x.noteSent(sent, t)
 	}})
 	up := x.cfg.Upstream
 	var idle time.Duration
@@ -253,9 +252,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if err == nil && sent.Load() == 0 {
 		// An answer came back before the write was reported (a provider that
 		// answers early): the provider had the call, so it counts from now.
-		if at := s.ledger.Sent(s.clock.Now(), t); !at.IsZero() {
-			sent.Store(at.UnixNano())
-		}
+		x.noteSent(sent, t)
 	}
 	err = dl.explain(err)
 	if err != nil {
@@ -375,6 +372,16 @@ func (x *exchange) budgetFull() {
 
 // redactor is the redactor of the exchange's snapshot secrets.
 func (x *exchange) redactor() *redactor { return x.s.redact.get(x.cfg) }
+
+// noteSent tells the ledger t's call was written to the upstream now, and
+// records in sent when its entry counts from (1 when it did not move).
+func (x *exchange) noteSent(sent *atomic.Int64, t gate.Ticket) {
+	v := int64(1)
+	if at := x.s.ledger.Sent(x.s.clock.Now(), t); !at.IsZero() {
+		v = at.UnixNano()
+	}
+	sent.Store(v)
+}
 
 // countedFrom is when the gate's entry for the current attempt counts from:
 // its admission, or when it was written to the upstream if that moved it.

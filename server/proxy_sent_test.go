@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -49,5 +50,39 @@ gate:
 	clock.Set(pxT0.Add(66 * time.Second))
 	if st := f.status("up", "m"); st.WindowTokens != 0 || st.WindowRequests != 0 {
 		t.Fatalf("a window and a second after its send: %d tokens, %d requests; want none", st.WindowTokens, st.WindowRequests)
+	}
+}
+
+// answersUnwritten is an upstream transport that answers without the write
+// ever being reported (as an early answer can), late by late on the fake clock.
+type answersUnwritten struct {
+	clock *engine.FakeClock
+	late  time.Duration
+}
+
+func (a answersUnwritten) RoundTrip(r *http.Request) (*http.Response, error) {
+	a.clock.Advance(a.late)
+	rec := httptest.NewRecorder()
+	chatOK(100, 10, 0)(rec, r)
+	return rec.Result(), nil
+}
+
+// An answer that comes back before the write was reported counts as the
+// send: the provider had the call.
+func TestProxyCountsAnEarlyAnswerAsTheSend(t *testing.T) {
+	clock := engine.NewFakeClock(pxT0)
+	f := newPxFixtureWith(t, `
+providers:
+  up: {kind: openai, baseURL: http://127.0.0.1:9/v1}
+gate:
+  window: 60s
+  defaults: {tpm: 100000, rpm: 1000}
+`, clock, func(o *Options) { o.Transport = answersUnwritten{clock: clock, late: 5 * time.Second} })
+	if resp, body := f.call("/v1/chat/completions", chatReq("up/m", "max_tokens", 50)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	clock.Set(pxT0.Add(61 * time.Second))
+	if st := f.status("up", "m"); st.WindowTokens != 110 || st.WindowRequests != 1 {
+		t.Fatalf("a window and a second after its admission: %d tokens, %d requests; want the call's 110 and 1", st.WindowTokens, st.WindowRequests)
 	}
 }
