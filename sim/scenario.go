@@ -63,6 +63,8 @@ import (
 //	  marginSigmas: 5
 //	  countsAt: learn        # or arrival / completion: tell the gate how the provider counts (the
 //	                         #   oracle is told the truth either way)
+//	  decides: whole         # or known: tell the gate the provider decides a call on its input and
+//	                         #   max_tokens (the oracle is told provider.decides either way)
 //	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
 //	outputTokens: {median: 400, p99: 3000}    # lognormal output size
 //	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is
@@ -156,6 +158,11 @@ type GateSpec struct {
 	// countsAt in the config does: "arrival" or "completion" (unset or "learn":
 	// the gate learns it). The oracle is told the truth either way.
 	CountsAt string `yaml:"countsAt,omitempty" json:"countsAt,omitempty"`
+	// Decides tells the gate what the provider decides a call on, as a
+	// model's decides in the config does: "known" (its input and max_tokens)
+	// or "whole" (unset: the gate keeps a margin for the outputs in flight).
+	// The oracle is told the truth (provider.decides) either way.
+	Decides string `yaml:"decides,omitempty" json:"decides,omitempty"`
 }
 
 // applyAdmission sets the admission settings the scenario gives on cfg.
@@ -293,6 +300,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
 	case s.Gate.CountsAt != "" && s.Gate.CountsAt != gate.CountsAtArrival && s.Gate.CountsAt != gate.CountsAtCompletion && s.Gate.CountsAt != gate.CountsAtLearn:
 		return fmt.Errorf("scenario.gate.countsAt: %q is invalid; choices are [%s %s %s]", s.Gate.CountsAt, gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn)
+	case s.Gate.Decides != "" && s.Gate.Decides != gate.DecidesWhole && s.Gate.Decides != gate.DecidesKnown:
+		return fmt.Errorf("scenario.gate.decides: %q is invalid; choices are [%s %s]", s.Gate.Decides, gate.DecidesKnown, gate.DecidesWhole)
 	case s.Provider.Decides != "" && s.Provider.Decides != DecidesWhole && s.Provider.Decides != DecidesKnown:
 		return fmt.Errorf("scenario.provider.decides: %q is invalid; choices are [%s %s]", s.Provider.Decides, DecidesWhole, DecidesKnown)
 	case time.Duration(s.Duration) > 30*24*time.Hour:

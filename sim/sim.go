@@ -279,9 +279,13 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			if s.Provider.Model == LimitSlidingCompletion {
 				lim.countsAt = gate.CountsAtCompletion // how it counts is part of the truth
 			}
+			if s.Provider.Decides == DecidesKnown {
+				lim.decides = gate.DecidesKnown // and what it decides a call on
+			}
 		}
 		if mode == ModeGate {
 			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it
+			lim.decides = s.Gate.Decides
 		}
 		var trace io.Writer
 		if mode == ModeGate {

@@ -117,6 +117,7 @@ func TestParseScenario(t *testing.T) {
 		{"PaceBurst", "gate: {paceBurst: -0.1}\n", "scenario.gate.paceBurst:"},
 		{"MarginSigmas", "gate: {marginSigmas: 12}\n", "scenario.gate.marginSigmas:"},
 		{"CountsAt", "gate: {countsAt: later}\n", "scenario.gate.countsAt:"},
+		{"Decides", "gate: {decides: everything}\n", "scenario.gate.decides:"},
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
 		{"Decides", "provider: {decides: later}\n", "scenario.provider.decides:"},
@@ -470,5 +471,28 @@ func TestTriggerLoweredAgainRecovers(t *testing.T) {
 		if c := g.ConvergedAfterWindows; c == nil || *c > 5 || g.RemainingUtilization < 0.87 || g.RateLimited > 3 {
 			t.Errorf("seed %d: converged after %s windows, %.3f of what remains, %d 429s; want ≤ 5, ≥ 0.87, ≤ 3", seed, windows(c), g.RemainingUtilization, g.RateLimited)
 		}
+	}
+}
+
+// gate.decides tells the gate what the provider decides a call on, as a
+// model's decides in the config does. At a provider that decides on what it
+// knows (input and max_tokens, the output counted once written), the gate told
+// so counts the calls in flight as the provider does and keeps no margin for
+// their outputs: at the truth it uses what the margin held back, at no more
+// 429s. The oracle is told provider.decides either way.
+func TestGateToldTheProviderDecidesOnWhatItKnows(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(time.Hour)
+	s.Provider.Decides = DecidesKnown
+	untold := run(t, s)
+	s.Gate.Decides = gate.DecidesKnown
+	told := run(t, s)
+	u, g, o := untold.Modes[ModeGate], told.Modes[ModeGate], told.Modes[ModeOracle]
+	if g.Utilization < 0.95 || g.RateLimited > 1 || g.Lost > 0 || g.Utilization < u.Utilization+0.03 {
+		t.Fatalf("told: utilization %.3f, %d 429s, %d lost (untold: %.3f, %d 429s); want ≥ 0.95 and 3 points above untold, ≤ 1 429, none lost",
+			g.Utilization, g.RateLimited, g.Lost, u.Utilization, u.RateLimited)
+	}
+	if o.Utilization < 0.97 || o.RateLimited > 0 {
+		t.Fatalf("oracle: %.3f, %d 429s; want ≥ 0.97 and none", o.Utilization, o.RateLimited)
 	}
 }

@@ -239,6 +239,9 @@ func marginText(g sim.GateSpec) string {
 	if g.CountsAt != "" && g.CountsAt != gate.CountsAtLearn {
 		t += ", told the provider counts at " + g.CountsAt
 	}
+	if g.Decides == gate.DecidesKnown {
+		t += ", told the provider decides on input + max_tokens"
+	}
 	return t
 }
 

@@ -144,7 +144,9 @@ func (m *outputModel) moments(k float64) (mean, variance float64) {
 func upperTail(z float64) float64 { return 0.5 * math.Erfc(z/math.Sqrt2) }
 
 // agingLocked says whether reservations follow the calls' age.
-func (b *bucket) agingLocked() bool { return b.l.shared == nil && b.est.model.agesOK }
+func (b *bucket) agingLocked() bool {
+	return b.l.shared == nil && b.est.model.agesOK && !b.decidesKnown()
+}
 
 // ageLocked brings the reservation of every call in flight without max_tokens
 // up to its age, at most once per ageRefresh.

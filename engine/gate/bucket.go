@@ -521,6 +521,23 @@ func (b *bucket) overCapLocked(res int64) bool {
 	return b.limits.MaxTPM > 0 && res > b.capBudgetLocked()
 }
 
+// decidesKnown says the user told the gate that the provider decides a call
+// on what it knows at arrival (ModelLimits.Decides): a call in flight counts
+// its input and max_tokens, and its output once it settles.
+func (b *bucket) decidesKnown() bool { return b.limits.Decides == DecidesKnown }
+
+// providerCostLocked is what the provider's view counts of a call in flight
+// that reserved res, out of it for its output: its input and max_tokens when
+// the provider decides on what it knows, else its input and the output the
+// model usually writes (not a max_tokens far above it, which would inflate
+// the learner's readings).
+func (b *bucket) providerCostLocked(res, out int64) int64 {
+	if b.decidesKnown() {
+		return res
+	}
+	return res - out + b.est.expectedOutput(out)
+}
+
 // sizing is how a request is reserved.
 type sizing struct {
 	total, output, input int64
@@ -537,10 +554,20 @@ func (b *bucket) reservation(req Request) sizing {
 	if guessed {
 		in = b.est.input(req.InputBytes)
 	}
-	aging := b.agingLocked()
-	out := b.est.outputReserve(req.MaxTokens, aging)
 	asked := req.MaxTokens > 0
 	inVar := b.est.inputVariance(in, guessed)
+	if b.decidesKnown() {
+		// The provider decides on the input and max_tokens and counts the
+		// output once written, as the window does when the call settles: no
+		// output to reserve before then, and no spread of one to cover.
+		var out int64
+		if asked {
+			out = b.est.outputReserve(req.MaxTokens, false)
+		}
+		return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed, variance: inVar, inputVar: inVar}
+	}
+	aging := b.agingLocked()
+	out := b.est.outputReserve(req.MaxTokens, aging)
 	return sizing{total: in + out, output: out, input: in, asked: asked, guessed: guessed,
 		variance: b.est.outputVariance(asked, aging) + inVar, inputVar: inVar}
 }
@@ -739,7 +766,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	// reading; before any output was seen there is no expectation, and a reading
 	// made of reserves would overstate it (and later raise a false leak warning).
 	if !req.Sends {
-		b.observeAdmitLocked(now, b.providerViewLocked()+float64(res-out+b.est.expectedOutput(out)))
+		b.observeAdmitLocked(now, b.providerViewLocked()+float64(b.providerCostLocked(res, out)))
 	}
 	// Before any output was seen the arrival view counts calls in flight at their
 	// whole reserve, far above what the provider holds: no level to record then.
@@ -762,7 +789,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	s.inputVar, s.output0, s.sendPending = sz.inputVar, out, req.Sends
 	if req.Sends {
-		s.unsent = res - out + b.est.expectedOutput(out)
+		s.unsent = b.providerCostLocked(res, out)
 		b.unsent += s.unsent
 		b.unsentCount++
 	}
@@ -892,6 +919,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		}
 		span := b.l.conf().Window
 		cost := in + u.OutputTokens
+		if b.decidesKnown() {
+			cost = in + s.output0 // what the provider decided on: the output came later
+		}
 		if s.viewArrival >= 0 {
 			b.servedArrival.note(now, s.viewArrival+cost, span)
 		}

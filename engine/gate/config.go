@@ -17,6 +17,14 @@ type ModelLimits struct {
 	// never switches. CountsAtLearn (or "", which inherits, down to learning)
 	// has the gate learn it from where 429s fall.
 	CountsAt string
+	// Decides is what the provider decides a call on when it arrives, when
+	// the user knows it. DecidesKnown: what it can know then — the input and
+	// max_tokens — with the output counted once written (how OpenAI and
+	// Anthropic describe their limits); the gate counts a call in flight the
+	// same way and keeps no margin for outputs not yet written. DecidesWhole
+	// (or "", which inherits, down to whole): the gate keeps that margin, as
+	// if the provider could count an output at the call's arrival.
+	Decides string
 	// MaxTPM and MaxRPM are hard caps the user set, per window (0: none). The
 	// learner starts at TPM and RPM and may probe above them — they are
 	// guesses of what the provider allows — but never above a cap: a key
@@ -31,6 +39,12 @@ const (
 	CountsAtArrival    = "arrival"
 	CountsAtCompletion = "completion"
 	CountsAtLearn      = "learn" // a model's way back to learning under defaults that set a view
+)
+
+// What the provider decides a call on at its arrival (ModelLimits.Decides).
+const (
+	DecidesWhole = "whole"
+	DecidesKnown = "known"
 )
 
 // countView reports whether the user said how the provider counts, and whether
@@ -152,11 +166,17 @@ func (c Config) Validate() error {
 	if err := checkCountsAt("gate.defaults", c.Defaults.CountsAt); err != nil {
 		return err
 	}
+	if err := checkDecides("gate.defaults", c.Defaults.Decides); err != nil {
+		return err
+	}
 	for k, m := range c.Models {
 		if m.TPM < 0 || m.RPM < 0 || m.MaxTPM < 0 || m.MaxRPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
 			return fmt.Errorf("gate.models[%q]: tpm, rpm, maxTpm, maxRpm must not be negative and safetyFactor must be in (0, 1]", k)
 		}
 		if err := checkCountsAt(fmt.Sprintf("gate.models[%q]", k), m.CountsAt); err != nil {
+			return err
+		}
+		if err := checkDecides(fmt.Sprintf("gate.models[%q]", k), m.Decides); err != nil {
 			return err
 		}
 	}
@@ -169,6 +189,14 @@ func checkCountsAt(where, v string) error {
 		return nil
 	}
 	return fmt.Errorf("%s.countsAt: must be %q, %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, CountsAtLearn, v)
+}
+
+func checkDecides(where, v string) error {
+	switch v {
+	case "", DecidesWhole, DecidesKnown:
+		return nil
+	}
+	return fmt.Errorf("%s.decides: must be %q or %q (got %q)", where, DecidesKnown, DecidesWhole, v)
 }
 
 // tpmGiven reports whether model key's TPM is a figure the config gives — its
@@ -201,6 +229,9 @@ func (c Config) Limits(key string) ModelLimits {
 		}
 		if m.CountsAt != "" {
 			l.CountsAt = m.CountsAt
+		}
+		if m.Decides != "" {
+			l.Decides = m.Decides
 		}
 		if m.MaxTPM > 0 {
 			l.MaxTPM = m.MaxTPM

@@ -9,7 +9,9 @@ import "time"
 // providerViewLocked estimates what the provider counted in the window: settled
 // usage as is, and for calls still in flight their input plus the output the model
 // usually writes — not the output reserve, which may be a max_tokens far above what
-// is written and would inflate the learner's readings. Both the
+// is written and would inflate the learner's readings. (A provider that decides
+// on what it knows counts them at their input and max_tokens: that is what they
+// reserve then, and what the view reads.) Both the
 // 429 reading and the clean-window record use it, so the leak signal compares like
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
@@ -26,11 +28,16 @@ func (b *bucket) providerViewLocked() float64 {
 // is a few tokens, and the view never reads below zero for it.
 func (b *bucket) arrivalViewLocked() float64 {
 	view := b.win.tokens - b.unsent
-	if b.agingLocked() {
+	switch {
+	case b.decidesKnown():
+		// the calls in flight hold what the provider counts of them already
+	case b.agingLocked():
 		// calls without max_tokens hold their expected output already
 		view -= max(0, b.win.askedOutput-int64(b.win.askedCount)*b.est.meanOutput())
-	} else if expected := b.est.meanOutput(); expected >= 0 {
-		view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
+	default:
+		if expected := b.est.meanOutput(); expected >= 0 {
+			view -= max(0, b.win.openOutput-int64(b.win.openCount)*expected)
+		}
 	}
 	return float64(max(view, 0))
 }

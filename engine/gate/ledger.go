@@ -424,7 +424,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		// left the provider's window while this one waited to be sent.
 		reading := b.providerViewLocked() // on arrival, this call is in it
 		if b.atCompletion {
-			reading += float64(s.reserved - s.output + b.est.expectedOutput(s.output))
+			reading += float64(b.providerCostLocked(s.reserved, s.output))
 		}
 		b.observeAdmitLocked(now, reading)
 	}

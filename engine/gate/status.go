@@ -37,6 +37,10 @@ type BucketStatus struct {
 	// CountsAt is when the provider is taken to count a call: "arrival" or
 	// "completion" (configured as countsAt, or learned from where its 429s fall).
 	CountsAt string `json:"countsAt"`
+	// Decides is what the provider is taken to decide a call on at its
+	// arrival: "whole" (the default: outputs in flight get a margin) or
+	// "known" (configured: its input and max_tokens).
+	Decides string `json:"decides"`
 }
 
 // Status returns a snapshot of every bucket at now, sorted by provider and model.
@@ -73,7 +77,10 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
 		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
-		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival",
+		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival", Decides: DecidesWhole,
+	}
+	if b.decidesKnown() {
+		s.Decides, s.OutputReserve = DecidesKnown, 0 // a call without max_tokens reserves its input alone
 	}
 	if b.atCompletion {
 		s.CountsAt = "completion"

@@ -1,0 +1,152 @@
+package gate
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// learnOutputs settles 40 calls of 1 input token whose outputs spread as a
+// lognormal's (median 300, σ 0.8), each taking 0.5 s + 1 ms a token, so the
+// gate has learned outputs with a wide spread and the pace they are written
+// at (under whole, reservations follow the calls' age). The calls end two
+// windows before at: the window is empty then.
+func learnOutputs(t *testing.T, l *Ledger, at time.Time) {
+	t.Helper()
+	start := at.Add(-5 * time.Minute)
+	for i := range 40 {
+		// the lognormal's quantiles, in an order that mixes short and long
+		q := (float64((i*17)%40) + 0.5) / 40
+		out := int64(300 * math.Exp(0.8*math.Sqrt2*math.Erfinv(2*q-1)))
+		now := start.Add(time.Duration(i) * 4 * time.Second)
+		tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", Session: "h", InputTokens: 1})
+		done := now.Add(500*time.Millisecond + time.Duration(out)*time.Millisecond)
+		if err := l.Settle(done, tk, Usage{InputTokens: 1, OutputTokens: out}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func decidesGate(decides string) Config {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 10_000, RPM: 100, Decides: decides}
+	c.MarginSigmas = 5
+	return c
+}
+
+// A provider that decides on what it knows counts a call in flight at its
+// input (and max_tokens): told so, the gate reserves that, keeps no margin for
+// outputs not yet written and does not grow a call's reservation with its
+// age. Told nothing, it reserves the expected output and a margin for the
+// spread of the outputs in flight, and ten calls of 1,000 do not fit in 10,000.
+func TestDecidesKnownCountsACallInFlightAsTheProviderDoes(t *testing.T) {
+	at := t0.Add(10 * time.Minute)
+	for _, decides := range []string{DecidesKnown, DecidesWhole} {
+		l, _, _ := newTestLedger(t, decidesGate(decides))
+		learnOutputs(t, l, at)
+		admitted := 0
+		for i := range 10 {
+			if _, w := l.Submit(at, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000}); w != nil {
+				w.Cancel(at)
+				break
+			}
+			admitted = i + 1
+		}
+		// 3 s on, another call (it waits): under whole, the calls in flight
+		// are brought up to their age on its way
+		if _, w := l.Submit(at.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "t", InputTokens: 1000}); w != nil {
+			w.Cancel(at.Add(3 * time.Second))
+		}
+		st := l.BucketStatus(at.Add(3*time.Second), "p", "m")
+		switch decides {
+		case DecidesKnown:
+			if admitted != 10 || st.WindowTokens != 10_000 || st.OutputReserve != 0 || st.Decides != DecidesKnown {
+				t.Fatalf("known: %d admitted, window %d 3 s later, output reserve %d, decides %q; want 10, 10000 (inputs alone, not aged; the call 3 s on waits), 0, known",
+					admitted, st.WindowTokens, st.OutputReserve, st.Decides)
+			}
+		case DecidesWhole:
+			if admitted >= 8 || st.Decides != DecidesWhole {
+				t.Fatalf("whole: %d admitted (decides %q); want fewer than 8: each reserves ~300 of output or more, and the margin covers their spread", admitted, st.Decides)
+			}
+		}
+	}
+}
+
+// Told the provider decides on what it knows, a call's max_tokens is what it
+// reserves for its output until it settles; then its real cost counts, and a
+// window the outputs took over the budget holds the next call until it drains.
+func TestDecidesKnownSettlesToTheRealCost(t *testing.T) {
+	c := testGate()
+	c.Defaults.Decides = DecidesKnown
+	l, _, _ := newTestLedger(t, c)
+	a := mustAdmit(t, l, t0, req(300))
+	b := mustAdmit(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "s", InputTokens: 200, MaxTokens: 300})
+	if st := l.BucketStatus(t0.Add(time.Second), "p", "m"); st.WindowTokens != 800 {
+		t.Fatalf("window = %d, want 800: 300, and 200 + max_tokens 300", st.WindowTokens)
+	}
+	if err := l.Settle(t0.Add(2*time.Second), a, Usage{InputTokens: 300, OutputTokens: 400}); err != nil {
+		t.Fatal(err)
+	}
+	// 700 + 500 = 1,200 over a budget of 1,000: the next call waits until a leaves.
+	w := mustWait(t, l, t0.Add(3*time.Second), req(100), "tpm", 60*time.Second)
+	w.Cancel(t0.Add(3 * time.Second))
+	if err := l.Settle(t0.Add(4*time.Second), b, Usage{InputTokens: 200, OutputTokens: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.BucketStatus(t0.Add(4*time.Second), "p", "m"); st.WindowTokens != 920 {
+		t.Fatalf("window = %d, want 920: 700 and 220", st.WindowTokens)
+	}
+}
+
+// The learner reads a 429 in the units the provider decided in: told it
+// decides on what it knows, the calls in flight count at their input and
+// max_tokens, not at the output the model usually writes.
+func TestDecidesKnownReadsA429AsTheProviderCounted(t *testing.T) {
+	at := t0.Add(10 * time.Minute)
+	// Six calls of 1,000 without max_tokens and two with max_tokens 4,000
+	// sent; one more with max_tokens admitted but not sent.
+	want := map[string]func(float64) bool{
+		DecidesKnown: func(tr float64) bool { return tr == 16_000 },
+		// 8,000 and eight outputs of about 400 expected: not 6,000 more
+		DecidesWhole: func(tr float64) bool { return tr > 9600 && tr < 14_000 },
+	}
+	for _, decides := range []string{DecidesKnown, DecidesWhole} {
+		c := decidesGate(decides)
+		c.MarginSigmas = 0 // the calls fit either way
+		c.Defaults.TPM = 30_000
+		l, _, _ := newTestLedger(t, c)
+		learnOutputs(t, l, at)
+		for i := range 8 {
+			r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000}
+			if i >= 6 {
+				r.MaxTokens = 4000
+			}
+			mustAdmit(t, l, at, r)
+		}
+		// and one admitted but not written yet: not in the provider's window
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "u", InputTokens: 1000, MaxTokens: 4000, Sends: true})
+		l.RateLimitedBy(at.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+		if tr := l.BucketStatus(at.Add(time.Second), "p", "m").Trigger; !want[decides](tr) {
+			t.Fatalf("%s: trigger = %.0f after a 429 with 8,000 of input and 8,000 of max_tokens in flight", decides, tr)
+		}
+	}
+}
+
+func TestDecidesIsValidated(t *testing.T) {
+	c := testGate()
+	c.Models = map[string]ModelLimits{"p/m": {Decides: "everything"}}
+	if err := c.Validate(); err == nil || err.Error() != `gate.models["p/m"].decides: must be "known" or "whole" (got "everything")` {
+		t.Fatalf("err = %v", err)
+	}
+	c = testGate()
+	c.Defaults.Decides = DecidesKnown
+	c.Models = map[string]ModelLimits{"p/w": {Decides: DecidesWhole}, "p/x": {TPM: 5}}
+	if got := c.Limits("p/w").Decides; got != DecidesWhole {
+		t.Fatalf("p/w decides %q, want its own whole", got)
+	}
+	if got := c.Limits("p/x").Decides; got != DecidesKnown {
+		t.Fatalf("p/x decides %q, want the defaults' known", got)
+	}
+}
