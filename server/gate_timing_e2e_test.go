@@ -107,6 +107,10 @@ type timingCase struct {
 	// lateSends: gatectl sends a share of its calls late after admitting them
 	// (lateSends), as a loaded machine's scheduler or a new TLS connection does.
 	lateSends bool
+	// known: the provider decides a call on what it knows at arrival (its
+	// prompt and max_tokens; the output counts once written), and the gate is
+	// told so (gate.defaults.decides: known).
+	known bool
 }
 
 var timingCases = []timingCase{
@@ -172,6 +176,11 @@ var timingCases = []timingCase{
 	// the gate admitted them: the targets of AtTruth.
 	{name: "AtTruthLateSends", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, lateSends: true},
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow},
+	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
+	// provider that decides on what it knows, the gate told so: it counts a
+	// call in flight at its prompt, as the provider does, and keeps no margin
+	// for the outputs being written. The targets of AtTruth.
+	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, free: true, known: true},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each
@@ -315,7 +324,7 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	if tc.free {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingSlowPerToken
 	}
-	pc.Unstated, pc.Limit = !tc.stated, tc.limit
+	pc.Unstated, pc.Limit, pc.DecidesKnown = !tc.stated, tc.limit, tc.known
 	startRPM := 100000
 	if tc.rpm > 0 {
 		pc.Requests, startRPM = int64(tc.rpm), tc.startRPM
@@ -329,6 +338,9 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	countsAt := ""
 	if tc.countsAt != "" {
 		countsAt = ", countsAt: " + tc.countsAt
+	}
+	if tc.known {
+		countsAt += ", decides: known"
 	}
 	f := newPxFixtureWith(t, fmt.Sprintf(`
 providers:
