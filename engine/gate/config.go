@@ -19,9 +19,9 @@ type ModelLimits struct {
 	CountsAt string
 	// Decides is what the provider decides a call on when it arrives, when
 	// the user knows it. DecidesKnown: what it can know then — the input and
-	// max_tokens — with the output counted once written (how OpenAI and
-	// Anthropic describe their limits); the gate counts a call in flight the
-	// same way and keeps no margin for outputs not yet written. DecidesWhole
+	// max_tokens (the input alone without one) — with the output counted once
+	// written; the gate counts a call in flight the same way and keeps no
+	// margin for outputs not yet written. DecidesWhole
 	// (or "", which inherits, down to whole): the gate keeps that margin, as
 	// if the provider could count an output at the call's arrival.
 	Decides string
