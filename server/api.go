@@ -58,6 +58,7 @@ func (a *api) mount(mux *http.ServeMux) {
 	routes := []apiRoute{
 		{"admit", map[string]http.HandlerFunc{http.MethodPost: a.handleAdmit}},
 		{"settle", map[string]http.HandlerFunc{http.MethodPost: a.handleSettle}},
+		{"sent", map[string]http.HandlerFunc{http.MethodPost: a.handleSent}},
 		{"failure", map[string]http.HandlerFunc{http.MethodPost: a.handleFailure}},
 		{"success", map[string]http.HandlerFunc{http.MethodPost: a.handleSuccess}},
 		{"status", map[string]http.HandlerFunc{http.MethodGet: a.handleStatus}},

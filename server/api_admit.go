@@ -347,3 +347,61 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
+
+// apiSentRequest is the body of POST /gate/v1/sent.
+type apiSentRequest struct {
+	Ticket string `json:"ticket"`
+}
+
+// apiSentResponse is the answer of POST /gate/v1/sent.
+type apiSentResponse struct {
+	Ticket string `json:"ticket"`
+	// Moved says the ticket's entry now counts from the send: it was sent
+	// after the time its entry counted from. False for a call sent when it
+	// was admitted, for a send reported again (the first report stands), and
+	// for a ticket another instance admitted (its entry on the shared store
+	// keeps the admission's time).
+	Moved bool `json:"moved"`
+	// CountsFrom is when the entry counts from now that it moved.
+	CountsFrom *time.Time `json:"countsFrom,omitempty"`
+	Provider   string     `json:"provider"`
+	Model      string     `json:"model"`
+}
+
+// handleSent records that a ticket's call left for the provider now. The
+// provider counts a call from when it arrives; a harness that sends it well
+// after its admission (a queue of its own, a new connection's handshake) says
+// so, and the gate's window holds the call from then, as the proxy does with
+// the calls it writes itself. Reporting is optional: without it, a ticket
+// counts from its admission.
+func (a *api) handleSent(w http.ResponseWriter, r *http.Request) {
+	var req apiSentRequest
+	if !apiDecode(w, r, &req) {
+		return
+	}
+	if req.Ticket == "" {
+		writeError(w, http.StatusBadRequest, "ticket", "ticket is required")
+		return
+	}
+	now := a.s.clock.Now()
+	a.sweepTickets(now)
+	tk, first := a.tickets.markSent(req.Ticket)
+	if tk == nil {
+		if provider, model, _, ok := parseSharedTicket(req.Ticket); ok && a.s.shared != nil {
+			// Admitted by another instance: the store's entry keeps its time.
+			writeJSON(w, http.StatusOK, apiSentResponse{Ticket: req.Ticket, Provider: provider, Model: model})
+			return
+		}
+		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
+		return
+	}
+	resp := apiSentResponse{Ticket: tk.id, Provider: tk.provider, Model: tk.model}
+	if !first {
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	if at := a.s.ledger.Sent(now, tk.t); !at.IsZero() {
+		resp.Moved, resp.CountsFrom = true, &at
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

@@ -334,3 +334,45 @@ func TestAPIAdmitEvictionReleases(t *testing.T) {
 		t.Fatalf("evicted ticket settled: %d", status)
 	}
 }
+
+// POST /gate/v1/sent: a harness that sends its call late after the admission
+// says so, and the gate's window holds the call from the send, as the
+// provider counts it. The first report stands.
+func TestAPISentCountsTheCallFromItsSend(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	tk := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)["ticket"].(string)
+	e.clock.Advance(5 * time.Second)
+	s := e.post("/gate/v1/sent", `{"ticket":"`+tk+`"}`, http.StatusOK)
+	if s["moved"] != true || s["countsFrom"] != apiT0.Add(5*time.Second).Format(time.RFC3339) || s["provider"] != "alpha" || s["model"] != "small" {
+		t.Fatalf("sent: %v", s)
+	}
+	e.clock.Advance(5 * time.Second)
+	if again := e.post("/gate/v1/sent", `{"ticket":"`+tk+`"}`, http.StatusOK); again["moved"] != false || again["countsFrom"] != nil {
+		t.Fatalf("sent again: %v", again)
+	}
+	// Past the admission's window and its count guard, the call still counts:
+	// it was sent 5 s after it.
+	e.clock.Set(apiT0.Add(61 * time.Second))
+	if b := e.bucket("alpha", "small"); b.WindowTokens != 6000 {
+		t.Fatalf("at +61s: window %d, want the call's 6000 (it counts from +5s)", b.WindowTokens)
+	}
+	// Settled after that window: the settle records usage, and the call leaves
+	// with its send's window.
+	e.post("/gate/v1/settle", `{"ticket":"`+tk+`","usage":{"inputTokens":4000,"outputTokens":300}}`, http.StatusOK)
+	if b := e.bucket("alpha", "small"); b.WindowTokens != 4300 {
+		t.Fatalf("after settle at +61s: window %d, want 4300", b.WindowTokens)
+	}
+	e.clock.Set(apiT0.Add(66 * time.Second))
+	if b := e.bucket("alpha", "small"); b.WindowTokens != 0 {
+		t.Fatalf("at +66s: window %d, want 0", b.WindowTokens)
+	}
+	// A settled ticket, an unknown one, none.
+	status, body, _ := e.do(http.MethodPost, "/gate/v1/sent", `{"ticket":"`+tk+`"}`)
+	if field, msg := apiErrorOf(t, body); status != http.StatusNotFound || field != "ticket" || !strings.Contains(msg, "already settled") {
+		t.Fatalf("sent after settle: %d %s", status, body)
+	}
+	status, body, _ = e.do(http.MethodPost, "/gate/v1/sent", `{}`)
+	if field, _ := apiErrorOf(t, body); status != http.StatusBadRequest || field != "ticket" {
+		t.Fatalf("sent without a ticket: %d %s", status, body)
+	}
+}

@@ -30,6 +30,7 @@ type apiTicket struct {
 	session  string
 	issued   time.Time
 	expires  time.Time
+	sent     bool // the harness reported the call sent (POST /gate/v1/sent); guarded by the table's mutex
 }
 
 // apiTickets maps the opaque ticket strings of the decision API to the ledger's
@@ -78,6 +79,21 @@ func (ts *apiTickets) take(id string) *apiTicket {
 	}
 	delete(ts.byID, id)
 	return ts.order.Remove(e).(*apiTicket)
+}
+
+// markSent returns the ticket by id without taking it, and whether this is
+// the first report of its send; nil when unknown, expired (and swept) or
+// already taken.
+func (ts *apiTickets) markSent(id string) (tk *apiTicket, first bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	e := ts.byID[id]
+	if e == nil {
+		return nil, false
+	}
+	tk = e.Value.(*apiTicket)
+	first, tk.sent = !tk.sent, true
+	return tk, first
 }
 
 // expired removes and returns the tickets whose time is up at now.
