@@ -156,3 +156,30 @@ func (nopShared) Cooldown(string, string, time.Time, time.Time, time.Duration) (
 	return 0, nil
 }
 func (nopShared) Available() error { return nil }
+
+// A call's age counts from its send: the provider starts it then. Until it is
+// sent it writes nothing, and aging leaves its reservation as admitted.
+func TestAgingCountsACallsAgeFromItsSend(t *testing.T) {
+	l, now := agingLedger(t, nil)
+	late := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10, Sends: true})
+	reservedOf := func(at time.Time) int64 {
+		t.Helper()
+		// any admission ages the calls in flight; the probe's own reservation is taken off
+		probe := mustAdmit(t, l, at, Request{Provider: "p", Model: "m", InputTokens: 10})
+		res := l.BucketStatus(at, "p", "m").Reserved - probe.Reserved
+		if err := l.Release(at, probe); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// 15 s after its admission, not sent: still its reservation as admitted.
+	if got := reservedOf(now.Add(15 * time.Second)); got != late.Reserved {
+		t.Fatalf("unsent for 15 s, the call holds %d; want its admission's %d", got, late.Reserved)
+	}
+	// Sent 20 s after its admission, seen 10.5 s later: it has written at least
+	// 1,000 tokens (10 s at 10 ms a token), not the 3,000 of 30.5 s.
+	l.Sent(now.Add(20*time.Second), late)
+	if got := reservedOf(now.Add(30500 * time.Millisecond)); got < 10+1000 || got >= 10+3000 {
+		t.Fatalf("10.5 s after its send (30.5 s after its admission) the call holds %d; want above 1,010 and under 3,010", got)
+	}
+}
