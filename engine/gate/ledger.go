@@ -399,6 +399,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		return time.Time{}
 	}
 	b.expireLocked(now)
+	admitted := s.admitted
 	var at int64
 	if s.seq < b.win.headSeq {
 		// Sent a whole window after its admission: its entry already left the
@@ -432,6 +433,12 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		return time.Time{}
 	}
 	s.admitted = at // the call writes from its send: its age counts from there
+	if ss, ok := l.shared.(SharedSends); ok && s.shared != "" && time.Duration(at-admitted) > b.win.span-b.win.inner {
+		// Later than the count guard: the other instances would free it
+		// before the provider does. A store that fails counts its own
+		// failure; the local entry moved either way.
+		_ = ss.Sent(b.provider, b.model, s.shared, time.Unix(0, at))
+	}
 	return time.Unix(0, at)
 }
 

@@ -31,6 +31,17 @@ type SharedWindow interface {
 	Available() error
 }
 
+// SharedSends is implemented by a shared window that can move an entry to the
+// time its call was sent (store/redisstore does). Ledger.Sent calls it for a
+// call sent later than the count guard after its admission, so the other
+// instances count it from when the provider did; a call sent within the guard
+// costs no round trip, since the guard keeps every entry that long anyway.
+type SharedSends interface {
+	// Sent moves entry id to at, if it is still open and counted from
+	// earlier. An entry that left the window or was settled stays as it is.
+	Sent(provider, model, id string, at time.Time) error
+}
+
 // SharedReserve is one admission check against the shared window.
 type SharedReserve struct {
 	Provider, Model string

@@ -116,6 +116,18 @@ if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return cur - tokens
 `)
 
+// sentScript: KEYS w o; ARGV id at nonce. Moves an open entry to at (ms), the
+// time its call was sent, when it counts from earlier: the window then frees
+// it when the provider does. Returns 1 when it moved, 0 when the entry is
+// settled, gone, held under another nonce or counted from at or later.
+var sentScript = redis.NewScript(`
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then return 0 end
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not cur or tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+return 1
+`)
+
 // cooldownScript: KEYS cd s; ARGV until ttl. Extends the cooldown to until —
 // a shorter cooldown never shortens a longer one — and returns the window's
 // tokens.

@@ -370,6 +370,19 @@ func (s *Store) settle(provider, model, id string, tokens int64, note string) (i
 	return refund, err
 }
 
+// Sent implements gate.SharedSends: entry id counts from at, when it is open
+// and counted from earlier.
+func (s *Store) Sent(provider, model, id string, at time.Time) error {
+	entry, nonce, ok := strings.Cut(id, "-")
+	if !ok {
+		return nil
+	}
+	k := s.base(provider, model)
+	return s.call(func(ctx context.Context) error {
+		return sentScript.Run(ctx, s.c, []string{k + "w", k + "o"}, entry, at.UnixMilli(), nonce).Err()
+	})
+}
+
 // Cooldown implements gate.SharedWindow.
 func (s *Store) Cooldown(provider, model string, now, until time.Time, span time.Duration) (int64, error) {
 	k := s.base(provider, model)
@@ -393,6 +406,7 @@ func (s *Store) Available() error {
 }
 
 var _ gate.SharedWindow = (*Store)(nil)
+var _ gate.SharedSends = (*Store)(nil)
 
 // Load implements gate.LearnedStore.
 func (s *Store) Load(provider, model string) (gate.LearnedQuota, bool) {

@@ -505,3 +505,62 @@ func TestFailRacingClose(t *testing.T) {
 		<-done
 	}
 }
+
+// A call sent late after its admission counts on the shared window from its
+// send, as it does in its own instance's window: another instance does not
+// free it while the provider still counts it. A send within the count guard
+// costs no round trip; a settled entry stays where it was.
+func TestSentMovesTheSharedEntry(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	clock := engine.NewFakeClock(t0)
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	la, _ := gate.NewLedger(cfg, clock, gate.WithSharedWindow(a))
+	lb, _ := gate.NewLedger(cfg, clock, gate.WithSharedWindow(b))
+	big := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 3000, MaxTokens: 3000}
+	late, w := la.Submit(t0, big)
+	if w != nil || late.Shared == "" {
+		t.Fatal("A's call was not admitted through the store")
+	}
+	early, w := la.Submit(t0.Add(time.Second), gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 100, MaxTokens: 100})
+	if w != nil {
+		t.Fatal("A's second call was not admitted")
+	}
+	la.Sent(t0.Add(time.Second+100*time.Millisecond), early) // within the guard (300 ms): stays at +1s
+	la.Sent(t0.Add(5*time.Second), late)                     // late: the store's entry moves to +5s
+	score := func(tk gate.Ticket) float64 {
+		t.Helper()
+		entry, _, _ := strings.Cut(tk.Shared, "-")
+		v, err := a.c.ZScore(context.Background(), a.base("p", "m")+"w", entry).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got, want := score(late), float64(t0.Add(5*time.Second).UnixMilli()); got != want {
+		t.Fatalf("the late call's entry counts from %v ms, want %v (its send)", got, want)
+	}
+	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
+		t.Fatalf("the call sent within the guard counts from %v ms, want %v (its admission)", got, want)
+	}
+	// Past its admission's window and guard, B still cannot fit 6,000 beside it.
+	clock.Set(t0.Add(61 * time.Second))
+	if _, w := lb.Submit(clock.Now(), big); w == nil {
+		t.Fatal("B admitted 6,000 at +61s while A's call, sent at +5s, still counts 6,000 of 10,000")
+	}
+	// A settled entry is not moved again.
+	if err := la.Settle(clock.Now(), early, gate.Usage{InputTokens: 100, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sent("p", "m", early.Shared, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
+		t.Fatalf("a settled entry moved to %v, want it at %v", got, want)
+	}
+	if a.Errors() != 0 || b.Errors() != 0 {
+		t.Fatalf("store errors: %d, %d", a.Errors(), b.Errors())
+	}
+}
