@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,13 @@ func TestCluster(t *testing.T) {
 		}
 		if _, w := lb.Submit(clock.Now(), gate.Request{Provider: "p", Model: model, Session: "s", InputTokens: 2000, MaxTokens: 2000}); w == nil {
 			t.Fatalf("%s: B admitted past the shared budget on the cluster", model)
+		}
+		if err := a.Sent("p", model, tk.Shared, clock.Now().Add(time.Second)); err != nil {
+			t.Fatalf("%s: moving the entry to its send on the cluster: %v", model, err)
+		}
+		entry, _, _ := strings.Cut(tk.Shared, "-")
+		if at, err := a.c.ZScore(context.Background(), a.base("p", model)+"w", entry).Result(); err != nil || int64(at) != clock.Now().Add(time.Second).UnixMilli() {
+			t.Fatalf("%s: the entry counts from %v (%v) on the cluster, want its send", model, at, err)
 		}
 		if err := la.Settle(clock.Now(), tk, gate.Usage{InputTokens: 100, OutputTokens: 100}); err != nil {
 			t.Fatal(err)
