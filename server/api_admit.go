@@ -386,12 +386,10 @@ func (a *api) handleSent(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk, first := a.tickets.markSent(req.Ticket)
+	if tk == nil && a.sentElsewhere(w, now, req.Ticket) {
+		return
+	}
 	if tk == nil {
-		if provider, model, _, ok := parseSharedTicket(req.Ticket); ok && a.s.shared != nil {
-			// Admitted by another instance: the store's entry keeps its time.
-			writeJSON(w, http.StatusOK, apiSentResponse{Ticket: req.Ticket, Provider: provider, Model: model})
-			return
-		}
 		writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired (unsettled tickets are released after %s) or already settled", req.Ticket, a.tickets.ttl))
 		return
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/store/redisstore"
 )
 
@@ -79,4 +81,35 @@ func (s *Server) settledElsewhere(ticket string, tokens int64) {
 		return // not ours, or settled here already
 	}
 	_ = s.ledger.SettledElsewhere(s.clock.Now(), tk.t, tokens)
+}
+
+// sentElsewhere records the send of a ticket another instance issued: its
+// entry on the shared window moves to now (that instance's own window keeps
+// the admission's time). It reports whether it answered; an entry settled or
+// gone answers 404, as a local ticket would.
+func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (handled bool) {
+	if a.s.shared == nil {
+		return false
+	}
+	provider, model, shared, ok := parseSharedTicket(id)
+	if !ok {
+		return false
+	}
+	cfg := a.s.ledger.Config()
+	span := cfg.Window + time.Duration(cfg.CountGuard*float64(cfg.Window))
+	moved, err := a.s.shared.Sent(provider, model, shared, now, span)
+	switch {
+	case errors.Is(err, gate.ErrSharedEntryClosed):
+		return false
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", "the shared gate store (Redis) could not record the send: "+err.Error())
+		return true
+	}
+	resp := apiSentResponse{Ticket: id, Moved: moved, Provider: provider, Model: model}
+	if moved {
+		resp.CountsFrom = &now
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return true
 }

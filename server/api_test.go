@@ -324,7 +324,7 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
+		"/gate/v1/admit": {"post"}, "/gate/v1/settle": {"post"}, "/gate/v1/sent": {"post"}, "/gate/v1/failure": {"post"}, "/gate/v1/success": {"post"},
 		"/gate/v1/status": {"get"}, "/gate/v1/routes": {"get"}, "/gate/v1/pools/{pool}/pick": {"get"},
 		"/gate/v1/sessions/{id}": {"get", "put"}, "/gate/v1/events": {"get"}, "/gate/v1/models/{provider}/{model}/reset": {"post"},
 		"/gate/v1/providers/{provider}/unmark": {"post"},

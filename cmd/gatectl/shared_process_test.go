@@ -328,9 +328,10 @@ func TestSharedGateProcesses(t *testing.T) {
 	}
 }
 
-// crossSettle admits a call through the decision API on the first instance and
-// settles it on the last: the shared entry is settled once, the issuing
-// instance lets go of it, and a second settle anywhere is refused.
+// crossSettle admits a call through the decision API on the first instance,
+// reports its send and settles it on the last: the send is recorded on the
+// shared entry, the entry is settled once, the issuing instance lets go of it,
+// and a second settle or a send report anywhere is refused.
 func crossSettle(t *testing.T) func(bases []string) {
 	return func(bases []string) {
 		t.Helper()
@@ -342,6 +343,15 @@ func crossSettle(t *testing.T) func(bases []string) {
 		code := postJSONTo(t, a+"/gate/v1/admit", `{"provider":"local","model":"echo-1","session":"cross","inputTokens":100,"maxTokens":100,"maxWaitMs":20000}`, &adm)
 		if code != 200 || !adm.Admitted || !strings.HasPrefix(adm.Ticket, "gts_") {
 			t.Fatalf("admit on %s: %d %+v, want a shared ticket", a, code, adm)
+		}
+		var sent struct {
+			Ticket   string `json:"ticket"`
+			Provider string `json:"provider"`
+			Model    string `json:"model"`
+		}
+		sentBody := `{"ticket":"` + adm.Ticket + `"}`
+		if code := postJSONTo(t, b+"/gate/v1/sent", sentBody, &sent); code != 200 || sent.Ticket != adm.Ticket || sent.Provider != "local" || sent.Model != "echo-1" {
+			t.Fatalf("sent on %s of a ticket %s issued: %d %+v", b, a, code, sent)
 		}
 		var st struct {
 			Settled        bool  `json:"settled"`
@@ -361,6 +371,9 @@ func crossSettle(t *testing.T) func(bases []string) {
 		for _, base := range []string{a, b} {
 			if code := postJSONTo(t, base+"/gate/v1/settle", body, nil); code != 404 {
 				t.Fatalf("second settle on %s: %d, want 404", base, code)
+			}
+			if code := postJSONTo(t, base+"/gate/v1/sent", sentBody, nil); code != 404 {
+				t.Fatalf("sent on %s after the settle: %d, want 404", base, code)
 			}
 		}
 	}

@@ -191,6 +191,20 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.rpmConfigured = configured
 		b.forgetRequestLearningLocked(now)
 	}
+	if (lim.Decides == DecidesKnown) != b.decidesKnown() {
+		// The calls in flight are read in other units from now on: what was
+		// read in the old ones goes (the level that held stays). Waiters are
+		// sized again; calls in flight keep what they reserved until they
+		// settle (ages bring those without max_tokens up to date, when used).
+		b.learn.forgetReadings()
+		b.limits.Decides = lim.Decides
+		for _, w := range b.waiters {
+			if !w.granted {
+				w.size = b.reservation(w.req)
+				w.reserved = w.size.total
+			}
+		}
+	}
 	b.limits = lim
 	if atCompletion, set := lim.countView(); set {
 		b.clearVotesLocked() // the user says how the provider counts: no votes
@@ -386,15 +400,22 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	if b.atCompletion {
 		q.CountsAt = CountsAtCompletion
 	}
+	if b.decidesKnown() {
+		q.Decides = DecidesKnown
+	}
 	return q
 }
 
 // restoreLocked adopts a stored state. Readings taken in a view other than the
 // one the user configured are dropped; without a configured view, the stored
 // one comes with them. A record that does not say (from an older build) leaves
-// the bucket's view as it is.
+// the bucket's view as it is. Readings taken in other units (decides) are
+// dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
+	if (q.Decides == DecidesKnown) != b.decidesKnown() {
+		b.learn.forgetReadings()
+	}
 	if q.CountsAt != CountsAtArrival && q.CountsAt != CountsAtCompletion {
 		return
 	}

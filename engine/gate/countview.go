@@ -102,6 +102,9 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	// arrival view; the settled calls are exact, only the network delay and
 	// rounding blur the completion view.
 	callVar := b.est.outputVariance(false, b.agingLocked())
+	if b.decidesKnown() {
+		callVar = 0 // the provider decided on the refused call's input and max_tokens, no output
+	}
 	callSlack := float64(b.marginOf(callVar))
 	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
 	doneSlack := callSlack + baseMargin*b.learn.budget()

@@ -150,3 +150,52 @@ func TestDecidesIsValidated(t *testing.T) {
 		t.Fatalf("p/x decides %q, want the defaults' known", got)
 	}
 }
+
+// Readings taken in one mode are of other units than the other's: a trigger
+// read with the calls in flight at their expected output is not one read at
+// their input. Switching the mode — a reload, or a stored state from an
+// instance in the other — forgets the readings and keeps the level that held;
+// a waiter is sized again in the new mode.
+func TestDecidesSwitchForgetsReadings(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM = 10_000
+	store := &MemoryLearnedStore{}
+	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		mustAdmit(t, l, t0, req(1000)) // 1,100 each: 6,600
+	}
+	l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+	before := l.BucketStatus(t0.Add(time.Second), "p", "m")
+	if before.Trigger <= 0 {
+		t.Fatalf("no trigger after the 429: %+v", before)
+	}
+	// Another instance, told known, loads the state: the level, not the reading.
+	k := c
+	k.Defaults.Decides = DecidesKnown
+	other, err := NewLedger(k, engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := other.BucketStatus(t0.Add(time.Second), "p", "m"); st.Trigger != 0 || st.Quota != before.Trigger {
+		t.Fatalf("loaded under known: trigger %.0f quota %.0f; want no trigger and the quota at the level %.0f", st.Trigger, st.Quota, before.Trigger)
+	}
+	// The same ledger reloaded with known: a waiter sized at 1,100 is sized at
+	// 1,000 again, and the reading goes.
+	_, w := l.Submit(t0.Add(2*time.Second), Request{Provider: "p", Model: "m", Session: "w", InputTokens: 4000})
+	if w == nil || w.reserved != 4100 {
+		t.Fatalf("the waiter: %+v; want one reserving 4,100", w)
+	}
+	if err := l.Reconfigure(t0.Add(2*time.Second), k); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.BucketStatus(t0.Add(2*time.Second), "p", "m"); st.Trigger != 0 || st.Quota != before.Trigger || st.Decides != DecidesKnown {
+		t.Fatalf("reloaded under known: %+v; want no trigger, the quota at %.0f, decides known", st, before.Trigger)
+	}
+	if w.reserved != 4000 {
+		t.Fatalf("the waiter reserves %d after the reload, want its input alone (4000)", w.reserved)
+	}
+	w.Cancel(t0.Add(2 * time.Second))
+}

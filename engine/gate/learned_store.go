@@ -43,6 +43,10 @@ type LearnedQuota struct {
 	// the view is then unknown, and the bucket keeps its own).
 	RefusedLevel float64 `json:"refusedLevel,omitempty"`
 	CountsAt     string  `json:"countsAt,omitempty"`
+	// Decides is the units the readings were taken in: DecidesKnown when the
+	// calls in flight were read at their input and max_tokens, "" when at
+	// their expected output (the default, and every older record).
+	Decides string `json:"decides,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared

@@ -437,7 +437,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		// Later than the count guard: the other instances would free it
 		// before the provider does. A store that fails counts its own
 		// failure; the local entry moved either way.
-		_ = ss.Sent(b.provider, b.model, s.shared, time.Unix(0, at))
+		_, _ = ss.Sent(b.provider, b.model, s.shared, time.Unix(0, at), b.win.span)
 	}
 	return time.Unix(0, at)
 }

@@ -38,9 +38,15 @@ type SharedWindow interface {
 // costs no round trip, since the guard keeps every entry that long anyway.
 type SharedSends interface {
 	// Sent moves entry id to at, if it is still open and counted from
-	// earlier. An entry that left the window or was settled stays as it is.
-	Sent(provider, model, id string, at time.Time) error
+	// earlier (moved); span is how long an entry counts, as in Reserve. An
+	// entry that left the window or was settled stays as it is, and the
+	// answer is ErrSharedEntryClosed.
+	Sent(provider, model, id string, at time.Time, span time.Duration) (moved bool, err error)
 }
+
+// ErrSharedEntryClosed is SharedSends.Sent's answer for an entry settled
+// already or gone from the shared window.
+var ErrSharedEntryClosed = errors.New("gate: the shared entry is settled already or left the window")
 
 // SharedReserve is one admission check against the shared window.
 type SharedReserve struct {

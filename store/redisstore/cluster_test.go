@@ -42,7 +42,7 @@ func TestCluster(t *testing.T) {
 		if _, w := lb.Submit(clock.Now(), gate.Request{Provider: "p", Model: model, Session: "s", InputTokens: 2000, MaxTokens: 2000}); w == nil {
 			t.Fatalf("%s: B admitted past the shared budget on the cluster", model)
 		}
-		if err := a.Sent("p", model, tk.Shared, clock.Now().Add(time.Second)); err != nil {
+		if moved, err := a.Sent("p", model, tk.Shared, clock.Now().Add(time.Second), time.Minute); err != nil || !moved {
 			t.Fatalf("%s: moving the entry to its send on the cluster: %v", model, err)
 		}
 		entry, _, _ := strings.Cut(tk.Shared, "-")

@@ -116,15 +116,20 @@ if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return cur - tokens
 `)
 
-// sentScript: KEYS w o; ARGV id at nonce. Moves an open entry to at (ms), the
-// time its call was sent, when it counts from earlier: the window then frees
-// it when the provider does. Returns 1 when it moved, 0 when the entry is
-// settled, gone, held under another nonce or counted from at or later.
+// sentScript: KEYS w t s o; ARGV id at nonce ttl. Moves an open entry to at
+// (ms), the time its call was sent, when it counts from earlier: the window
+// then frees it when the provider does, and the window's keys live two
+// windows from now, past the moved entry. Returns 1 when it moved, 0 when the
+// entry counts from at or later, -1 when it is settled, gone or held under
+// another nonce.
 var sentScript = redis.NewScript(`
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then return 0 end
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[3] then return -1 end
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not cur or tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
+if not cur then return -1 end
+if tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+local ttl = tonumber(ARGV[4])
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return 1
 `)
 

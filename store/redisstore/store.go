@@ -371,16 +371,27 @@ func (s *Store) settle(provider, model, id string, tokens int64, note string) (i
 }
 
 // Sent implements gate.SharedSends: entry id counts from at, when it is open
-// and counted from earlier.
-func (s *Store) Sent(provider, model, id string, at time.Time) error {
+// and counted from earlier (moved). An entry settled or gone from the window
+// answers gate.ErrSharedEntryClosed.
+func (s *Store) Sent(provider, model, id string, at time.Time, span time.Duration) (moved bool, err error) {
 	entry, nonce, ok := strings.Cut(id, "-")
 	if !ok {
-		return nil
+		return false, gate.ErrSharedEntryClosed
 	}
 	k := s.base(provider, model)
-	return s.call(func(ctx context.Context) error {
-		return sentScript.Run(ctx, s.c, []string{k + "w", k + "o"}, entry, at.UnixMilli(), nonce).Err()
+	var r int64
+	err = s.call(func(ctx context.Context) error {
+		var err error
+		r, err = sentScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, at.UnixMilli(), nonce, windowTTL(span)).Int64()
+		return err
 	})
+	switch {
+	case err != nil:
+		return false, err
+	case r < 0:
+		return false, gate.ErrSharedEntryClosed
+	}
+	return r == 1, nil
 }
 
 // Cooldown implements gate.SharedWindow.

@@ -529,7 +529,16 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 		t.Fatal("A's second call was not admitted")
 	}
 	la.Sent(t0.Add(time.Second+100*time.Millisecond), early) // within the guard (300 ms): stays at +1s
-	la.Sent(t0.Add(5*time.Second), late)                     // late: the store's entry moves to +5s
+	// The window's keys would expire in a second; the move keeps them two windows.
+	for _, key := range []string{"w", "t", "s", "o"} {
+		a.c.PExpire(context.Background(), a.base("p", "m")+key, time.Second)
+	}
+	la.Sent(t0.Add(5*time.Second), late) // late: the store's entry moves to +5s
+	for _, key := range []string{"w", "t", "s", "o"} {
+		if ttl := a.c.PTTL(context.Background(), a.base("p", "m")+key).Val(); ttl < time.Minute {
+			t.Fatalf("key %s expires in %s after the move, want two windows", key, ttl)
+		}
+	}
 	score := func(tk gate.Ticket) float64 {
 		t.Helper()
 		entry, _, _ := strings.Cut(tk.Shared, "-")
@@ -554,8 +563,8 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 	if err := la.Settle(clock.Now(), early, gate.Usage{InputTokens: 100, OutputTokens: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Sent("p", "m", early.Shared, clock.Now()); err != nil {
-		t.Fatal(err)
+	if moved, err := a.Sent("p", "m", early.Shared, clock.Now(), time.Minute); moved || !errors.Is(err, gate.ErrSharedEntryClosed) {
+		t.Fatalf("sent after the settle: moved %v, %v; want not moved, gate.ErrSharedEntryClosed", moved, err)
 	}
 	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
 		t.Fatalf("a settled entry moved to %v, want it at %v", got, want)
