@@ -74,6 +74,9 @@ type timingTarget struct {
 	// floorUtilLearned, when > 0, replaces the regression floor of
 	// minUtilLearned (ten points under it).
 	floorUtilLearned float64
+	// minPeak, when > 0, is a regression floor on the most tokens served in
+	// one window, as a share of the limit.
+	minPeak float64
 }
 
 type timingCase struct {
@@ -179,8 +182,13 @@ var timingCases = []timingCase{
 	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
 	// provider that decides on what it knows, the gate told so: it counts a
 	// call in flight at its prompt, as the provider does, and keeps no margin
-	// for the outputs being written. The targets of AtTruth.
-	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, free: true, known: true},
+	// for the outputs being written. The targets of AtTruth. Such a provider
+	// lets the outputs of the calls it decided on land past its limit, and the
+	// gate told so fills its windows to 42–45k of 40,000 (1.07–1.08 once
+	// learned); not told, it keeps them under 39.4k (0.92–0.95): the peak's
+	// floor, 1.02 of the limit, fails a gate that ignores the setting, and a
+	// second 429 does not move it.
+	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, minPeak: 1.02}, free: true, known: true},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each
@@ -245,6 +253,7 @@ type timingResult struct {
 	harnessN           int64
 	refused, refusedL  int64 // 429s the provider answered: all, from the learned window on
 	util, utilLearned  float64
+	peak               float64 // the most tokens served in one window ÷ the limit
 	p50, p99           time.Duration
 	windows            []fakeprovider.WindowStats
 	refusals           []time.Duration
@@ -543,6 +552,7 @@ func (run *timingRun) report(t *testing.T) {
 	var series []string
 	for _, w := range st.Windows {
 		series = append(series, fmt.Sprintf("%.1fk/%d", float64(w.Tokens)/1000, w.Refused))
+		r.peak = max(r.peak, float64(w.Tokens)/float64(limit))
 	}
 	var at []string
 	if tc.outside {
@@ -609,6 +619,9 @@ func (run *timingRun) report(t *testing.T) {
 	}
 	if r.lost > 0 {
 		t.Errorf("%s: %d calls lost", tc.name, r.lost)
+	}
+	if tg.minPeak > 0 && r.peak < tg.minPeak {
+		t.Errorf("%s: at most %.3f of the limit served in a window, under the floor %.2f", tc.name, r.peak, tg.minPeak)
 	}
 }
 
