@@ -72,8 +72,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.s.ledger.StoreAvailable(); err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		apiStoreUnavailable(w, err.Error())
 		return
 	}
 	a.sweepTickets(a.s.clock.Now())
@@ -102,8 +101,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if res.storeErr != nil {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "", res.storeErr.Error())
+			apiStoreUnavailable(w, res.storeErr.Error())
 			return
 		}
 		if !res.admitted {

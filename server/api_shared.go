@@ -55,8 +55,7 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, re
 	case errors.Is(err, redisstore.ErrNotOpen):
 		return false
 	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", "the shared gate store (Redis) could not settle the ticket: "+err.Error())
+		apiStoreUnavailable(w, "the shared gate store (Redis) could not settle the ticket: "+err.Error())
 		return true
 	}
 	resp := apiSettleResponse{Ticket: id, ReservedTokens: reserved, Provider: provider, Model: model}
@@ -102,8 +101,7 @@ func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (ha
 	case errors.Is(err, gate.ErrSharedEntryClosed):
 		return false
 	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", "the shared gate store (Redis) could not record the send: "+err.Error())
+		apiStoreUnavailable(w, "the shared gate store (Redis) could not record the send: "+err.Error())
 		return true
 	}
 	resp := apiSentResponse{Ticket: id, Moved: moved, Provider: provider, Model: model}
@@ -112,4 +110,11 @@ func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (ha
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return true
+}
+
+// apiStoreUnavailable answers 503 for a shared store that could not decide:
+// the caller asks again a second later.
+func apiStoreUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "", msg)
 }
