@@ -185,10 +185,14 @@ var timingCases = []timingCase{
 	// for the outputs being written. The targets of AtTruth. Such a provider
 	// lets the outputs of the calls it decided on land past its limit, and the
 	// gate told so fills its windows to 42–45k of 40,000 (1.07–1.08 once
-	// learned); not told, it keeps them under 39.4k (0.92–0.95): the peak's
+	// learned); not told, it keeps them under 39.8k (0.92–0.95): the peak's
 	// floor, 1.02 of the limit, fails a gate that ignores the setting, and a
-	// second 429 does not move it.
-	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, minPeak: 1.02}, free: true, known: true},
+	// second 429 does not move it. A second 429 comes in some runs (one in
+	// seven, under CI's load): the outputs of the calls that complete between
+	// an admission and the provider's decision are in neither the gate's count
+	// nor, told known, a margin. Its 10 s cooldown inside the learned windows
+	// costs up to a third of them, hence the utilization's floor.
+	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6, minPeak: 1.02}, free: true, known: true},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each
