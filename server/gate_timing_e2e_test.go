@@ -188,7 +188,7 @@ var timingCases = []timingCase{
 	// learned); not told, it keeps them under 39.8k (0.92–0.95): the peak's
 	// floor, 1.02 of the limit, fails a gate that ignores the setting, and a
 	// second 429 does not move it. A second 429 comes in some runs (one in
-	// seven, under CI's load): the outputs of the calls that complete between
+	// eight, under CI's load): the outputs of the calls that complete between
 	// an admission and the provider's decision are in neither the gate's count
 	// nor, told known, a margin. Its 10 s cooldown inside the learned windows
 	// costs up to a third of them, hence the utilization's floor.
