@@ -199,3 +199,77 @@ func TestDecidesSwitchForgetsReadings(t *testing.T) {
 	}
 	w.Cancel(t0.Add(2 * time.Second))
 }
+
+// The level a served call records (the view when it was admitted plus its
+// cost) is what the provider decided on: told it decides on what it knows,
+// the call's input and max_tokens — its output came later, and the provider
+// did not weigh it then. Under whole, the call's real cost. A level read too
+// high would refute the view at a 429 the provider's own count explains.
+func TestDecidesKnownServedLevelIsWhatTheProviderDecidedOn(t *testing.T) {
+	for _, tc := range []struct {
+		decides string
+		want    int64
+	}{
+		// 500 in flight when it was admitted, then its input and max_tokens
+		{DecidesKnown, 500 + 200 + 300},
+		// under whole the call in flight counts its input and max_tokens
+		// too (it asked them), and the served call its real cost
+		{DecidesWhole, 500 + 200 + 3000},
+	} {
+		c := testGate()
+		c.Defaults = ModelLimits{TPM: 100_000, RPM: 100, Decides: tc.decides}
+		l, _, _ := newTestLedger(t, c)
+		// one call answered two windows before: the gate knows what outputs run to
+		old := mustAdmit(t, l, t0.Add(-3*time.Minute), req(400))
+		if err := l.Settle(t0.Add(-3*time.Minute+time.Second), old, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+		mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 400, MaxTokens: 100})
+		tk := mustAdmit(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 200, MaxTokens: 300})
+		// The provider let it write more than it asked (it counts what was
+		// written). The completion view held nothing when it was admitted.
+		if err := l.Settle(t0.Add(2*time.Second), tk, Usage{InputTokens: 200, OutputTokens: 3000}); err != nil {
+			t.Fatal(err)
+		}
+		b := l.bucketFor("p", "m", t0)
+		b.mu.Lock()
+		arrival, done := b.servedArrival.max(t0.Add(2*time.Second), time.Minute), b.servedDone.max(t0.Add(2*time.Second), time.Minute)
+		b.mu.Unlock()
+		if arrival != tc.want || done != tc.want-500 {
+			t.Fatalf("%s: served levels %d on arrival, %d at completion; want %d and %d", tc.decides, arrival, done, tc.want, tc.want-500)
+		}
+	}
+}
+
+// A 429 below a level the provider served within two windows refutes the view
+// (countview.go), less a slack for how far a refused level may honestly lie
+// below a served one. Under whole that slack includes the refused call's
+// output spread: its real output may exceed what it reserved. Told the
+// provider decides on what it knows, the provider refused the call on its
+// input and max_tokens, which the gate knows: no output spread, and a
+// refused level the served one exceeds by less than it refutes the view.
+func TestDecidesKnownVoteGivesTheRefusedCallNoOutputSpread(t *testing.T) {
+	at := t0.Add(10 * time.Minute)
+	for _, decides := range []string{DecidesKnown, DecidesWhole} {
+		c := decidesGate(decides)
+		c.Defaults.TPM = 30_000
+		c.Defaults.CountsAt = CountsAtArrival // the vote reports; no switch to weigh
+		l, _, _ := newTestLedger(t, c)
+		learnOutputs(t, l, at) // outputs with a wide spread: 5σ of one is well over 1,000
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 5000, MaxTokens: 10})
+		b := l.bucketFor("p", "m", at)
+		b.mu.Lock()
+		// Served 1,000 above what the window holds with the refused call now.
+		arrival := int64(b.arrivalViewLocked())
+		b.servedArrival = servedLevel{cur: arrival + 1000 + 1000, curStart: at.Add(-time.Second)}
+		refuted, _ := b.voteLocked(at.Add(time.Second), time.Time{}, 1000)
+		callSlack := b.marginOf(b.est.outputVariance(false, b.agingLocked()))
+		b.mu.Unlock()
+		if callSlack <= 1000 {
+			t.Fatalf("%s: one output's 5σ is %d; the test needs it over 1,000", decides, callSlack)
+		}
+		if want := decides == DecidesKnown; refuted != want {
+			t.Fatalf("%s: a 429 1,000 below a level served refutes the arrival view: %v, want %v", decides, refuted, want)
+		}
+	}
+}
