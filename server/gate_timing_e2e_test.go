@@ -180,19 +180,26 @@ var timingCases = []timingCase{
 	{name: "AtTruthLateSends", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, lateSends: true},
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow},
 	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
-	// provider that decides on what it knows, the gate told so: it counts a
-	// call in flight at its prompt, as the provider does, and keeps no margin
-	// for the outputs being written. The targets of AtTruth. Such a provider
-	// lets the outputs of the calls it decided on land past its limit, and the
-	// gate told so fills its windows to 42–45k of 40,000 (1.07–1.08 once
-	// learned); not told, it keeps them under 39.8k (0.92–0.95): the peak's
-	// floor, 1.02 of the limit, fails a gate that ignores the setting, and a
-	// second 429 does not move it. A second 429 comes in some runs (one in
-	// eight, under CI's load): the outputs of the calls that complete between
-	// an admission and the provider's decision are in neither the gate's count
-	// nor, told known, a margin. Its 10 s cooldown inside the learned windows
-	// costs up to a third of them, hence the utilization's floor.
-	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6, minPeak: 1.02}, free: true, known: true},
+	// provider that decides on what it knows, the gate told so (and that the
+	// provider counts on arrival: this sliding window books an output in its
+	// call's entry): it counts a call in flight at its prompt, as the provider
+	// does, and keeps no margin for the outputs being written. The targets of
+	// AtTruth. Such a provider lets the outputs of the calls it decided on land
+	// past its limit, and the gate told so fills its windows to 42–45k of
+	// 40,000 (1.07–1.08 once learned); not told, it keeps them under 39.8k
+	// (0.92–0.95): the peak's floor, 1.02 of the limit, fails a gate that
+	// ignores the setting, and a second 429 does not move it. A second 429
+	// comes in some runs (one in eight, under CI's load): the outputs of the
+	// calls that complete between an admission and the provider's decision are
+	// in neither the gate's count nor, told known, a margin. Its 10 s cooldown
+	// inside the learned windows costs up to a third of them, hence the
+	// utilization's floor.
+	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6, minPeak: 1.02}, free: true, known: true, countsAt: "arrival"},
+	// The same calls at fixed windows that decide on what they know, the gate
+	// told that alone: it counts an output from when it was written, as such a
+	// window does (in the window current then). The targets and floor of
+	// AtTruthFixed, whose window edges cost a second 429 in some runs here too.
+	{name: "AtTruthKnownFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, free: true, known: true, limit: fakeprovider.FixedWindow},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each

@@ -276,8 +276,14 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			lim.tpm = int(r.capacity)
 			lim.rpm = max(1, s.Provider.RPM-int(math.Ceil(r.outsideRequestsPerWindow())))
 			lim.learn = false
-			if s.Provider.Model == LimitSlidingCompletion {
-				lim.countsAt = gate.CountsAtCompletion // how it counts is part of the truth
+			switch s.Provider.Model { // how it counts is part of the truth
+			case LimitSlidingCompletion:
+				lim.countsAt = gate.CountsAtCompletion
+			case LimitSlidingArrival, LimitTokenBucket:
+				// a call's whole cost at its arrival: told the provider
+				// decides on what it knows, the output it decided without
+				// counts with the call's arrival (docs/gate.md)
+				lim.countsAt = gate.CountsAtArrival
 			}
 			if s.Provider.Decides == DecidesKnown {
 				lim.decides = gate.DecidesKnown // and what it decides a call on

@@ -479,7 +479,10 @@ func TestTriggerLoweredAgainRecovers(t *testing.T) {
 // knows (input and max_tokens, the output counted once written), the gate told
 // so counts the calls in flight as the provider does and keeps no margin for
 // their outputs: at the truth it uses what the margin held back, at no more
-// 429s. The oracle is told provider.decides either way.
+// 429s. Told that alone, it counts an output from when it was written, a
+// little longer than this sliding window (which books it in the call's entry)
+// does; told that too (gate.countsAt: arrival), as long. The oracle is told
+// provider.decides, and how the provider counts, either way.
 func TestGateToldTheProviderDecidesOnWhatItKnows(t *testing.T) {
 	s := DefaultScenario()
 	s.Duration = Duration(time.Hour)
@@ -487,12 +490,37 @@ func TestGateToldTheProviderDecidesOnWhatItKnows(t *testing.T) {
 	untold := run(t, s)
 	s.Gate.Decides = gate.DecidesKnown
 	told := run(t, s)
-	u, g, o := untold.Modes[ModeGate], told.Modes[ModeGate], told.Modes[ModeOracle]
+	s.Gate.CountsAt = gate.CountsAtArrival
+	toldAll := run(t, s)
+	u, g, a, o := untold.Modes[ModeGate], told.Modes[ModeGate], toldAll.Modes[ModeGate], told.Modes[ModeOracle]
 	if g.Utilization < 0.95 || g.RateLimited > 1 || g.Lost > 0 || g.Utilization < u.Utilization+0.03 {
 		t.Fatalf("told: utilization %.3f, %d 429s, %d lost (untold: %.3f, %d 429s); want ≥ 0.95 and 3 points above untold, ≤ 1 429, none lost",
 			g.Utilization, g.RateLimited, g.Lost, u.Utilization, u.RateLimited)
 	}
+	if a.Utilization < 0.97 || a.RateLimited > 1 || a.Lost > 0 {
+		t.Fatalf("told it counts on arrival too: utilization %.3f, %d 429s, %d lost; want ≥ 0.97, ≤ 1 429, none lost", a.Utilization, a.RateLimited, a.Lost)
+	}
 	if o.Utilization < 0.97 || o.RateLimited > 0 {
 		t.Fatalf("oracle: %.3f, %d 429s; want ≥ 0.97 and none", o.Utilization, o.RateLimited)
+	}
+}
+
+// A fixed window counts an output in the window current when it is written,
+// which may be the next one after its call's: the gate told the provider
+// decides on what it knows counts the output from then, and even the oracle,
+// which knows the limit, took 429s when it counted the output with its call.
+func TestGateToldKnownCountsAnOutputFromWhenItWasWritten(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(time.Hour)
+	s.Provider.Model = LimitFixedWindow
+	s.Provider.Decides = DecidesKnown
+	s.Gate.Decides = gate.DecidesKnown
+	rep := run(t, s)
+	g, o := rep.Modes[ModeGate], rep.Modes[ModeOracle]
+	if o.RateLimited > 0 || o.Utilization < 0.95 {
+		t.Fatalf("oracle: %.3f, %d 429s; want ≥ 0.95 and none", o.Utilization, o.RateLimited)
+	}
+	if g.RateLimited > 2 || g.Lost > 0 || g.Utilization < 0.93 {
+		t.Fatalf("gate: %.3f, %d 429s, %d lost; want ≥ 0.93, ≤ 2, none lost", g.Utilization, g.RateLimited, g.Lost)
 	}
 }

@@ -547,6 +547,15 @@ func (b *bucket) overCapLocked(res int64) bool {
 // its input and max_tokens, and its output once it settles.
 func (b *bucket) decidesKnown() bool { return b.limits.Decides == DecidesKnown }
 
+// outputWhenWrittenLocked says a settled call's output counts from when it was
+// written, not with the call's arrival: told the provider decides on what it
+// knows, unless told it counts on arrival (a sliding window that books the
+// output in the call's entry). Not with a shared window, whose entries are
+// fixed at admission.
+func (b *bucket) outputWhenWrittenLocked() bool {
+	return b.decidesKnown() && b.limits.CountsAt != CountsAtArrival && b.l.shared == nil
+}
+
 // providerCostLocked is what the provider's view counts of a call in flight
 // that reserved res, out of it for its output: its input and max_tokens when
 // the provider decides on what it knows, else its input and the output the
@@ -910,6 +919,14 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	b.lastUsed = now
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it
+	} else if decided := s.reserved; b.outputWhenWrittenLocked() && u != nil && tokens > decided {
+		// The provider decided on the input and max_tokens and counts the
+		// rest once written: from now, in the fixed window or from the
+		// bucket current now (a sliding window counting on arrival adds it
+		// to the call's entry, which this holds for as long, and a little
+		// longer).
+		b.win.settle(s.seq, decided)
+		b.win.addOutput(now, tokens-decided)
 	} else {
 		b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
 	}

@@ -273,3 +273,50 @@ func TestDecidesKnownVoteGivesTheRefusedCallNoOutputSpread(t *testing.T) {
 		}
 	}
 }
+
+// Told the provider decides on what it knows, a call's output beyond what it
+// was decided on counts from when it was written: a fixed window counts it in
+// the window current then, a bucket takes it then, and a provider counting at
+// completion counts all of it then. So it stays a window from its settle, not
+// from the call's arrival, and it is tokens, not a request. Told the provider
+// counts on arrival (a sliding window that books the output in the call's
+// entry), and under whole, it leaves with the call's entry.
+func TestDecidesKnownCountsTheOutputFromWhenItWasWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name, decides, countsAt string
+		stays                   bool
+	}{
+		{"Known", DecidesKnown, "", true},
+		{"KnownOnArrival", DecidesKnown, CountsAtArrival, false},
+		{"Whole", DecidesWhole, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testGate()
+			c.Defaults = ModelLimits{TPM: 10_000, RPM: 100, Decides: tc.decides, CountsAt: tc.countsAt}
+			c.Learn = false // no probe step when the budget holds the call back a window on
+			l, _, _ := newTestLedger(t, c)
+			a := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 1000, MaxTokens: 100})
+			b := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 500, MaxTokens: 2000})
+			// b writes less than it asked: nothing is written past what was decided
+			if err := l.Settle(t0.Add(10*time.Second), b, Usage{InputTokens: 500, OutputTokens: 200}); err != nil {
+				t.Fatal(err)
+			}
+			// a writes 3,000 where it asked 100 (a provider that lets it)
+			if err := l.Settle(t0.Add(30*time.Second), a, Usage{InputTokens: 1000, OutputTokens: 3000}); err != nil {
+				t.Fatal(err)
+			}
+			if st := l.BucketStatus(t0.Add(31*time.Second), "p", "m"); st.WindowTokens != 4700 || st.WindowRequests != 2 {
+				t.Fatalf("at 31 s: window %d tokens, %d requests; want 4,700 and 2", st.WindowTokens, st.WindowRequests)
+			}
+			at := t0.Add(61 * time.Second) // both calls' entries left
+			if !tc.stays {
+				mustAdmit(t, l, at, req(7500))
+				return
+			}
+			if st := l.BucketStatus(at, "p", "m"); st.WindowTokens != 2900 || st.WindowRequests != 0 {
+				t.Fatalf("at 61 s: window %d tokens, %d requests; want a's 2,900 written past what was decided, no request", st.WindowTokens, st.WindowRequests)
+			}
+			mustWait(t, l, at, req(7500), "tpm", 90*time.Second).Cancel(at)
+		})
+	}
+}

@@ -312,7 +312,7 @@ func (b *bucket) evictableLocked(now time.Time, idle time.Duration) bool {
 		return false
 	}
 	b.expireLocked(now)
-	return b.win.requests() == 0 && b.done.requests() == 0
+	return b.win.n == b.win.holes && b.done.requests() == 0
 }
 
 func (l *Ledger) providerState(provider string) *providerState {

@@ -29,7 +29,10 @@ type slidingWindow struct {
 	// reserved (the arrival view counts them at the expected output instead).
 	askedCount  int
 	askedOutput int64
-	last        int64 // latest entry time (unix nanos), to clamp a clock going backwards
+	// Entries that hold a settled call's output alone, counted from when it was
+	// written (addOutput): tokens, not requests.
+	outputs int
+	last    int64 // latest entry time (unix nanos), to clamp a clock going backwards
 	// The provider's own window (span less the count guard; 0: the same), and the
 	// entries older than it that only the guard keeps: those before sequence
 	// tailEnd, holding tailTokens. Kept as time moves, so reading it is O(1).
@@ -47,6 +50,11 @@ type windowEntry struct {
 	// call that asked max_tokens; 0 once settled.
 	open int64
 }
+
+// outputOnly is the open field of an entry that holds a settled call's output
+// written after the provider decided on the call (addOutput): tokens, not a
+// request.
+const outputOnly = math.MinInt64
 
 // holeAt marks a place that holds nothing — an entry restamp moved to the end,
 // or a call drop took out — until it leaves the ring at the head.
@@ -68,8 +76,11 @@ func (w *slidingWindow) expire(now time.Time) {
 		if w.tailEnd > w.headSeq {
 			w.tailTokens -= e.tokens
 		}
-		if e.at == holeAt {
+		switch {
+		case e.at == holeAt:
 			w.holes--
+		case e.open == outputOnly:
+			w.outputs--
 		}
 		w.tokens -= e.tokens
 		w.closeEntry(e)
@@ -123,7 +134,7 @@ func (w *slidingWindow) tailAfter(cutoff int64) int64 {
 }
 
 func (w *slidingWindow) closeEntry(e *windowEntry) {
-	if e.open == 0 {
+	if e.open == 0 || e.open == outputOnly {
 		return
 	}
 	out := max(e.open, -e.open) - 1
@@ -170,6 +181,18 @@ func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
 	w.closeEntry(e)
 }
 
+// addOutput appends tokens of a settled call's output, counted from now: a
+// provider that decided on the call without it counts the output once
+// written (in the fixed window or from the bucket current then). Tokens, not a
+// request.
+func (w *slidingWindow) addOutput(now time.Time, tokens int64) {
+	w.add(now, tokens, 0, false)
+	e := &w.entries[(w.head+w.n-1)%len(w.entries)]
+	w.closeEntry(e)
+	e.open = outputOnly
+	w.outputs++
+}
+
 func (w *slidingWindow) grow() {
 	next := make([]windowEntry, 2*len(w.entries))
 	for i := 0; i < w.n; i++ {
@@ -196,18 +219,18 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 }
 
 // requests is the number of requests in the window.
-func (w *slidingWindow) requests() int { return w.n - w.holes }
+func (w *slidingWindow) requests() int { return w.n - w.holes - w.outputs }
 
 // requestsAfter is how many of the window's entries were added after at (unix
 // nanoseconds).
 func (w *slidingWindow) requestsAfter(at int64) int {
 	k := 0
 	for i := w.n - 1; i >= 0; i-- {
-		e := w.entries[(w.head+i)%len(w.entries)].at
-		if e == holeAt {
+		e := w.entries[(w.head+i)%len(w.entries)]
+		if e.at == holeAt || e.open == outputOnly {
 			continue
 		}
-		if e <= at {
+		if e.at <= at {
 			break
 		}
 		k++
@@ -245,7 +268,7 @@ func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
 	}
 	var e windowEntry
 	for i := 0; i < w.n && excess > 0; i++ { // the excess-th request from the oldest
-		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != holeAt {
+		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != holeAt && e.open != outputOnly {
 			excess--
 		}
 	}

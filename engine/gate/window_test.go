@@ -1,0 +1,37 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// An entry that holds a settled call's output alone (addOutput) is tokens in
+// the window, not a request: the request count, the time until a request
+// leaves and the requests admitted after a time skip it, and it leaves the
+// window like any entry.
+func TestWindowOutputEntriesAreNotRequests(t *testing.T) {
+	w := newSlidingWindow(time.Minute)
+	w.addOutput(t0, 200)
+	w.add(t0.Add(10*time.Second), 100, 0, false)
+	w.addOutput(t0.Add(15*time.Second), 300)
+	w.add(t0.Add(20*time.Second), 100, 0, false)
+	now := t0.Add(30 * time.Second)
+	w.expire(now)
+	if w.tokens != 700 || w.requests() != 2 {
+		t.Fatalf("%d tokens, %d requests; want 700 and 2", w.tokens, w.requests())
+	}
+	if got := w.requestsAfter(t0.Add(5 * time.Second).UnixNano()); got != 2 {
+		t.Fatalf("requests after 5 s: %d, want 2", got)
+	}
+	// one more fits under a budget of 2 once the call at 10 s leaves, at 70 s
+	if got := w.requestDrain(now, 2); got != 40*time.Second {
+		t.Fatalf("request drain %s, want 40s", got)
+	}
+	if d, _ := w.tokenDrain(now, 500, 1000); d != 30*time.Second {
+		t.Fatalf("token drain %s, want 30s: the output at 0 s leaves at 60 s", d)
+	}
+	w.expire(t0.Add(61 * time.Second))
+	if w.tokens != 500 || w.requests() != 2 || w.outputs != 1 {
+		t.Fatalf("at 61 s: %d tokens, %d requests, %d output entries; want 500, 2, 1", w.tokens, w.requests(), w.outputs)
+	}
+}
