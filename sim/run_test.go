@@ -159,9 +159,19 @@ func TestRPMBound(t *testing.T) {
 // relaxed back into the limit after each 429: 44 429s in the hour, 90 against
 // fixed windows. (Unnamed, such a 429 comes at half the request budget and is
 // still read as tokens: docs/benchmarks.md, "Workloads bound by requests".)
+//
+// At fixed windows the second RPM 429 sets the request ceiling at 0.93 of the
+// lower count unless it came within 1% of the first's: over seeds 1–12, 0.905–0.908
+// of the limit in eight or nine runs, 0.974 in the others. Seed 1 was one of
+// the lucky ones until the first window's requests were paced (0.909 since),
+// so the bound there is the ceiling's, not the lucky point's.
 func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
 	for _, model := range []string{LimitSlidingArrival, LimitFixedWindow} {
 		t.Run(model, func(t *testing.T) {
+			floor := 0.95
+			if model == LimitFixedWindow {
+				floor = 0.90
+			}
 			s := DefaultScenario()
 			s.Duration = Duration(time.Hour)
 			s.Provider = ProviderSpec{Model: model, TPM: 200_000, RPM: 100, RetryAfter: s.Provider.RetryAfter, NamesLimit: true}
@@ -169,9 +179,9 @@ func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
 			s.Output = SizeSpec{Median: 50, P99: 200}
 			s.Gate.Start = 2
 			g := run(t, s).Modes[ModeGate]
-			if g.RequestUtilization < 0.95 || g.RateLimited > 3 || g.RateLimitedByTokens != 0 {
-				t.Fatalf("request utilization %.3f, %d 429s (%d on tokens): want ≥ 0.95 and ≤ 3, none on tokens",
-					g.RequestUtilization, g.RateLimited, g.RateLimitedByTokens)
+			if g.RequestUtilization < floor || g.RateLimited > 3 || g.RateLimitedByTokens != 0 {
+				t.Fatalf("request utilization %.3f, %d 429s (%d on tokens): want ≥ %.2f and ≤ 3, none on tokens",
+					g.RequestUtilization, g.RateLimited, g.RateLimitedByTokens, floor)
 			}
 		})
 	}

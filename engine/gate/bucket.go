@@ -97,6 +97,10 @@ type bucket struct {
 	rpmRun      int
 	rpmPreStep  int
 	rpmStepHeld int
+	// rpmFreshAt: when the request axis last started from nothing (the
+	// bucket's birth, a reset, a reload that changed rpm); requests are paced
+	// for a window after it (requestPacedLocked).
+	rpmFreshAt time.Time
 	// rpmBoundAt: the last time the request budget held a call back or an RPM
 	// 429 came; the request pacer runs within two windows of it.
 	rpmBoundAt time.Time
@@ -268,6 +272,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		est:           newEstimator(l.conf().OutputReserveTokens),
 		lastUsed:      now,
 		rpmStepAt:     now,
+		rpmFreshAt:    now,
 		rpmConfigured: lim.RPM,
 	}
 	b.atCompletion, _ = lim.countView()
@@ -919,14 +924,15 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	b.lastUsed = now
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it
-	} else if decided := s.reserved; b.outputWhenWrittenLocked() && u != nil && tokens > decided {
+	} else if u != nil && b.outputWhenWrittenLocked() && u.OutputTokens > s.output0 {
 		// The provider decided on the input and max_tokens and counts the
 		// rest once written: from now, in the fixed window or from the
 		// bucket current now (a sliding window counting on arrival adds it
 		// to the call's entry, which this holds for as long, and a little
 		// longer).
-		b.win.settle(s.seq, decided)
-		b.win.addOutput(now, tokens-decided)
+		written := u.OutputTokens - s.output0
+		b.win.settle(s.seq, tokens-written)
+		b.win.addOutput(now, written)
 	} else {
 		b.win.settle(s.seq, tokens) // false: it already left the window and counts no more
 	}
@@ -1373,6 +1379,7 @@ func (b *bucket) forgetRequestLearningLocked(now time.Time) {
 	b.rpmLearned, b.rpmLearnedRead, b.rpmRefused, b.rpmRefusedAt = 0, false, 0, time.Time{}
 	b.rpmRefusedTokens = 0
 	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
+	b.rpmFreshAt = now
 }
 
 func abs(x int) int {

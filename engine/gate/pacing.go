@@ -75,8 +75,9 @@ func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 // calls bound by requests are cohorts the token pacer does not see: a queue of
 // them released at once when the request window drained met a provider that
 // counts at completion still holding the last cohort (19 429s in 12 ms).
-// Requests that never bind are not paced: a burst of calls under a request
-// limit nobody reaches waits for nothing.
+// Requests that never bind are not paced — a burst of calls under a request
+// limit nobody reaches waits for nothing — but for the first window the gate
+// knows nothing of the limit (requestPacedLocked).
 func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration {
 	rate, burst := b.paceParams(budget)
 	wait := b.pace.wait(now, float64(res), rate, burst)
@@ -106,8 +107,21 @@ func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
 // does, as the calls complete, and pacing there only delayed the queue after a
 // cooldown (over real sockets, a case told the provider counts at completion
 // read 0.58–0.78 of the requests once learned paced, 0.83–0.87 unpaced).
+//
+// And for a window after the request axis started from nothing (the bucket's
+// birth, a reset, a reload that changed rpm), in either view: sessions that
+// start together send their calls in step, and from a start above the truth
+// the round that crosses the limit is refused whole — every call of it sent
+// before the first 429 comes back (2–6 429s in 20 ms over real sockets, ten
+// sessions at twice a limit of 20 requests). Paced, the calls past the burst
+// go one at a time at pace × the budget per window, and the first 429 stops
+// the rest.
 func (b *bucket) requestPacedLocked(now time.Time) bool {
-	return !b.atCompletion && !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*b.l.conf().Window
+	window := b.l.conf().Window
+	if now.Sub(b.rpmFreshAt) < window {
+		return true
+	}
+	return !b.atCompletion && !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*window
 }
 
 // aboveHeldLocked reports whether a reservation of res (variance v) goes above

@@ -154,12 +154,15 @@ func TestUnnamed429WhileRequestsBindIsAboutRequests(t *testing.T) {
 // are by the token budget: at most paceBurst of it at once, then pace × the
 // budget a window. The token pacer alone let a queue of them go at once when
 // the request window drained. Only while requests bind: a burst under a request
-// limit nobody reached is not held.
+// limit nobody reached is not held (once the first window, which is paced, is
+// over: see TestRequestPacerSpacesTheFirstWindow).
 func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
 	c := rpmGate(100)
 	c.Pace, c.PaceBurst = 3, 0.07 // 5 requests a second after a burst of 7
+	c.Learn = false               // no request probe step when the budget holds a call back
 	l, _, _ := newTestLedger(t, c)
-	fillRequests(t, l, t0, 100) // requests have not bound: the 100 go at once
+	mustAdmit(t, l, t0.Add(-2*time.Minute), req(1)) // the model seen two windows before
+	fillRequests(t, l, t0, 100)                     // requests have not bound: the 100 go at once
 	mustWait(t, l, t0, req(1), "rpm", 60*time.Second)
 	at := t0.Add(60 * time.Second) // the window drained; the queue above went
 	for range 6 {
@@ -173,8 +176,10 @@ func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
 		// the queue after a cooldown.
 		c := rpmGate(100)
 		c.Pace, c.PaceBurst = 3, 0.07
+		c.Learn = false
 		c.Defaults.CountsAt = CountsAtCompletion
 		l, _, _ := newTestLedger(t, c)
+		mustAdmit(t, l, t0.Add(-2*time.Minute), req(1))
 		var tks []Ticket
 		for range 100 {
 			tks = append(tks, mustAdmit(t, l, t0, req(1)))
@@ -190,6 +195,31 @@ func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
 			mustAdmit(t, l, at, req(1))
 		}
 	})
+}
+
+// For a window after the request axis starts from nothing — the model first
+// seen, or reset — requests are paced whether or not they bind: sessions that
+// start together send in step, and from a start above the truth the round
+// that crosses the limit was refused whole before the first 429 came back.
+// A window on, a burst under the budget goes at once again.
+func TestRequestPacerSpacesTheFirstWindow(t *testing.T) {
+	c := rpmGate(100)
+	c.Pace, c.PaceBurst = 3, 0.07 // 5 requests a second after a burst of 7
+	l, _, _ := newTestLedger(t, c)
+	for range 7 {
+		mustAdmit(t, l, t0, req(1))
+	}
+	mustWait(t, l, t0, req(1), "pace", 200*time.Millisecond).Cancel(t0)
+	at := t0.Add(2 * time.Minute) // a window on: the 7 left, none bound
+	fillRequests(t, l, at, 50)
+	at = at.Add(time.Minute) // the 50 left
+	if !l.Reset(at, "p", "m") {
+		t.Fatal("no model to reset")
+	}
+	for range 7 {
+		mustAdmit(t, l, at, req(1))
+	}
+	mustWait(t, l, at, req(1), "pace", 3*time.Minute+200*time.Millisecond).Cancel(at)
 }
 
 // An unnamed 429 with few tokens in the window is about requests when the
