@@ -112,10 +112,10 @@ func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
 // birth, a reset, a reload that changed rpm), in either view: sessions that
 // start together send their calls in step, and from a start above the truth
 // the round that crosses the limit is refused whole — every call of it sent
-// before the first 429 comes back (2–6 429s in 20 ms over real sockets, ten
-// sessions at twice a limit of 20 requests). Paced, the calls past the burst
-// go one at a time at pace × the budget per window, and the first 429 stops
-// the rest.
+// before the first 429 comes back (over real sockets, ten sessions at twice a
+// limit of 20 requests: 2–7 429s, up to six within 4 ms). Paced, the calls
+// past the burst go one at a time at pace × the budget per window, and the
+// first 429 stops the rest.
 func (b *bucket) requestPacedLocked(now time.Time) bool {
 	window := b.l.conf().Window
 	if now.Sub(b.rpmFreshAt) < window {
