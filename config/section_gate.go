@@ -87,7 +87,7 @@ var limitsSchema = &schema[ModelLimits]{
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor }),
 		choiceField("countsAt", "when the provider counts a call, if you know it: arrival, or completion (a call in flight is not in its window until it ends); learn (a model's way back under defaults that set one), or left out: the gate learns it from where 429s fall",
 			[]string{gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn}, func(l *ModelLimits) *string { return &l.CountsAt }),
-		choiceField("decides", "what the provider decides a call on when it arrives, if you know it: known (its input and max_tokens — its input alone without one — with the output counted once written): the gate counts calls in flight the same way, keeps no margin for outputs not yet written, and counts an output from when it was written (with its call's arrival when countsAt is arrival: a sliding window that books it in the call's entry); whole, or left out: it keeps that margin, as if the provider could count an output before it is written",
+		choiceField("decides", "what the provider decides a call on when it arrives, if you know it: known (its input and max_tokens — its input alone without one — with the output counted once written): the gate counts calls in flight the same way, keeps no margin for outputs not yet written, and counts an output from when it was written (with its call's arrival when countsAt is arrival — a sliding window that books it in the call's entry — or on a shared window); whole, or left out: it keeps that margin, as if the provider could count an output before it is written",
 			[]string{gate.DecidesKnown, gate.DecidesWhole}, func(l *ModelLimits) *string { return &l.Decides }),
 	},
 }

@@ -161,7 +161,7 @@ func TestRPMBound(t *testing.T) {
 // still read as tokens: docs/benchmarks.md, "Workloads bound by requests".)
 //
 // At fixed windows the second RPM 429 sets the request ceiling at 0.93 of the
-// lower count unless it came within 1% of the first's: over seeds 1–12, 0.905–0.908
+// lower count unless it came within 1% of the first's: over seeds 1–12, 0.905–0.909
 // of the limit in eight or nine runs, 0.974 in the others. Seed 1 was one of
 // the lucky ones until the first window's requests were paced (0.909 since),
 // so the bound there is the ceiling's, not the lucky point's.

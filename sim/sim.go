@@ -280,9 +280,11 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			case LimitSlidingCompletion:
 				lim.countsAt = gate.CountsAtCompletion
 			case LimitSlidingArrival, LimitTokenBucket:
-				// a call's whole cost at its arrival: told the provider
-				// decides on what it knows, the output it decided without
-				// counts with the call's arrival (docs/gate.md)
+				// Told the provider decides on what it knows, the output
+				// counts with its call's arrival: the sliding window books it
+				// in the call's entry; the bucket takes it when written, but
+				// its reserve absorbs the difference (docs/gate.md, "When
+				// the output counts"), as the docs advise.
 				lim.countsAt = gate.CountsAtArrival
 			}
 			if s.Provider.Decides == DecidesKnown {

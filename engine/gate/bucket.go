@@ -98,8 +98,9 @@ type bucket struct {
 	rpmPreStep  int
 	rpmStepHeld int
 	// rpmFreshAt: when the request axis last started from nothing (the
-	// bucket's birth, a reset, a reload that changed rpm); requests are paced
-	// for a window after it (requestPacedLocked).
+	// bucket's birth, a reset, a reload that changed rpm — not one that only
+	// forgot what the axis learned); requests are paced for a window after it
+	// (requestPacedLocked).
 	rpmFreshAt time.Time
 	// rpmBoundAt: the last time the request budget held a call back or an RPM
 	// 429 came; the request pacer runs within two windows of it.
@@ -194,6 +195,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if configured := cfg.Limits(b.provider + "/" + b.model).RPM; configured != b.rpmConfigured {
 		b.rpmConfigured = configured
 		b.forgetRequestLearningLocked(now)
+		b.rpmFreshAt = now // a limit the gate has not seen: its first window is paced
 	}
 	if (lim.Decides == DecidesKnown) != b.decidesKnown() {
 		// The calls in flight are read in other units from now on: what was
@@ -1379,7 +1381,6 @@ func (b *bucket) forgetRequestLearningLocked(now time.Time) {
 	b.rpmLearned, b.rpmLearnedRead, b.rpmRefused, b.rpmRefusedAt = 0, false, 0, time.Time{}
 	b.rpmRefusedTokens = 0
 	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
-	b.rpmFreshAt = now
 }
 
 func abs(x int) int {
@@ -1404,6 +1405,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.learn.reset(now)
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
+	b.rpmFreshAt = now
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}

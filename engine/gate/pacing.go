@@ -109,16 +109,19 @@ func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
 // read 0.58–0.78 of the requests once learned paced, 0.83–0.87 unpaced).
 //
 // And for a window after the request axis started from nothing (the bucket's
-// birth, a reset, a reload that changed rpm), in either view: sessions that
-// start together send their calls in step, and from a start above the truth
-// the round that crosses the limit is refused whole — every call of it sent
-// before the first 429 comes back (over real sockets, ten sessions at twice a
-// limit of 20 requests: 2–7 429s, up to six within 4 ms). Paced, the calls
-// past the burst go one at a time at pace × the budget per window, and the
-// first 429 stops the rest.
+// birth, a reset, a reload that changed rpm), in either view, once the window
+// holds half the request budget: sessions that start together send their
+// calls in step, and from a start above the truth the round that crosses the
+// limit is refused whole — every call of it sent before the first 429 comes
+// back (over real sockets, ten sessions at twice a limit of 20 requests: 2–7
+// 429s, up to six within 4 ms). Paced, the calls past the burst go one at a
+// time at pace × the budget per window, and the first 429 stops the rest. The
+// first half goes at once: a start at most twice the truth crosses the limit
+// above it, and a burst of new sessions under a start below the truth (the
+// default rpm is 60) waits for nothing.
 func (b *bucket) requestPacedLocked(now time.Time) bool {
 	window := b.l.conf().Window
-	if now.Sub(b.rpmFreshAt) < window {
+	if now.Sub(b.rpmFreshAt) < window && 2*b.win.requests() >= b.rpm { // the calls let go, in flight or not
 		return true
 	}
 	return !b.atCompletion && !b.rpmBoundAt.IsZero() && now.Sub(b.rpmBoundAt) < 2*window

@@ -198,28 +198,63 @@ func TestRequestPacerSpacesSmallCallsWhileRequestsBind(t *testing.T) {
 }
 
 // For a window after the request axis starts from nothing — the model first
-// seen, or reset — requests are paced whether or not they bind: sessions that
-// start together send in step, and from a start above the truth the round
-// that crosses the limit was refused whole before the first 429 came back.
-// A window on, a burst under the budget goes at once again.
+// seen, or reset, or a reload that changes rpm — requests past half the
+// request budget are paced whether or not they bind: sessions that start
+// together send in step, and from a start above the truth the round that
+// crossed the limit was refused whole before the first 429 came back. The
+// first half goes at once, and a window on, a burst under the budget goes at
+// once again.
 func TestRequestPacerSpacesTheFirstWindow(t *testing.T) {
 	c := rpmGate(100)
 	c.Pace, c.PaceBurst = 3, 0.07 // 5 requests a second after a burst of 7
-	l, _, _ := newTestLedger(t, c)
-	for range 7 {
-		mustAdmit(t, l, t0, req(1))
+	firstHalf := func(t *testing.T, l *Ledger, at time.Time, half int) {
+		t.Helper()
+		for range half - 1 { // at once; from the one that fills half the budget, a burst, then the pace
+			mustAdmit(t, l, at, req(1))
+		}
+		for range 7 {
+			mustAdmit(t, l, at, req(1))
+		}
+		mustWait(t, l, at, req(1), "pace", at.Sub(t0)+200*time.Millisecond).Cancel(at)
 	}
-	mustWait(t, l, t0, req(1), "pace", 200*time.Millisecond).Cancel(t0)
-	at := t0.Add(2 * time.Minute) // a window on: the 7 left, none bound
-	fillRequests(t, l, at, 50)
-	at = at.Add(time.Minute) // the 50 left
+	l, _, _ := newTestLedger(t, c)
+	firstHalf(t, l, t0, 50)
+	at := t0.Add(2 * time.Minute) // a window on: the 57 left, none bound
+	fillRequests(t, l, at, 80)
+	at = at.Add(time.Minute) // the 80 left
 	if !l.Reset(at, "p", "m") {
 		t.Fatal("no model to reset")
 	}
-	for range 7 {
-		mustAdmit(t, l, at, req(1))
-	}
-	mustWait(t, l, at, req(1), "pace", 3*time.Minute+200*time.Millisecond).Cancel(at)
+	firstHalf(t, l, at, 50)
+
+	t.Run("InTheCompletionView", func(t *testing.T) {
+		c := c
+		c.Defaults.CountsAt = CountsAtCompletion
+		l, _, _ := newTestLedger(t, c)
+		firstHalf(t, l, t0, 50) // in flight: not in the completion window, let go all the same
+	})
+	t.Run("AReloadThatChangesRPM", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, c)
+		mustAdmit(t, l, t0, req(1))
+		at := t0.Add(2 * time.Minute)
+		same := c
+		same.Learn = false // a reload that forgets what the request axis learned, same rpm
+		if err := l.Reconfigure(at, same); err != nil {
+			t.Fatal(err)
+		}
+		fillRequests(t, l, at, 80) // not paced: the limit is the one the gate had
+		at = at.Add(time.Minute)
+		moved := c
+		moved.Defaults.RPM = 200 // paced past 100, at 10 a second after a burst of 14
+		if err := l.Reconfigure(at, moved); err != nil {
+			t.Fatal(err)
+		}
+		fillRequests(t, l, at, 99)
+		for range 14 {
+			mustAdmit(t, l, at, req(1))
+		}
+		mustWait(t, l, at, req(1), "pace", at.Sub(t0)+100*time.Millisecond).Cancel(at)
+	})
 }
 
 // An unnamed 429 with few tokens in the window is about requests when the

@@ -6,8 +6,10 @@ import (
 )
 
 // slidingWindow holds the entries admitted in the last window: one per request,
-// carrying its reservation until it is settled and its real usage after. Entries
-// are appended in time order, so the oldest leave from the head.
+// carrying its reservation until it is settled and its real usage after (and,
+// told the provider decides on what it knows, one per output written past
+// what the provider decided a call on: tokens, not a request; addOutput).
+// Entries are appended in time order, so the oldest leave from the head.
 //
 // It is a ring buffer indexed by a monotonically increasing sequence number, so a
 // ticket can find its entry again in O(1) while it is still in the window, and
@@ -17,7 +19,7 @@ type slidingWindow struct {
 	span    time.Duration
 	entries []windowEntry // ring; len is the capacity
 	head    int           // index of the oldest entry
-	n       int           // entries, holes among them
+	n       int           // entries, holes and output entries among them
 	holes   int           // of those, places that hold nothing (see holeAt)
 	headSeq uint64        // sequence number of entries[head]
 	tokens  int64         // invariant: sum of entries[*].tokens
@@ -47,13 +49,14 @@ type windowEntry struct {
 	at     int64 // holeAt: a place that holds nothing
 	tokens int64
 	// open is 1 + the output reserved while the call is in flight, negated for a
-	// call that asked max_tokens; 0 once settled.
+	// call that asked max_tokens; 0 once settled; outputOnly for an entry that
+	// holds an output alone.
 	open int64
 }
 
 // outputOnly is the open field of an entry that holds a settled call's output
 // written after the provider decided on the call (addOutput): tokens, not a
-// request.
+// request. (holeAt is the same number, in the at field: a hole's open is 0.)
 const outputOnly = math.MinInt64
 
 // holeAt marks a place that holds nothing — an entry restamp moved to the end,
@@ -221,8 +224,8 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 // requests is the number of requests in the window.
 func (w *slidingWindow) requests() int { return w.n - w.holes - w.outputs }
 
-// requestsAfter is how many of the window's entries were added after at (unix
-// nanoseconds).
+// requestsAfter is how many of the window's requests were added after at
+// (unix nanoseconds).
 func (w *slidingWindow) requestsAfter(at int64) int {
 	k := 0
 	for i := w.n - 1; i >= 0; i-- {
