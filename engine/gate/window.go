@@ -59,6 +59,9 @@ type windowEntry struct {
 // request. (holeAt is the same number, in the at field: a hole's open is 0.)
 const outputOnly = math.MinInt64
 
+// request says whether e is a request: not a hole, not an output alone.
+func (e windowEntry) request() bool { return e.at != holeAt && e.open != outputOnly }
+
 // holeAt marks a place that holds nothing — an entry restamp moved to the end,
 // or a call drop took out — until it leaves the ring at the head.
 const holeAt = math.MinInt64
@@ -230,7 +233,7 @@ func (w *slidingWindow) requestsAfter(at int64) int {
 	k := 0
 	for i := w.n - 1; i >= 0; i-- {
 		e := w.entries[(w.head+i)%len(w.entries)]
-		if e.at == holeAt || e.open == outputOnly {
+		if !e.request() {
 			continue
 		}
 		if e.at <= at {
@@ -271,7 +274,7 @@ func (w *slidingWindow) requestDrain(now time.Time, budget int) time.Duration {
 	}
 	var e windowEntry
 	for i := 0; i < w.n && excess > 0; i++ { // the excess-th request from the oldest
-		if e = w.entries[(w.head+i)%len(w.entries)]; e.at != holeAt && e.open != outputOnly {
+		if e = w.entries[(w.head+i)%len(w.entries)]; e.request() {
 			excess--
 		}
 	}
