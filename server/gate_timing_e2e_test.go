@@ -200,7 +200,7 @@ var timingCases = []timingCase{
 	// window does (in the window current then). A record of the mode at fixed
 	// windows, not a test of that rule: these outputs are small, and counted
 	// with their calls they took as many 429s. The window edges cost a second
-	// 429 in six runs of seven (AtTruthFixed's, in some): the target's one is
+	// 429 in six runs of eight (AtTruthFixed's, in some): the target's one is
 	// missed and logged; the floors are AtTruthFixed's.
 	{name: "AtTruthKnownFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, free: true, known: true, limit: fakeprovider.FixedWindow},
 }
