@@ -199,14 +199,6 @@ var timingCases = []timingCase{
 	// inside the learned windows costs up to a third of them, hence the
 	// utilization's floor.
 	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6, minPeak: 1.02}, free: true, known: true, countsAt: "arrival"},
-	// The same calls at fixed windows that decide on what they know, the gate
-	// told that alone: it counts an output from when it was written, as such a
-	// window does (in the window current then). A record of the mode at fixed
-	// windows, not a test of that rule: these outputs are small, and counted
-	// with their calls they took as many 429s. The window edges cost a second
-	// 429 in six runs of eight (AtTruthFixed's, in some): the target's one is
-	// missed and logged; the floors are AtTruthFixed's.
-	{name: "AtTruthKnownFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.35}, free: true, known: true, limit: fakeprovider.FixedWindow},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each
