@@ -192,10 +192,8 @@ func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
 // written (in the fixed window or from the bucket current then). Tokens, not a
 // request.
 func (w *slidingWindow) addOutput(now time.Time, tokens int64) {
-	w.add(now, tokens, 0, false)
-	e := &w.entries[(w.head+w.n-1)%len(w.entries)]
-	w.closeEntry(e)
-	e.open = outputOnly
+	w.addSettled(now, tokens)
+	w.entries[(w.head+w.n-1)%len(w.entries)].open = outputOnly
 	w.outputs++
 }
 
