@@ -13,6 +13,7 @@ import "github.com/redis/go-redis/v9"
 //	…:s   the sum of …:t, kept so a check is O(1) and not a scan
 //	…:o   hash: the ids not settled yet → their nonce, so a settle counts once,
 //	      wherever it comes from, and only with the nonce the reservation got
+//	      (":sent" appended once a send was reported: see sentScript)
 //	…:q   the id sequence
 //	…:cd  the cooldown's end (ms)
 //
@@ -99,7 +100,8 @@ return {tostring(id), 0, '', sum}
 // ticket settled on another instance than its own). Returns the tokens
 // refunded, or -1 when the entry is closed already or left the window.
 var closeScript = redis.NewScript(`
-if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[5] then return -1 end
+local held = redis.call('HGET', KEYS[4], ARGV[1])
+if held ~= ARGV[5] and held ~= ARGV[5] .. ':sent' then return -1 end
 redis.call('HDEL', KEYS[4], ARGV[1])
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return -1 end
@@ -119,13 +121,19 @@ return cur - tokens
 // sentScript: KEYS w t s o; ARGV id at nonce ttl. Moves an open entry to at
 // (ms), the time its call was sent, when it counts from earlier: the window
 // then frees it when the provider does, and the window's keys live two
-// windows from now, past the moved entry. Returns 1 when it moved, 0 when the
-// entry counts from at or later, -1 when it is settled, gone or held under
-// another nonce.
+// windows from now, past the moved entry. A call is sent once: the first
+// report marks the entry (its nonce gains ":sent"), and a later one — the
+// same send reported again, to this instance or another — leaves it where the
+// first put it. Returns 1 when it moved, 0 when the entry counts from at or
+// later or was reported sent already, -1 when it is settled, gone or held
+// under another nonce.
 var sentScript = redis.NewScript(`
-if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[3] then return -1 end
+local held = redis.call('HGET', KEYS[4], ARGV[1])
+if held == ARGV[3] .. ':sent' then return 0 end
+if held ~= ARGV[3] then return -1 end
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not cur then return -1 end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3] .. ':sent')
 if tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
 local ttl = tonumber(ARGV[4])

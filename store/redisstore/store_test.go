@@ -554,6 +554,15 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
 		t.Fatalf("the call sent within the guard counts from %v ms, want %v (its admission)", got, want)
 	}
+	// The same send reported again — here to the other instance, as a
+	// harness that retries its report may — leaves the entry where the first
+	// report put it: a call is sent once.
+	if moved, err := b.Sent("p", "m", late.Shared, t0.Add(8*time.Second), time.Minute); moved || err != nil {
+		t.Fatalf("the send reported again: moved %v, %v; want not moved, no error", moved, err)
+	}
+	if got, want := score(late), float64(t0.Add(5*time.Second).UnixMilli()); got != want {
+		t.Fatalf("the send reported again moved the entry to %v ms, want it at %v (the first report)", got, want)
+	}
 	// Past its admission's window and guard, B still cannot fit 6,000 beside it.
 	clock.Set(t0.Add(61 * time.Second))
 	if _, w := lb.Submit(clock.Now(), big); w == nil {
@@ -568,6 +577,13 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 	}
 	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
 		t.Fatalf("a settled entry moved to %v, want it at %v", got, want)
+	}
+	// The entry marked sent still settles, once, with its nonce.
+	if err := la.Settle(clock.Now(), late, gate.Usage{InputTokens: 3000, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if v := a.c.HGet(context.Background(), a.base("p", "m")+"t", strings.SplitN(late.Shared, "-", 2)[0]).Val(); v != "3010" {
+		t.Fatalf("the entry sent and settled holds %q tokens, want 3010", v)
 	}
 	if a.Errors() != 0 || b.Errors() != 0 {
 		t.Fatalf("store errors: %d, %d", a.Errors(), b.Errors())
