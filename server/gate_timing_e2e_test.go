@@ -139,6 +139,13 @@ var timingCases = []timingCase{
 	// Another client spends a tenth of the key (the simulator's `outside`): the
 	// gate's 429s and utilization of what the other client leaves.
 	{name: "AtTruthOutside", start: timingLimit, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, outside: true},
+	// The same with rate-limit headers, which state the key's whole limit on
+	// every answer. The first 429 comes below it (the other client's spend), and
+	// its trigger is what is left to the gate: an answer restating the same
+	// figure keeps it. Before, each answer dropped it, the gate refilled to the
+	// stated limit and took a 429 at every cooldown's end (48 an hour in the
+	// simulator).
+	{name: "AtTruthOutsideHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, outside: true},
 	// A provider that counts a call when its answer is written (the simulator's
 	// sliding-completion), configured at the truth: the targets of AtTruth.
 	// Served tokens are counted in the window a call completed in, and the

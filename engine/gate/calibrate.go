@@ -19,8 +19,10 @@ const rateLimitPeriod = time.Minute
 //   - limitTokens > 0: the learned quota and its starting point become the
 //     stated limit, scaled from per minute to the gate's window; a tightest
 //     trigger learned from 429s is dropped (the stated limit supersedes it).
-//     Later 429s still cut the quota as usual, and the next calibration
-//     restores it: learning from 429s remains for providers that send none.
+//     Later 429s still cut the quota as usual, and what they teach stays while
+//     answers restate the same figure: a 429 below a stated limit is another
+//     client's spend on the key (or timing), and the trigger it sets is what is
+//     left to the gate. Only a new figure is adopted again.
 //   - limitRequests > 0: the model's RPM budget becomes the stated limit (scaled
 //     likewise), times the safety factor as for a configured RPM.
 //
@@ -74,11 +76,20 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 	if limitTokens <= 0 {
 		return
 	}
+	restated := b.statedTokens == limitTokens
 	b.statedTokens = limitTokens
 	q := float64(scaleLimit(limitTokens, span))
 	from := b.learn.budget()
 	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {
 		b.learn.stated, b.learn.preProbe = q, 0 // the start was right: it is now a stated cap
+		return
+	}
+	if restated && b.learn.stated == q {
+		// The figure the gate holds, stated again (every answer restates it):
+		// what 429s taught since it was adopted stays. A 429 near a stated
+		// limit is the gate's own excess or another client's spend on the
+		// key; dropping its trigger at the next answer would refill the
+		// window to the limit and take the same 429 at every cooldown's end.
 		return
 	}
 	fresh := newLearner(int(q), b.learn.enabled, now)

@@ -132,6 +132,35 @@ func TestLedgerCalibrateDropsTrigger(t *testing.T) {
 	_ = l.Release(now, tk)
 }
 
+// TestCalibrateRestatedKeepsWhatA429Taught: every answer restates the limit.
+// With another client on the key a 429 comes below it, and its trigger is what
+// is left to the gate; restated, the same figure keeps that trigger (dropping
+// it refilled the window to the limit and took the same 429 at every
+// cooldown's end: 48 an hour in the simulator, 3 now). A new figure is adopted.
+func TestCalibrateRestatedKeepsWhatA429Taught(t *testing.T) {
+	l, clk, _ := newTestLedger(t, testGate())
+	now := clk.Now()
+	l.Calibrate(now, "p", "m", 800, 800, -1, -1)
+	tk := mustAdmit(t, l, now, req(600))
+	now = now.Add(time.Second)
+	l.RateLimited(now, "p", "m", time.Second) // refused below the stated 800: another client's spend
+	st := l.BucketStatus(now, "p", "m")
+	if st.Trigger == 0 || st.Trigger >= 800 {
+		t.Fatalf("setup: the 429 below the stated 800 left trigger %v", st.Trigger)
+	}
+	trigger := st.Trigger
+	_ = l.Release(now, tk)
+	now = now.Add(2 * time.Second)
+	l.Calibrate(now, "p", "m", 800, 300, -1, -1) // the next answer restates 800
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger != trigger || st.TokenBudget > int64(trigger) {
+		t.Fatalf("the limit restated: trigger %v budget %d, want the trigger %v kept", st.Trigger, st.TokenBudget, trigger)
+	}
+	l.Calibrate(now, "p", "m", 1200, 1200, -1, -1) // the provider raised it: a new figure
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 0 || st.Quota != 1200 {
+		t.Fatalf("a new limit stated: trigger %v quota %v, want 0 and 1200", st.Trigger, st.Quota)
+	}
+}
+
 // TestLedgerCalibrateSurvivesReconfigure: a reload (even of the same config) keeps
 // the limits the provider stated; they are rescaled when the window changes.
 func TestLedgerCalibrateSurvivesReconfigure(t *testing.T) {
