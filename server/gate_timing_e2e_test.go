@@ -114,6 +114,10 @@ type timingCase struct {
 	// prompt and max_tokens; the output counts once written), and the gate is
 	// told so (gate.defaults.decides: known).
 	known bool
+	// learnsKnown: the provider decides on what it knows and is not said to;
+	// its rate-limit headers (headers) tell the gate, which must have taken
+	// it for `known` by the end.
+	learnsKnown bool
 }
 
 var timingCases = []timingCase{
@@ -205,6 +209,12 @@ var timingCases = []timingCase{
 	// in neither the gate's count nor, told known, a margin. Its 10 s cooldown
 	// inside the learned windows costs up to a third of them, hence the
 	// utilization's floor.
+	// AtTruthKnown's provider with rate-limit headers, the gate not told what
+	// it decides on: the remaining tokens each answer states say it (the
+	// calls in flight count their prompt, not what they will write), and the
+	// gate takes it for `known` once it has read a hundred answers — two
+	// windows after the start, so about 45 s into the run.
+	{name: "AtTruthKnownHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, free: true, learnsKnown: true},
 	{name: "AtTruthKnown", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6, minPeak: 1.02}, free: true, known: true, countsAt: "arrival"},
 }
 
@@ -350,7 +360,7 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	if tc.free {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingSlowPerToken
 	}
-	pc.Unstated, pc.Limit, pc.DecidesKnown = !tc.stated, tc.limit, tc.known
+	pc.Unstated, pc.Limit, pc.DecidesKnown = !tc.stated, tc.limit, tc.known || tc.learnsKnown
 	startRPM := 100000
 	if tc.rpm > 0 {
 		pc.Requests, startRPM = int64(tc.rpm), tc.startRPM
@@ -565,6 +575,9 @@ func (run *timingRun) report(t *testing.T) {
 	r.p50, r.p99 = quantile(run.lat, 0.50), quantile(run.lat, 0.99)
 	bs := f.status("fake", "gpt-fake")
 	r.quota, r.trigger, r.budget = bs.Quota, bs.Trigger, bs.TokenBudget
+	if tc.learnsKnown && bs.Decides != "known" {
+		t.Errorf("%s: the provider decides on what it knows and its headers say so; the gate took it to decide on %q", tc.name, bs.Decides)
+	}
 
 	var series []string
 	for _, w := range st.Windows {

@@ -130,6 +130,11 @@ func (g *gateAdapter) calibrate(now time.Time, h headers) {
 	g.l.Calibrate(now, simProvider, simModel, h.limitTokens, h.remainingTokens, h.limitRequests, h.remainingRequests)
 }
 
+// decides is what the gate takes the provider to decide a call on now.
+func (g *gateAdapter) decides(now time.Time) string {
+	return g.l.BucketStatus(now, simProvider, simModel).Decides
+}
+
 // learned is the gate's learned token quota, min(quota, trigger), and the two
 // parts.
 func (g *gateAdapter) learned(now time.Time) (learned, quota, trigger float64) {

@@ -71,6 +71,9 @@ type Metrics struct {
 	// Engine modes: the learned quota and trigger at the end.
 	FinalQuota   float64 `json:"finalQuota,omitempty"`
 	FinalTrigger float64 `json:"finalTrigger,omitempty"`
+	// FinalDecides is what the engine took the provider to decide a call on
+	// at the end (whole or known): told, or read from the rate-limit headers.
+	FinalDecides string `json:"finalDecides,omitempty"`
 	// LearnedPerWindow is min(quota, trigger) ÷ the capacity left to the gate at
 	// the end of each window (gate).
 	LearnedPerWindow []float64 `json:"-"`
@@ -622,6 +625,7 @@ func (r *runner) metrics() Metrics {
 	m.WaitP99Ms = quantile(r.waits, 0.99).Milliseconds()
 	if r.gate != nil {
 		_, m.FinalQuota, m.FinalTrigger = r.gate.learned(r.end)
+		m.FinalDecides = r.gate.decides(r.end)
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned

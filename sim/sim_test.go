@@ -524,3 +524,39 @@ func TestGateToldKnownCountsAnOutputFromWhenItWasWritten(t *testing.T) {
 		t.Fatalf("gate: %.3f, %d 429s, %d lost; want ≥ 0.93, ≤ 2, none lost", g.Utilization, g.RateLimited, g.Lost)
 	}
 }
+
+// A provider that states what is left of its limit on each answer says what it
+// counted of the calls in flight: the gate not told what it decides a call on
+// reads it from the headers. Deciding on what it knows, the gate takes the
+// known count (0.926 of the limit over six seeds, told or learned: 0.965–0.967);
+// deciding on the whole cost (the simulator's default), it keeps the margin.
+// Over the matrix with headers only the sliding window counted on arrival
+// decides (docs/gate.md): the others keep the safe default.
+func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		s := DefaultScenario()
+		s.Seed = seed
+		s.Duration = Duration(time.Hour)
+		s.Provider.Headers = true
+		whole := run(t, s).Modes[ModeGate]
+		s.Provider.Decides = DecidesKnown
+		known := run(t, s).Modes[ModeGate]
+		s.Gate.Decides = gate.DecidesKnown
+		told := run(t, s).Modes[ModeGate]
+		s.Gate.Decides = gate.DecidesWhole
+		if said := run(t, s).Modes[ModeGate]; said.FinalDecides != gate.DecidesWhole {
+			t.Errorf("seed %d: the user said %q, the gate took %q", seed, gate.DecidesWhole, said.FinalDecides)
+		}
+		if whole.FinalDecides != gate.DecidesWhole || whole.RateLimited > 1 || whole.Lost > 0 {
+			t.Errorf("seed %d, a provider deciding on the whole cost: took it for %q, %d 429s, %d lost; want %q, ≤ 1, none",
+				seed, whole.FinalDecides, whole.RateLimited, whole.Lost, gate.DecidesWhole)
+		}
+		if known.FinalDecides != gate.DecidesKnown || known.RateLimited > 1 || known.Lost > 0 || known.Utilization < told.Utilization-0.01 {
+			t.Errorf("seed %d, a provider deciding on what it knows: took it for %q, %d 429s, %d lost, %.3f of the limit (told: %.3f); want %q, ≤ 1, none, within a point of told",
+				seed, known.FinalDecides, known.RateLimited, known.Lost, known.Utilization, told.Utilization, gate.DecidesKnown)
+		}
+		if known.Utilization < whole.Utilization+0.02 {
+			t.Errorf("seed %d: learned known %.3f, whole %.3f; want 2 points gained", seed, known.Utilization, whole.Utilization)
+		}
+	}
+}

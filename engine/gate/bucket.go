@@ -132,6 +132,11 @@ type bucket struct {
 
 	agedAt int64 // unix nanos of the last ageLocked pass
 
+	// What the rate-limit headers say the provider decides a call on, while
+	// the user has not said (decides.go).
+	decides             decidesEvidence
+	decidesLearnedKnown bool
+
 	// What the calls admitted so far cost, all told (at their reservation while
 	// in flight), and samples of it over the last windows: see rateSpentLocked.
 	spent   float64
@@ -197,7 +202,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.forgetRequestLearningLocked(now)
 		b.rpmFreshAt = now // a limit the gate has not seen: its first window is paced
 	}
-	if (lim.Decides == DecidesKnown) != b.decidesKnown() {
+	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != b.decidesKnown() {
 		// The calls in flight are read in other units from now on: what was
 		// read in the old ones goes (the level that held stays). Waiters are
 		// sized again; calls in flight keep what they reserved until they
@@ -420,6 +425,11 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
+	if b.limits.Decides == "" {
+		// What the headers said the provider decides on, the last time: the
+		// readings are in its units.
+		b.decidesLearnedKnown = q.Decides == DecidesKnown
+	}
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
 		b.learn.forgetReadings()
 	}
@@ -549,10 +559,13 @@ func (b *bucket) overCapLocked(res int64) bool {
 	return b.limits.MaxTPM > 0 && res > b.capBudgetLocked()
 }
 
-// decidesKnown says the user told the gate that the provider decides a call
-// on what it knows at arrival (ModelLimits.Decides): a call in flight counts
-// its input and max_tokens, and its output once it settles.
-func (b *bucket) decidesKnown() bool { return b.limits.Decides == DecidesKnown }
+// decidesKnown says the provider decides a call on what it knows at arrival —
+// the user said so (ModelLimits.Decides), or, while the user has not said,
+// the rate-limit headers did (decides.go): a call in flight counts its input
+// and max_tokens, and its output once it settles.
+func (b *bucket) decidesKnown() bool {
+	return b.limits.Decides == DecidesKnown || (b.limits.Decides == "" && b.decidesLearnedKnown)
+}
 
 // outputWhenWrittenLocked says a settled call's output counts from when it was
 // written, not with the call's arrival: told the provider decides on what it
@@ -1403,6 +1416,7 @@ func (b *bucket) resetLocked(now time.Time) {
 		b.forgetStatedRequestsLocked(now)
 	}
 	b.learn.reset(now)
+	b.decides, b.decidesLearnedKnown = decidesEvidence{}, false // read again from the headers
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now

@@ -28,9 +28,10 @@ const rateLimitPeriod = time.Minute
 //
 // remainingTokens and remainingRequests are what the provider says is left in its
 // own window; negative means not sent. A remaining above its limit marks the
-// header set as inconsistent and the call is ignored whole. They are otherwise
-// not used: the ledger's window already holds what gatectl sent, and a provider's
-// remaining counts the max_tokens it expects rather than what was written.
+// header set as inconsistent and the call is ignored whole. The ledger's window
+// already holds what gatectl sent; the remaining tokens say what the provider
+// counted of the calls in flight, and so, while the user has not said, what it
+// decides a call on (decides.go).
 //
 // A limit ≤ 0 leaves that part as it is. Calibrate emits a learn event with Step
 // "calibrate" when the token budget moved. It is safe for concurrent use.
@@ -50,6 +51,9 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 		return
 	}
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
+	if limitTokens > 0 && remainingTokens >= 0 {
+		b.observeDecidesLocked(now, limitTokens, remainingTokens)
+	}
 	// An answer's headers: every answer restates them.
 	if limitTokens > 0 {
 		b.tokensStatedAt, b.tokensBy429 = now, false

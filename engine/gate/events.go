@@ -40,8 +40,10 @@ type Event struct {
 	CooldownLeft time.Duration
 	// Learn events.
 	// Step: cut, probe, relax, revert, trigger, leak, suspect, rate,
-	// calibrate, count-mode, reset, unstated, unstated-rpm, rpm-ceiling, rpm-probe (From
-	// and To are then the request limit per window, not the budget).
+	// calibrate, count-mode, decides (Reason known or whole, learned from the
+	// rate-limit headers; To is the slope it read), reset, unstated,
+	// unstated-rpm, rpm-ceiling, rpm-probe (From and To are then the request
+	// limit per window, not the budget).
 	Step string
 	From float64
 	To   float64

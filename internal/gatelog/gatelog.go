@@ -5,6 +5,7 @@
 package gatelog
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
@@ -36,6 +37,15 @@ func Hook(logger hclog.Logger) func(gate.Event) {
 			}
 			logger.Warn("rate limited: cooling down", "model", model, "cooldown", e.RetryAfter, "cooldown_from", src, "scope", scope(e))
 		case gate.EventLearn:
+			if e.Step == "decides" || e.Step == "count-mode" {
+				// How the provider counts, not a figure: what it is taken to do now.
+				kv := []any{"model", model, "step", e.Step, "now", e.Reason}
+				if e.Step == "decides" {
+					kv = append(kv, "slope", fmt.Sprintf("%.2f", e.To))
+				}
+				logger.Info("learned how the provider counts", kv...)
+				return
+			}
 			logger.Info("learned quota moved", "model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start), "token_budget", e.TokenBudget)
 		case gate.EventLeak:
 			logger.Warn("429 below a window that passed without one: another client is spending the same key; the learned upper bound is not trustworthy",

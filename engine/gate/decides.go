@@ -1,0 +1,200 @@
+package gate
+
+import (
+	"math"
+	"time"
+)
+
+// Learning what the provider decides a call on, from its rate-limit headers.
+//
+// A provider that states what is left of its limit on each answer
+// (x-ratelimit-remaining-tokens) says what it counted then: the limit less
+// the remainder. The two ways a provider can decide (ModelLimits.Decides)
+// count the calls in flight differently. Deciding on what it knows, it counts
+// a call in flight at its input and max_tokens (none: its input alone);
+// deciding on the whole cost, at what the call will write. Both count a
+// settled call at its cost, as the gate does. So r, what the provider counted
+// past the known count (the gate's window with each call in flight at its
+// input and max_tokens), follows
+//
+//	D = each call in flight's expected output at its age (without max_tokens)
+//	    − what a call in flight with max_tokens reserves past that
+//
+// A provider that decides on the whole cost counts about D more (r ≈ c + D);
+// one that decides on what it knows does not (r ≈ c), where c is what the gate
+// does not see (another client on the key, timing). The slope of r over D,
+// fitted over the recent answers, says which: near 1, the whole cost; near 0,
+// what it knows. Over an hour of the simulator's sliding window it reads
+// 0.8–1.3 and −0.2–0.3 per hundred answers.
+//
+// The fit has a second term, I (what the known count holds of the calls in
+// flight), and decides only when I's slope is near 0 and the fit leaves
+// little: a provider that counts at completion holds no call in flight (I's
+// slope near −0.5), and fixed windows (the count restarts at each edge) or a
+// bucket (its refill) leave 4–30% of the budget unexplained, where a sliding
+// window counted on arrival leaves 1–3%. There the mode stays as it is: the
+// whole cost, the safe default. Only calls still in the provider's window
+// count (a call in flight longer than the window is in neither count), and the
+// first windows and those after a 429 are not read: a queue released at once
+// fills the window with calls of one age, whose expected output the age model
+// overstates. The user's `decides` is never overridden.
+
+// decidesEvidence is the recent answers' (D, r) pairs, as decayed sums.
+type decidesEvidence struct {
+	w, d, i, r, dd, ii, di, dr, ir, rr float64
+	n                                  int       // answers since the last switch (or the bucket's birth)
+	since                              time.Time // the first answer read
+}
+
+const (
+	// decidesDecay weighs the answers: the last ~1/(1-decay) count.
+	decidesDecay = 0.99
+	// decidesMinAnswers: answers read before the slope decides, and after a
+	// switch before it may switch back.
+	decidesMinAnswers = 100
+	// The slope below which the provider decides on what it knows, and above
+	// which on the whole cost; between them the mode stays.
+	decidesKnownBelow = 0.35
+	decidesWholeAbove = 0.65
+	// decidesMinSpread: D must have varied by at least this share of the
+	// budget (its standard deviation) for its slope to mean anything.
+	decidesMinSpread = 0.005
+	// decidesMaxResidual: what the fit may leave unexplained (a standard
+	// deviation), as a share of the budget, for its slopes to decide.
+	decidesMaxResidual = 0.035
+	// decidesSettle: windows after the first answer, and after a 429, whose
+	// answers are not read (see observeDecidesLocked).
+	decidesSettle = 1
+)
+
+// observeDecidesLocked reads one answer's remaining tokens (per minute, as the
+// headers state them, with the stated limit) as evidence of what the provider
+// decides on, and switches the bucket's mode when the evidence is clear.
+func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingTokens int64) {
+	if b.limits.Decides != "" || b.l.shared != nil || !b.learn.enabled {
+		return // the user said, or the entries are another's to size
+	}
+	mean := b.est.meanOutput()
+	if mean < 0 {
+		return // nothing settled yet: no expected output to weigh
+	}
+	span := b.l.conf().Window
+	e := &b.decides
+	if e.since.IsZero() {
+		e.since = now
+	}
+	if now.Sub(e.since) < decidesSettle*span || (!b.last429.IsZero() && now.Sub(b.last429) < decidesSettle*span) {
+		// The first windows, and a 429's cooldown and the queue its end
+		// releases at once, fill the window with calls of one age: the
+		// expected output of a young call (a mean over the calls in flight,
+		// where long ones are many) overstates what such a cohort writes.
+		// Read the steady state only.
+		return
+	}
+	counted := float64(scaleLimit(limitTokens-remainingTokens, span))
+	if limitTokens == remainingTokens {
+		counted = 0
+	}
+	// The calls in flight without max_tokens hold their reserved output in
+	// the whole mode and none in the known one: take it off either way.
+	unaskedOutput := b.win.openOutput - b.win.askedOutput
+	known := float64(b.win.tokens - b.unsent - b.win.tail() - unaskedOutput)
+	d, in := b.inFlightCountsLocked(now, mean)
+	r := counted - known
+
+	k := decidesDecay
+	e.w, e.d, e.i, e.r = k*e.w+1, k*e.d+d, k*e.i+in, k*e.r+r
+	e.dd, e.ii, e.di = k*e.dd+d*d, k*e.ii+in*in, k*e.di+d*in
+	e.dr, e.ir, e.rr = k*e.dr+d*r, k*e.ir+in*r, k*e.rr+r*r
+	e.n++
+	if e.n < decidesMinAnswers {
+		return
+	}
+	slopeD, slopeI, resid, ok := e.slopes(decidesMinSpread * float64(b.tokenBudget()))
+	if !ok {
+		return
+	}
+	// Only a window the headers describe as the gate counts it — a sliding
+	// window counted on arrival — gives a reading this plain: what the fit
+	// leaves is a percent or two of the budget there; at fixed windows (their
+	// count restarts at each edge), a bucket (its refill) or a provider that
+	// counts at completion (it holds no call in flight, so I's slope is far
+	// from 0) it is several times that, and the slopes say nothing.
+	fits := resid < decidesMaxResidual*float64(b.tokenBudget()) && math.Abs(slopeI) < decidesKnownBelow
+	switch {
+	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown:
+		b.switchDecidesLocked(now, true, slopeD)
+	case b.decidesLearnedKnown && (!fits || slopeD > decidesWholeAbove):
+		b.switchDecidesLocked(now, false, slopeD) // no longer clear: the safe default
+	}
+}
+
+// switchDecidesLocked adopts what the headers say the provider decides on, as
+// a reload that changes `decides` does: the readings in the old units go (the
+// level that held stays), and the waiters are sized again; calls in flight
+// keep what they reserved.
+func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
+	b.decidesLearnedKnown = known
+	b.decides.n = 0
+	b.learn.forgetReadings()
+	for _, w := range b.waiters {
+		if !w.granted {
+			w.size = b.reservation(w.req)
+			w.reserved = w.size.total
+		}
+	}
+	e := b.newEvent(EventLearn, now, "", "", 0, 0)
+	e.Step, e.Reason = "decides", map[bool]string{true: DecidesKnown, false: DecidesWhole}[known]
+	e.To = slope // the slope of what the provider counted past the known count over D
+	b.l.emit(e)
+}
+
+// slopes fits r = c + slopeD·D + slopeI·I over the decayed answers; ok is
+// false while D or I has not varied by minSpread (a standard deviation) or
+// the two move together too closely to be told apart.
+func (e *decidesEvidence) slopes(minSpread float64) (slopeD, slopeI, resid float64, ok bool) {
+	md, mi, mr := e.d/e.w, e.i/e.w, e.r/e.w
+	vd, vi := e.dd/e.w-md*md, e.ii/e.w-mi*mi
+	cdi := e.di/e.w - md*mi
+	cdr, cir := e.dr/e.w-md*mr, e.ir/e.w-mi*mr
+	det := vd*vi - cdi*cdi
+	if vd <= minSpread*minSpread || vi <= minSpread*minSpread || det <= 0.01*vd*vi {
+		return 0, 0, 0, false
+	}
+	slopeD, slopeI = (cdr*vi-cir*cdi)/det, (cir*vd-cdr*cdi)/det
+	vr := e.rr/e.w - mr*mr
+	return slopeD, slopeI, math.Sqrt(max(0, vr-slopeD*cdr-slopeI*cir)), true
+}
+
+// inFlightCountsLocked is, over the calls in flight at the provider, D (what
+// a provider deciding on the whole cost counts of them past what one
+// deciding on what it knows does: each call's expected output at its age —
+// mean, the recent mean, without a model of ages — less the max_tokens a call
+// reserved past that) and I (what the known count holds of them: their input
+// and max_tokens).
+func (b *bucket) inFlightCountsLocked(now time.Time, mean int64) (d, in float64) {
+	ages := b.est.model.agesOK
+	inner := b.win.inner
+	if inner <= 0 {
+		inner = b.win.span
+	}
+	from := now.UnixNano() - int64(inner)
+	for i := range b.slots {
+		s := &b.slots[i]
+		if !s.open || s.sendPending || s.admitted <= from {
+			continue // not at the provider yet, or out of its window: in neither count
+		}
+		expected := float64(mean)
+		if ages {
+			expected, _ = b.est.model.moments(b.est.model.floorAt(float64(now.UnixNano()-s.admitted) / 1e9))
+		}
+		in += float64(s.input)
+		if s.asked {
+			in += float64(s.output)
+			d -= max(0, float64(s.output)-expected)
+		} else {
+			d += expected
+		}
+	}
+	return d, in
+}
