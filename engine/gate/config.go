@@ -21,9 +21,10 @@ type ModelLimits struct {
 	// the user knows it. DecidesKnown: what it can know then — the input and
 	// max_tokens (the input alone without one) — with the output counted once
 	// written; the gate counts a call in flight the same way and keeps no
-	// margin for outputs not yet written. DecidesWhole
-	// (or "", which inherits, down to whole): the gate keeps that margin, as
-	// if the provider could count an output at the call's arrival.
+	// margin for outputs not yet written. DecidesWhole: the gate keeps that
+	// margin, as if the provider could count an output at the call's
+	// arrival. "" inherits, down to whole — unless the provider's rate-limit
+	// headers show what it decides on (decides.go).
 	Decides string
 	// MaxTPM and MaxRPM are hard caps the user set, per window (0: none). The
 	// learner starts at TPM and RPM and may probe above them — they are

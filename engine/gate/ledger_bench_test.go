@@ -136,3 +136,27 @@ func BenchmarkAdmitSettleAging(b *testing.B) {
 		b.Fatal("ages were not in use: the benchmark measured the path without them")
 	}
 }
+
+// BenchmarkAdmitSettleCalibrate: admit + settle + the answer's headers read
+// (Calibrate with the same figures each time, as every answer restates them),
+// one bucket, 32 calls in flight: the headers' reading of what the provider
+// decides on walks the calls in flight once per answer.
+func BenchmarkAdmitSettleCalibrate(b *testing.B) {
+	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	u := Usage{InputTokens: 900, OutputTokens: 200}
+	now := t0
+	var open [32]Ticket
+	for i := range open {
+		open[i], _ = l.Submit(now, r)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		k := i % len(open)
+		l.Settle(now, open[k], u)
+		l.Calibrate(now, "deepseek", "deepseek-chat", 1<<40, 1<<40-50000, -1, -1)
+		open[k], _ = l.Submit(now, r)
+	}
+}
