@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -380,6 +381,9 @@ func (s *Server) publishGate(e gate.Event) {
 	}
 	if e.Kind == gate.EventLearn {
 		data["step"], data["from"], data["to"] = e.Step, int64(e.From), int64(e.To)
+		if e.Step == "decides" {
+			data["to"] = math.Round(e.To*100) / 100 // a slope, not a token count
+		}
 	}
 	if e.Kind == gate.EventRateLimited {
 		data["retryAfterMs"], data["fallback"] = e.RetryAfter.Milliseconds(), e.FromFallback

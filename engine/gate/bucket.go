@@ -66,6 +66,7 @@ type bucket struct {
 	// unlike an answer's headers, no answer restates.
 	statedTokens, statedRequests     int64
 	tokensStatedAt, requestsStatedAt time.Time
+	statedSpan                       time.Duration // the window statedTokens was last adopted in
 	tokensBy429, requestsBy429       bool
 
 	// The request axis: the window's request count at the last RPM 429 burst
@@ -202,7 +203,13 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.forgetRequestLearningLocked(now)
 		b.rpmFreshAt = now // a limit the gate has not seen: its first window is paced
 	}
-	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != b.decidesKnown() {
+	was := b.decidesKnown()
+	if lim.Decides != "" || !cfg.Learn || b.l.shared != nil {
+		// The user says now, or nothing is read from the headers any more:
+		// what they taught goes with what it was read from.
+		b.decidesLearnedKnown, b.decides = false, decidesEvidence{}
+	}
+	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != was {
 		// The calls in flight are read in other units from now on: what was
 		// read in the old ones goes (the level that held stays). Waiters are
 		// sized again; calls in flight keep what they reserved until they
@@ -231,7 +238,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
-		b.stepHeld = 0 // held in the old window's units
+		b.stepHeld = 0                // held in the old window's units
+		b.decides = decidesEvidence{} // counts of the old window's length
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	}
@@ -415,6 +423,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	if b.decidesKnown() {
 		q.Decides = DecidesKnown
 	}
+	q.DecidesLearned = b.limits.Decides == "" && b.decidesLearnedKnown
 	return q
 }
 
@@ -425,10 +434,10 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
-	if b.limits.Decides == "" {
-		// What the headers said the provider decides on, the last time: the
-		// readings are in its units.
-		b.decidesLearnedKnown = q.Decides == DecidesKnown
+	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled {
+		// What the headers said the provider decides on, the last time (not
+		// what a user said then: that went with the setting).
+		b.decidesLearnedKnown = q.DecidesLearned
 	}
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
 		b.learn.forgetReadings()
@@ -1416,7 +1425,10 @@ func (b *bucket) resetLocked(now time.Time) {
 		b.forgetStatedRequestsLocked(now)
 	}
 	b.learn.reset(now)
-	b.decides, b.decidesLearnedKnown = decidesEvidence{}, false // read again from the headers
+	if b.decidesLearnedKnown {
+		b.switchDecidesLocked(now, false, 0) // read again from the headers
+	}
+	b.decides = decidesEvidence{}
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now

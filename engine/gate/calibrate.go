@@ -80,8 +80,10 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 	if limitTokens <= 0 {
 		return
 	}
-	restated := b.statedTokens == limitTokens
-	b.statedTokens = limitTokens
+	// Restated: the same figure, adopted in this window's units (a reload
+	// that changed the window left the learner in the old ones: adopt again).
+	restated := b.statedTokens == limitTokens && b.statedSpan == span
+	b.statedTokens, b.statedSpan = limitTokens, span
 	q := float64(scaleLimit(limitTokens, span))
 	from := b.learn.budget()
 	if b.learn.start == q && b.learn.quota == q && b.learn.trigger == 0 {

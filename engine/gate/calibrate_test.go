@@ -159,6 +159,24 @@ func TestCalibrateRestatedKeepsWhatA429Taught(t *testing.T) {
 	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 0 || st.Quota != 1200 {
 		t.Fatalf("a new limit stated: trigger %v quota %v, want 0 and 1200", st.Trigger, st.Quota)
 	}
+	// A trigger again, then a reload that doubles the window: what was learned
+	// is in the old window's units, and the same figure restated is adopted
+	// again in the new ones.
+	tk = mustAdmit(t, l, now, req(900))
+	l.RateLimited(now, "p", "m", time.Second)
+	_ = l.Release(now, tk)
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger == 0 {
+		t.Fatal("setup: no trigger before the reload")
+	}
+	cfg := testGate()
+	cfg.Window, cfg.MaxWait = 2*time.Minute, 4*time.Minute
+	if err := l.Reconfigure(now, cfg); err != nil {
+		t.Fatal(err)
+	}
+	l.Calibrate(now, "p", "m", 1200, 1200, -1, -1)
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 0 || st.Quota != 2400 {
+		t.Fatalf("restated after the window doubled: trigger %v quota %v, want 0 and 2400 (1200 a minute)", st.Trigger, st.Quota)
+	}
 }
 
 // TestLedgerCalibrateSurvivesReconfigure: a reload (even of the same config) keeps

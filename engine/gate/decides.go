@@ -25,7 +25,7 @@ import (
 // does not see (another client on the key, timing). The slope of r over D,
 // fitted over the recent answers, says which: near 1, the whole cost; near 0,
 // what it knows. Over an hour of the simulator's sliding window it reads
-// 0.8–1.3 and −0.2–0.3 per hundred answers.
+// 0.74–1.32 and −0.01–0.29 per hundred answers.
 //
 // The fit has a second term, I (what the known count holds of the calls in
 // flight), and decides only when I's slope is near 0 and the fit leaves
@@ -35,7 +35,7 @@ import (
 // window counted on arrival leaves 1–3%. There the mode stays as it is: the
 // whole cost, the safe default. Only calls still in the provider's window
 // count (a call in flight longer than the window is in neither count), and the
-// first windows and those after a 429 are not read: a queue released at once
+// first window and the one after a 429 are not read: a queue released at once
 // fills the window with calls of one age, whose expected output the age model
 // overstates. The user's `decides` is never overridden.
 
@@ -44,6 +44,7 @@ type decidesEvidence struct {
 	w, d, i, r, dd, ii, di, dr, ir, rr float64
 	n                                  int       // answers since the last switch (or the bucket's birth)
 	since                              time.Time // the first answer read
+	last                               time.Time // the last answer read
 }
 
 const (
@@ -65,6 +66,10 @@ const (
 	// decidesSettle: windows after the first answer, and after a 429, whose
 	// answers are not read (see observeDecidesLocked).
 	decidesSettle = 1
+	// decidesPerWindow: at most this many answers a window are read.
+	decidesPerWindow = 300
+	// decidesMaxSlopeI: how far from 0 I's slope may lie for D's to decide.
+	decidesMaxSlopeI = 0.35
 )
 
 // observeDecidesLocked reads one answer's remaining tokens (per minute, as the
@@ -80,11 +85,15 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	}
 	span := b.l.conf().Window
 	e := &b.decides
+	if !e.last.IsZero() && now.Sub(e.last) < span/decidesPerWindow && !now.Before(e.last) {
+		return // each reading walks the calls in flight: a few hundred a window are plenty
+	}
+	e.last = now
 	if e.since.IsZero() {
 		e.since = now
 	}
 	if now.Sub(e.since) < decidesSettle*span || (!b.last429.IsZero() && now.Sub(b.last429) < decidesSettle*span) {
-		// The first windows, and a 429's cooldown and the queue its end
+		// The first window, and a 429's cooldown and the queue its end
 		// releases at once, fill the window with calls of one age: the
 		// expected output of a young call (a mean over the calls in flight,
 		// where long ones are many) overstates what such a cohort writes.
@@ -95,18 +104,12 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	if limitTokens == remainingTokens {
 		counted = 0
 	}
+	b.expireLocked(now)
 	// The calls in flight without max_tokens hold their reserved output in
-	// the whole mode and none in the known one: take it off either way.
-	unaskedOutput := b.win.openOutput - b.win.askedOutput
-	known := float64(b.win.tokens - b.unsent - b.win.tail() - unaskedOutput)
-	d, in := b.inFlightCountsLocked(now, mean)
-	r := counted - known
-
-	k := decidesDecay
-	e.w, e.d, e.i, e.r = k*e.w+1, k*e.d+d, k*e.i+in, k*e.r+r
-	e.dd, e.ii, e.di = k*e.dd+d*d, k*e.ii+in*in, k*e.di+d*in
-	e.dr, e.ir, e.rr = k*e.dr+d*r, k*e.ir+in*r, k*e.rr+r*r
-	e.n++
+	// the whole mode and none in the known one: it comes off either way.
+	d, in, unaskedOutput := b.inFlightCountsLocked(now, mean)
+	known := float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput
+	e.add(d, in, counted-known)
 	if e.n < decidesMinAnswers {
 		return
 	}
@@ -120,7 +123,7 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	// count restarts at each edge), a bucket (its refill) or a provider that
 	// counts at completion (it holds no call in flight, so I's slope is far
 	// from 0) it is several times that, and the slopes say nothing.
-	fits := resid < decidesMaxResidual*float64(b.tokenBudget()) && math.Abs(slopeI) < decidesKnownBelow
+	fits := resid < decidesMaxResidual*float64(b.tokenBudget()) && math.Abs(slopeI) < decidesMaxSlopeI
 	switch {
 	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown:
 		b.switchDecidesLocked(now, true, slopeD)
@@ -143,10 +146,22 @@ func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 			w.reserved = w.size.total
 		}
 	}
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
+	}
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.Reason = "decides", map[bool]string{true: DecidesKnown, false: DecidesWhole}[known]
 	e.To = slope // the slope of what the provider counted past the known count over D
 	b.l.emit(e)
+}
+
+// add weighs in one answer's D, I and r, the older ones decayed.
+func (e *decidesEvidence) add(d, i, r float64) {
+	k := decidesDecay
+	e.w, e.d, e.i, e.r = k*e.w+1, k*e.d+d, k*e.i+i, k*e.r+r
+	e.dd, e.ii, e.di = k*e.dd+d*d, k*e.ii+i*i, k*e.di+d*i
+	e.dr, e.ir, e.rr = k*e.dr+d*r, k*e.ir+i*r, k*e.rr+r*r
+	e.n++
 }
 
 // slopes fits r = c + slopeD·D + slopeI·I over the decayed answers; ok is
@@ -172,7 +187,7 @@ func (e *decidesEvidence) slopes(minSpread float64) (slopeD, slopeI, resid float
 // mean, the recent mean, without a model of ages — less the max_tokens a call
 // reserved past that) and I (what the known count holds of them: their input
 // and max_tokens).
-func (b *bucket) inFlightCountsLocked(now time.Time, mean int64) (d, in float64) {
+func (b *bucket) inFlightCountsLocked(now time.Time, mean int64) (d, in, unaskedOutput float64) {
 	ages := b.est.model.agesOK
 	inner := b.win.inner
 	if inner <= 0 {
@@ -194,7 +209,8 @@ func (b *bucket) inFlightCountsLocked(now time.Time, mean int64) (d, in float64)
 			d -= max(0, float64(s.output)-expected)
 		} else {
 			d += expected
+			unaskedOutput += float64(s.output)
 		}
 	}
-	return d, in
+	return d, in, unaskedOutput
 }

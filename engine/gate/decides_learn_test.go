@@ -9,7 +9,8 @@ import (
 // The fit behind learning what a provider decides on (decides.go): what the
 // provider counted past the known count, r, against D and I. Deciding on the
 // whole cost, r follows D; on what it knows, it does not; a provider that
-// counts at completion leaves the calls in flight out (I's slope −1). Another
+// counts at completion leaves the calls in flight out (here I's slope −1; the
+// simulator's reads about −0.5, its calls in flight partly written). Another
 // client's spend, moving with neither, is the intercept.
 func TestDecidesFitReadsTheSlopes(t *testing.T) {
 	cases := []struct {
@@ -31,11 +32,7 @@ func TestDecidesFitReadsTheSlopes(t *testing.T) {
 				n := float64(rng.IntN(20)) // calls in flight
 				d := n*600 + rng.NormFloat64()*1500
 				i := n*4000 + rng.NormFloat64()*6000
-				r := tc.r(d, i, rng.NormFloat64()*2000)
-				k := decidesDecay
-				e.w, e.d, e.i, e.r = k*e.w+1, k*e.d+d, k*e.i+i, k*e.r+r
-				e.dd, e.ii, e.di = k*e.dd+d*d, k*e.ii+i*i, k*e.di+d*i
-				e.dr, e.ir, e.rr = k*e.dr+d*r, k*e.ir+i*r, k*e.rr+r*r
+				e.add(d, i, tc.r(d, i, rng.NormFloat64()*2000))
 			}
 			sd, si, resid, ok := e.slopes(decidesMinSpread * budget)
 			if !ok || math.Abs(sd-tc.wantD) > 0.15 || math.Abs(si-tc.wantI) > 0.15 || resid > tc.wantResidUnder*budget {
@@ -47,8 +44,7 @@ func TestDecidesFitReadsTheSlopes(t *testing.T) {
 	// D that never moved says nothing.
 	var e decidesEvidence
 	for range 200 {
-		e.w, e.d, e.i, e.r = e.w+1, e.d+3000, e.i+4000, e.r+20000
-		e.dd, e.ii, e.di, e.dr, e.ir, e.rr = e.dd+9e6, e.ii+16e6, e.di+12e6, e.dr+6e7, e.ir+8e7, e.rr+4e8
+		e.add(3000, 4000, 20000)
 	}
 	if _, _, _, ok := e.slopes(decidesMinSpread * budget); ok {
 		t.Fatal("a D that never moved fitted a slope")

@@ -47,6 +47,9 @@ type LearnedQuota struct {
 	// calls in flight were read at their input and max_tokens, "" when at
 	// their expected output (the default, and every older record).
 	Decides string `json:"decides,omitempty"`
+	// DecidesLearned: DecidesKnown was read from the provider's rate-limit
+	// headers, not configured (decides.go).
+	DecidesLearned bool `json:"decidesLearned,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared

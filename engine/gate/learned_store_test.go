@@ -164,3 +164,47 @@ func TestLearnedStoreSavesTheCountView(t *testing.T) {
 		t.Fatalf("after a restart counts at %q, want completion", bs.CountsAt)
 	}
 }
+
+// What the headers taught of what the provider decides on survives a restart
+// through the store; a `decides: known` the user had set and then removed
+// does not come back as if the headers had said it.
+func TestLearnedStoreKeepsWhatTheHeadersTaughtOfDecides(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stored        LearnedQuota
+		configured    string
+		wantDecides   string
+		wantForgotten bool // the readings in the other units went
+	}{
+		{"learned, restored", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Decides: DecidesKnown, DecidesLearned: true}, "", DecidesKnown, false},
+		{"configured then, removed since", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Decides: DecidesKnown}, "", DecidesWhole, true},
+		{"learned, the user says whole now", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Decides: DecidesKnown, DecidesLearned: true}, DecidesWhole, DecidesWhole, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &MemoryLearnedStore{}
+			st.Save("p", "m", tc.stored)
+			c := testGate()
+			c.Defaults.Decides = tc.configured
+			l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs := l.BucketStatus(t0, "p", "m")
+			if bs.Decides != tc.wantDecides || (bs.Trigger == 0) != tc.wantForgotten {
+				t.Fatalf("decides %q, trigger %v; want %q, readings forgotten %v", bs.Decides, bs.Trigger, tc.wantDecides, tc.wantForgotten)
+			}
+		})
+	}
+	// And a switch is saved.
+	st := &MemoryLearnedStore{}
+	l, err := NewLedger(testGate(), engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := l.lockedBucketFor("p", "m", t0)
+	b.switchDecidesLocked(t0, true, 0.1)
+	b.mu.Unlock()
+	if q, _ := st.Load("p", "m"); !q.DecidesLearned || q.Decides != DecidesKnown {
+		t.Fatalf("saved decides %q, learned %v; want known, learned", q.Decides, q.DecidesLearned)
+	}
+}

@@ -150,13 +150,28 @@ func BenchmarkAdmitSettleCalibrate(b *testing.B) {
 	for i := range open {
 		open[i], _ = l.Submit(now, r)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	cycle := func(i int) {
 		now = now.Add(time.Millisecond)
 		k := i % len(open)
 		l.Settle(now, open[k], u)
 		l.Calibrate(now, "deepseek", "deepseek-chat", 1<<40, 1<<40-50000, -1, -1)
 		open[k], _ = l.Submit(now, r)
+	}
+	for i := range 64 {
+		cycle(i)
+	}
+	now = now.Add(2 * l.Config().Window) // past the first window, which is not read
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Second) // one answer read each (at most a few hundred a window are)
+		cycle(i)
+	}
+	b.StopTimer()
+	bk := l.lockedBucketFor("deepseek", "deepseek-chat", now)
+	read := bk.decides.n
+	bk.mu.Unlock()
+	if read == 0 {
+		b.Fatal("no answer was read: the benchmark measured the early return")
 	}
 }

@@ -32,7 +32,8 @@ type SharedWindow interface {
 }
 
 // SharedSends is implemented by a shared window that can move an entry to the
-// time its call was sent (store/redisstore does). Ledger.Sent calls it for a
+// time its call was sent, once (store/redisstore does: a send reported again,
+// to any instance, leaves the entry where the first report put it). Ledger.Sent calls it for a
 // call sent later than the count guard after its admission, so the other
 // instances count it from when the provider did; a call sent within the guard
 // costs no round trip, since the guard keeps every entry that long anyway.

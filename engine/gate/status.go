@@ -39,7 +39,8 @@ type BucketStatus struct {
 	CountsAt string `json:"countsAt"`
 	// Decides is what the provider is taken to decide a call on at its
 	// arrival: "whole" (the default: outputs in flight get a margin) or
-	// "known" (configured: its input and max_tokens).
+	// "known" (its input and max_tokens: configured, or read from its
+	// rate-limit headers while decides is not configured).
 	Decides string `json:"decides"`
 }
 
