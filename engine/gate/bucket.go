@@ -216,12 +216,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// settle (ages bring those without max_tokens up to date, when used).
 		b.learn.forgetReadings()
 		b.limits.Decides = lim.Decides
-		for _, w := range b.waiters {
-			if !w.granted {
-				w.size = b.reservation(w.req)
-				w.reserved = w.size.total
-			}
-		}
+		b.resizeWaitersLocked()
 	}
 	b.limits = lim
 	if atCompletion, set := lim.countView(); set {
@@ -783,6 +778,17 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	}
 	clear(b.waiters[n:])
 	b.waiters = b.waiters[:n]
+}
+
+// resizeWaitersLocked sizes the waiting calls again, after what a call in
+// flight counts changed (what the provider decides a call on).
+func (b *bucket) resizeWaitersLocked() {
+	for _, w := range b.waiters {
+		if !w.granted {
+			w.size = b.reservation(w.req)
+			w.reserved = w.size.total
+		}
+	}
 }
 
 func (b *bucket) grantWaiterLocked(now time.Time, w *Waiter, reason string) {

@@ -140,12 +140,7 @@ func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 	b.decidesLearnedKnown = known
 	b.decides.n = 0
 	b.learn.forgetReadings()
-	for _, w := range b.waiters {
-		if !w.granted {
-			w.size = b.reservation(w.req)
-			w.reserved = w.size.total
-		}
-	}
+	b.resizeWaitersLocked()
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
