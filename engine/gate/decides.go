@@ -39,7 +39,7 @@ import (
 // fills the window with calls of one age, whose expected output the age model
 // overstates. The user's `decides` is never overridden.
 
-// decidesEvidence is the recent answers' (D, r) pairs, as decayed sums.
+// decidesEvidence is the recent answers' D, I and r, as decayed sums.
 type decidesEvidence struct {
 	w, d, i, r, dd, ii, di, dr, ir, rr float64
 	n                                  int       // answers since the last switch (or the bucket's birth)
