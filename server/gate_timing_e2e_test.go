@@ -117,6 +117,35 @@ type timingCase struct {
 	// learnsKnown: the provider decides on what it knows and the gate is not
 	// told; with headers, what the gate took from them is logged.
 	learnsKnown bool
+	// duration, when set, replaces timingDuration for the case.
+	duration time.Duration
+	// outsideShare, when set, replaces timingOutsideShare; outsideUntil, when
+	// set, is when the other client stops. The case then also measures what
+	// the sessions were served of the whole limit from window afterFrom on
+	// (afterUtil: the target; afterFloor: the regression floor).
+	outsideShare          float64
+	outsideUntil          time.Duration
+	sessionsAfter         time.Duration // the sessions start this long after the other client
+	afterFrom             int
+	afterUtil, afterFloor float64
+}
+
+// dur is how long the case's sessions send calls.
+func (tc timingCase) dur() time.Duration {
+	if tc.duration > 0 {
+		return tc.duration
+	}
+	return timingDuration
+}
+
+// outsideEvery is the other client's period: one call of about
+// timingInputTokens + timingOutputMedian tokens for its share of the limit.
+func (tc timingCase) outsideEvery() time.Duration {
+	share := timingOutsideShare
+	if tc.outsideShare > 0 {
+		share = tc.outsideShare
+	}
+	return time.Duration(float64(timingWindow) * (timingInputTokens + timingOutputMedian) / (share * timingLimit))
 }
 
 var timingCases = []timingCase{
@@ -149,6 +178,18 @@ var timingCases = []timingCase{
 	// stated limit and took a 429 at every cooldown's end (48 an hour in the
 	// simulator).
 	{name: "AtTruthOutsideHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, outside: true},
+	// AtTruthOutsideHeaders's other client spends a quarter of the key from
+	// the start, the sessions join a window later, and it stops at 25 s; the
+	// sessions run until 90 s. Its spend sets a trigger at what it leaves
+	// (about 30k), and answers restating the limit keep it; once the remaining
+	// tokens show a window's worth of answers with nobody else spending, twice,
+	// the trigger rises to the stated limit less the most they read
+	// (engine/gate/outside.go), 30–45 s after the stop: the other client's
+	// calls leave the window first. From window 7 on (70 s) the sessions are
+	// measured against the whole limit; kept at the trigger they could not
+	// reach 0.76 of it.
+	{name: "OutsideStopsHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: -1, maxLost: 0},
+		outside: true, outsideShare: 0.25, sessionsAfter: timingWindow, outsideUntil: 25 * time.Second, duration: 90 * time.Second, afterFrom: 7, afterUtil: 0.90, afterFloor: 0.82},
 	// A provider that counts a call when its answer is written (the simulator's
 	// sliding-completion), configured at the truth: the targets of AtTruth.
 	// Served tokens are counted in the window a call completed in, and the
@@ -255,11 +296,10 @@ func (l *lateSends) RoundTrip(r *http.Request) (*http.Response, error) {
 // timingRPM: the RPM-bound case's hidden request limit per window.
 const timingRPM = 20
 
-// The other client of the outside case: one call of about timingInputTokens
-// every timingOutsideEvery, sent again a second later while refused.
+// The other client of the outside cases: one call of about timingInputTokens
+// every timingCase.outsideEvery, sent again a second later while refused.
 const (
 	timingOutsideShare = 0.1
-	timingOutsideEvery = time.Duration(float64(timingWindow) * (timingInputTokens + timingOutputMedian) / (timingOutsideShare * timingLimit))
 	timingOutsideRetry = time.Second
 )
 
@@ -283,6 +323,7 @@ type timingResult struct {
 	harnessN           int64
 	refused, refusedL  int64 // 429s the provider answered: all, from the learned window on
 	util, utilLearned  float64
+	utilAfter          float64 // of the whole limit, from window tc.afterFrom on
 	peak               float64 // the most tokens served in one window ÷ the limit
 	p50, p99           time.Duration
 	windows            []fakeprovider.WindowStats
@@ -403,7 +444,7 @@ gate:
 func (run *timingRun) load() {
 	start := time.Now()
 	run.prov.SetEpoch(start)
-	stopAt := start.Add(timingDuration)
+	stopAt := start.Add(run.tc.dur())
 	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(timingDrain))
 	defer cancel()
 	var wg sync.WaitGroup
@@ -411,13 +452,24 @@ func (run *timingRun) load() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run.outsideClient(ctx, start, stopAt)
+			outStop := stopAt
+			if u := run.tc.outsideUntil; u > 0 {
+				outStop = start.Add(u)
+			}
+			run.outsideClient(ctx, start, outStop)
 		}()
 	}
 	for s := range timingSessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if d := run.tc.sessionsAfter; d > 0 {
+				select { // the other client fills its share of the window first
+				case <-time.After(d):
+				case <-ctx.Done():
+					return
+				}
+			}
 			rng := rand.New(rand.NewPCG(uint64(s), 42))
 			session := fmt.Sprintf("s%02d", s)
 			for i := 0; i < timingMaxPerSession && time.Now().Before(stopAt); i++ {
@@ -453,13 +505,15 @@ func (run *timingRun) load() {
 }
 
 // outsideClient is another client on the same key, straight at the provider:
-// a call every timingOutsideEvery, each sent again timingOutsideRetry after a
-// 429 until it passes. It records what it was served and refused per window.
+// a call every tc.outsideEvery(), each sent again timingOutsideRetry after a
+// 429 until it passes, until stopAt. It records what it was served and refused
+// per window.
 func (run *timingRun) outsideClient(ctx context.Context, start, stopAt time.Time) {
-	windows := int(timingDuration/timingWindow) + 2
+	windows := int(run.tc.dur()/timingWindow) + 2
 	run.outTokens, run.outRefused = make([]int64, windows), make([]int64, windows)
 	rng := rand.New(rand.NewPCG(99, 42))
-	next := start.Add(timingOutsideEvery / 2)
+	every := run.tc.outsideEvery()
+	next := start.Add(every / 2)
 	for i := 0; i < timingMaxPerSession; i++ {
 		if d := time.Until(next); d > 0 {
 			select {
@@ -471,7 +525,7 @@ func (run *timingRun) outsideClient(ctx context.Context, start, stopAt time.Time
 		if !time.Now().Before(stopAt) {
 			return
 		}
-		next = next.Add(timingOutsideEvery)
+		next = next.Add(every)
 		body := timingBody("outside", i, rng, true)
 		for time.Now().Before(stopAt) {
 			sent := time.Now()
@@ -537,8 +591,8 @@ func (run *timingRun) report(t *testing.T) {
 	tc, r, f := run.tc, &run.r, run.f
 	st := run.prov.Stats()
 	r.windows, r.refusals, r.refused, r.providerBadRequest = st.Windows, st.Refusals, st.Refused, st.BadRequests
-	windows := int(timingDuration / timingWindow)
-	var served, servedL, outServed, outServedL, outRefused int64
+	windows := int(tc.dur() / timingWindow)
+	var served, servedL, outServed, outServedL, outRefused, servedAfter int64
 	for i, w := range st.Windows {
 		// The other client's calls are its own: what it was served leaves the
 		// capacity the gate's share is measured against, its 429s are not the
@@ -559,6 +613,9 @@ func (run *timingRun) report(t *testing.T) {
 				servedL += got
 				outServedL += ot
 			}
+			if tc.afterFrom > 0 && i >= tc.afterFrom {
+				servedAfter += got
+			}
 		}
 		if i >= timingLearnedFrom {
 			r.refusedL += w.Refused - or
@@ -571,6 +628,10 @@ func (run *timingRun) report(t *testing.T) {
 	}
 	r.util = float64(served) / float64(limit*int64(windows)-outServed)
 	r.utilLearned = float64(servedL) / float64(limit*int64(windows-timingLearnedFrom)-outServedL)
+	if tc.afterFrom > 0 {
+		r.utilAfter = float64(servedAfter) / float64(limit*int64(windows-tc.afterFrom))
+		t.Logf("%s: the other client stopped at %s; from window %d on the sessions were served %.3f of the whole limit", tc.name, tc.outsideUntil, tc.afterFrom, r.utilAfter)
+	}
 	if run.tc.outside {
 		t.Logf("%s: the other client was served %d tokens (%.3f of the limit) and refused %d times; utilization is of what it left", tc.name, outServed, float64(outServed)/float64(timingLimit*windows), outRefused)
 	}
@@ -634,6 +695,7 @@ func (run *timingRun) report(t *testing.T) {
 	check(tg.minUtil >= 0 && r.util < tg.minUtil, "utilization %.3f < %.2f", r.util, tg.minUtil)
 	check(tg.minUtilLearned >= 0 && r.utilLearned < tg.minUtilLearned, "utilization once learned %.3f < %.2f", r.utilLearned, tg.minUtilLearned)
 	check(tg.maxLost >= 0 && r.lost > tg.maxLost, "%d calls lost > %d", r.lost, tg.maxLost)
+	check(tc.afterFrom > 0 && r.utilAfter < tc.afterUtil, "utilization after the other client stopped %.3f < %.2f", r.utilAfter, tc.afterUtil)
 	for _, m := range missed {
 		if enforceTimingTargets {
 			t.Errorf("%s: target missed: %s", tc.name, m)
@@ -654,6 +716,9 @@ func (run *timingRun) report(t *testing.T) {
 	}
 	if tg.minUtilLearned >= 0 && r.utilLearned < floor {
 		t.Errorf("%s: utilization once learned %.3f, under the floor %.2f (target %.2f)", tc.name, r.utilLearned, floor, tg.minUtilLearned)
+	}
+	if tc.afterFrom > 0 && r.utilAfter < tc.afterFloor {
+		t.Errorf("%s: utilization after the other client stopped %.3f, under the floor %.2f (target %.2f): the trigger its spend set was not lifted", tc.name, r.utilAfter, tc.afterFloor, tc.afterUtil)
 	}
 	if r.lost > 0 {
 		t.Errorf("%s: %d calls lost", tc.name, r.lost)

@@ -53,6 +53,8 @@ import (
 //	                         # a refused outside call is sent again 1 s later until it passes
 //	  warm: false            # true: it was already spending before the run, so the provider's
 //	                         #   window starts with its last window of calls (not counted as served)
+//	  until: 0s              # it stops spending this long into the run (0: never); from then on
+//	                         #   the capacity left to the gate is the whole limit
 //	gate:                    # the gate's configured start, possibly wrong
 //	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given)
 //	  tpm: 0                 # absolute start in tokens per window; overrides start
@@ -140,6 +142,9 @@ type OutsideSpec struct {
 	// provider's window holds its last window of calls at the start (else it
 	// starts with the run, and its share of the window fills during the first).
 	Warm bool `yaml:"warm" json:"warm"`
+	// Until: the client stops spending this long into the run (0: never), so
+	// the capacity left to the gate is the whole limit from then on.
+	Until Duration `yaml:"until" json:"until"`
 }
 
 // GateSpec is the gate's configured start, possibly wrong.
@@ -290,6 +295,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outside.callTokens: must be in [1, provider.tpm] (got %d)", s.Outside.CallTokens)
 	case s.Outside.Every < 0:
 		return fmt.Errorf("scenario.outside.every: must not be negative")
+	case s.Outside.Until < 0:
+		return fmt.Errorf("scenario.outside.until: must not be negative (got %s)", time.Duration(s.Outside.Until))
 	case s.MaxTokensShare < 0 || s.MaxTokensShare > 1:
 		return fmt.Errorf("scenario.maxTokensShare: must be in [0, 1] (got %g)", s.MaxTokensShare)
 	case s.MaxTokensShare > 0 && s.MaxTokens <= 0:

@@ -41,6 +41,10 @@ type Metrics struct {
 	RemainingUtilization float64 `json:"remainingUtilization"`
 	// OutsideShare is what the outside client was served ÷ (true TPM × windows).
 	OutsideShare float64 `json:"outsideShare,omitempty"`
+	// AfterOutside is, when the outside client stopped (outside.until), what
+	// the sessions were served from then on ÷ (true TPM × the windows left):
+	// how much of the limit the gate takes back.
+	AfterOutside float64 `json:"afterOutside,omitempty"`
 	// RequestUtilization is every request the provider served ÷ (true RPM × windows).
 	RequestUtilization float64 `json:"requestUtilization"`
 	// RateLimited counts the sessions' 429s; ByTokens and ByRequests split it by
@@ -198,6 +202,7 @@ const (
 	evOutsideTick        // the outside client's schedule
 	evOutsideCall        // an outside call reaches the provider
 	evOutsideDone        // the provider finishes an outside call
+	evOutsideStop        // the outside client stops spending (outside.until)
 )
 
 type eventQueue []event
@@ -242,8 +247,13 @@ type runner struct {
 	done       int
 	learned    []float64
 	capacity   float64 // tokens per window left to the gate: true TPM less the outside share
-	// lowestTrigger is the lowest non-zero trigger seen at a window sample.
+	// lowestTrigger is the lowest non-zero trigger seen at a window sample,
+	// ÷ the capacity then.
 	lowestTrigger float64
+	// stopped is when the outside client stopped (outside.until; zero: it
+	// did not), and servedAtStop what the sessions had been served by then.
+	stopped      time.Time
+	servedAtStop int64
 }
 
 func runMode(s Scenario, mode string) (Metrics, error) {
@@ -327,6 +337,9 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			r.warmOutside(start)
 		}
 		r.push(start.Add(r.outsidePeriod()/2), evOutsideTick, nil)
+		if u := time.Duration(s.Outside.Until); u > 0 && u < time.Duration(s.Duration) {
+			r.push(start.Add(u), evOutsideStop, nil)
+		}
 	}
 	return r, nil
 }
@@ -412,8 +425,8 @@ func (r *runner) handle(e event) {
 	case evSample:
 		learned, _, trig := r.gate.learned(now)
 		r.learned = append(r.learned, learned/r.capacity)
-		if trig > 0 && (r.lowestTrigger == 0 || trig < r.lowestTrigger) {
-			r.lowestTrigger = trig
+		if trig > 0 && (r.lowestTrigger == 0 || trig/r.capacity < r.lowestTrigger) {
+			r.lowestTrigger = trig / r.capacity
 		}
 		r.push(now.Add(time.Duration(r.s.Window)), evSample, nil)
 	case evOutsideTick:
@@ -426,6 +439,9 @@ func (r *runner) handle(e event) {
 		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)
 	case evOutsideDone:
 		r.provider.done(now, whole(e.tokens), held{}, fromOutside)
+	case evOutsideStop:
+		r.stopped, r.servedAtStop = now, r.provider.served[fromSessions]
+		r.capacity = float64(r.s.Provider.TPM) // the whole limit is the gate's now
 	}
 }
 
@@ -595,6 +611,9 @@ func (r *runner) outsideCalls() []int64 {
 
 // outsideTick sends the outside client's next call (smooth) or burst.
 func (r *runner) outsideTick(now time.Time) {
+	if !r.stopped.IsZero() {
+		return // outside.until: it sends no more
+	}
 	for _, c := range r.outsideCalls() {
 		r.pushTokens(now, evOutsideCall, nil, c)
 	}
@@ -620,6 +639,10 @@ func (r *runner) metrics() Metrics {
 		Completed:             r.done,
 		Fairness:              jain(r.sessions),
 	}
+	if !r.stopped.IsZero() {
+		left := r.end.Sub(r.stopped).Seconds() / time.Duration(r.s.Window).Seconds()
+		m.AfterOutside = float64(p.served[fromSessions]-r.servedAtStop) / (float64(r.s.Provider.TPM) * left)
+	}
 	sort.Slice(r.waits, func(i, j int) bool { return r.waits[i] < r.waits[j] })
 	m.WaitP50Ms = quantile(r.waits, 0.50).Milliseconds()
 	m.WaitP99Ms = quantile(r.waits, 0.99).Milliseconds()
@@ -629,7 +652,7 @@ func (r *runner) metrics() Metrics {
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned
-		m.LowestTrigger = r.lowestTrigger / r.capacity
+		m.LowestTrigger = r.lowestTrigger
 		if c, ok := convergedAfter(r.learned); ok {
 			m.ConvergedAfterWindows = &c
 			from := r.start.Add(time.Duration(c) * time.Duration(r.s.Window))

@@ -123,6 +123,7 @@ func TestParseScenario(t *testing.T) {
 		{"Decides", "provider: {decides: later}\n", "scenario.provider.decides:"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
 		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
+		{"OutsideUntil", "outside: {share: 0.1, until: -1m}\n", "scenario.outside.until"},
 		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},
 		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
@@ -557,6 +558,35 @@ func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
 		}
 		if known.Utilization < whole.Utilization+0.02 {
 			t.Errorf("seed %d: learned known %.3f, whole %.3f; want 2 points gained", seed, known.Utilization, whole.Utilization)
+		}
+	}
+}
+
+// TestGateTakesBackWhatAnotherClientStoppedSpending: another client spends a
+// tenth of the key for the first half hour, and its spend sets the gate's
+// trigger below the limit the headers state. After it stops, the gate reads
+// from the remaining tokens that nobody else spends and lifts the trigger:
+// kept there, it served 0.78–0.80 of the limit for the next 90 minutes.
+// AfterOutside is what the sessions were served from the stop on.
+func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		s := DefaultScenario()
+		s.Seed = seed
+		s.Duration = Duration(2 * time.Hour)
+		s.Provider.Headers = true
+		s.Outside.Share, s.Outside.Until = 0.1, Duration(30*time.Minute)
+		r, err := RunModes(s, ModeGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := r.Modes[ModeGate]
+		t.Logf("seed %d: %.3f of the limit after the other client stopped, %d 429s, trigger %.0f", seed, g.AfterOutside, g.RateLimited, g.FinalTrigger)
+		if g.AfterOutside < 0.87 || g.RateLimited > 4 || g.Lost > 0 {
+			t.Errorf("seed %d: %.3f of the limit after the other client stopped, %d 429s, %d lost; want ≥ 0.87, ≤ 4, none", seed, g.AfterOutside, g.RateLimited, g.Lost)
+		}
+		// Windows 40… (ten after the stop) are measured against the whole limit.
+		if w := g.LearnedPerWindow; len(w) < 40 || w[len(w)-1] < 0.95 {
+			t.Errorf("seed %d: learned %v of the whole limit at the window ends, want ≥ 0.95 at the last", seed, w)
 		}
 	}
 }

@@ -120,13 +120,21 @@ func writeSimText(w io.Writer, r sim.Report) {
 		fmt.Fprintf(w, "calls:    %.0f%% send max_tokens %d\n", 100*s.MaxTokensShare, s.MaxTokens)
 	}
 	if s.Outside.Share > 0 {
-		fmt.Fprintf(w, "outside:  another client spends %.0f%% of the true TPM (%s, %d-token calls)\n", 100*s.Outside.Share, s.Outside.Pattern, s.Outside.CallTokens)
+		until := ""
+		if u := time.Duration(s.Outside.Until); u > 0 {
+			until = fmt.Sprintf(", until %s", u)
+		}
+		fmt.Fprintf(w, "outside:  another client spends %.0f%% of the true TPM (%s, %d-token calls%s)\n", 100*s.Outside.Share, s.Outside.Pattern, s.Outside.CallTokens, until)
 	}
 	fmt.Fprintf(w, "gate:     starts at %d TPM (%.2f× the truth), %d RPM, %s\n\n", s.StartTPM(), float64(s.StartTPM())/float64(s.Provider.TPM), s.StartRPM(), marginText(s.Gate))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "mode\tutilization")
+	after := s.Outside.Share > 0 && s.Outside.Until > 0 && s.Outside.Until < s.Duration
 	if s.Outside.Share > 0 {
 		fmt.Fprint(tw, "\tof remaining")
+	}
+	if after {
+		fmt.Fprint(tw, "\tafter it stopped")
 	}
 	fmt.Fprintln(tw, "\trequests\t429s\t(tok/req)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
 	for _, m := range sim.Modes {
@@ -137,6 +145,9 @@ func writeSimText(w io.Writer, r sim.Report) {
 		fmt.Fprintf(tw, "%s\t%.3f", m, x.Utilization)
 		if s.Outside.Share > 0 {
 			fmt.Fprintf(tw, "\t%.3f", x.RemainingUtilization)
+		}
+		if after {
+			fmt.Fprintf(tw, "\t%.3f", x.AfterOutside)
 		}
 		fmt.Fprintf(tw, "\t%.3f\t%d\t%d/%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RequestUtilization, x.RateLimited, x.RateLimitedByTokens, x.RateLimitedByRequests, x.RateLimitedPerHour,
 			x.Lost, x.Completed, time.Duration(x.WaitP50Ms)*time.Millisecond, time.Duration(x.WaitP99Ms)*time.Millisecond, x.Fairness)

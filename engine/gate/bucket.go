@@ -136,6 +136,7 @@ type bucket struct {
 	// What the rate-limit headers say the provider decides a call on, while
 	// the user has not said (decides.go).
 	decides             decidesEvidence
+	outside             outsideSpend // the others' spend on the key, read from the headers (outside.go)
 	decidesLearnedKnown bool
 
 	// What the calls admitted so far cost, all told (at their reservation while
@@ -1024,6 +1025,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
+	if axis == engine.AxisTokens {
+		b.outside429Locked(now)
+	}
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled {
 		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
@@ -1435,6 +1439,7 @@ func (b *bucket) resetLocked(now time.Time) {
 		b.switchDecidesLocked(now, false, 0) // read again from the headers
 	}
 	b.decides = decidesEvidence{}
+	b.outside = outsideSpend{}
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now

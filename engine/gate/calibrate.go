@@ -53,6 +53,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
 	if limitTokens > 0 && remainingTokens >= 0 {
 		b.observeDecidesLocked(now, limitTokens, remainingTokens)
+		b.observeOutsideLocked(now, limitTokens, remainingTokens)
 	}
 	// An answer's headers: every answer restates them.
 	if limitTokens > 0 {

@@ -1,0 +1,179 @@
+package gate
+
+import (
+	"math"
+	"time"
+)
+
+// Another client on the key, read from the rate-limit headers.
+//
+// A provider that states its remaining tokens says what it counted: the limit
+// less the remainder. The gate knows what it sent itself. What the provider
+// counted past that is what others spend on the same key (and the spread of
+// the calls in flight, whose outputs the gate only expects). A 429 below the
+// stated limit sets a trigger there — what the other client left to the gate —
+// and an answer restating the same limit keeps it (adoptStatedLocked). When the
+// other client stops, nothing else lifts it: the gate holds at the trigger, so
+// no window passes above it to relax toward, and the re-probe comes
+// triggerReprobeWindows windows later (three hours at a 60 s window).
+//
+// So each answer is a reading of the others' spend, and at the end of each
+// window the gate weighs the window's readings. A trigger rises only if the
+// others were read to spend at least half of what it holds back from the
+// stated limit when its 429 came (else the 429 was the gate's own excess), and
+// it holds back at least outsideMinRoom of the limit. It rises when two windows
+// in a row since that 429 read the others' spend under half of it, even at
+// its highest, and varied as little as a sliding window's readings do (fixed
+// windows restart their count at each edge, and their readings then say
+// nothing plain of anyone's spend): to the stated limit less the highest
+// reading of those windows. Calls above the level that held go one at a time
+// for a window, as after any raise. A 429 within two windows of a rise refutes
+// it: the trigger is read there again as any 429's, and no rise is tried for
+// triggerReprobeWindows windows. Without headers nothing reads the others'
+// spend, and the re-probe is what finds the key free again.
+
+// outsideSpend is the current and last window's readings of what the provider
+// counted past the gate's own calls.
+type outsideSpend struct {
+	at                  time.Time // start of the current window of readings
+	n                   int       // readings in it
+	sum, sumSq, max     float64
+	prevN               int
+	prevMean, prevSD    float64
+	prevMax             float64
+	quiet               int     // windows in a row whose readings allow a rise
+	quietMax            float64 // their highest reading
+	at429               float64 // the others' spend read when the last token 429 came
+	liftedAt, refutedAt time.Time
+}
+
+const (
+	// outsideMinReadings: a window weighs in only with this many readings.
+	outsideMinReadings = 20
+	// outsideMaxSpread: how much the readings of a window may vary (a standard
+	// deviation, as a share of the stated limit) for them to describe the
+	// others' spend: a sliding window's vary by 1–3% (decides.go), fixed
+	// windows' by a third of the limit and more. Without it the matrix with
+	// headers took 46 429s more at fixed windows (168 → 214).
+	outsideMaxSpread = 0.035
+	// outsideRoomShare: the window's highest reading must stay under this share
+	// of what the trigger holds back from the stated limit.
+	outsideRoomShare = 0.5
+	// outsideMinRoom: a trigger this close to the stated limit is not lifted.
+	// Noise at the limit sets one a few percent below it (stepDown); the
+	// readings' own spread is as large.
+	outsideMinRoom = 0.05
+	// outsideQuietWindows: windows in a row that must allow a rise. Fixed
+	// windows' readings vary by a third of the limit as a rule, but a window
+	// of readings between two of their edges now and then varies little.
+	outsideQuietWindows = 2
+)
+
+// observeOutsideLocked reads one answer's remaining tokens (the stated
+// per-minute limit and remainder) as the others' spend, and at a window's end
+// lifts a trigger that spend no longer explains.
+func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingTokens int64) {
+	if !b.learn.enabled || b.l.shared != nil || b.learn.stated <= 0 {
+		return // not learning, or the window is shared: its reading is everyone's
+	}
+	span := b.l.conf().Window
+	o := &b.outside
+	if o.at.IsZero() || now.Before(o.at) {
+		o.at = now
+	}
+	if now.Sub(o.at) >= span {
+		o.roll(now)
+		b.liftForOutsideLocked(now)
+	}
+	counted := float64(scaleLimit(limitTokens-remainingTokens, span))
+	if limitTokens == remainingTokens {
+		counted = 0
+	}
+	tail := b.win.tail()
+	if b.atCompletion {
+		tail = b.done.tail()
+	}
+	r := counted - (b.providerViewLocked() - float64(tail))
+	o.n++
+	o.sum, o.sumSq = o.sum+r, o.sumSq+r*r
+	if o.n == 1 || r > o.max {
+		o.max = r
+	}
+}
+
+// roll closes the current window of readings.
+func (o *outsideSpend) roll(now time.Time) {
+	o.prevN, o.prevMax = o.n, o.max
+	if o.n > 0 {
+		o.prevMean = o.sum / float64(o.n)
+		o.prevSD = math.Sqrt(max(0, o.sumSq/float64(o.n)-o.prevMean*o.prevMean))
+	}
+	o.at, o.n, o.sum, o.sumSq, o.max = now, 0, 0, 0, 0
+}
+
+// liftForOutsideLocked, at the end of a window of readings, raises a trigger
+// the others' spend set below the stated limit once two such windows in a row
+// say they no longer spend what it holds back.
+func (b *bucket) liftForOutsideLocked(now time.Time) {
+	o := &b.outside
+	l := &b.learn
+	span := b.l.conf().Window
+	stated := l.stated
+	if c := l.ceiling(); c > 0 {
+		stated = min(stated, c)
+	}
+	room := stated - l.trigger
+	switch {
+	case l.trigger <= 0 || room < outsideMinRoom*stated || o.prevN < outsideMinReadings:
+		o.quiet = 0
+		return
+	case !o.refutedAt.IsZero() && now.Sub(o.refutedAt) < triggerReprobeWindows*span:
+		o.quiet = 0
+		return
+	case o.at429 < outsideRoomShare*room:
+		o.quiet = 0
+		return // the last 429 came without the others spending what the trigger holds back: it was the gate's own
+	case o.prevSD > outsideMaxSpread*stated || o.prevMax > outsideRoomShare*room:
+		o.quiet = 0
+		return
+	}
+	if o.quiet++; o.quiet == 1 {
+		o.quietMax = o.prevMax
+	}
+	o.quietMax = max(o.quietMax, o.prevMax)
+	if o.quiet < outsideQuietWindows {
+		return
+	}
+	to := stated - max(0, o.quietMax)
+	if to <= l.trigger*(1+baseMargin) {
+		return
+	}
+	from, held := l.trigger, b.tokenBudget()
+	l.trigger = to
+	l.quota = math.Max(l.quota, to)
+	l.preProbe = 0
+	l.lastRaise, l.raisedByRelax = now, true
+	o.liftedAt, o.quiet = now, 0
+	b.raisedLocked(now, held) // the calls above the level that held go one at a time
+	b.emitLearn(now, learnStep{Kind: "outside", From: from, To: to, Trigger: to})
+}
+
+// outside429Locked notes what the others were read to spend when a token 429
+// came (the trigger it sets is theirs to give back only if they spent it), and
+// marks a rise it refutes: one within two windows of it.
+func (b *bucket) outside429Locked(now time.Time) {
+	o := &b.outside
+	o.at429, o.quiet = o.recentMean(), 0 // quiet since this 429, not before it
+	if !o.liftedAt.IsZero() && now.Sub(o.liftedAt) < 2*b.l.conf().Window {
+		o.refutedAt, o.liftedAt = now, time.Time{}
+	}
+}
+
+// recentMean is the current window's mean reading, or the last window's while
+// the current one has few.
+func (o *outsideSpend) recentMean() float64 {
+	if o.n >= outsideMinReadings || (o.n > 0 && o.prevN == 0) {
+		return o.sum / float64(o.n)
+	}
+	return o.prevMean
+}

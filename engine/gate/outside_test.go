@@ -1,0 +1,223 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// outsideRig drives one model through answers whose rate-limit headers state a
+// limit and what is left of it, with another client's spend on the key added
+// to what the gate sent itself.
+type outsideRig struct {
+	t      *testing.T
+	l      *Ledger
+	ev     *eventLog
+	now    time.Time
+	stated int64
+}
+
+const outsideTick = 2 * time.Second // 30 answers a window of testGate's minute
+
+func newOutsideRig(t *testing.T, stated int64) *outsideRig {
+	cfg := testGate()
+	cfg.Defaults.RPM = 1000 // tokens bind, not requests
+	l, clk, ev := newTestLedger(t, cfg)
+	r := &outsideRig{t: t, l: l, ev: ev, now: clk.Now(), stated: stated}
+	l.Calibrate(r.now, "p", "m", stated, stated, -1, -1)
+	return r
+}
+
+// answer admits and settles one call of size tokens and reads its answer's
+// headers: the provider counted the gate's window and others more. Fixed, the
+// count restarts at each minute's edge, as a fixed window's does.
+func (r *outsideRig) answer(size, others int64, fixed bool) {
+	r.t.Helper()
+	r.now = r.now.Add(outsideTick)
+	tk := mustAdmit(r.t, r.l, r.now, Request{Provider: "p", Model: "m", Session: "s", InputTokens: int(size - 1), MaxTokens: 1})
+	if err := r.l.Settle(r.now, tk, Usage{InputTokens: size - 1, OutputTokens: 1}); err != nil {
+		r.t.Fatal(err)
+	}
+	counted := r.l.BucketStatus(r.now, "p", "m").WindowTokens + others
+	if fixed {
+		counted = counted * int64(r.now.Sub(t0)%time.Minute) / int64(time.Minute)
+	}
+	r.l.Calibrate(r.now, "p", "m", r.stated, max(0, r.stated-counted), -1, -1)
+}
+
+// answers runs n answers.
+func (r *outsideRig) answers(n int, size, others int64, fixed bool) {
+	r.t.Helper()
+	for range n {
+		r.answer(size, others, fixed)
+	}
+}
+
+func (r *outsideRig) trigger() float64 { return r.l.BucketStatus(r.now, "p", "m").Trigger }
+
+// setTrigger fills the window to about 690 of the stated 800 while another
+// client spends others, and takes a 429 there: the trigger it sets is what the
+// others left (or, with none, the gate's own excess).
+func (r *outsideRig) setTrigger(others int64) float64 {
+	r.t.Helper()
+	return r.setTriggerAt(23, others)
+}
+
+// setTriggerAt is setTrigger with the window filled by calls of size.
+func (r *outsideRig) setTriggerAt(size, others int64) float64 {
+	r.t.Helper()
+	r.answers(60, size, others, false)
+	r.now = r.now.Add(time.Second)
+	r.l.RateLimited(r.now, "p", "m", time.Second)
+	tr := r.trigger()
+	if tr == 0 || tr > float64(r.stated)*(1-outsideMinRoom) {
+		r.t.Fatalf("setup: the 429 below the stated %d set trigger %v", r.stated, tr)
+	}
+	return tr
+}
+
+func (r *outsideRig) lifts() int {
+	n := 0
+	for _, e := range r.ev.kinds(EventLearn) {
+		if e.Step == "outside" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOutsideSpendStoppedLiftsTheTrigger: a trigger another client's spend set
+// below the stated limit stays while the headers show it spending, and rises
+// to the stated limit within a few windows of it stopping — where, kept, it
+// would wait hours for the re-probe.
+func TestOutsideSpendStoppedLiftsTheTrigger(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	tr := r.setTrigger(110)
+	r.answers(4*30, 20, 110, false) // still spending: four windows
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("with the other client still spending 110: trigger %v (was %v), %d lifts; want it kept", got, tr, r.lifts())
+	}
+	stopped := r.now
+	for range 5 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if r.lifts() != 1 {
+		t.Fatalf("five windows after the other client stopped: trigger %v, no lift", r.trigger())
+	}
+	if took := r.now.Sub(stopped); took > 3*time.Minute+outsideTick {
+		t.Errorf("lifted %s after the other client stopped, want within three windows", took)
+	}
+	if got := r.trigger(); got < 790 || got > 800 {
+		t.Fatalf("lifted to %v, want the stated 800 less what the headers read (nothing)", got)
+	}
+	st := r.l.BucketStatus(r.now, "p", "m")
+	if st.Quota < st.Trigger {
+		t.Fatalf("quota %v under the lifted trigger %v", st.Quota, st.Trigger)
+	}
+}
+
+// TestOutsideLiftRefutedByA429: a 429 within two windows of a lift refutes
+// it; the trigger that 429 sets is not lifted again for
+// triggerReprobeWindows windows, however quiet the headers read.
+func TestOutsideLiftRefutedByA429(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.setTrigger(110)
+	for range 6 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if r.lifts() != 1 {
+		t.Fatal("setup: no lift after the other client stopped")
+	}
+	// The other client is back within two windows, and the provider refuses
+	// where the trigger read before: the lift went too far.
+	r.answers(30, 23, 110, false)
+	r.now = r.now.Add(time.Second)
+	r.l.RateLimited(r.now, "p", "m", time.Second)
+	if tr := r.trigger(); tr == 0 || tr >= 800*(1-outsideMinRoom) {
+		t.Fatalf("setup: the 429 after the lift set trigger %v, within the room no lift takes", tr)
+	}
+	r.answers(6*30, 20, 0, false) // and gone again: the readings would allow a lift
+	if r.lifts() != 1 {
+		t.Fatalf("%d lifts: a lift a 429 refuted was tried again within %d windows", r.lifts(), triggerReprobeWindows)
+	}
+}
+
+// TestOutsideNoLiftOfTheGatesOwnTrigger: a 429 with nobody else spending is
+// the gate's own excess: the headers reading nobody else afterwards do not
+// lift its trigger to the stated limit (the restated limit keeps it, as
+// adoptStatedLocked says).
+func TestOutsideNoLiftOfTheGatesOwnTrigger(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	tr := r.setTrigger(0)
+	r.answers(6*30, 20, 0, false)
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("trigger %v (was %v), %d lifts; want the gate's own trigger kept", got, tr, r.lifts())
+	}
+}
+
+// TestOutsideNoLiftFromReadingsThatVary: at fixed windows the remaining
+// tokens restart at each edge, and the readings say nothing plain of the
+// others' spend: no lift, though the highest of them (at 60 of the others'
+// 110, with the gate's calls from before the edge in its own window) reads
+// under half of what the trigger holds back.
+func TestOutsideNoLiftFromReadingsThatVary(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	tr := r.setTrigger(110)
+	r.answers(6*30, 20, 60, true)
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("trigger %v (was %v), %d lifts; want it kept", got, tr, r.lifts())
+	}
+}
+
+// TestOutsideResetForgetsTheReadings: a reset starts the readings over.
+func TestOutsideResetForgetsTheReadings(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.setTrigger(110)
+	r.answers(30, 20, 110, false)
+	r.l.Reset(r.now, "p", "m")
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	o := b.outside
+	b.mu.Unlock()
+	if o != (outsideSpend{}) {
+		t.Fatalf("after a reset the readings are %+v, want none", o)
+	}
+}
+
+// TestOutsideNoLiftForOneQuietWindow: the other client pausing for two
+// minutes — one whole window of readings, as they fall — is not the other
+// client gone: a lift takes two quiet windows in a row.
+func TestOutsideNoLiftForOneQuietWindow(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	tr := r.setTrigger(110)
+	r.answers(2*30, 20, 110, false)
+	r.answers(60, 20, 0, false) // a pause of 120 s
+	r.answers(3*30, 20, 110, false)
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("trigger %v (was %v), %d lifts; want it kept through a pause", got, tr, r.lifts())
+	}
+}
+
+// TestOutsideNoLiftNearTheStatedLimit: a trigger within outsideMinRoom of the
+// stated limit is the gate's own, read at the limit (a 429 there sets it a
+// step below the level refused), whatever the readings' noise said of others
+// at its 429: it is not lifted back to where the provider refused.
+func TestOutsideNoLiftNearTheStatedLimit(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.answers(60, 26, 20, false) // 780 of the gate's and 20 of noise: the limit
+	r.now = r.now.Add(time.Second)
+	r.l.RateLimited(r.now, "p", "m", time.Second)
+	tr := r.trigger()
+	if tr == 0 || tr >= 800 || tr < 800*(1-outsideMinRoom) {
+		t.Fatalf("setup: the 429 at the limit set trigger %v", tr)
+	}
+	r.answers(6*30, 20, 0, false)
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("trigger %v (was %v), %d lifts; want the trigger read at the limit kept", got, tr, r.lifts())
+	}
+}
