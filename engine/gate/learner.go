@@ -214,7 +214,7 @@ func (l *learner) observeAdmit(now time.Time, reading float64, span time.Duratio
 
 // learnStep describes one change of the learned state, for the log.
 type learnStep struct {
-	Kind          string // "cut", "revert", "probe", "relax", "trigger", "leak", "suspect"
+	Kind          string // "cut", "revert", "probe", "relax", "trigger", "leak", "suspect", "outside" (outside.go)
 	From, To      float64
 	Trigger       float64
 	Reading       float64
