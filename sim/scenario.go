@@ -297,6 +297,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outside.every: must not be negative")
 	case s.Outside.Until < 0:
 		return fmt.Errorf("scenario.outside.until: must not be negative (got %s)", time.Duration(s.Outside.Until))
+	case s.Outside.Until > 0 && s.Outside.Share == 0:
+		return fmt.Errorf("scenario.outside.until: there is no outside client to stop (outside.share is 0)")
 	case s.MaxTokensShare < 0 || s.MaxTokensShare > 1:
 		return fmt.Errorf("scenario.maxTokensShare: must be in [0, 1] (got %g)", s.MaxTokensShare)
 	case s.MaxTokensShare > 0 && s.MaxTokens <= 0:

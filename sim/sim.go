@@ -433,7 +433,9 @@ func (r *runner) handle(e event) {
 		r.outsideTick(now)
 	case evOutsideCall:
 		if ref, _ := r.provider.offer(now, whole(e.tokens), fromOutside); ref.axis != axisNone {
-			r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
+			if r.stopped.IsZero() { // stopped, it gives up what was refused
+				r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
+			}
 			return
 		}
 		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)

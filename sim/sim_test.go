@@ -124,6 +124,7 @@ func TestParseScenario(t *testing.T) {
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
 		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
 		{"OutsideUntil", "outside: {share: 0.1, until: -1m}\n", "scenario.outside.until"},
+		{"OutsideUntilNoShare", "outside: {until: 10m}\n", "scenario.outside.until"},
 		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},
 		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
@@ -566,7 +567,7 @@ func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
 // tenth of the key for the first half hour, and its spend sets the gate's
 // trigger below the limit the headers state. After it stops, the gate reads
 // from the remaining tokens that nobody else spends and lifts the trigger:
-// kept there, it served 0.78–0.80 of the limit for the next 90 minutes.
+// kept there, it served 0.780–0.799 of the limit for the next 90 minutes.
 // AfterOutside is what the sessions were served from the stop on.
 func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
@@ -584,7 +585,7 @@ func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
 		if g.AfterOutside < 0.87 || g.RateLimited > 4 || g.Lost > 0 {
 			t.Errorf("seed %d: %.3f of the limit after the other client stopped, %d 429s, %d lost; want ≥ 0.87, ≤ 4, none", seed, g.AfterOutside, g.RateLimited, g.Lost)
 		}
-		// Windows 40… (ten after the stop) are measured against the whole limit.
+		// The last window's learned level, against the whole limit.
 		if w := g.LearnedPerWindow; len(w) < 40 || w[len(w)-1] < 0.95 {
 			t.Errorf("seed %d: learned %v of the whole limit at the window ends, want ≥ 0.95 at the last", seed, w)
 		}

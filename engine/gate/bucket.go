@@ -215,7 +215,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// read in the old ones goes (the level that held stays). Waiters are
 		// sized again; calls in flight keep what they reserved until they
 		// settle (ages bring those without max_tokens up to date, when used).
-		b.learn.forgetReadings()
+		b.forgetReadingsLocked()
 		b.limits.Decides = lim.Decides
 		b.resizeWaitersLocked()
 	}
@@ -224,7 +224,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.clearVotesLocked() // the user says how the provider counts: no votes
 		if atCompletion != b.atCompletion {
 			b.atCompletion = atCompletion
-			b.learn.forgetReadings() // read in the other view
+			b.forgetReadingsLocked() // read in the other view
 		}
 	}
 	if b.win.inner != cfg.Window || !cfg.Learn {
@@ -236,6 +236,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if b.win.inner != cfg.Window {
 		b.stepHeld = 0                // held in the old window's units
 		b.decides = decidesEvidence{} // counts of the old window's length
+		b.outside = outsideSpend{}    // and readings
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	}
@@ -436,7 +437,7 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 		b.decidesLearnedKnown = q.DecidesLearned
 	}
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
-		b.learn.forgetReadings()
+		b.forgetReadingsLocked()
 	}
 	if q.CountsAt != CountsAtArrival && q.CountsAt != CountsAtCompletion {
 		return
@@ -444,7 +445,7 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	stored := q.CountsAt == CountsAtCompletion
 	if _, set := b.limits.countView(); set {
 		if stored != b.atCompletion {
-			b.learn.forgetReadings()
+			b.forgetReadingsLocked()
 		}
 		return
 	}
@@ -1025,6 +1026,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
+	trigger := b.learn.trigger
 	if axis == engine.AxisTokens {
 		b.outside429Locked(now)
 	}
@@ -1097,6 +1099,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		}
 	}
 	b.learn.toCompletion = false // it describes this 429 only
+	if axis == engine.AxisTokens && b.learn.trigger != trigger {
+		b.outsideTriggerSetLocked()
+	}
 	for _, st := range steps {
 		b.emitLearn(now, st)
 	}

@@ -163,6 +163,7 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
 		b.clearVotesLocked()
+		// Not the others' spend: outside429Locked started its windows over.
 		b.learn.forgetReadings()
 		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)

@@ -139,7 +139,7 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 	b.decidesLearnedKnown = known
 	b.decides.n = 0
-	b.learn.forgetReadings()
+	b.forgetReadingsLocked()
 	b.resizeWaitersLocked()
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())

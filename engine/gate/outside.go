@@ -43,7 +43,8 @@ type outsideSpend struct {
 	prevMax             float64
 	quiet               int     // windows in a row whose readings allow a rise
 	quietMax            float64 // their highest reading
-	at429               float64 // the others' spend read when the last token 429 came
+	at429               float64 // the others' spend read when a token 429 last moved the trigger
+	before429           float64 // the others' spend read until the last token 429
 	liftedAt, refutedAt time.Time
 }
 
@@ -52,8 +53,8 @@ const (
 	outsideMinReadings = 20
 	// outsideMaxSpread: how much the readings of a window may vary (a standard
 	// deviation, as a share of the stated limit) for them to describe the
-	// others' spend: a sliding window's vary by 1–3% (decides.go), fixed
-	// windows' by a third of the limit and more. Without it the matrix with
+	// others' spend. In the simulator a sliding window's counted on arrival
+	// vary by 0.7–3%, fixed windows' by 25–40%. Without it the matrix with
 	// headers took 46 429s more at fixed windows (168 → 214).
 	outsideMaxSpread = 0.035
 	// outsideRoomShare: the window's highest reading must stay under this share
@@ -77,6 +78,7 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 		return // not learning, or the window is shared: its reading is everyone's
 	}
 	span := b.l.conf().Window
+	b.expireLocked(now) // what left the provider's window is not the gate's spend now
 	o := &b.outside
 	if o.at.IsZero() || now.Before(o.at) {
 		o.at = now
@@ -101,9 +103,16 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 	}
 }
 
+// forgetReadingsLocked drops the learner's readings (see learner.forgetReadings)
+// and the others' spend read with them: taken in another view or other units.
+func (b *bucket) forgetReadingsLocked() {
+	b.learn.forgetReadings()
+	b.outside = outsideSpend{}
+}
+
 // roll closes the current window of readings.
 func (o *outsideSpend) roll(now time.Time) {
-	o.prevN, o.prevMax = o.n, o.max
+	o.prevN, o.prevMax, o.prevMean, o.prevSD = o.n, o.max, 0, 0
 	if o.n > 0 {
 		o.prevMean = o.sum / float64(o.n)
 		o.prevSD = math.Sqrt(max(0, o.sumSq/float64(o.n)-o.prevMean*o.prevMean))
@@ -118,10 +127,7 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 	o := &b.outside
 	l := &b.learn
 	span := b.l.conf().Window
-	stated := l.stated
-	if c := l.ceiling(); c > 0 {
-		stated = min(stated, c)
-	}
+	stated := l.stated // the key's limit: what the readings are against
 	room := stated - l.trigger
 	switch {
 	case l.trigger <= 0 || room < outsideMinRoom*stated || o.prevN < outsideMinReadings:
@@ -145,6 +151,9 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 		return
 	}
 	to := stated - max(0, o.quietMax)
+	if c := l.ceiling(); c > 0 {
+		to = min(to, c) // never above the user's cap
+	}
 	if to <= l.trigger*(1+baseMargin) {
 		return
 	}
@@ -152,21 +161,37 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 	l.trigger = to
 	l.quota = math.Max(l.quota, to)
 	l.preProbe = 0
-	l.lastRaise, l.raisedByRelax = now, true
+	// A step of the learner's own, as a relax is: the first trigger's probe
+	// step is not taken on top of it, the re-probe counts from it, and a 429
+	// within a window of it is read as any 429 (not as a reserve drained).
+	l.firstProbe, l.lastRelax = firstProbeDone, now
+	l.lastRaise, l.raisedByRelax = now, false
 	o.liftedAt, o.quiet = now, 0
 	b.raisedLocked(now, held) // the calls above the level that held go one at a time
 	b.emitLearn(now, learnStep{Kind: "outside", From: from, To: to, Trigger: to})
 }
 
-// outside429Locked notes what the others were read to spend when a token 429
-// came (the trigger it sets is theirs to give back only if they spent it), and
-// marks a rise it refutes: one within two windows of it.
+// outside429Locked is called at a token 429 before the learner reads it: it
+// marks a rise the 429 refutes (one within two windows of it), keeps what the
+// others were read to spend until then (outsideTriggerSetLocked takes it if
+// the 429 moves the trigger), and starts the windows of readings over: quiet
+// windows count from the 429, and none mixes readings from both sides of a
+// switch of view the 429 may make.
 func (b *bucket) outside429Locked(now time.Time) {
 	o := &b.outside
-	o.at429, o.quiet = o.recentMean(), 0 // quiet since this 429, not before it
 	if !o.liftedAt.IsZero() && now.Sub(o.liftedAt) < 2*b.l.conf().Window {
 		o.refutedAt, o.liftedAt = now, time.Time{}
 	}
+	o.before429 = o.recentMean()
+	o.roll(now)
+	o.prevN, o.prevMean, o.prevSD, o.prevMax, o.quiet = 0, 0, 0, 0, 0
+}
+
+// outsideTriggerSetLocked is called after a token 429 moved the trigger: what
+// the others were read to spend then says whose the trigger is — theirs to
+// give back only if they spent it.
+func (b *bucket) outsideTriggerSetLocked() {
+	b.outside.at429 = b.outside.before429
 }
 
 // recentMean is the current window's mean reading, or the last window's while

@@ -18,9 +18,13 @@ type outsideRig struct {
 
 const outsideTick = 2 * time.Second // 30 answers a window of testGate's minute
 
-func newOutsideRig(t *testing.T, stated int64) *outsideRig {
+func newOutsideRig(t *testing.T, stated int64, opts ...func(*Config)) *outsideRig {
+	t.Helper()
 	cfg := testGate()
 	cfg.Defaults.RPM = 1000 // tokens bind, not requests
+	for _, o := range opts {
+		o(&cfg)
+	}
 	l, clk, ev := newTestLedger(t, cfg)
 	r := &outsideRig{t: t, l: l, ev: ev, now: clk.Now(), stated: stated}
 	l.Calibrate(r.now, "p", "m", stated, stated, -1, -1)
@@ -190,13 +194,13 @@ func TestOutsideResetForgetsTheReadings(t *testing.T) {
 }
 
 // TestOutsideNoLiftForOneQuietWindow: the other client pausing for two
-// minutes — one whole window of readings, as they fall — is not the other
-// client gone: a lift takes two quiet windows in a row.
+// minutes less one answer — one whole window of readings, however they fall
+// — is not the other client gone: a lift takes two quiet windows in a row.
 func TestOutsideNoLiftForOneQuietWindow(t *testing.T) {
 	r := newOutsideRig(t, 800)
 	tr := r.setTrigger(110)
 	r.answers(2*30, 20, 110, false)
-	r.answers(60, 20, 0, false) // a pause of 120 s
+	r.answers(59, 20, 0, false) // 118 s: one whole window of readings (30 answers) wherever they fall, never two
 	r.answers(3*30, 20, 110, false)
 	if got := r.trigger(); got != tr || r.lifts() != 0 {
 		t.Fatalf("trigger %v (was %v), %d lifts; want it kept through a pause", got, tr, r.lifts())
@@ -219,5 +223,66 @@ func TestOutsideNoLiftNearTheStatedLimit(t *testing.T) {
 	r.answers(6*30, 20, 0, false)
 	if got := r.trigger(); got != tr || r.lifts() != 0 {
 		t.Fatalf("trigger %v (was %v), %d lifts; want the trigger read at the limit kept", got, tr, r.lifts())
+	}
+}
+
+// TestOutsideLiftStaysUnderTheCap: under a maxTpm below the stated limit, a
+// lift goes to the cap, and the room is the stated limit's: the others'
+// spend is read against the key's limit, not the user's.
+func TestOutsideLiftStaysUnderTheCap(t *testing.T) {
+	r := newOutsideRig(t, 800, func(c *Config) { c.Defaults.MaxTPM = 760 })
+	r.setTrigger(110)
+	for range 6 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if got := r.trigger(); r.lifts() != 1 || got != 760 {
+		t.Fatalf("%d lifts to trigger %v, want one to the cap 760", r.lifts(), got)
+	}
+}
+
+// TestOutsideReadingsGoWithAWindowChange: a reload that changes the window
+// drops the readings, in the old window's units.
+func TestOutsideReadingsGoWithAWindowChange(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.setTrigger(110)
+	r.answers(30, 20, 110, false)
+	cfg := testGate()
+	cfg.Defaults.RPM = 1000
+	cfg.Window, cfg.MaxWait = 2*time.Minute, 4*time.Minute
+	if err := r.l.Reconfigure(r.now, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	o := b.outside
+	b.mu.Unlock()
+	if o != (outsideSpend{}) {
+		t.Fatalf("after the window changed the readings are %+v, want none", o)
+	}
+}
+
+// TestOutsideLiftAfterA429ThatMovedNothing: a 429 that leaves the trigger as
+// it was (one far below what the provider carries: a cooldown only) does not
+// say whose the trigger is: it still rises once the others stopped.
+func TestOutsideLiftAfterA429ThatMovedNothing(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	tr := r.setTrigger(110)
+	r.answers(30, 20, 0, false) // the others stopped
+	r.now = r.now.Add(55 * time.Second)
+	r.l.RateLimited(r.now, "p", "m", time.Second) // the window holds two calls: not the limit
+	if got := r.trigger(); got != tr || r.lifts() != 0 {
+		t.Fatalf("setup: the 429 with two calls in the window moved the trigger %v → %v, or a lift came first", tr, got)
+	}
+	for range 6 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if r.lifts() != 1 {
+		t.Fatalf("trigger %v: no lift after a 429 that moved nothing", r.trigger())
 	}
 }
