@@ -1026,7 +1026,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
-	trigger := b.learn.trigger
+	trigger, view := b.learn.trigger, b.atCompletion
 	if axis == engine.AxisTokens {
 		b.outside429Locked(now)
 	}
@@ -1100,7 +1100,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	}
 	b.learn.toCompletion = false // it describes this 429 only
 	if axis == engine.AxisTokens && b.learn.trigger != trigger {
-		b.outsideTriggerSetLocked()
+		b.outsideTriggerSetLocked(b.atCompletion != view)
 	}
 	for _, st := range steps {
 		b.emitLearn(now, st)

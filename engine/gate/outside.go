@@ -45,6 +45,7 @@ type outsideSpend struct {
 	quietMax            float64 // their highest reading
 	at429               float64 // the others' spend read when a token 429 last moved the trigger
 	before429           float64 // the others' spend read until the last token 429
+	at429Pending        bool    // at429 is the next window's mean (outsideTriggerSetLocked)
 	liftedAt, refutedAt time.Time
 }
 
@@ -129,6 +130,9 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 	span := b.l.conf().Window
 	stated := l.stated // the key's limit: what the readings are against
 	room := stated - l.trigger
+	if o.at429Pending && o.prevN >= outsideMinReadings {
+		o.at429, o.at429Pending = o.prevMean, false
+	}
 	switch {
 	case l.trigger <= 0 || room < outsideMinRoom*stated || o.prevN < outsideMinReadings:
 		o.quiet = 0
@@ -189,9 +193,15 @@ func (b *bucket) outside429Locked(now time.Time) {
 
 // outsideTriggerSetLocked is called after a token 429 moved the trigger: what
 // the others were read to spend then says whose the trigger is — theirs to
-// give back only if they spent it.
-func (b *bucket) outsideTriggerSetLocked() {
-	b.outside.at429 = b.outside.before429
+// give back only if they spent it. When the 429 also switched the view, the
+// readings before it were taken in the wrong one: the first window of
+// readings after it says instead.
+func (b *bucket) outsideTriggerSetLocked(viewSwitched bool) {
+	o := &b.outside
+	o.at429, o.at429Pending = o.before429, viewSwitched
+	if viewSwitched {
+		o.at429 = 0
+	}
 }
 
 // recentMean is the current window's mean reading, or the last window's while

@@ -286,3 +286,27 @@ func TestOutsideLiftAfterA429ThatMovedNothing(t *testing.T) {
 		t.Fatalf("trigger %v: no lift after a 429 that moved nothing", r.trigger())
 	}
 }
+
+// TestOutsideAfterAViewSwitchTheNextWindowSays: when the 429 that set the
+// trigger also switched the view (the gate learned the provider counts at
+// completion), the readings before it were taken in the wrong view; the first
+// window of readings after it says whose the trigger is.
+func TestOutsideAfterAViewSwitchTheNextWindowSays(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.setTrigger(110)
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	b.outside.before429 = 0 // what the wrong view read: nobody else
+	b.outsideTriggerSetLocked(true)
+	b.mu.Unlock()
+	r.answers(45, 20, 110, false) // the others, read in the right view: a whole window of them
+	for range 6 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if r.lifts() != 1 {
+		t.Fatalf("trigger %v: no lift once the others stopped", r.trigger())
+	}
+}
