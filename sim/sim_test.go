@@ -591,3 +591,26 @@ func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
 		}
 	}
 }
+
+// TestGateTakesTheArrivalViewBackFromTheHeaders: a fifth of the key spent
+// elsewhere, seed 2 — the 429s vote the completion view in at a provider that
+// counts on arrival (the other client's calls refute the arrival view as the
+// gate's own would), and a trigger read there holds the gate to half the
+// limit: 0.648 of what the other client leaves over the hour. The remaining
+// tokens read as a sliding window that counts the calls in flight, and the
+// arrival view comes back (decides.go): 0.828. Seeds 1 and 3–12 never take the
+// completion view and are unchanged.
+func TestGateTakesTheArrivalViewBackFromTheHeaders(t *testing.T) {
+	s := DefaultScenario()
+	s.Seed = 2
+	s.Duration = Duration(time.Hour)
+	s.Provider.Headers = true
+	s.Outside.Share = 0.2
+	r, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := r.Modes[ModeGate]; g.RemainingUtilization < 0.8 || g.RateLimited > 6 || g.Lost > 0 {
+		t.Errorf("%.3f of what the other client left, %d 429s, %d lost; want ≥ 0.8, ≤ 6, none", g.RemainingUtilization, g.RateLimited, g.Lost)
+	}
+}

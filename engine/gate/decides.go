@@ -124,12 +124,38 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	// counts at completion (it holds no call in flight, so I's slope is far
 	// from 0) it is several times that, and the slopes say nothing.
 	fits := resid < decidesMaxResidual*float64(b.tokenBudget()) && math.Abs(slopeI) < decidesMaxSlopeI
+	if _, set := b.limits.countView(); fits && b.atCompletion && !set {
+		b.arrivalByHeadersLocked(now)
+		return
+	}
 	switch {
 	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown:
 		b.switchDecidesLocked(now, true, slopeD)
 	case b.decidesLearnedKnown && (!fits || slopeD > decidesWholeAbove):
 		b.switchDecidesLocked(now, false, slopeD) // no longer clear: the safe default
 	}
+}
+
+// arrivalByHeadersLocked takes the arrival view back when the headers read as a
+// sliding window that counts the calls in flight: the 429s had voted the
+// completion view in (another client's calls on the key refute the arrival
+// view as the gate's own would), and the trigger read there held the gate to
+// half the limit for hours. The readings of the completion view go, and no
+// 429 within refuteMemory windows takes the completion view again unless the
+// arrival view alone is refuted (voteLocked). The fit starts over, as after
+// any switch.
+func (b *bucket) arrivalByHeadersLocked(now time.Time) {
+	b.atCompletion = false
+	b.clearVotesLocked()
+	b.doneRefutedAt = now
+	b.forgetReadingsLocked()
+	b.decides.n = 0
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
+	}
+	e := b.newEvent(EventLearn, now, "", "", 0, 0)
+	e.Step, e.Reason = "count-mode", "on-arrival"
+	b.l.emit(e)
 }
 
 // switchDecidesLocked adopts what the headers say the provider decides on, as

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // The fit behind learning what a provider decides on (decides.go): what the
@@ -76,5 +77,60 @@ func TestDecidesLearnedGoesWithAResetAndYieldsToTheUser(t *testing.T) {
 	b.mu.Unlock()
 	if st := l.BucketStatus(now, "p", "m"); st.Decides != DecidesWhole {
 		t.Fatalf("the user said whole: status says %q", st.Decides)
+	}
+}
+
+// TestHeadersTakeTheArrivalViewBack: the 429s voted the completion view in,
+// but the remaining tokens read as a sliding window that counts the calls in
+// flight (the fit leaves little, I's slope near 0): the arrival view comes
+// back, and its readings in the completion view go. A fit that leaves as much
+// as a provider counting at completion does (9–15% of the budget in the
+// simulator) moves nothing. The user's countsAt stands over both.
+func TestHeadersTakeTheArrivalViewBack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noise     float64 // the fit's residual, about
+		countsAt  string  // configured
+		wantView  string
+		wantEvent bool
+	}{
+		{"a sliding window on arrival", 5, "", "arrival", true},
+		{"what a completion provider leaves", 120, "", "completion", false},
+		{"the user says completion", 5, "completion", "completion", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testGate()
+			cfg.Defaults.CountsAt = tc.countsAt
+			l, clk, ev := newTestLedger(t, cfg)
+			now := clk.Now()
+			tk := mustAdmit(t, l, now, req(10))
+			if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
+				t.Fatal(err)
+			}
+			now = now.Add(3 * time.Minute)
+			b := l.lockedBucketFor("p", "m", now)
+			b.atCompletion, b.learn.trigger = true, 500 // voted in; a trigger read there
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.decides.since = now.Add(-2 * time.Minute)
+			for range 200 {
+				n := float64(rng.IntN(20))
+				d := n*6 + rng.NormFloat64()*15
+				i := n*40 + rng.NormFloat64()*60
+				b.decides.add(d, i, 30+rng.NormFloat64()*tc.noise)
+			}
+			b.mu.Unlock()
+			l.Calibrate(now, "p", "m", 1000, 1000-30, -1, -1)
+			st := l.BucketStatus(now, "p", "m")
+			moved := false
+			for _, e := range ev.kinds(EventLearn) {
+				moved = moved || (e.Step == "count-mode" && e.Reason == "on-arrival")
+			}
+			if st.CountsAt != tc.wantView || moved != tc.wantEvent {
+				t.Fatalf("view %q, event %v; want %q, %v", st.CountsAt, moved, tc.wantView, tc.wantEvent)
+			}
+			if tc.wantEvent && st.Trigger != 0 {
+				t.Fatalf("trigger %v read in the completion view kept", st.Trigger)
+			}
+		})
 	}
 }
