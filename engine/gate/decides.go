@@ -140,10 +140,11 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 // sliding window that counts the calls in flight: the 429s had voted the
 // completion view in (another client's calls on the key refute the arrival
 // view as the gate's own would), and the trigger read there held the gate to
-// half the limit for hours. The readings of the completion view go, and no
-// 429 within refuteMemory windows takes the completion view again unless the
-// arrival view alone is refuted (voteLocked). The fit starts over, as after
-// any switch.
+// half the limit for hours. The readings of the completion view go, and the
+// completion view counts as refuted now: for refuteMemory windows a 429 that
+// refutes the arrival view or reads far higher in the completion view does not
+// take it again (unless the arrival view alone is refuted twice; voteLocked).
+// The fit starts over, as after any switch.
 func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	b.atCompletion = false
 	b.clearVotesLocked()
