@@ -569,25 +569,36 @@ func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
 // from the remaining tokens that nobody else spends and lifts the trigger:
 // kept there, it served 0.780–0.799 of the limit for the next 90 minutes.
 // AfterOutside is what the sessions were served from the stop on.
+//
+// At a provider that counts at completion the 429 that sets the trigger is
+// often the one that switches the gate to that view, and the first window of
+// readings after it says whose the trigger is (the readings before it were
+// taken on arrival): kept, seeds 2 and 3 read 0.871 and 0.832 there.
 func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		s := DefaultScenario()
-		s.Seed = seed
-		s.Duration = Duration(2 * time.Hour)
-		s.Provider.Headers = true
-		s.Outside.Share, s.Outside.Until = 0.1, Duration(30*time.Minute)
-		r, err := RunModes(s, ModeGate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := r.Modes[ModeGate]
-		t.Logf("seed %d: %.3f of the limit after the other client stopped, %d 429s, trigger %.0f", seed, g.AfterOutside, g.RateLimited, g.FinalTrigger)
-		if g.AfterOutside < 0.87 || g.RateLimited > 4 || g.Lost > 0 {
-			t.Errorf("seed %d: %.3f of the limit after the other client stopped, %d 429s, %d lost; want ≥ 0.87, ≤ 4, none", seed, g.AfterOutside, g.RateLimited, g.Lost)
-		}
-		// The last window's learned level, against the whole limit.
-		if w := g.LearnedPerWindow; len(w) < 40 || w[len(w)-1] < 0.95 {
-			t.Errorf("seed %d: learned %v of the whole limit at the window ends, want ≥ 0.95 at the last", seed, w)
+	for _, tc := range []struct {
+		model   string
+		max429s int
+	}{{LimitSlidingArrival, 4}, {LimitSlidingCompletion, 6}} {
+		for _, seed := range []uint64{1, 2, 3} {
+			s := DefaultScenario()
+			s.Seed = seed
+			s.Duration = Duration(2 * time.Hour)
+			s.Provider.Model, s.Provider.Headers = tc.model, true
+			s.Outside.Share, s.Outside.Until = 0.1, Duration(30*time.Minute)
+			r, err := RunModes(s, ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := r.Modes[ModeGate]
+			t.Logf("%s seed %d: %.3f of the limit after the other client stopped, %d 429s, trigger %.0f", tc.model, seed, g.AfterOutside, g.RateLimited, g.FinalTrigger)
+			if g.AfterOutside < 0.87 || g.RateLimited > tc.max429s || g.Lost > 0 {
+				t.Errorf("%s seed %d: %.3f of the limit after the other client stopped, %d 429s, %d lost; want ≥ 0.87, ≤ %d, none",
+					tc.model, seed, g.AfterOutside, g.RateLimited, g.Lost, tc.max429s)
+			}
+			// The last window's learned level, against the whole limit.
+			if w := g.LearnedPerWindow; len(w) < 40 || w[len(w)-1] < 0.95 {
+				t.Errorf("%s seed %d: learned %v of the whole limit at the window ends, want ≥ 0.95 at the last", tc.model, seed, w)
+			}
 		}
 	}
 }

@@ -137,6 +137,7 @@ type bucket struct {
 	// the user has not said (decides.go).
 	decides             decidesEvidence
 	outside             outsideSpend // the others' spend on the key, read from the headers (outside.go)
+	headersFitAt        time.Time    // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
 	decidesLearnedKnown bool
 
 	// What the calls admitted so far cost, all told (at their reservation while
@@ -231,6 +232,9 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// Request counts of the old window's length, or learned while learning
 		// was on: the configured RPM stands again.
 		b.forgetRequestLearningLocked(now)
+	}
+	if !cfg.Learn || b.l.shared != nil {
+		b.outside = outsideSpend{} // not read now: readings from before would be stale when it is again
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
@@ -1444,7 +1448,7 @@ func (b *bucket) resetLocked(now time.Time) {
 		b.switchDecidesLocked(now, false, 0) // read again from the headers
 	}
 	b.decides = decidesEvidence{}
-	b.outside = outsideSpend{}
+	b.outside, b.headersFitAt = outsideSpend{}, time.Time{}
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now

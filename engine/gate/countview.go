@@ -160,6 +160,12 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	default:
 		return
 	}
+	if b.modeVotes >= switchVotes && !b.atCompletion && b.headersSayArrivalLocked(now) {
+		// The remaining tokens read as a window that counts the calls in
+		// flight (decides.go): another client's calls vote as the gate's own.
+		b.modeVotes = 0
+		return
+	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
 		b.clearVotesLocked()

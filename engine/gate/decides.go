@@ -121,12 +121,18 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	// window counted on arrival — gives a reading this plain: what the fit
 	// leaves is a percent or two of the budget there; at fixed windows (their
 	// count restarts at each edge), a bucket (its refill) or a provider that
-	// counts at completion (it holds no call in flight, so I's slope is far
-	// from 0) it is several times that, and the slopes say nothing.
+	// counts at completion (it holds no call in flight: I's slope reads −0.5 on
+	// average, anywhere from 0 to −1.4) it is several times that, and the
+	// slopes say nothing.
 	fits := resid < decidesMaxResidual*float64(b.tokenBudget()) && math.Abs(slopeI) < decidesMaxSlopeI
-	if _, set := b.limits.countView(); fits && b.atCompletion && !set {
-		b.arrivalByHeadersLocked(now)
-		return
+	// And for the view, a D slope of one of the two ways to decide, not a fit
+	// whose D took what I's slope left.
+	if fits && slopeD > -decidesKnownBelow && slopeD < 1+decidesKnownBelow {
+		b.headersFitAt = now
+		if _, set := b.limits.countView(); b.atCompletion && !set {
+			b.arrivalByHeadersLocked(now)
+			return
+		}
 	}
 	switch {
 	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown:
@@ -140,15 +146,13 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 // sliding window that counts the calls in flight: the 429s had voted the
 // completion view in (another client's calls on the key refute the arrival
 // view as the gate's own would), and the trigger read there held the gate to
-// half the limit for hours. The readings of the completion view go, and the
-// completion view counts as refuted now: for refuteMemory windows a 429 that
-// refutes the arrival view or reads far higher in the completion view does not
-// take it again (unless the arrival view alone is refuted twice; voteLocked).
-// The fit starts over, as after any switch.
+// half the limit for hours. The readings of the completion view go. No vote
+// takes the completion view again while the fit keeps reading so, and for
+// refuteMemory windows after (headersSayArrivalLocked). The fit needs its
+// hundred answers again before it decides anything more.
 func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	b.atCompletion = false
 	b.clearVotesLocked()
-	b.doneRefutedAt = now
 	b.forgetReadingsLocked()
 	b.decides.n = 0
 	if b.l.quotas != nil {
@@ -157,6 +161,12 @@ func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.Reason = "count-mode", "on-arrival"
 	b.l.emit(e)
+}
+
+// headersSayArrivalLocked reports whether the remaining tokens read, within
+// refuteMemory windows, as a sliding window that counts the calls in flight.
+func (b *bucket) headersSayArrivalLocked(now time.Time) bool {
+	return !b.headersFitAt.IsZero() && now.Sub(b.headersFitAt) < refuteMemory*b.l.conf().Window
 }
 
 // switchDecidesLocked adopts what the headers say the provider decides on, as

@@ -90,13 +90,17 @@ func TestHeadersTakeTheArrivalViewBack(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		noise     float64 // the fit's residual, about
+		slopeD    float64 // what r follows of D
+		slopeI    float64 // and of I
 		countsAt  string  // configured
 		wantView  string
 		wantEvent bool
 	}{
-		{"a sliding window on arrival", 5, "", "arrival", true},
-		{"what a completion provider leaves", 120, "", "completion", false},
-		{"the user says completion", 5, "completion", "completion", false},
+		{"a sliding window on arrival", 5, 0, 0, "", "arrival", true},
+		{"what a completion provider leaves", 120, 0, 0, "", "completion", false},
+		{"the calls in flight left out, plainly", 5, 0, -1, "", "completion", false},
+		{"a D slope of neither way to decide", 5, 2, 0, "", "completion", false},
+		{"the user says completion", 5, 0, 0, "completion", "completion", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testGate()
@@ -116,7 +120,7 @@ func TestHeadersTakeTheArrivalViewBack(t *testing.T) {
 				n := float64(rng.IntN(20))
 				d := n*6 + rng.NormFloat64()*15
 				i := n*40 + rng.NormFloat64()*60
-				b.decides.add(d, i, 30+rng.NormFloat64()*tc.noise)
+				b.decides.add(d, i, 30+tc.slopeD*d+tc.slopeI*i+rng.NormFloat64()*tc.noise)
 			}
 			b.mu.Unlock()
 			l.Calibrate(now, "p", "m", 1000, 1000-30, -1, -1)
@@ -132,5 +136,41 @@ func TestHeadersTakeTheArrivalViewBack(t *testing.T) {
 				t.Fatalf("trigger %v read in the completion view kept", st.Trigger)
 			}
 		})
+	}
+}
+
+// TestHeadersKeepTheVotesFromTakingTheCompletionView: while the remaining
+// tokens read as a sliding window that counts the calls in flight, a 429 that
+// reads far higher in the completion view (calls admitted over a window ago,
+// completed just now) does not take it; without that reading it does.
+func TestHeadersKeepTheVotesFromTakingTheCompletionView(t *testing.T) {
+	for _, headersSay := range []bool{false, true} {
+		cfg := testGate()
+		cfg.Defaults.RPM = 1000
+		l, clk, _ := newTestLedger(t, cfg)
+		now := clk.Now()
+		var tks []Ticket
+		for range 5 {
+			tks = append(tks, mustAdmit(t, l, now, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 180, MaxTokens: 1}))
+		}
+		now = now.Add(61 * time.Second) // out of the arrival window, completing now
+		for _, tk := range tks {
+			if err := l.Settle(now, tk, Usage{InputTokens: 180, OutputTokens: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if headersSay {
+			b := l.lockedBucketFor("p", "m", now)
+			b.headersFitAt = now
+			b.mu.Unlock()
+		}
+		l.RateLimited(now.Add(time.Second), "p", "m", time.Second)
+		want := "completion"
+		if headersSay {
+			want = "arrival"
+		}
+		if st := l.BucketStatus(now.Add(time.Second), "p", "m"); st.CountsAt != want {
+			t.Fatalf("headers read as a window counting the calls in flight: %v; view %q, want %q", headersSay, st.CountsAt, want)
+		}
 	}
 }

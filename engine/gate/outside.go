@@ -26,7 +26,10 @@ import (
 // its highest, and varied as little as a sliding window's readings do (fixed
 // windows restart their count at each edge, and their readings then say
 // nothing plain of anyone's spend): to the stated limit less the highest
-// reading of those windows. Calls above the level that held go one at a time
+// reading of those windows. The windows of readings start over at each token
+// 429; when the 429 that set the trigger also switched the view, the readings
+// before it were in the wrong one, and the first whole window after it says
+// what the others spend. Calls above the level that held go one at a time
 // for a window, as after any raise. A 429 within two windows of a rise refutes
 // it: the trigger is read there again as any 429's, and no rise is tried for
 // triggerReprobeWindows windows. Without headers nothing reads the others'
@@ -106,9 +109,10 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 
 // forgetReadingsLocked drops the learner's readings (see learner.forgetReadings)
 // and the others' spend read with them: taken in another view or other units.
+// A refused rise stays refused: the provider said so, in any units.
 func (b *bucket) forgetReadingsLocked() {
 	b.learn.forgetReadings()
-	b.outside = outsideSpend{}
+	b.outside = outsideSpend{refutedAt: b.outside.refutedAt} // a rise refused stays refused
 }
 
 // roll closes the current window of readings.
@@ -186,7 +190,9 @@ func (b *bucket) outside429Locked(now time.Time) {
 	if !o.liftedAt.IsZero() && now.Sub(o.liftedAt) < 2*b.l.conf().Window {
 		o.refutedAt, o.liftedAt = now, time.Time{}
 	}
-	o.before429 = o.recentMean()
+	if o.n >= outsideMinReadings || o.prevN >= outsideMinReadings {
+		o.before429 = o.recentMean() // else (a 429 soon after the last) what was read before that one stands
+	}
 	o.roll(now)
 	o.prevN, o.prevMean, o.prevSD, o.prevMax, o.quiet = 0, 0, 0, 0, 0
 }
@@ -198,9 +204,13 @@ func (b *bucket) outside429Locked(now time.Time) {
 // readings after it says instead.
 func (b *bucket) outsideTriggerSetLocked(viewSwitched bool) {
 	o := &b.outside
-	o.at429, o.at429Pending = o.before429, viewSwitched
-	if viewSwitched {
-		o.at429 = 0
+	switch {
+	case viewSwitched:
+		o.at429, o.at429Pending = 0, true
+	case o.at429Pending:
+		// A later 429 of the burst: the first window after the switch still says.
+	default:
+		o.at429 = o.before429
 	}
 }
 

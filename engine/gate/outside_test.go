@@ -149,6 +149,17 @@ func TestOutsideLiftRefutedByA429(t *testing.T) {
 	if r.lifts() != 1 {
 		t.Fatalf("%d lifts: a lift a 429 refuted was tried again within %d windows", r.lifts(), triggerReprobeWindows)
 	}
+	// Readings forgotten (a switch of view or of what the provider decides
+	// on), and a trigger the others set again: the refused rise stays refused.
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	b.forgetReadingsLocked()
+	b.mu.Unlock()
+	r.setTrigger(110)
+	r.answers(6*30, 20, 0, false)
+	if r.lifts() != 1 {
+		t.Fatalf("%d lifts: forgetting the readings forgot the refusal", r.lifts())
+	}
 }
 
 // TestOutsideNoLiftOfTheGatesOwnTrigger: a 429 with nobody else spending is
@@ -300,6 +311,32 @@ func TestOutsideAfterAViewSwitchTheNextWindowSays(t *testing.T) {
 	b.outsideTriggerSetLocked(true)
 	b.mu.Unlock()
 	r.answers(45, 20, 110, false) // the others, read in the right view: a whole window of them
+	for range 6 * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			break
+		}
+	}
+	if r.lifts() != 1 {
+		t.Fatalf("trigger %v: no lift once the others stopped", r.trigger())
+	}
+}
+
+// TestOutsideViewSwitchSurvivesTheBurst: a second 429 of the burst that
+// switched the view, moving the trigger again, does not take the others'
+// spend from the readings before it: the first whole window after still
+// says.
+func TestOutsideViewSwitchSurvivesTheBurst(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.setTrigger(110)
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	b.outside.before429 = 0 // what the wrong view read: nobody else
+	b.outsideTriggerSetLocked(true)
+	b.outside429Locked(r.now.Add(time.Second)) // the burst's next 429, moving the trigger again
+	b.outsideTriggerSetLocked(false)
+	b.mu.Unlock()
+	r.answers(45, 20, 110, false)
 	for range 6 * 30 {
 		r.answer(20, 0, false)
 		if r.lifts() > 0 {
