@@ -371,8 +371,12 @@ func TestGateTimingE2E(t *testing.T) {
 	t.Log("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, run := range runs {
 		r, tc := &run.r, run.tc
-		t.Logf("| %s | %d | %v | %d | %d | %d | %.3f | %.3f | %d | %d | %s | %s | %.0f / %.0f / %d |",
-			tc.name, tc.start, tc.headers, r.calls, r.refused, r.refusedL, r.util, r.utilLearned, r.lost, r.cut,
+		learned := fmt.Sprintf("%.3f", r.utilLearned)
+		if tc.afterFrom > 0 { // and of the whole limit once the other client stopped
+			learned += fmt.Sprintf(" (from w%d, of the whole limit: %.3f)", tc.afterFrom, r.utilAfter)
+		}
+		t.Logf("| %s | %d | %v | %d | %d | %d | %.3f | %s | %d | %d | %s | %s | %.0f / %.0f / %d |",
+			tc.name, tc.start, tc.headers, r.calls, r.refused, r.refusedL, r.util, learned, r.lost, r.cut,
 			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.quota, r.trigger, r.budget)
 	}
 }
