@@ -79,6 +79,18 @@ func (r *outsideRig) setTriggerAt(size, others int64) float64 {
 	return tr
 }
 
+// untilLift answers with nobody else spending, for up to windows windows,
+// until the trigger is lifted.
+func (r *outsideRig) untilLift(windows int) {
+	r.t.Helper()
+	for range windows * 30 {
+		r.answer(20, 0, false)
+		if r.lifts() > 0 {
+			return
+		}
+	}
+}
+
 func (r *outsideRig) lifts() int {
 	n := 0
 	for _, e := range r.ev.kinds(EventLearn) {
@@ -101,12 +113,7 @@ func TestOutsideSpendStoppedLiftsTheTrigger(t *testing.T) {
 		t.Fatalf("with the other client still spending 110: trigger %v (was %v), %d lifts; want it kept", got, tr, r.lifts())
 	}
 	stopped := r.now
-	for range 5 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(5)
 	if r.lifts() != 1 {
 		t.Fatalf("five windows after the other client stopped: trigger %v, no lift", r.trigger())
 	}
@@ -128,12 +135,7 @@ func TestOutsideSpendStoppedLiftsTheTrigger(t *testing.T) {
 func TestOutsideLiftRefutedByA429(t *testing.T) {
 	r := newOutsideRig(t, 800)
 	r.setTrigger(110)
-	for range 6 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(6)
 	if r.lifts() != 1 {
 		t.Fatal("setup: no lift after the other client stopped")
 	}
@@ -243,12 +245,7 @@ func TestOutsideNoLiftNearTheStatedLimit(t *testing.T) {
 func TestOutsideLiftStaysUnderTheCap(t *testing.T) {
 	r := newOutsideRig(t, 800, func(c *Config) { c.Defaults.MaxTPM = 760 })
 	r.setTrigger(110)
-	for range 6 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(6)
 	if got := r.trigger(); r.lifts() != 1 || got != 760 {
 		t.Fatalf("%d lifts to trigger %v, want one to the cap 760", r.lifts(), got)
 	}
@@ -287,12 +284,7 @@ func TestOutsideLiftAfterA429ThatMovedNothing(t *testing.T) {
 	if got := r.trigger(); got != tr || r.lifts() != 0 {
 		t.Fatalf("setup: the 429 with two calls in the window moved the trigger %v → %v, or a lift came first", tr, got)
 	}
-	for range 6 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(6)
 	if r.lifts() != 1 {
 		t.Fatalf("trigger %v: no lift after a 429 that moved nothing", r.trigger())
 	}
@@ -311,12 +303,7 @@ func TestOutsideAfterAViewSwitchTheNextWindowSays(t *testing.T) {
 	b.outsideTriggerSetLocked(true)
 	b.mu.Unlock()
 	r.answers(45, 20, 110, false) // the others, read in the right view: a whole window of them
-	for range 6 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(6)
 	if r.lifts() != 1 {
 		t.Fatalf("trigger %v: no lift once the others stopped", r.trigger())
 	}
@@ -337,12 +324,7 @@ func TestOutsideViewSwitchSurvivesTheBurst(t *testing.T) {
 	b.outsideTriggerSetLocked(false)
 	b.mu.Unlock()
 	r.answers(45, 20, 110, false)
-	for range 6 * 30 {
-		r.answer(20, 0, false)
-		if r.lifts() > 0 {
-			break
-		}
-	}
+	r.untilLift(6)
 	if r.lifts() != 1 {
 		t.Fatalf("trigger %v: no lift once the others stopped", r.trigger())
 	}
