@@ -1047,8 +1047,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// Held: nothing raised the budget within a window (not lastProbe: it also
 	// moves each window the trigger holds a call back without a step) — or the
 	// last raise relaxed the trigger toward the clean record, and a 429 that
-	// refutes both views says that record was a reserve lent, not a level held.
-	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.raisedByRelax
+	// refutes both views says that record was a reserve lent, not a level held;
+	// or it moved the budget by less than a reading's spread (a probe step the
+	// trigger clipped: a bucket's reserve, lent to a fast climb, then never read).
+	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.raisedByRelax || b.learn.raisedLittle
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&

@@ -11,7 +11,8 @@ const (
 	learnCutFactor = 0.5 // a believed 429 with nothing in the window to read: quota × 0.5, at most once per window
 	// learnProbeFactor is the first upward step of a probe run; each further
 	// window of the same run multiplies the step by it again (1.05, 1.1025, …),
-	// so a quota started at half the truth finds it in about five windows.
+	// so a quota started at half the truth finds it in five steps (two and a
+	// half windows: see fastProbeAfter).
 	learnProbeFactor = 1.05
 	learnProbeMaxRun = 6 // the step stops growing after this many windows (×1.34)
 	// learnFloorDivisor bounds the quota from below at start ÷ 16 (at least
@@ -51,6 +52,26 @@ const (
 	// record (see on429). Noise at a right trigger comes about once an hour.
 	refusedAgainWindows = 10
 )
+
+// A slow start speeds up once its first steps have held. Its first
+// fastProbeAfter steps each wait a whole window at the level before them, as
+// every probe does: a start near the limit (the configured limit, mostly right)
+// has its first step refused, and that costs one call. Once they have held, the
+// limit is at least 1.16 times the start, so the run's later steps come a
+// fastProbeDivisor-th of a window apart: from half the limit the climb takes
+// two and a half windows instead of five. A sliding window's reading follows the
+// level within seconds at a demand above it, so a step that held that long held.
+// A token bucket lends its reserve to a fast climb as to a slow one; the rate
+// rule reads it back (bucket.go).
+const (
+	fastProbeAfter   = 2
+	fastProbeDivisor = 6
+)
+
+// smallRaise: a raise by less than this factor (a probe step the trigger
+// clipped) moves the budget by less than a reading's own spread, so the level
+// before it still counts as held for the rate rule (bucket.go, steady).
+const smallRaise = 1.02
 
 // The first trigger's one probe step (learner.firstProbe). It waits
 // firstProbeWait windows without a 429: a provider whose window is not the
@@ -112,6 +133,8 @@ type learner struct {
 	// raisedByRelax: the last raise (set with lastRaise) was such a relax, not a
 	// probe step or re-probe — not the gate's own step above a level it held.
 	raisedByRelax bool
+	// raisedLittle: the last raise was by less than smallRaise.
+	raisedLittle bool
 	// The first trigger is one reading, and it reads low: the limit lies
 	// somewhere between it and it plus the refused call. It gets one probe
 	// step (firstProbe: armed, then in flight from firstFrom) once it has bound
@@ -496,7 +519,11 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if l.last429.After(since) {
 		since = l.last429
 	}
-	if now.Sub(since) < span {
+	gap := span
+	if l.fastStep(now, span) {
+		gap = span / fastProbeDivisor
+	}
+	if now.Sub(since) < gap {
 		return step, false
 	}
 	// A run of probes continues while each follows the last within two windows;
@@ -535,7 +562,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		}
 		l.quota = math.Max(l.quota, l.trigger)
 		l.preProbe = 0
-		l.lastRaise, l.raisedByRelax = now, relaxing
+		l.raised(now, from, l.trigger, relaxing)
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
@@ -550,8 +577,23 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if c := l.ceiling(); c > 0 && l.quota > c {
 		l.quota = c
 	}
-	l.lastRaise, l.raisedByRelax = now, false
+	l.raised(now, from, l.quota, false)
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
+}
+
+// fastStep reports whether the next step of a slow start may come
+// 1/fastProbeDivisor of a window after the last: no trigger is known yet, the
+// run has taken fastProbeAfter steps, and no 429 of any kind came since its
+// last one.
+func (l *learner) fastStep(now time.Time, span time.Duration) bool {
+	return l.trigger == 0 && l.probeRun >= fastProbeAfter && !l.last429.After(l.lastProbe) && now.Sub(l.lastProbe) < 2*span
+}
+
+// raised records a step that raised the budget from from to to: byRelax when
+// it was a relax toward the clean record.
+func (l *learner) raised(now time.Time, from, to float64, byRelax bool) {
+	l.lastRaise, l.raisedByRelax = now, byRelax
+	l.raisedLittle = to < smallRaise*from
 }
 
 // forgetReadings drops the trigger and the clean-window record, which were read
@@ -563,7 +605,7 @@ func (l *learner) forgetReadings() {
 	l.cleanMax = 0.9 * level // what passed in the old view still happened
 	l.firstProbe, l.firstUsed = firstProbeDone, true
 	l.burstStart, l.lastSuspect, l.suspects, l.prevCut = time.Time{}, time.Time{}, 0, time.Time{}
-	l.refusedLevel, l.raisedByRelax = 0, false
+	l.refusedLevel, l.raisedByRelax, l.raisedLittle = 0, false, false
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
 

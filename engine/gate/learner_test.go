@@ -696,3 +696,78 @@ func TestServedLevelLiftsATriggerRefusedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A slow start's first two steps each wait a window at the level before them
+// (a start near the limit has its first step refused, at the cost of one call);
+// once both held, the run's later steps come a sixth of a window apart. A cut
+// with nothing to read (no trigger) starts the run over, and a trigger ends the
+// fast steps.
+func TestSlowStartSpeedsUpOnceTwoStepsHeld(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	step := func(at time.Duration) bool {
+		_, moved := l.onTokenBlocked(t0.Add(at), span)
+		return moved
+	}
+	if step(span/fastProbeDivisor) || !step(span) {
+		t.Fatal("the first step did not wait a window")
+	}
+	if step(span+span/fastProbeDivisor) || !step(2*span) {
+		t.Fatal("the second step did not wait a window")
+	}
+	at := 2 * span
+	want := 1000 * learnProbeFactor * learnProbeFactor * learnProbeFactor
+	for i := 3; i <= 5; i++ {
+		at += span / fastProbeDivisor
+		if !step(at) {
+			t.Fatalf("step %d not taken a sixth of a window after the one before", i)
+		}
+		want *= math.Pow(learnProbeFactor, float64(i))
+		if math.Abs(l.quota-want) > 0.01 {
+			t.Fatalf("step %d: quota %v, want %v", i, l.quota, want)
+		}
+	}
+	if l.quota < 2000 {
+		t.Fatalf("after five steps %v, want past twice the start", l.quota)
+	}
+
+	// An empty window's 429: the cut, no trigger; the run starts over.
+	at += 5 * time.Second
+	l.on429(t0.Add(at), 0, 0, false, false, span)
+	if l.trigger != 0 {
+		t.Fatalf("trigger %v after a 429 with nothing to read", l.trigger)
+	}
+	if step(at+span/fastProbeDivisor) || !step(at+span) || step(at+span+span/fastProbeDivisor) || !step(at+2*span) {
+		t.Fatal("after the cut the run's first two steps did not each wait a window")
+	}
+	if !step(at + 2*span + span/fastProbeDivisor) {
+		t.Fatal("the third step of the new run was not fast")
+	}
+
+	// A trigger read below the quota: the steps toward it wait a window each.
+	at += 2*span + span/fastProbeDivisor + 5*time.Second
+	l.on429(t0.Add(at), 0.8*l.quota, 0, false, false, span)
+	if l.trigger == 0 {
+		t.Fatal("no trigger")
+	}
+	if step(at + span/fastProbeDivisor) {
+		t.Fatal("a fast step after a trigger was read")
+	}
+}
+
+// A raise by less than smallRaise (a probe step the trigger clipped) is
+// marked, so the level before it counts as held; a whole step or a relax is
+// not.
+func TestClippedStepIsARaiseByLittle(t *testing.T) {
+	span := time.Minute
+	l := newLearner(1000, true, t0)
+	l.trigger = 1010
+	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.To != 1010 || !l.raisedLittle {
+		t.Fatalf("step %+v moved %v little %v: want the clipped step to 1,010, by little", st, moved, l.raisedLittle)
+	}
+	l = newLearner(1000, true, t0)
+	l.trigger = 2000
+	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.To != 1050 || l.raisedLittle {
+		t.Fatalf("step %+v moved %v little %v: want a whole step to 1,050", st, moved, l.raisedLittle)
+	}
+}

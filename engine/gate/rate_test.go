@@ -229,3 +229,25 @@ func TestRefilledReserveBoundsTheRate(t *testing.T) {
 		t.Fatalf("rate steps %v after a quiet stretch, want the drained bucket's rate, 30,000", got)
 	}
 }
+
+// A probe step the trigger clipped to within 2% of the level before it moved
+// the budget by less than a reading's spread: the level held, and a 429 within
+// the window that refutes both views is a drained reserve all the same. (A
+// token bucket met at its rate lends its reserve to the slow start's climb; in
+// one run of token-bucket-1x.yaml every raise after the climb was such a step
+// up to the trigger, the rate was never read, and the hour took ten 429s.)
+func TestClippedStepRefusedReadsTheRate(t *testing.T) {
+	l, ev, now := relaxedBeforeADrainedReserve(t, false)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	b.learn.raisedLittle = true
+	b.mu.Unlock()
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+	rate := false
+	for _, e := range ev.kinds(EventLearn) {
+		rate = rate || e.Step == "rate"
+	}
+	if st := l.BucketStatus(now, "p", "m"); !rate || math.Abs(st.Trigger-24000) > 500 {
+		t.Fatalf("trigger %.0f (rate step %v), want the rate the spend implies, 24,000", st.Trigger, rate)
+	}
+}
