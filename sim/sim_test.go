@@ -79,8 +79,8 @@ func TestStartTwiceTheTruth(t *testing.T) {
 	}
 }
 
-// Starting at half the truth the quota climbs in a slow start (each window's
-// step 5% larger than the last) and is within 5% of the truth by window 10.
+// Starting at half the truth the quota climbs in a slow start (each step 5%
+// larger than the last) and is within 5% of the truth by window 10.
 func TestStartHalfTheTruth(t *testing.T) {
 	r := run(t, loadScenario(t, "start-half.yaml"))
 	g := r.Modes[ModeGate]

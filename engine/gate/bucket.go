@@ -549,7 +549,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// small to hold it at all (a trigger set by outside traffic can shrink it
 		// below every reservation: the relax rules must still see the pressure)
 		b.forgetStaleStatedLocked(now, true)
-		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window); moved {
+		// No fast slow start with a shared window: the rate rule that reads a
+		// bucket's lent reserve back is off there.
+		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window, b.l.shared == nil); moved {
 			b.raisedLocked(now, budget)
 			b.emitLearn(now, st)
 		}

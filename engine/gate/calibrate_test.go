@@ -246,7 +246,7 @@ func TestCalibrateAtTheStartStatesTheCap(t *testing.T) {
 	if b.learn.stated != start {
 		t.Fatalf("stated %g after a stated limit equal to the start %g, want it recorded", b.learn.stated, start)
 	}
-	if _, moved := b.learn.onTokenBlocked(t0.Add(2*time.Minute), time.Minute); moved {
+	if _, moved := b.learn.onTokenBlocked(t0.Add(2*time.Minute), time.Minute, true); moved {
 		t.Fatalf("a probe above the stated limit: quota %g", b.learn.quota)
 	}
 }

@@ -240,7 +240,7 @@ func TestRefuting429HoldsTheTriggerDown(t *testing.T) {
 			if l.trigger != tc.reading {
 				t.Fatalf("trigger %v, want the reading %v", l.trigger, tc.reading)
 			}
-			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+span+span/2), span)
+			_, moved := l.onTokenBlocked(t0.Add(10*time.Second+span+span/2), span, true)
 			if moved != tc.relax {
 				t.Fatalf("relaxed %v (trigger %v, clean record %v), want %v", moved, l.trigger, l.cleanMax, tc.relax)
 			}
@@ -261,12 +261,12 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 		t.Fatalf("trigger %v quota %v, want both at the reading 900", l.trigger, l.quota)
 	}
 	// A window after it: too soon.
-	if _, moved := l.onTokenBlocked(t0.Add(30*time.Second+span), span); moved {
+	if _, moved := l.onTokenBlocked(t0.Add(30*time.Second+span), span, true); moved {
 		t.Fatalf("probed a window after the first trigger (trigger %v)", l.trigger)
 	}
 	// Two windows after it: one step.
 	at := t0.Add(30*time.Second + 2*span)
-	if st, moved := l.onTokenBlocked(at, span); !moved || l.trigger != 945 {
+	if st, moved := l.onTokenBlocked(at, span, true); !moved || l.trigger != 945 {
 		t.Fatalf("step %+v moved %v, trigger %v: want one step to 945", st, moved, l.trigger)
 	}
 	// Refused within the step's two windows: back to 900.
@@ -276,7 +276,7 @@ func TestFirstTriggerGetsOneProbe(t *testing.T) {
 	}
 	// No second fast step, however long it binds.
 	for w := 3; w < 20; w++ {
-		if _, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {
+		if _, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span, true); moved {
 			t.Fatalf("window %d: probed again (trigger %v)", w, l.trigger)
 		}
 	}
@@ -290,7 +290,7 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 	l := newLearner(2000, true, t0)
 	l.on429(t0.Add(30*time.Second), 900, 40, false, false, span) // 40 < 5% of 900
 	for w := 1; w < 20; w++ {
-		if st, moved := l.onTokenBlocked(t0.Add(30*time.Second+time.Duration(w)*span), span); moved {
+		if st, moved := l.onTokenBlocked(t0.Add(30*time.Second+time.Duration(w)*span), span, true); moved {
 			t.Fatalf("window %d: the trigger moved (%+v)", w, st)
 		}
 	}
@@ -301,7 +301,7 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 func slowStart(t *testing.T, l *learner, n int, span time.Duration) {
 	t.Helper()
 	for w := 1; w <= n; w++ {
-		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span); !moved || st.Kind != "probe" {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span, true); !moved || st.Kind != "probe" {
 			t.Fatalf("no probe: %+v", st)
 		}
 	}
@@ -337,7 +337,7 @@ func TestProbeRevertTriggerGetsAStepOnlyOnAWideBracket(t *testing.T) {
 		l.on429(t0.Add(at), tc.reading, tc.slack, false, false, span)
 		steps := 0
 		for w := 3; w < 20; w++ {
-			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span); moved && st.Kind == "relax" {
+			if st, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span+10*time.Second), span, true); moved && st.Kind == "relax" {
 				steps++
 			}
 		}
@@ -650,11 +650,11 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 	if l.trigger != 850 || l.cleanMax != 850 {
 		t.Fatalf("trigger %v clean record %v, want both at the reading 850", l.trigger, l.cleanMax)
 	}
-	if _, moved := l.onTokenBlocked(at.Add(span), span); moved {
+	if _, moved := l.onTokenBlocked(at.Add(span), span, true); moved {
 		t.Fatalf("stepped a window after the 429 (trigger %v)", l.trigger)
 	}
 	step := at.Add(2 * span)
-	if st, moved := l.onTokenBlocked(step, span); !moved || math.Abs(l.trigger-892.5) > 1e-9 {
+	if st, moved := l.onTokenBlocked(step, span, true); !moved || math.Abs(l.trigger-892.5) > 1e-9 {
 		t.Fatalf("step %+v moved %v, trigger %v: want one step to 892.5", st, moved, l.trigger)
 	}
 	// Refused within the step's two windows: back to 850, and no more steps.
@@ -663,7 +663,7 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 		t.Fatalf("trigger %v after the step was refused, want 850", l.trigger)
 	}
 	for w := 1; w < 40; w++ {
-		if st, moved := l.onTokenBlocked(step.Add(10*time.Second+time.Duration(w)*span), span); moved {
+		if st, moved := l.onTokenBlocked(step.Add(10*time.Second+time.Duration(w)*span), span, true); moved {
 			t.Fatalf("window %d: moved again (%+v)", w, st)
 		}
 	}
@@ -675,7 +675,7 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 	if l.trigger != 700 {
 		t.Fatalf("trigger %v, want the reading 700", l.trigger)
 	}
-	if _, moved := l.onTokenBlocked(within.Add(span/2), span); moved {
+	if _, moved := l.onTokenBlocked(within.Add(span/2), span, true); moved {
 		t.Fatalf("a lowered trigger within againProbeWindows moved (trigger %v)", l.trigger)
 	}
 	past := within.Add(span + span/2) // againProbeWindows and a half after the first step's 429
@@ -683,7 +683,7 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 	if l.trigger != 600 {
 		t.Fatalf("trigger %v, want the reading 600", l.trigger)
 	}
-	if st, moved := l.onTokenBlocked(past.Add(2*span), span); !moved || math.Abs(l.trigger-630) > 1e-9 {
+	if st, moved := l.onTokenBlocked(past.Add(2*span), span, true); !moved || math.Abs(l.trigger-630) > 1e-9 {
 		t.Fatalf("step %+v moved %v, trigger %v: want a step to 630 past againProbeWindows", st, moved, l.trigger)
 	}
 
@@ -708,7 +708,7 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 			}
 			l.on429(at, tc.reading, tc.slack, true, false, span)
 			for w := 1; w < 10; w++ {
-				if st, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span); moved {
+				if st, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span, true); moved {
 					t.Fatalf("window %d: moved (%+v), trigger %v", w, st, l.trigger)
 				}
 			}

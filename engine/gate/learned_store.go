@@ -22,7 +22,7 @@ type LearnedQuota struct {
 	// LastRelax for it (what "held for a window" asked of then).
 	CleanMax    float64   `json:"cleanMax,omitempty"`   // the clean-window record
 	LastProbe   time.Time `json:"lastProbe,omitzero"`   // the last probe step, trusted 429 or trigger-bound window
-	ProbeRun    int       `json:"probeRun,omitempty"`   // windows in the current run of probes
+	ProbeRun    int       `json:"probeRun,omitempty"`   // steps in the current run of probes
 	PreProbe    float64   `json:"preProbe,omitempty"`   // the quota before the last probe
 	PrevCut     time.Time `json:"prevCut,omitzero"`     // the previous trusted burst's first 429
 	LastRelax   time.Time `json:"lastRelax,omitzero"`   // the last slow re-probe of the trigger

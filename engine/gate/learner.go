@@ -10,11 +10,11 @@ import (
 const (
 	learnCutFactor = 0.5 // a believed 429 with nothing in the window to read: quota × 0.5, at most once per window
 	// learnProbeFactor is the first upward step of a probe run; each further
-	// window of the same run multiplies the step by it again (1.05, 1.1025, …),
-	// so a quota started at half the truth finds it in five steps (two and a
+	// step of the same run multiplies the step by it again (1.05, 1.1025, …),
+	// so a quota started at half the truth passes it in five steps (two and a
 	// half windows: see fastProbeAfter).
 	learnProbeFactor = 1.05
-	learnProbeMaxRun = 6 // the step stops growing after this many windows (×1.34)
+	learnProbeMaxRun = 6 // the step stops growing after this many steps (×1.34)
 	// learnFloorDivisor bounds the quota from below at start ÷ 16 (at least
 	// learnFloorMin tokens), so a storm of cuts cannot collapse it to nothing.
 	learnFloorDivisor = 16
@@ -53,24 +53,27 @@ const (
 	refusedAgainWindows = 10
 )
 
-// A slow start speeds up once its first steps have held. Its first
-// fastProbeAfter steps each wait a whole window at the level before them, as
-// every probe does: a start near the limit (the configured limit, mostly right)
-// has its first step refused, and that costs one call. Once they have held, the
-// limit is at least 1.16 times the start, so the run's later steps come a
-// fastProbeDivisor-th of a window apart: from half the limit the climb takes
-// two and a half windows instead of five. A sliding window's reading follows the
-// level within seconds at a demand above it, so a step that held that long held.
-// A token bucket lends its reserve to a fast climb as to a slow one; the rate
-// rule reads it back (bucket.go).
+// A slow start speeds up after its first steps. Its first fastProbeAfter steps
+// each wait a whole window at the level before them, as every probe does: a
+// start near the limit (the configured limit, mostly right) has its first step
+// refused, and that costs one call. When the second step is due, the start held
+// a window and the first step another: the limit is at least 1.05 times the
+// start, and the run's later steps come a fastProbeDivisor-th of a window
+// apart. From half the limit the climb takes two and a half windows instead of
+// five. A sliding window's reading follows the level within seconds at a demand
+// above it, so a step that held that long held. A token bucket lends its
+// reserve to a fast climb as to a slow one; the rate rule reads it back
+// (bucket.go), which a shared window turns off: there every step waits a
+// window.
 const (
 	fastProbeAfter   = 2
 	fastProbeDivisor = 6
 )
 
-// smallRaise: a raise by less than this factor (a probe step the trigger
-// clipped) moves the budget by less than a reading's own spread, so the level
-// before it still counts as held for the rate rule (bucket.go, steady).
+// smallRaise: a probe or relax step by less than this factor (one the trigger
+// clipped) moves the budget by less than a reading's own spread, so when the
+// level before it had held a window, it still counts as held for the rate rule
+// (bucket.go, steady).
 const smallRaise = 1.02
 
 // The first trigger's one probe step (learner.firstProbe). It waits
@@ -123,7 +126,7 @@ type learner struct {
 	lastRaise time.Time // last probe or relax step that raised the budget (or the learner's birth)
 	rateAt    time.Time // last 429 read by the rate a drained reserve implies (see rate.go)
 
-	probeRun int     // windows in the current run of probes (slow start)
+	probeRun int     // steps in the current run of probes (slow start)
 	preProbe float64 // quota before the last probe step; a 429 within a window of it reverts to it
 	// refusedLevel is the trigger the last trusted 429 set (see on429).
 	refusedLevel float64
@@ -133,7 +136,8 @@ type learner struct {
 	// raisedByRelax: the last raise (set with lastRaise) was such a relax, not a
 	// probe step or re-probe — not the gate's own step above a level it held.
 	raisedByRelax bool
-	// raisedLittle: the last raise was by less than smallRaise.
+	// raisedLittle: the last raise was a step by less than smallRaise from a
+	// level held for a window (or reached by such steps).
 	raisedLittle bool
 	// The first trigger is one reading, and it reads low: the limit lies
 	// somewhere between it and it plus the refused call. It gets one probe
@@ -509,9 +513,10 @@ func (l *learner) rateInBurst(rate float64) []learnStep {
 
 // onTokenBlocked is called when the token budget — not RPM, not a cooldown — held a
 // call back at now. It probes upward when a full window passed since the last
-// probe, cut or 429: so there is no probing while idle, and a model bound only by
-// RPM never inflates its token budget.
-func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnStep, moved bool) {
+// probe, cut or 429 (a sixth of one within a slow start: see fastProbeAfter;
+// fast says the bucket allows that): so there is no probing while idle, and a
+// model bound only by RPM never inflates its token budget.
+func (l *learner) onTokenBlocked(now time.Time, span time.Duration, fast bool) (step learnStep, moved bool) {
 	if !l.enabled {
 		return step, false
 	}
@@ -520,7 +525,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		since = l.last429
 	}
 	gap := span
-	if l.fastStep(now, span) {
+	if fast && l.fastStep(now, span) {
 		gap = span / fastProbeDivisor
 	}
 	if now.Sub(since) < gap {
@@ -562,7 +567,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 		}
 		l.quota = math.Max(l.quota, l.trigger)
 		l.preProbe = 0
-		l.raised(now, from, l.trigger, relaxing)
+		l.raised(now, span, from, l.trigger, relaxing)
 		return learnStep{Kind: "relax", From: from, To: l.trigger, Trigger: l.trigger}, true
 	}
 	from := l.quota
@@ -577,7 +582,7 @@ func (l *learner) onTokenBlocked(now time.Time, span time.Duration) (step learnS
 	if c := l.ceiling(); c > 0 && l.quota > c {
 		l.quota = c
 	}
-	l.raised(now, from, l.quota, false)
+	l.raised(now, span, from, l.quota, false)
 	return learnStep{Kind: "probe", From: from, To: l.quota, Trigger: l.trigger}, true
 }
 
@@ -589,11 +594,12 @@ func (l *learner) fastStep(now time.Time, span time.Duration) bool {
 	return l.trigger == 0 && l.probeRun >= fastProbeAfter && !l.last429.After(l.lastProbe) && now.Sub(l.lastProbe) < 2*span
 }
 
-// raised records a step that raised the budget from from to to: byRelax when
-// it was a relax toward the clean record.
-func (l *learner) raised(now time.Time, from, to float64, byRelax bool) {
+// raised records a probe or relax step that raised the budget from from to
+// to: byRelax when it was a relax toward the clean record.
+func (l *learner) raised(now time.Time, span time.Duration, from, to float64, byRelax bool) {
+	held := now.Sub(l.lastRaise) >= span || l.raisedLittle
 	l.lastRaise, l.raisedByRelax = now, byRelax
-	l.raisedLittle = to < smallRaise*from
+	l.raisedLittle = to < smallRaise*from && held
 }
 
 // forgetReadings drops the trigger and the clean-window record, which were read

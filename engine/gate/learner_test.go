@@ -429,7 +429,7 @@ func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
 	l.trigger, l.cleanMax = 900, 900 // bound by the trigger; nothing to relax toward
 	l.lastRelax, l.last429 = t0, t0
 	for i := 1; i <= 5; i++ {
-		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(i)*span), span); moved {
+		if st, moved := l.onTokenBlocked(t0.Add(time.Duration(i)*span), span, true); moved {
 			t.Fatalf("window %d: step %+v, want none", i, st)
 		}
 	}
@@ -441,7 +441,7 @@ func TestLearnerBindingTriggerIsNotARaise(t *testing.T) {
 	}
 	// A probe step is a raise.
 	l2 := newLearner(1000, true, t0)
-	if _, moved := l2.onTokenBlocked(t0.Add(span), span); !moved || !l2.lastRaise.Equal(t0.Add(span)) {
+	if _, moved := l2.onTokenBlocked(t0.Add(span), span, true); !moved || !l2.lastRaise.Equal(t0.Add(span)) {
 		t.Fatalf("probe moved %v, lastRaise %v", moved, l2.lastRaise)
 	}
 }
@@ -455,11 +455,11 @@ func TestLearnerHeldTriggerIsNotAProbe(t *testing.T) {
 	l.trigger, l.cleanMax = 1040, 1040
 	l.lastRelax, l.last429 = t0, t0
 	now := t0.Add(span)
-	if st, moved := l.onTokenBlocked(now, span); !moved || st.Kind != "probe" || l.quota != 1040 {
+	if st, moved := l.onTokenBlocked(now, span, true); !moved || st.Kind != "probe" || l.quota != 1040 {
 		t.Fatalf("step %+v moved %v quota %g, want a probe capped at the trigger 1040", st, moved, l.quota)
 	}
 	now = now.Add(span)
-	if _, moved := l.onTokenBlocked(now, span); moved { // the trigger binds
+	if _, moved := l.onTokenBlocked(now, span, true); moved { // the trigger binds
 		t.Fatal("a step with the trigger binding")
 	}
 	steps := l.on429(now.Add(span/2), 1030, 0, false, false, span)
@@ -567,7 +567,7 @@ func TestLearnerRefusedProbeKeepsTheLevelThatHeld(t *testing.T) {
 		now := t0
 		for i, gap := range c.steps {
 			now = now.Add(time.Duration(gap) * span)
-			if st, moved := l.onTokenBlocked(now, span); !moved || st.Kind != "probe" {
+			if st, moved := l.onTokenBlocked(now, span, true); !moved || st.Kind != "probe" {
 				t.Fatalf("%s: step %d %+v moved %v, want a probe", c.name, i+1, st, moved)
 			}
 		}
@@ -650,7 +650,7 @@ func TestOnlyARelaxIsARaiseByRelax(t *testing.T) {
 	span := time.Minute
 	l := newLearner(1000, true, t0)
 	l.trigger, l.cleanMax = 800, 1000 // under 0.97 of the clean record: relaxes
-	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.Kind != "relax" || !l.raisedByRelax {
+	if st, moved := l.onTokenBlocked(t0.Add(span), span, true); !moved || st.Kind != "relax" || !l.raisedByRelax {
 		t.Fatalf("step %+v (moved %v), raisedByRelax %v; want a relax that sets it", st, moved, l.raisedByRelax)
 	}
 	l.forgetReadings()
@@ -659,7 +659,7 @@ func TestOnlyARelaxIsARaiseByRelax(t *testing.T) {
 	}
 	l.raisedByRelax = true
 	l.trigger, l.quota = 2000, 900 // the quota binds: the next raise is a probe step
-	if st, moved := l.onTokenBlocked(t0.Add(3*span), span); !moved || st.Kind != "probe" || l.raisedByRelax {
+	if st, moved := l.onTokenBlocked(t0.Add(3*span), span, true); !moved || st.Kind != "probe" || l.raisedByRelax {
 		t.Fatalf("step %+v (moved %v), raisedByRelax %v; want a probe step that clears it", st, moved, l.raisedByRelax)
 	}
 }
@@ -699,14 +699,14 @@ func TestServedLevelLiftsATriggerRefusedAgain(t *testing.T) {
 
 // A slow start's first two steps each wait a window at the level before them
 // (a start near the limit has its first step refused, at the cost of one call);
-// once both held, the run's later steps come a sixth of a window apart. A cut
-// with nothing to read (no trigger) starts the run over, and a trigger ends the
-// fast steps.
+// after them, the run's later steps come a sixth of a window apart. A 429
+// with nothing to read (no trigger) starts the run over; once a trigger is set,
+// every step waits a window.
 func TestSlowStartSpeedsUpOnceTwoStepsHeld(t *testing.T) {
 	span := time.Minute
 	l := newLearner(1000, true, t0)
 	step := func(at time.Duration) bool {
-		_, moved := l.onTokenBlocked(t0.Add(at), span)
+		_, moved := l.onTokenBlocked(t0.Add(at), span, true)
 		return moved
 	}
 	if step(span/fastProbeDivisor) || !step(span) {
@@ -731,8 +731,9 @@ func TestSlowStartSpeedsUpOnceTwoStepsHeld(t *testing.T) {
 		t.Fatalf("after five steps %v, want past twice the start", l.quota)
 	}
 
-	// An empty window's 429: the cut, no trigger; the run starts over.
-	at += 5 * time.Second
+	// A window on, a 429 with nothing to read: the cut, no trigger, and the
+	// run starts over.
+	at += span + 5*time.Second
 	l.on429(t0.Add(at), 0, 0, false, false, span)
 	if l.trigger != 0 {
 		t.Fatalf("trigger %v after a 429 with nothing to read", l.trigger)
@@ -744,30 +745,55 @@ func TestSlowStartSpeedsUpOnceTwoStepsHeld(t *testing.T) {
 		t.Fatal("the third step of the new run was not fast")
 	}
 
-	// A trigger read below the quota: the steps toward it wait a window each.
-	at += 2*span + span/fastProbeDivisor + 5*time.Second
-	l.on429(t0.Add(at), 0.8*l.quota, 0, false, false, span)
-	if l.trigger == 0 {
-		t.Fatal("no trigger")
+	// A trigger far above: the steps toward it wait a window each, however
+	// many there were.
+	at += span + 2*span + span/fastProbeDivisor + 5*time.Second
+	l.on429(t0.Add(at), 3*l.quota, 0, false, false, span)
+	if l.trigger == 0 || l.quota >= l.trigger {
+		t.Fatalf("trigger %v quota %v: want a trigger above the quota", l.trigger, l.quota)
 	}
-	if step(at + span/fastProbeDivisor) {
-		t.Fatal("a fast step after a trigger was read")
+	if step(at+span/fastProbeDivisor) || !step(at+span) || !step(at+2*span) || step(at+2*span+span/fastProbeDivisor) {
+		t.Fatal("a step toward the trigger came sooner than a window after the last")
+	}
+
+	// A shared window (fast false): every step of a slow start waits a window.
+	l = newLearner(1000, true, t0)
+	for w := 1; w <= 2; w++ {
+		if _, moved := l.onTokenBlocked(t0.Add(time.Duration(w)*span), span, false); !moved {
+			t.Fatalf("step %d not taken", w)
+		}
+	}
+	if _, moved := l.onTokenBlocked(t0.Add(2*span+span/fastProbeDivisor), span, false); moved {
+		t.Fatal("a fast step with a shared window")
 	}
 }
 
-// A raise by less than smallRaise (a probe step the trigger clipped) is
-// marked, so the level before it counts as held; a whole step or a relax is
-// not.
+// A probe or relax step by less than smallRaise (one the trigger clipped) from
+// a level held for a window is marked, so that level counts as held; a whole
+// step, a small step within a window of the last raise, or the outside rise
+// are not.
 func TestClippedStepIsARaiseByLittle(t *testing.T) {
 	span := time.Minute
 	l := newLearner(1000, true, t0)
 	l.trigger = 1010
-	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.To != 1010 || !l.raisedLittle {
+	if st, moved := l.onTokenBlocked(t0.Add(span), span, true); !moved || st.To != 1010 || !l.raisedLittle {
 		t.Fatalf("step %+v moved %v little %v: want the clipped step to 1,010, by little", st, moved, l.raisedLittle)
 	}
 	l = newLearner(1000, true, t0)
 	l.trigger = 2000
-	if st, moved := l.onTokenBlocked(t0.Add(span), span); !moved || st.To != 1050 || l.raisedLittle {
+	if st, moved := l.onTokenBlocked(t0.Add(span), span, true); !moved || st.To != 1050 || l.raisedLittle {
 		t.Fatalf("step %+v moved %v little %v: want a whole step to 1,050", st, moved, l.raisedLittle)
+	}
+	// The step before this one was 10 s ago: 1,050 has not held.
+	l.trigger = 1060
+	l.lastProbe = t0 // let the next step come at once
+	if st, moved := l.onTokenBlocked(t0.Add(span+10*time.Second), span, true); !moved || st.To != 1060 || l.raisedLittle {
+		t.Fatalf("step %+v moved %v little %v: a small step from a level held 10 s", st, moved, l.raisedLittle)
+	}
+	// A relax by little, from a trigger held a window.
+	l = newLearner(1000, true, t0)
+	l.trigger, l.cleanMax = 1000, 1040 // relaxTo × 1,040 = 1,008.8
+	if st, moved := l.onTokenBlocked(t0.Add(span), span, true); !moved || st.Kind != "relax" || !l.raisedLittle {
+		t.Fatalf("step %+v moved %v little %v: want a relax by little", st, moved, l.raisedLittle)
 	}
 }

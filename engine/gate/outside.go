@@ -173,7 +173,8 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 	// step is not taken on top of it, the re-probe counts from it, and a 429
 	// within a window of it is read as any 429 (not as a reserve drained).
 	l.firstProbe, l.lastRelax = firstProbeDone, now
-	l.raised(now, from, to, false)
+	// Not a step by little, whatever its size: a rise of its own.
+	l.lastRaise, l.raisedByRelax, l.raisedLittle = now, false, false
 	o.liftedAt, o.quiet = now, 0
 	b.raisedLocked(now, held) // the calls above the level that held go one at a time
 	b.emitLearn(now, learnStep{Kind: "outside", From: from, To: to, Trigger: to})

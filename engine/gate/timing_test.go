@@ -258,8 +258,10 @@ func TestRPMRefusedAgainSetsTheCeiling(t *testing.T) {
 	})
 }
 
-// Started low, the quota climbs in a slow start: each window's step is 5% larger
-// than the last, so half the truth is made up in five windows, not fourteen.
+// Started low, the quota climbs in a slow start: each step is 5% larger than the
+// last, so half the truth is made up in five steps, not fifteen. (Here each
+// step comes a window after the last; TestSlowStartSpeedsUpOnceTwoStepsHeld has
+// the faster ones.)
 func TestSlowStartProbes(t *testing.T) {
 	c := learnGate()
 	c.Defaults.TPM = 500
