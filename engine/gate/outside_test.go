@@ -296,11 +296,23 @@ func TestOutsideLiftAfterA429ThatMovedNothing(t *testing.T) {
 // window of readings after it says whose the trigger is.
 func TestOutsideAfterAViewSwitchTheNextWindowSays(t *testing.T) {
 	r := newOutsideRig(t, 800)
+	r.viewSwitchLift(t, nil)
+}
+
+// viewSwitchLift sets a trigger at a 429 that also switched the view, with
+// the readings before it saying nobody else spent (the wrong view's), runs
+// then on the bucket, and checks that a whole window of the others' spend
+// read after it, then their stop, lifts the trigger.
+func (r *outsideRig) viewSwitchLift(t *testing.T, then func(b *bucket)) {
+	t.Helper()
 	r.setTrigger(110)
 	b := r.l.bucketFor("p", "m", r.now)
 	b.mu.Lock()
 	b.outside.before429 = 0 // what the wrong view read: nobody else
 	b.outsideTriggerSetLocked(true)
+	if then != nil {
+		then(b)
+	}
 	b.mu.Unlock()
 	r.answers(45, 20, 110, false) // the others, read in the right view: a whole window of them
 	r.untilLift(6)
@@ -315,17 +327,8 @@ func TestOutsideAfterAViewSwitchTheNextWindowSays(t *testing.T) {
 // says.
 func TestOutsideViewSwitchSurvivesTheBurst(t *testing.T) {
 	r := newOutsideRig(t, 800)
-	r.setTrigger(110)
-	b := r.l.bucketFor("p", "m", r.now)
-	b.mu.Lock()
-	b.outside.before429 = 0 // what the wrong view read: nobody else
-	b.outsideTriggerSetLocked(true)
-	b.outside429Locked(r.now.Add(time.Second)) // the burst's next 429, moving the trigger again
-	b.outsideTriggerSetLocked(false)
-	b.mu.Unlock()
-	r.answers(45, 20, 110, false)
-	r.untilLift(6)
-	if r.lifts() != 1 {
-		t.Fatalf("trigger %v: no lift once the others stopped", r.trigger())
-	}
+	r.viewSwitchLift(t, func(b *bucket) {
+		b.outside429Locked(r.now.Add(time.Second)) // the burst's next 429, moving the trigger again
+		b.outsideTriggerSetLocked(false)
+	})
 }
