@@ -373,7 +373,8 @@ func waitGroupGone(t *testing.T, pgid int) {
 	}
 }
 
-// groupHasLiveMember reports whether a process other than a zombie has pgid.
+// groupHasLiveMember reports whether a process other than a zombie (or a dead
+// one not yet gone from /proc) has pgid.
 func groupHasLiveMember(pgid int) bool {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -390,7 +391,7 @@ func groupHasLiveMember(pgid int) bool {
 		}
 		i := bytes.LastIndexByte(stat, ')')
 		fields := strings.Fields(string(stat[i+2:]))
-		if len(fields) > 2 && fields[2] == fmt.Sprint(pgid) && fields[0] != "Z" {
+		if len(fields) > 2 && fields[2] == fmt.Sprint(pgid) && fields[0] != "Z" && fields[0] != "X" {
 			return true
 		}
 	}
