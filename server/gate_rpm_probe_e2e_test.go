@@ -153,13 +153,7 @@ gate:
 			if late > 0 {
 				missed = append(missed, fmt.Sprintf("%d 429s from window %d on, want none", late, c.quietAfter))
 			}
-			for _, m := range missed {
-				if enforceTimingTargets {
-					t.Errorf("%s: target missed: %s", c.name, m)
-				} else {
-					t.Logf("%s: target missed: %s", c.name, m)
-				}
-			}
+			reportMisses(t, c.name, missed)
 			if st.Refused > c.max429s+3 {
 				t.Errorf("%d 429s, far over the target %d: the gate lets cohorts through again", st.Refused, c.max429s)
 			}
