@@ -357,8 +357,8 @@ func processGone(pid int) bool {
 	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
 
-// waitGroupGone waits (up to 10s) until process group pgid has no member left
-// other than zombies.
+// waitGroupGone waits (up to 10s) until process group pgid has no live member
+// left (see groupHasLiveMember).
 func waitGroupGone(t *testing.T, pgid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
