@@ -259,7 +259,7 @@ gate:
   learn: false
   defaults: {rpm: 100}
   models:
-    deepseek/deepseek-chat: {tpm: 5000, safetyFactor: 0.5, countsAt: completion}
+    deepseek/deepseek-chat: {tpm: 5000, safetyFactor: 0.5, countsAt: completion, windows: fixed}
     claude/claude-sonnet-4-5: {rpm: 10, maxTpm: 40000, maxRpm: 8}
 retry:
   rounds: 0
@@ -337,7 +337,7 @@ quota:
 		g.OutputReserveTokens != 0 || g.Learn || g.Defaults != (ModelLimits{TPM: 1000000, RPM: 100}) {
 		t.Errorf("gate = %+v", g)
 	}
-	if got := g.Limits("deepseek/deepseek-chat"); got != (ModelLimits{TPM: 5000, RPM: 100, SafetyFactor: 0.5, CountsAt: "completion"}) {
+	if got := g.Limits("deepseek/deepseek-chat"); got != (ModelLimits{TPM: 5000, RPM: 100, SafetyFactor: 0.5, CountsAt: "completion", Windows: "fixed"}) {
 		t.Errorf("Limits(deepseek/deepseek-chat) = %+v", got)
 	}
 	// A start above a cap starts at it.

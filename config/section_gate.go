@@ -89,6 +89,8 @@ var limitsSchema = &schema[ModelLimits]{
 			[]string{gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn}, func(l *ModelLimits) *string { return &l.CountsAt }),
 		choiceField("decides", "what the provider decides a call on when it arrives, if you know it: known (its input and max_tokens — its input alone without one — with the output counted once written): the gate counts calls in flight the same way, keeps no margin for outputs not yet written, and counts an output from when it was written (with its call's arrival when countsAt is arrival — a sliding window that books it in the call's entry — or on a shared window); whole: it keeps that margin, as if the provider could count an output before it is written; left out: that margin too, unless the provider's rate-limit headers (x-ratelimit-remaining-tokens) show it counts the calls in flight at what it knows (read on a sliding window counted on arrival; the status then says known)",
 			[]string{gate.DecidesKnown, gate.DecidesWhole}, func(l *ModelLimits) *string { return &l.Decides }),
+		choiceField("windows", "how the provider's window moves, if you know it: fixed (clock-aligned windows whose count restarts at each multiple of the window, at the top of each minute for 60s): the gate counts the current one, a call that does not fit waits for the next edge, and one admitted just before an edge counts on both sides of it; sliding, or left out: a sliding window (the gate does not learn which)",
+			[]string{gate.WindowsFixed, gate.WindowsSliding}, func(l *ModelLimits) *string { return &l.Windows }),
 	},
 }
 

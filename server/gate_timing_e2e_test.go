@@ -120,6 +120,8 @@ type timingCase struct {
 	rpm, startRPM int
 	// countsAt, when set, tells the gate how the provider counts (gate.defaults.countsAt).
 	countsAt string
+	// windows, when set, tells the gate how the provider's window moves (gate.defaults.windows).
+	windows string
 	// lateSends: gatectl sends a share of its calls late after admitting them
 	// (lateSends), as a loaded machine's scheduler or a new TLS connection does.
 	lateSends bool
@@ -257,6 +259,12 @@ var timingCases = []timingCase{
 	// 0.35. The records' windows count from the run's start, not from the
 	// provider's boundaries, so one of them can hold more than the limit.
 	{name: "AtTruthFixed", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.35}, limit: fakeprovider.FixedWindow},
+	// AtTruthFixed's provider, the gate told it counts in fixed windows
+	// (gate.defaults.windows: fixed): it counts the provider's current window,
+	// a call that does not fit waits for the edge, and one admitted in the
+	// count guard before an edge counts on both sides of it. The targets of
+	// AtTruth; the records' windows still count from the run's start.
+	{name: "AtTruthFixedTold", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, limit: fakeprovider.FixedWindow, windows: "fixed"},
 	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
 	// provider that decides on what it knows, the gate told so (and that the
 	// provider counts on arrival: this sliding window books an output in its
@@ -448,6 +456,9 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 	}
 	if tc.known {
 		countsAt += ", decides: known"
+	}
+	if tc.windows != "" {
+		countsAt += ", windows: " + tc.windows
 	}
 	f := newPxFixtureWith(t, fmt.Sprintf(`
 providers:

@@ -33,6 +33,7 @@ type gateLimits struct {
 	learn        bool
 	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
 	decides      string // gate.ModelLimits.Decides: "" is whole
+	windows      string // gate.ModelLimits.Windows: "" is sliding
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
@@ -40,7 +41,7 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.Window = lim.window
 	cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
 	cfg.SafetyFactor = lim.safetyFactor
-	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt, Decides: lim.decides}
+	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt, Decides: lim.decides, Windows: lim.windows}
 	cfg.Learn = lim.learn
 	lim.admission.applyAdmission(&cfg)
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}

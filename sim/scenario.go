@@ -67,6 +67,8 @@ import (
 //	                         #   oracle is told the truth either way)
 //	  decides: whole         # or known: tell the gate the provider decides a call on its input and
 //	                         #   max_tokens (the oracle is told provider.decides either way)
+//	  windows: sliding       # or fixed: tell the gate the provider counts in clock-aligned windows
+//	                         #   (the oracle is told the truth either way)
 //	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
 //	outputTokens: {median: 400, p99: 3000}    # lognormal output size
 //	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is
@@ -168,6 +170,10 @@ type GateSpec struct {
 	// or "whole" (unset: the gate keeps a margin for the outputs in flight).
 	// The oracle is told the truth (provider.decides) either way.
 	Decides string `yaml:"decides,omitempty" json:"decides,omitempty"`
+	// Windows tells the gate how the provider's window moves, as a model's
+	// windows in the config does: "fixed" (clock-aligned windows) or
+	// "sliding" (unset: sliding). The oracle is told the truth either way.
+	Windows string `yaml:"windows,omitempty" json:"windows,omitempty"`
 }
 
 // applyAdmission sets the admission settings the scenario gives on cfg.
@@ -309,6 +315,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outputTokens: need 0 < median ≤ p99")
 	case s.Gate.CountsAt != "" && s.Gate.CountsAt != gate.CountsAtArrival && s.Gate.CountsAt != gate.CountsAtCompletion && s.Gate.CountsAt != gate.CountsAtLearn:
 		return fmt.Errorf("scenario.gate.countsAt: %q is invalid; choices are [%s %s %s]", s.Gate.CountsAt, gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn)
+	case s.Gate.Windows != "" && s.Gate.Windows != gate.WindowsSliding && s.Gate.Windows != gate.WindowsFixed:
+		return fmt.Errorf("scenario.gate.windows: %q is invalid; choices are [%s %s]", s.Gate.Windows, gate.WindowsFixed, gate.WindowsSliding)
 	case s.Gate.Decides != "" && s.Gate.Decides != gate.DecidesWhole && s.Gate.Decides != gate.DecidesKnown:
 		return fmt.Errorf("scenario.gate.decides: %q is invalid; choices are [%s %s]", s.Gate.Decides, gate.DecidesKnown, gate.DecidesWhole)
 	case s.Provider.Decides != "" && s.Provider.Decides != DecidesWhole && s.Provider.Decides != DecidesKnown:

@@ -292,6 +292,8 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			switch s.Provider.Model { // how it counts is part of the truth
 			case LimitSlidingCompletion:
 				lim.countsAt = gate.CountsAtCompletion
+			case LimitFixedWindow:
+				lim.windows = gate.WindowsFixed
 			case LimitSlidingArrival, LimitTokenBucket:
 				// Told the provider decides on what it knows, the output
 				// counts with its call's arrival: the sliding window books it
@@ -307,6 +309,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 		if mode == ModeGate {
 			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it
 			lim.decides = s.Gate.Decides
+			lim.windows = s.Gate.Windows
 		}
 		var trace io.Writer
 		if mode == ModeGate {

@@ -24,7 +24,7 @@ func simCommand() *cli.Command {
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
 			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit, statesLimit, decides},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm, until},\n" +
-			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt}, promptTokens {median, p99},\n" +
+			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt, decides, windows}, promptTokens {median, p99},\n" +
 			"outputTokens {median, p99}, maxTokensShare, maxTokens.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
@@ -252,6 +252,9 @@ func marginText(g sim.GateSpec) string {
 	}
 	if g.Decides == gate.DecidesKnown {
 		t += ", told the provider decides on input + max_tokens"
+	}
+	if g.Windows == gate.WindowsFixed {
+		t += ", told the provider counts in fixed windows"
 	}
 	return t
 }

@@ -329,9 +329,13 @@ func (b *bucket) expireLocked(now time.Time) {
 
 // setSpanLocked sets both windows to the window plus the count guard.
 func (b *bucket) setSpanLocked(cfg *Config) {
-	b.win.span = cfg.Window + b.guardFor(cfg)
+	guard := b.guardFor(cfg)
+	b.win.span = cfg.Window + guard
 	b.done.span = b.win.span
 	b.win.inner, b.done.inner = cfg.Window, cfg.Window
+	fixed := b.fixedWindowsLocked()
+	b.win.setFixed(fixed, cfg.Window, guard)
+	b.done.setFixed(fixed, cfg.Window, guard)
 }
 
 // tokenBudget is min(learned quota, tightest trigger) × factor.
@@ -498,7 +502,14 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		d, _ := b.done.tokenDrain(now, capBudget, capBudget)
 		tpm = max(a, d)
 	case res <= budget: // an over-budget reservation never waits for the window
-		if b.atCompletion {
+		if b.fixedWindowsLocked() {
+			// The current fixed window, or the next edge.
+			m := b.margin(variance)
+			if b.atCompletion {
+				m = b.marginOf(variance)
+			}
+			tpm = b.countedLocked().fixedDrain(now, min(res+m, budget), budget)
+		} else if b.atCompletion {
 			// Calls in flight are not in such a provider's window: only the
 			// settled ones, known exactly, and this call's own spread.
 			need := min(res+b.marginOf(variance), budget)
@@ -581,11 +592,12 @@ func (b *bucket) decidesKnown() bool {
 
 // outputWhenWrittenLocked says a settled call's output counts from when it was
 // written, not with the call's arrival: told the provider decides on what it
-// knows, unless told it counts on arrival (a sliding window that books the
-// output in the call's entry). Not with a shared window, whose entries are
-// fixed at admission.
+// knows, unless told it counts on arrival in a sliding window (which books the
+// output in the call's entry; a fixed window counts it in the window current
+// when it is written). Not with a shared window, whose entries are fixed at
+// admission.
 func (b *bucket) outputWhenWrittenLocked() bool {
-	return b.decidesKnown() && b.limits.CountsAt != CountsAtArrival && b.l.shared == nil
+	return b.decidesKnown() && (b.limits.CountsAt != CountsAtArrival || b.fixedWindowsLocked()) && b.l.shared == nil
 }
 
 // providerCostLocked is what the provider's view counts of a call in flight
@@ -1037,7 +1049,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.outside429Locked(now)
 	}
 	refuted, bothRefuted := false, false
-	if axis == engine.AxisTokens && b.learn.enabled {
+	if axis == engine.AxisTokens && b.learn.enabled && !b.fixedWindowsLocked() {
+		// (In fixed windows the user said how the provider counts, and a
+		// sliding view refuted there is no drained reserve.)
 		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
 	}
 	reading := b.providerViewLocked()
@@ -1501,7 +1515,7 @@ func (b *bucket) event(kind EventKind, now time.Time, session, reason string, wa
 func (b *bucket) newEvent(kind EventKind, now time.Time, session, reason string, wait time.Duration, res int64) Event {
 	return Event{
 		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
-		WindowTokens: b.countedLocked().tokens, TokenBudget: b.tokenBudget(), Reservation: res,
+		WindowTokens: b.admitCountLocked(), TokenBudget: b.tokenBudget(), Reservation: res,
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
 		Requests: b.countedLocked().requests(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
 	}

@@ -33,6 +33,11 @@ type ModelLimits struct {
 	// user's limit, not the provider's.
 	MaxTPM int
 	MaxRPM int
+	// Windows is how the provider's window moves, when the user knows it:
+	// WindowsFixed, clock-aligned windows whose count restarts at each
+	// multiple of the window since the Unix epoch (fixedwindow.go), or
+	// WindowsSliding. "" inherits, down to sliding; the gate does not learn it.
+	Windows string
 }
 
 // The provider's ways of counting a call (ModelLimits.CountsAt).
@@ -40,6 +45,12 @@ const (
 	CountsAtArrival    = "arrival"
 	CountsAtCompletion = "completion"
 	CountsAtLearn      = "learn" // a model's way back to learning under defaults that set a view
+)
+
+// The ways a provider's window moves (ModelLimits.Windows).
+const (
+	WindowsSliding = "sliding"
+	WindowsFixed   = "fixed"
 )
 
 // What the provider decides a call on at its arrival (ModelLimits.Decides).
@@ -170,6 +181,9 @@ func (c Config) Validate() error {
 	if err := checkDecides("gate.defaults", c.Defaults.Decides); err != nil {
 		return err
 	}
+	if err := checkWindows("gate.defaults", c.Defaults.Windows); err != nil {
+		return err
+	}
 	for k, m := range c.Models {
 		if m.TPM < 0 || m.RPM < 0 || m.MaxTPM < 0 || m.MaxRPM < 0 || m.SafetyFactor < 0 || m.SafetyFactor > 1 {
 			return fmt.Errorf("gate.models[%q]: tpm, rpm, maxTpm, maxRpm must not be negative and safetyFactor must be in (0, 1]", k)
@@ -178,6 +192,9 @@ func (c Config) Validate() error {
 			return err
 		}
 		if err := checkDecides(fmt.Sprintf("gate.models[%q]", k), m.Decides); err != nil {
+			return err
+		}
+		if err := checkWindows(fmt.Sprintf("gate.models[%q]", k), m.Windows); err != nil {
 			return err
 		}
 	}
@@ -190,6 +207,14 @@ func checkCountsAt(where, v string) error {
 		return nil
 	}
 	return fmt.Errorf("%s.countsAt: must be %q, %q or %q (got %q)", where, CountsAtArrival, CountsAtCompletion, CountsAtLearn, v)
+}
+
+func checkWindows(where, v string) error {
+	switch v {
+	case "", WindowsSliding, WindowsFixed:
+		return nil
+	}
+	return fmt.Errorf("%s.windows: must be %q or %q (got %q)", where, WindowsFixed, WindowsSliding, v)
 }
 
 func checkDecides(where, v string) error {
@@ -233,6 +258,9 @@ func (c Config) Limits(key string) ModelLimits {
 		}
 		if m.Decides != "" {
 			l.Decides = m.Decides
+		}
+		if m.Windows != "" {
+			l.Windows = m.Windows
 		}
 		if m.MaxTPM > 0 {
 			l.MaxTPM = m.MaxTPM

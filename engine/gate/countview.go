@@ -15,6 +15,9 @@ import "time"
 // 429 reading and the clean-window record use it, so the leak signal compares like
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
+	if b.fixedWindowsLocked() {
+		return b.fixedViewLocked() // (sharedOthers: none, fixed windows are local)
+	}
 	if b.atCompletion {
 		return float64(b.done.tokens + b.sharedOthers)
 	}

@@ -76,8 +76,8 @@ const (
 // headers state them, with the stated limit) as evidence of what the provider
 // decides on, and switches the bucket's mode when the evidence is clear.
 func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingTokens int64) {
-	if b.limits.Decides != "" || b.l.shared != nil || !b.learn.enabled {
-		return // the user said, or the entries are another's to size
+	if b.limits.Decides != "" || b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
+		return // the user said, or the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
 	}
 	mean := b.est.meanOutput()
 	if mean < 0 {

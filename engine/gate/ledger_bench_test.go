@@ -30,6 +30,25 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	}
 }
 
+// BenchmarkAdmitSettleFixedWindows: admit + settle told the provider counts in
+// fixed windows, whose part of the window is kept as the entries change and
+// recounted once an edge. Target: as admit + settle.
+func BenchmarkAdmitSettleFixedWindows(b *testing.B) {
+	c := benchGate()
+	c.Defaults.Windows = WindowsFixed
+	l, _ := NewLedger(c, engine.NewFakeClock(t0))
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	u := Usage{InputTokens: 900, OutputTokens: 200}
+	now := t0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		tk, _ := l.Submit(now, r)
+		l.Settle(now, tk, u)
+	}
+}
+
 // BenchmarkAdmitSentSettle: admit + send + settle, one bucket, 32 calls in
 // flight, each sent 16 admissions after its own (Request.Sends, as the proxy
 // admits): every send moves its entry to the window's end and reads its level.

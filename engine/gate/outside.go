@@ -99,6 +99,9 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 	if b.atCompletion {
 		tail = b.done.tail()
 	}
+	if b.fixedWindowsLocked() {
+		tail = 0 // the fixed view holds no entry past the provider's window
+	}
 	r := counted - (b.providerViewLocked() - float64(tail))
 	o.n++
 	o.sum, o.sumSq = o.sum+r, o.sumSq+r*r

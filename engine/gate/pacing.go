@@ -135,9 +135,9 @@ func (b *bucket) aboveHeldLocked(now time.Time, res int64, v float64) bool {
 		return false
 	}
 	if b.atCompletion {
-		return b.done.tokens+b.sharedOthers+res+b.marginOf(v) > b.stepHeld
+		return b.admitCountLocked()+b.sharedOthers+res+b.marginOf(v) > b.stepHeld
 	}
-	return b.win.tokens+b.sharedOthers+res+b.margin(v) > b.stepHeld
+	return b.admitCountLocked()+b.sharedOthers+res+b.margin(v) > b.stepHeld
 }
 
 // stepGapLocked is how long a call above the level that held goes alone: 1.5 ×

@@ -42,6 +42,9 @@ type BucketStatus struct {
 	// "known" (its input and max_tokens: configured, or read from its
 	// rate-limit headers while decides is not configured).
 	Decides string `json:"decides"`
+	// Windows is "fixed" when the model counts in clock-aligned fixed windows
+	// (configured as windows: fixed); WindowTokens is then the current one's.
+	Windows string `json:"windows,omitempty"`
 }
 
 // Status returns a snapshot of every bucket at now, sorted by provider and model.
@@ -71,7 +74,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,
-		WindowTokens: b.countedLocked().tokens, WindowRequests: b.countedLocked().requests(),
+		WindowTokens: b.admitCountLocked(), WindowRequests: b.countedLocked().requests(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		MaxTPM: b.limits.MaxTPM, MaxRPM: b.limits.MaxRPM,
@@ -85,6 +88,9 @@ func (b *bucket) status(now time.Time) BucketStatus {
 	}
 	if b.atCompletion {
 		s.CountsAt = "completion"
+	}
+	if b.fixedWindowsLocked() {
+		s.Windows = WindowsFixed
 	}
 	if !b.last429.IsZero() {
 		s.Last429 = b.last429.UTC().Format(time.RFC3339)

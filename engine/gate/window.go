@@ -41,6 +41,9 @@ type slidingWindow struct {
 	inner      time.Duration
 	tailEnd    uint64
 	tailTokens int64
+	// The entries a provider counting in fixed windows holds now (off unless
+	// the user said it does): fixedwindow.go.
+	fixed fixedPart
 }
 
 // windowEntry is 24 bytes (unix nanos, not time.Time): the ring is scanned on
@@ -72,6 +75,7 @@ func newSlidingWindow(span time.Duration) slidingWindow {
 
 // expire drops the entries that left the window at now.
 func (w *slidingWindow) expire(now time.Time) {
+	defer w.advanceFixed(now)
 	defer w.advanceTail(now)
 	cutoff := now.UnixNano() - int64(w.span)
 	for w.n > 0 {
@@ -81,6 +85,10 @@ func (w *slidingWindow) expire(now time.Time) {
 		}
 		if w.tailEnd > w.headSeq {
 			w.tailTokens -= e.tokens
+		}
+		if w.inFixed(w.headSeq) { // only when the guard shrank: the part starts later now
+			w.fixed.removeEntry(*e)
+			w.fixed.seq = w.headSeq + 1
 		}
 		switch {
 		case e.at == holeAt:
@@ -172,6 +180,9 @@ func (w *slidingWindow) add(now time.Time, tokens, output int64, asked bool) uin
 		w.askedOutput += output
 	}
 	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: at, tokens: tokens, open: open}
+	if w.fixed.on {
+		w.fixed.addEntry(w.entries[(w.head+w.n)%len(w.entries)])
+	}
 	w.n++
 	w.tokens += tokens
 	w.openCount++
@@ -182,9 +193,9 @@ func (w *slidingWindow) add(now time.Time, tokens, output int64, asked bool) uin
 // addSettled appends the entry of a call that is already settled: it counts
 // tokens and is not in flight.
 func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
-	w.add(now, tokens, 0, false)
+	seq := w.add(now, tokens, 0, false)
 	e := &w.entries[(w.head+w.n-1)%len(w.entries)]
-	w.closeEntry(e)
+	w.closeFixed(seq, e)
 }
 
 // addOutput appends tokens of a settled call's output, counted from now: a
@@ -216,10 +227,29 @@ func (w *slidingWindow) settle(seq uint64, tokens int64) bool {
 	if seq < w.tailEnd {
 		w.tailTokens += tokens - e.tokens
 	}
+	in := w.inFixed(seq)
+	if in {
+		w.fixed.removeEntry(*e)
+	}
 	w.tokens += tokens - e.tokens
 	e.tokens = tokens
 	w.closeEntry(e)
+	if in {
+		w.fixed.addEntry(*e)
+	}
 	return true
+}
+
+// closeFixed closes entry seq (e) as closeEntry does, in the fixed part too.
+func (w *slidingWindow) closeFixed(seq uint64, e *windowEntry) {
+	in := w.inFixed(seq)
+	if in {
+		w.fixed.removeEntry(*e)
+	}
+	w.closeEntry(e)
+	if in {
+		w.fixed.addEntry(*e)
+	}
 }
 
 // requests is the number of requests in the window.
@@ -304,10 +334,17 @@ func (w *slidingWindow) restamp(seq uint64, at int64) (uint64, int64) {
 	w.last = at
 	if seq == w.headSeq+uint64(w.n)-1 && seq >= w.tailEnd { // the newest: already in order
 		w.entries[i].at = at
+		if w.fixed.on && !w.inFixed(seq) && at >= w.fixed.edge-w.fixed.guard {
+			w.fixed.seq = seq // the part was empty: it starts with this call
+			w.fixed.addEntry(w.entries[i])
+		}
 		return seq, at
 	}
 	if seq < w.tailEnd { // older than the provider's window: not any more
 		w.tailTokens -= e.tokens
+	}
+	if w.inFixed(seq) {
+		w.fixed.removeEntry(e) // counted again below, at the end
 	}
 	w.entries[i] = windowEntry{at: holeAt}
 	w.holes++
@@ -316,6 +353,9 @@ func (w *slidingWindow) restamp(seq uint64, at int64) (uint64, int64) {
 	}
 	e.at = at
 	w.entries[(w.head+w.n)%len(w.entries)] = e
+	if w.fixed.on {
+		w.fixed.addEntry(e)
+	}
 	w.n++
 	return w.headSeq + uint64(w.n) - 1, at
 }
@@ -333,6 +373,9 @@ func (w *slidingWindow) drop(seq uint64) bool {
 	}
 	if seq < w.tailEnd {
 		w.tailTokens -= e.tokens
+	}
+	if w.inFixed(seq) {
+		w.fixed.removeEntry(*e)
 	}
 	w.tokens -= e.tokens
 	w.closeEntry(e)
@@ -355,9 +398,16 @@ func (w *slidingWindow) resize(seq uint64, tokens, output int64) bool {
 	if seq < w.tailEnd {
 		w.tailTokens += tokens - e.tokens
 	}
+	in := w.inFixed(seq)
+	if in {
+		w.fixed.removeEntry(*e)
+	}
 	w.tokens += tokens - e.tokens
 	e.tokens = tokens
 	w.openOutput += output - (e.open - 1)
 	e.open = output + 1
+	if in {
+		w.fixed.addEntry(*e)
+	}
 	return true
 }

@@ -1,0 +1,141 @@
+package gate
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The fixed part's sums are those of the entries admitted at or after the
+// current edge less the guard, whatever happens to the entries: calls added,
+// settled, resized, restamped (sent later), dropped, and windows passing.
+// Checked against a count over the entries after each of 20,000 random steps.
+func TestFixedPartFollowsTheEntries(t *testing.T) {
+	const window, guard = time.Minute, 300 * time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := newSlidingWindow(window + guard)
+	w.inner = window
+	w.setFixed(true, window, guard)
+	now := t0.Add(59 * time.Second) // a second before an edge
+	var open []uint64               // the calls in flight: their sequence numbers
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+		w.expire(now)
+		switch op := rng.IntN(10); {
+		case op < 4:
+			out := int64(rng.IntN(200))
+			open = append(open, w.add(now, 100+out, out, rng.IntN(4) == 0))
+		case op < 6 && len(open) > 0:
+			i := rng.IntN(len(open))
+			w.settle(open[i], int64(50+rng.IntN(300)))
+			open = append(open[:i], open[i+1:]...)
+		case op < 7 && len(open) > 0:
+			w.resize(open[rng.IntN(len(open))], 120, 20)
+		case op < 8 && len(open) > 0:
+			i := rng.IntN(len(open))
+			if seq, at := w.restamp(open[i], now.Add(time.Duration(rng.IntN(50))*time.Millisecond).UnixNano()); at != 0 {
+				open[i] = seq
+			}
+		case op < 9 && len(open) > 0:
+			i := rng.IntN(len(open))
+			w.drop(open[i])
+			open = append(open[:i], open[i+1:]...)
+		default:
+			w.addOutput(now, int64(rng.IntN(100)))
+		}
+		checkFixedPart(t, &w, now, step)
+	}
+}
+
+// checkFixedPart recounts the fixed part from the entries. An entry restamped
+// after the edge counts even when its time is a little before the cutoff:
+// it is the newest (a call sent now), and the part ends with the window.
+func checkFixedPart(t *testing.T, w *slidingWindow, now time.Time, step int) {
+	t.Helper()
+	f := w.fixed
+	at := now.UnixNano()
+	if edge := at - at%f.window; f.edge != edge {
+		t.Fatalf("step %d: edge %d, want %d", step, f.edge, edge)
+	}
+	var want fixedPart
+	for seq := f.seq; seq < w.headSeq+uint64(w.n); seq++ {
+		want.addEntry(w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)])
+	}
+	if f.tokens != want.tokens || f.openCount != want.openCount || f.openOutput != want.openOutput ||
+		f.askedCount != want.askedCount || f.askedOutput != want.askedOutput {
+		t.Fatalf("step %d: part %+v, recounted %+v", step, f, want)
+	}
+	// Nothing before the part belongs in it.
+	if f.seq > w.headSeq {
+		if e := w.entries[(w.head+int(f.seq-1-w.headSeq))%len(w.entries)]; e.at != holeAt && e.at >= f.edge-f.guard {
+			t.Fatalf("step %d: entry %d at %d is after the cutoff %d but not in the part", step, f.seq-1, e.at, f.edge-f.guard)
+		}
+	}
+}
+
+// Told the provider counts in fixed windows, the gate fills the current one
+// and holds the next call until the edge — not until the window's first call
+// leaves a sliding window, a minute after it was admitted.
+func TestFixedWindowsWaitForTheEdge(t *testing.T) {
+	c := testGate()
+	c.Defaults.Windows = WindowsFixed
+	l, _, _ := newTestLedger(t, c)
+	// 400 each (300 + the 100 reserve): 800 of 1000 by 50 s.
+	mustAdmit(t, l, t0.Add(40*time.Second), req(300))
+	mustAdmit(t, l, t0.Add(50*time.Second), req(300))
+	w := mustWait(t, l, t0.Add(55*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 60*time.Second)
+	// The new window is empty: two more go at once, 40 s before a sliding
+	// window would have let the first of them in.
+	// The new window is empty: the waiting call and one more go at once, 40 s
+	// before a sliding window would have let the first of them in.
+	if _, ok := w.Poll(t0.Add(60 * time.Second)); !ok {
+		t.Fatal("the waiting call was not granted at the edge")
+	}
+	mustAdmit(t, l, t0.Add(61*time.Second), Request{Provider: "p", Model: "m", Session: "y", InputTokens: 300})
+	mustWait(t, l, t0.Add(63*time.Second), Request{Provider: "p", Model: "m", Session: "z", InputTokens: 300}, "tpm", 120*time.Second)
+	if st := l.BucketStatus(t0.Add(63*time.Second), "p", "m"); st.Windows != WindowsFixed || st.WindowTokens != 800 {
+		t.Fatalf("status: windows %q, window tokens %d; want fixed and 800 (the current window's)", st.Windows, st.WindowTokens)
+	}
+}
+
+// A call admitted within the count guard before an edge may reach the
+// provider after it: it counts in the window after the edge as well.
+func TestFixedWindowsCountACallJustBeforeTheEdgeOnBothSides(t *testing.T) {
+	c := testGate()
+	c.Defaults.Windows = WindowsFixed
+	c.CountGuard = 0.005 // 300 ms of a minute
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0.Add(59*time.Second+800*time.Millisecond), req(500)) // 600, 200 ms before the edge
+	mustAdmit(t, l, t0.Add(60*time.Second), req(300))                      // 400: 1000 after the edge
+	mustWait(t, l, t0.Add(61*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 1}, "tpm", 120*time.Second)
+}
+
+// A 429 is read in the fixed view: what the current window holds, not what
+// the sliding window does (which here holds the last window's calls too).
+func TestFixedWindowsRead429sInTheCurrentWindow(t *testing.T) {
+	c := learnGate()
+	c.Defaults.Windows = WindowsFixed
+	c.Defaults.RPM = 100 // a token 429, not one at the request limit
+	l, _, _ := newTestLedger(t, c)
+	for i := 0; i < 2; i++ { // 200 in the first window, settled: calls of 100
+		tk := mustAdmit(t, l, t0.Add(50*time.Second), req(50))
+		if err := l.Settle(t0.Add(52*time.Second), tk, Usage{InputTokens: 50, OutputTokens: 50}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 6; i++ { // 600 in the second, in flight at their expected output
+		mustAdmit(t, l, t0.Add(61*time.Second), req(50))
+	}
+	l.RateLimited(t0.Add(62*time.Second), "p", "m", time.Millisecond)
+	if _, trig := quota(l, t0.Add(62*time.Second)); trig != 600 {
+		t.Fatalf("trigger %.0f, want 600: the current fixed window's reading (the sliding one reads 800)", trig)
+	}
+}
+
+func TestConfigRefusesUnknownWindows(t *testing.T) {
+	c := testGate()
+	c.Models = map[string]ModelLimits{"p/m": {Windows: "tumbling"}}
+	if err := c.Validate(); err == nil || err.Error() != `gate.models["p/m"].windows: must be "fixed" or "sliding" (got "tumbling")` {
+		t.Fatalf("err = %v", err)
+	}
+}
