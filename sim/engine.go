@@ -136,6 +136,12 @@ func (g *gateAdapter) decides(now time.Time) string {
 	return g.l.BucketStatus(now, simProvider, simModel).Decides
 }
 
+// windows is how the engine took the provider's window to move: "fixed", or
+// "" for sliding.
+func (g *gateAdapter) windows(now time.Time) string {
+	return g.l.BucketStatus(now, simProvider, simModel).Windows
+}
+
 // learned is the gate's learned token quota, min(quota, trigger), and the two
 // parts.
 func (g *gateAdapter) learned(now time.Time) (learned, quota, trigger float64) {

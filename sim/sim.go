@@ -78,6 +78,9 @@ type Metrics struct {
 	// FinalDecides is what the engine took the provider to decide a call on
 	// at the end (whole or known): told, or read from the rate-limit headers.
 	FinalDecides string `json:"finalDecides,omitempty"`
+	// FinalWindows is "fixed" when the engine counted fixed windows at the
+	// end: told, or read from the 429s' stated waits.
+	FinalWindows string `json:"finalWindows,omitempty"`
 	// LearnedPerWindow is min(quota, trigger) ÷ the capacity left to the gate at
 	// the end of each window (gate).
 	LearnedPerWindow []float64 `json:"-"`
@@ -654,6 +657,7 @@ func (r *runner) metrics() Metrics {
 	if r.gate != nil {
 		_, m.FinalQuota, m.FinalTrigger = r.gate.learned(r.end)
 		m.FinalDecides = r.gate.decides(r.end)
+		m.FinalWindows = r.gate.windows(r.end)
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned

@@ -477,6 +477,35 @@ func TestScenarioFixedWindows(t *testing.T) {
 	}
 }
 
+// A fixed-window provider that states the real wait in its 429s (until its
+// window restarts: provider.computeRetryAfter) tells the gate its edges: not
+// told, the gate counts fixed windows by the end of the hour (the 2× start,
+// the other client on the key, seeds 1–4; learned 1:27–3:37 in). The other
+// providers' computed waits end wherever their calls leave or refill, and the
+// gate keeps the sliding window there.
+func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
+	for _, model := range LimitModels {
+		for _, seed := range []uint64{1, 2, 3, 4} {
+			s := DefaultScenario()
+			s.Seed, s.Duration = seed, Duration(time.Hour)
+			s.Provider.Model, s.Provider.ComputeRetryAfter = model, true
+			s.Gate.Start, s.Outside.Share = 2, 0.1
+			rep, err := RunModes(s, ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := rep.Modes[ModeGate]
+			want := ""
+			if model == LimitFixedWindow {
+				want = gate.WindowsFixed
+			}
+			if g.FinalWindows != want {
+				t.Errorf("%s, seed %d: windows %q at the end, want %q (%d 429s)", model, seed, g.FinalWindows, want, g.RateLimited)
+			}
+		}
+	}
+}
+
 // Another client on the key, the gate started at twice the truth (the
 // matrix's sliding-arrival row with latency): the first 429 reads the window
 // before the other client's share has filled it; the second, right after the

@@ -49,6 +49,13 @@ type bucket struct {
 	unsent      int64
 	unsentCount int
 
+	// Fixed windows read from the 429s' stated waits while the user has not
+	// said (fixedwindow.go): learned, and the stated waits in a row that ended
+	// at an edge.
+	fixedLearned bool
+	fixedVotes   int
+	fixedVoteAt  time.Time
+
 	slots []ticketSlot
 	free  []int32
 
@@ -220,7 +227,14 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.limits.Decides = lim.Decides
 		b.resizeWaitersLocked()
 	}
+	wasFixed := b.fixedWindowsLocked()
 	b.limits = lim
+	if lim.Windows != "" || !cfg.Learn || b.l.shared != nil {
+		b.fixedLearned, b.fixedVotes, b.fixedVoteAt = false, 0, time.Time{} // the user says now, or nothing is learned
+	}
+	if b.fixedWindowsLocked() != wasFixed {
+		b.forgetReadingsLocked() // read in the other window
+	}
 	if atCompletion, set := lim.countView(); set {
 		b.clearVotesLocked() // the user says how the provider counts: no votes
 		if atCompletion != b.atCompletion {
@@ -1038,6 +1052,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.stepHeld = 0 // the step, if one was tried, is answered (the request step below)
 	b.lastUsed = now
 	cfg := b.l.conf()
+	b.observeStatedWaitLocked(now, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)
 		b.nDelay++
@@ -1472,6 +1487,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.rpmFreshAt = now
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
+	b.fixedLearned, b.fixedVotes, b.fixedVoteAt = false, 0, time.Time{} // read again from the stated waits
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it

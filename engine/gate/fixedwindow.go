@@ -122,10 +122,15 @@ func (w *slidingWindow) fixedDrain(now time.Time, need, budget int64) time.Durat
 }
 
 // fixedWindowsLocked says the bucket counts in fixed windows: the user said
-// the provider does (ModelLimits.Windows). Not with a shared window: its
-// entries are every instance's, counted in the store's sliding window.
+// the provider does (ModelLimits.Windows), or, while the user has not said,
+// its 429s' stated waits end at the edges (observeStatedWaitLocked). Not with
+// a shared window: its entries are every instance's, counted in the store's
+// sliding window.
 func (b *bucket) fixedWindowsLocked() bool {
-	return b.limits.Windows == WindowsFixed && b.l.shared == nil
+	if b.l.shared != nil {
+		return false
+	}
+	return b.limits.Windows == WindowsFixed || (b.limits.Windows == "" && b.fixedLearned)
 }
 
 // fixedViewLocked is providerViewLocked in fixed windows: the current window's
@@ -158,4 +163,72 @@ func (b *bucket) admitCountLocked() int64 {
 		return w.fixed.tokens
 	}
 	return w.tokens
+}
+
+// Learned from the provider's own word. A fixed-window provider that computes
+// its Retry-After (Kong's rate-limiting plugins, most counters keyed by the
+// window's index) names the instant its window restarts: the 429's time plus
+// the wait is an edge, to the whole second the header carries. A sliding
+// window's or a bucket's computed wait ends wherever the calls it holds leave
+// or refill, and a constant wait (the window itself, as many providers and the
+// simulator state) ends at the 429's own phase: neither points at an edge more
+// than by chance (2.2 s in the window, 4% of a minute's). A short wait says
+// little: the gate's own steps come a window apart, so its 429s can fall just
+// before edges, and a wait of a second or two then ends at one (the
+// simulator's token bucket did so twice in one burst). So a vote is a wait of
+// at least a tenth of the window, at most one each half window (a burst's 429s
+// state one edge). fixedEdgeVotes such 429s in a row, and no wait shorter than
+// the window ending elsewhere between them, switch a model the user said
+// nothing about to fixed windows; a later wait shorter than the window that
+// ends away from an edge switches it back. A wrong switch costs the 429s a
+// fixed count takes on a sliding window, until the next such wait undoes it.
+const (
+	fixedEdgeVotes = 2
+	// fixedEdgeSlack: how far from an edge a stated wait may end — the header's
+	// whole seconds, rounded up or down, and the 429's trip.
+	fixedEdgeSlack = 1100 * time.Millisecond
+	// fixedEdgeMinWindow: below it, a whole second is too coarse against the
+	// window for the wait's end to say anything.
+	fixedEdgeMinWindow = 10 * time.Second
+	// fixedEdgeMinWait: a vote's wait, as a share of the window.
+	fixedEdgeMinWait = 0.1
+)
+
+// observeStatedWaitLocked weighs a 429's stated wait as evidence of fixed
+// windows (see fixedEdgeVotes). It reports whether the model's windows
+// changed.
+func (b *bucket) observeStatedWaitLocked(now time.Time, wait time.Duration, fallback bool) bool {
+	window := b.l.conf().Window
+	if b.limits.Windows != "" || b.l.shared != nil || !b.learn.enabled || fallback ||
+		wait <= 0 || wait >= window || window < fixedEdgeMinWindow {
+		return false // the user said, or the wait says nothing of an edge
+	}
+	end := now.Add(wait).UnixNano()
+	off := end % int64(window)
+	atEdge := off <= int64(fixedEdgeSlack) || off >= int64(window-fixedEdgeSlack)
+	switch {
+	case atEdge && !b.fixedLearned:
+		if float64(wait) < fixedEdgeMinWait*float64(window) || (!b.fixedVoteAt.IsZero() && now.Sub(b.fixedVoteAt) < window/2) {
+			return false // too short to tell, or the same burst
+		}
+		b.fixedVoteAt = now
+		if b.fixedVotes++; b.fixedVotes < fixedEdgeVotes {
+			return false
+		}
+	case !atEdge:
+		b.fixedVotes = 0
+		if !b.fixedLearned {
+			return false
+		}
+	default:
+		return false // learned, and confirmed
+	}
+	b.fixedLearned, b.fixedVotes = atEdge, 0
+	b.setSpanLocked(b.l.conf())
+	b.forgetReadingsLocked() // read in the other window
+	b.clearVotesLocked()
+	e := b.newEvent(EventLearn, now, "", "", 0, 0)
+	e.Step, e.Reason = "windows", map[bool]string{true: WindowsFixed, false: WindowsSliding}[atEdge]
+	b.l.emit(e)
+	return true
 }

@@ -139,3 +139,90 @@ func TestConfigRefusesUnknownWindows(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// windowsOf is the model's windows as its status shows them ("": sliding).
+func windowsOf(l *Ledger, now time.Time) string { return l.BucketStatus(now, "p", "m").Windows }
+
+// Two 429s half a window or more apart whose stated waits end at an edge —
+// what a fixed-window provider that computes its Retry-After states — switch a
+// model the user said nothing about to fixed windows; a later wait shorter
+// than the window that ends elsewhere switches it back.
+func TestFixedWindowsLearnedFromWaitsThatEndAtEdges(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second) // ends at 1:00
+	if got := windowsOf(l, t0.Add(41*time.Second)); got != "" {
+		t.Fatalf("after one edge wait: windows %q, want sliding still", got)
+	}
+	l.RateLimited(t0.Add(100*time.Second+300*time.Millisecond), "p", "m", 20*time.Second) // ends at 2:00.3: whole seconds
+	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
+		t.Fatalf("after two edge waits: windows %q, want fixed", got)
+	}
+	learned := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "windows" {
+			learned++
+		}
+	}
+	if learned != 1 {
+		t.Fatalf("%d windows events, want 1", learned)
+	}
+	// A wait that ends within 1.1 s of an edge, before it too, confirms it.
+	l.RateLimited(t0.Add(170*time.Second), "p", "m", 9*time.Second+500*time.Millisecond) // 2:59.5
+	if got := windowsOf(l, t0.Add(171*time.Second)); got != WindowsFixed {
+		t.Fatalf("a wait ending half a second before an edge switched it back (%q)", got)
+	}
+	l.RateLimited(t0.Add(230*time.Second), "p", "m", 7*time.Second) // 3:57
+	if got := windowsOf(l, t0.Add(231*time.Second)); got != "" {
+		t.Fatalf("a wait ending 3 s before an edge: windows %q, want sliding again", got)
+	}
+}
+
+// What says nothing of an edge is not a vote: the 429s of one burst (one
+// edge stated by each), a wait too short to tell where it began (the gate's
+// own steps come a window apart, so its 429s can fall just before edges), a
+// wait as long as the window (ending at the 429's own phase), no wait at all,
+// and anything while the user said how the windows move.
+func TestFixedWindowsNotLearnedWithoutEvidence(t *testing.T) {
+	cases := []struct {
+		name  string
+		c     func(*Config)
+		at    [2]time.Duration
+		waits [2]time.Duration
+	}{
+		{"one burst", nil, [2]time.Duration{40 * time.Second, 40*time.Second + 5*time.Millisecond}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
+		{"short waits", nil, [2]time.Duration{58 * time.Second, 118 * time.Second}, [2]time.Duration{2 * time.Second, 2 * time.Second}},
+		{"the window itself", nil, [2]time.Duration{60 * time.Second, 180 * time.Second}, [2]time.Duration{time.Minute, time.Minute}},
+		{"no wait", nil, [2]time.Duration{60 * time.Second, 180 * time.Second}, [2]time.Duration{0, 0}},
+		{"told sliding", func(c *Config) { c.Defaults.Windows = WindowsSliding }, [2]time.Duration{40 * time.Second, 100 * time.Second}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
+		{"learning off", func(c *Config) { c.Learn = false }, [2]time.Duration{40 * time.Second, 100 * time.Second}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			if tc.c != nil {
+				tc.c(&c)
+			}
+			l, _, _ := newTestLedger(t, c)
+			for i := range tc.at {
+				l.RateLimited(t0.Add(tc.at[i]), "p", "m", tc.waits[i])
+			}
+			if got := windowsOf(l, t0.Add(tc.at[1]+time.Second)); got != "" {
+				t.Fatalf("windows %q, want sliding", got)
+			}
+		})
+	}
+}
+
+// A reset forgets learned windows with the rest.
+func TestFixedWindowsLearnedAreForgottenOnReset(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
+	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
+	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
+		t.Fatalf("windows %q, want fixed", got)
+	}
+	l.Reset(t0.Add(102*time.Second), "p", "m")
+	if got := windowsOf(l, t0.Add(103*time.Second)); got != "" {
+		t.Fatalf("after a reset: windows %q, want sliding", got)
+	}
+}
