@@ -33,7 +33,7 @@ type gateLimits struct {
 	learn        bool
 	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
 	decides      string // gate.ModelLimits.Decides: "" is whole
-	windows      string // gate.ModelLimits.Windows: "" is sliding
+	windows      string // gate.ModelLimits.Windows: "" is sliding unless learned
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {

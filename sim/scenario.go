@@ -172,7 +172,9 @@ type GateSpec struct {
 	Decides string `yaml:"decides,omitempty" json:"decides,omitempty"`
 	// Windows tells the gate how the provider's window moves, as a model's
 	// windows in the config does: "fixed" (clock-aligned windows) or
-	// "sliding" (unset: sliding). The oracle is told the truth either way.
+	// "sliding" (unset: sliding, unless the 429s' computed waits end at the
+	// edges, provider.computeRetryAfter). The oracle is told the truth either
+	// way.
 	Windows string `yaml:"windows,omitempty" json:"windows,omitempty"`
 }
 

@@ -455,7 +455,11 @@ func TestScenarioCountsAt(t *testing.T) {
 // true limit over seeds 1–6, against 0.775–0.925 counting a sliding window,
 // which never lets a minute straddling an edge hold more than one budget).
 func TestScenarioFixedWindows(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4} {
+	seeds := []uint64{1, 2, 3, 4}
+	if raceEnabled {
+		seeds = seeds[:1] // the race detector slows the simulator forty times
+	}
+	for _, seed := range seeds {
 		s := DefaultScenario()
 		s.Seed, s.Duration = seed, Duration(time.Hour)
 		s.Provider.Model = LimitFixedWindow
@@ -480,12 +484,17 @@ func TestScenarioFixedWindows(t *testing.T) {
 // A fixed-window provider that states the real wait in its 429s (until its
 // window restarts: provider.computeRetryAfter) tells the gate its edges: not
 // told, the gate counts fixed windows by the end of the hour (the 2× start,
-// the other client on the key, seeds 1–4; learned 1:27–3:37 in). The other
-// providers' computed waits end wherever their calls leave or refill, and the
-// gate keeps the sliding window there.
+// the other client on the key, seeds 1–4). The other providers' computed
+// waits end wherever their calls leave or refill, and the gate keeps the
+// sliding window there. (One seed under the race detector, which slows the
+// simulator forty times.)
 func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4}
+	if raceEnabled {
+		seeds = seeds[:1]
+	}
 	for _, model := range LimitModels {
-		for _, seed := range []uint64{1, 2, 3, 4} {
+		for _, seed := range seeds {
 			s := DefaultScenario()
 			s.Seed, s.Duration = seed, Duration(time.Hour)
 			s.Provider.Model, s.Provider.ComputeRetryAfter = model, true

@@ -258,7 +258,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	}
-	b.setSpanLocked(cfg)
+	b.setSpanLocked(now, cfg)
 	b.learn.enabled = cfg.Learn
 	if start := float64(lim.TPM); start != b.learn.start {
 		untouched := b.learn.quota == b.learn.start && b.learn.trigger == 0
@@ -308,7 +308,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	b.atCompletion, _ = lim.countView()
 	b.learn.cap = float64(lim.MaxTPM)
 	b.setRPMLocked()
-	b.setSpanLocked(l.conf())
+	b.setSpanLocked(now, l.conf())
 	if l.conf().MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
@@ -341,15 +341,16 @@ func (b *bucket) expireLocked(now time.Time) {
 	b.done.expire(now)
 }
 
-// setSpanLocked sets both windows to the window plus the count guard.
-func (b *bucket) setSpanLocked(cfg *Config) {
+// setSpanLocked sets both windows to the window plus the count guard, and
+// their fixed parts (counted for the window current at now).
+func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	guard := b.guardFor(cfg)
 	b.win.span = cfg.Window + guard
 	b.done.span = b.win.span
 	b.win.inner, b.done.inner = cfg.Window, cfg.Window
 	fixed := b.fixedWindowsLocked()
-	b.win.setFixed(fixed, cfg.Window, guard)
-	b.done.setFixed(fixed, cfg.Window, guard)
+	b.win.setFixed(fixed, cfg.Window, guard, now)
+	b.done.setFixed(fixed, cfg.Window, guard, now)
 }
 
 // tokenBudget is min(learned quota, tightest trigger) × factor.
@@ -517,7 +518,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		tpm = max(a, d)
 	case res <= budget: // an over-budget reservation never waits for the window
 		if b.fixedWindowsLocked() {
-			// The current fixed window, or the next edge.
+			// The current fixed window, or the next edge. (At completion, as
+			// below, the calls in flight are not in the window: no margin for
+			// them.)
 			m := b.margin(variance)
 			if b.atCompletion {
 				m = b.marginOf(variance)
@@ -1052,11 +1055,11 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.stepHeld = 0 // the step, if one was tried, is answered (the request step below)
 	b.lastUsed = now
 	cfg := b.l.conf()
-	b.observeStatedWaitLocked(now, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells
+	b.observeStatedWaitLocked(now, sig.Admitted, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)
 		b.nDelay++
-		b.setSpanLocked(cfg)
+		b.setSpanLocked(now, cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
 	trigger, view := b.learn.trigger, b.atCompletion
@@ -1065,7 +1068,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	}
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled && !b.fixedWindowsLocked() {
-		// (In fixed windows the user said how the provider counts, and a
+		// (Not in fixed windows: the provider counts on arrival in them, and a
 		// sliding view refuted there is no drained reserve.)
 		refuted, bothRefuted = b.voteLocked(now, sig.Admitted, sig.Tokens)
 	}
@@ -1494,7 +1497,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 	cfg := b.l.conf()
 	b.setRPMLocked()
-	b.setSpanLocked(cfg)
+	b.setSpanLocked(now, cfg)
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}

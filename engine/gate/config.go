@@ -36,7 +36,9 @@ type ModelLimits struct {
 	// Windows is how the provider's window moves, when the user knows it:
 	// WindowsFixed, clock-aligned windows whose count restarts at each
 	// multiple of the window since the Unix epoch (fixedwindow.go), or
-	// WindowsSliding. "" inherits, down to sliding; the gate does not learn it.
+	// WindowsSliding. "" inherits, down to sliding unless the provider's 429s
+	// state waits that end at the edges (fixedwindow.go); WindowsSliding
+	// turns that learning off.
 	Windows string
 }
 

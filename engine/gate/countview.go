@@ -16,7 +16,7 @@ import "time"
 // with like. O(1): it is on the admission path.
 func (b *bucket) providerViewLocked() float64 {
 	if b.fixedWindowsLocked() {
-		return b.fixedViewLocked() // (sharedOthers: none, fixed windows are local)
+		return b.fixedViewLocked() // (no sharedOthers: fixed windows are off with a shared window)
 	}
 	if b.atCompletion {
 		return float64(b.done.tokens + b.sharedOthers)

@@ -12,13 +12,23 @@ import "time"
 // waits for the next edge, not for the calls of the last minute to age out:
 // the sliding window keeps up to two budgets of a fixed-window provider's
 // quota unused across each edge, and a sliding view of its 429s reads
-// anywhere between the two (so the gate cannot tell them from another
-// client's traffic, and the learning does not try: the user says).
+// anywhere between the two (so no reading tells them from another client's
+// traffic: not told, the gate learns fixed windows only from the waits the
+// provider states, below).
+//
+// What stays approximate: requests are counted in the sliding window (a fixed
+// window's count never exceeds it: safe, a little conservative), so an unnamed
+// 429 early in a window weighs the sliding request count against the fixed
+// token reading; the reading subtracts every call not yet sent, also one
+// admitted before the part began (a send later than the count guard past an
+// edge: the reading is low by that call, the safe side); and the edges are the
+// local clock's, so a provider's clock off by more than the count guard costs
+// a 429 at an edge now and then.
 
 // fixedPart is the part of a window's entries that the provider's current
 // fixed window holds: the entries from sequence seq on (admitted at or after
 // edge less guard), with the same sums the whole window keeps. It is kept as
-// the entries change, so reading it is O(1); it is rebuilt once an edge (one
+// the entries change, so reading it is O(1); it is rebuilt once per edge (one
 // walk over the entries since the edge before).
 type fixedPart struct {
 	on            bool
@@ -33,8 +43,8 @@ type fixedPart struct {
 }
 
 // setFixed turns the fixed part on (window and guard: the provider's window
-// and the count guard) or off. It is rebuilt at the next expire.
-func (w *slidingWindow) setFixed(on bool, window, guard time.Duration) {
+// and the count guard), counted for the window current at now, or off.
+func (w *slidingWindow) setFixed(on bool, window, guard time.Duration, now time.Time) {
 	if !on {
 		w.fixed = fixedPart{}
 		return
@@ -42,8 +52,8 @@ func (w *slidingWindow) setFixed(on bool, window, guard time.Duration) {
 	if w.fixed.on && w.fixed.window == int64(window) && w.fixed.guard == int64(guard) {
 		return
 	}
-	w.fixed = fixedPart{on: true, window: int64(window), guard: int64(guard), edge: 0, seq: w.headSeq}
-	w.fixed.rebuild(w, w.last)
+	w.fixed = fixedPart{on: true, window: int64(window), guard: int64(guard), seq: w.headSeq}
+	w.fixed.rebuild(w, now.UnixNano())
 }
 
 // inFixed says whether entry seq is in the fixed part.
@@ -166,26 +176,28 @@ func (b *bucket) admitCountLocked() int64 {
 }
 
 // Learned from the provider's own word. A fixed-window provider that computes
-// its Retry-After (Kong's rate-limiting plugins, most counters keyed by the
-// window's index) names the instant its window restarts: the 429's time plus
-// the wait is an edge, to the whole second the header carries. A sliding
-// window's or a bucket's computed wait ends wherever the calls it holds leave
-// or refill, and a constant wait (the window itself, as many providers and the
-// simulator state) ends at the 429's own phase: neither points at an edge more
-// than by chance (2.2 s in the window, 4% of a minute's). A short wait says
-// little: the gate's own steps come a window apart, so its 429s can fall just
-// before edges, and a wait of a second or two then ends at one (the
-// simulator's token bucket did so twice in one burst). So a vote is a wait of
-// at least a tenth of the window, at most one each half window (a burst's 429s
-// state one edge). fixedEdgeVotes such 429s in a row, and no wait shorter than
-// the window ending elsewhere between them, switch a model the user said
-// nothing about to fixed windows; a later wait shorter than the window that
-// ends away from an edge switches it back. A wrong switch costs the 429s a
-// fixed count takes on a sliding window, until the next such wait undoes it.
+// its Retry-After (the time until its count, keyed by the window's index,
+// restarts) names the instant its window restarts: the 429's time plus
+// the wait is an edge, to the whole second the header carries, later by the
+// 429's trip back. A sliding window's or a bucket's computed wait ends wherever
+// the calls it holds leave or refill, and a constant wait (the window itself,
+// as many providers and the simulator state) ends at the 429's own phase:
+// neither points at an edge more than by chance (2.2 s in the window, 4% of a
+// minute's). A short wait says little: the gate's own steps come a window
+// apart, so its 429s can fall just before edges, and a wait of a second or two
+// then ends at one (the simulator's token bucket did so twice in one burst).
+// So a vote for fixed windows is a wait of at least a tenth of the window (one
+// against them may be any wait shorter than the window), at most one vote each
+// half window (a burst's 429s state one edge). fixedEdgeVotes such 429s in a row
+// switch a model the user said nothing about to fixed windows, and as many
+// waits in a row that end away from an edge switch it back (one could be a
+// slow trip). A wrong switch costs the 429s a fixed count takes on a sliding
+// window, until such waits undo it.
 const (
 	fixedEdgeVotes = 2
 	// fixedEdgeSlack: how far from an edge a stated wait may end — the header's
-	// whole seconds, rounded up or down, and the 429's trip.
+	// whole seconds, rounded up or down. A wait may end later by the 429's
+	// trip too: the admission→429 delay, up to a tenth of the window.
 	fixedEdgeSlack = 1100 * time.Millisecond
 	// fixedEdgeMinWindow: below it, a whole second is too coarse against the
 	// window for the wait's end to say anything.
@@ -195,36 +207,33 @@ const (
 )
 
 // observeStatedWaitLocked weighs a 429's stated wait as evidence of fixed
-// windows (see fixedEdgeVotes). It reports whether the model's windows
-// changed.
-func (b *bucket) observeStatedWaitLocked(now time.Time, wait time.Duration, fallback bool) bool {
+// windows (see fixedEdgeVotes); admitted is when the refused call was
+// admitted (zero: unknown). It reports whether the model's windows changed.
+func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Duration, fallback bool) bool {
 	window := b.l.conf().Window
 	if b.limits.Windows != "" || b.l.shared != nil || !b.learn.enabled || fallback ||
 		wait <= 0 || wait >= window || window < fixedEdgeMinWindow {
 		return false // the user said, or the wait says nothing of an edge
 	}
-	end := now.Add(wait).UnixNano()
-	off := end % int64(window)
-	atEdge := off <= int64(fixedEdgeSlack) || off >= int64(window-fixedEdgeSlack)
-	switch {
-	case atEdge && !b.fixedLearned:
-		if float64(wait) < fixedEdgeMinWait*float64(window) || (!b.fixedVoteAt.IsZero() && now.Sub(b.fixedVoteAt) < window/2) {
-			return false // too short to tell, or the same burst
-		}
-		b.fixedVoteAt = now
-		if b.fixedVotes++; b.fixedVotes < fixedEdgeVotes {
-			return false
-		}
-	case !atEdge:
-		b.fixedVotes = 0
-		if !b.fixedLearned {
-			return false
-		}
-	default:
-		return false // learned, and confirmed
+	late := fixedEdgeSlack
+	if !admitted.IsZero() && now.After(admitted) {
+		late += min(now.Sub(admitted), window/10)
+	}
+	off := time.Duration(now.Add(wait).UnixNano() % int64(window))
+	atEdge := off <= late || off >= window-fixedEdgeSlack
+	if atEdge == b.fixedLearned {
+		b.fixedVotes = 0 // as it is: confirmed
+		return false
+	}
+	if (atEdge && float64(wait) < fixedEdgeMinWait*float64(window)) || (!b.fixedVoteAt.IsZero() && now.Sub(b.fixedVoteAt) < window/2) {
+		return false // too short to tell (a fixed window's wait, short or long, ends at an edge), or the same burst
+	}
+	b.fixedVoteAt = now
+	if b.fixedVotes++; b.fixedVotes < fixedEdgeVotes {
+		return false
 	}
 	b.fixedLearned, b.fixedVotes = atEdge, 0
-	b.setSpanLocked(b.l.conf())
+	b.setSpanLocked(now, b.l.conf())
 	b.forgetReadingsLocked() // read in the other window
 	b.clearVotesLocked()
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // The fixed part's sums are those of the entries admitted at or after the
@@ -11,15 +13,25 @@ import (
 // settled, resized, restamped (sent later), dropped, and windows passing.
 // Checked against a count over the entries after each of 20,000 random steps.
 func TestFixedPartFollowsTheEntries(t *testing.T) {
-	const window, guard = time.Minute, 300 * time.Millisecond
+	const window = time.Minute
+	guards := []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second}
 	rng := rand.New(rand.NewPCG(1, 2))
-	w := newSlidingWindow(window + guard)
+	w := newSlidingWindow(window + time.Second) // the longest guard
 	w.inner = window
-	w.setFixed(true, window, guard)
+	w.setFixed(true, window, guards[1], t0)
 	now := t0.Add(59 * time.Second) // a second before an edge
 	var open []uint64               // the calls in flight: their sequence numbers
 	for step := 0; step < 20000; step++ {
-		now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+		switch r := rng.IntN(100); {
+		case r == 0: // the clock steps back
+			now = now.Add(-time.Duration(rng.IntN(3000)) * time.Millisecond)
+		case r == 1: // the guard changes (measured delays)
+			w.setFixed(true, window, guards[rng.IntN(len(guards))], now)
+		case r < 4: // a long pause
+			now = now.Add(time.Duration(rng.IntN(200)) * time.Second)
+		default:
+			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+		}
 		w.expire(now)
 		switch op := rng.IntN(10); {
 		case op < 4:
@@ -65,7 +77,8 @@ func checkFixedPart(t *testing.T, w *slidingWindow, now time.Time, step int) {
 		f.askedCount != want.askedCount || f.askedOutput != want.askedOutput {
 		t.Fatalf("step %d: part %+v, recounted %+v", step, f, want)
 	}
-	// Nothing before the part belongs in it.
+	// Nothing before the part belongs in it (a clock that stepped back leaves
+	// later entries before it: the part recounts from the oldest then).
 	if f.seq > w.headSeq {
 		if e := w.entries[(w.head+int(f.seq-1-w.headSeq))%len(w.entries)]; e.at != holeAt && e.at >= f.edge-f.guard {
 			t.Fatalf("step %d: entry %d at %d is after the cutoff %d but not in the part", step, f.seq-1, e.at, f.edge-f.guard)
@@ -171,9 +184,16 @@ func TestFixedWindowsLearnedFromWaitsThatEndAtEdges(t *testing.T) {
 	if got := windowsOf(l, t0.Add(171*time.Second)); got != WindowsFixed {
 		t.Fatalf("a wait ending half a second before an edge switched it back (%q)", got)
 	}
+	// Ending 1.5 s after an edge, a call admitted 600 ms before its 429: the
+	// trip back, not a wait that ends elsewhere.
+	l.RateLimitedBy(t0.Add(200*time.Second), "p", "m", engine.RateLimit{RetryAfter: 41*time.Second + 500*time.Millisecond, Admitted: t0.Add(199*time.Second + 400*time.Millisecond)})
 	l.RateLimited(t0.Add(230*time.Second), "p", "m", 7*time.Second) // 3:57
-	if got := windowsOf(l, t0.Add(231*time.Second)); got != "" {
-		t.Fatalf("a wait ending 3 s before an edge: windows %q, want sliding again", got)
+	if got := windowsOf(l, t0.Add(231*time.Second)); got != WindowsFixed {
+		t.Fatalf("one wait ending 3 s before an edge: windows %q, want fixed still (a slow trip is one 429)", got)
+	}
+	l.RateLimited(t0.Add(270*time.Second), "p", "m", 10*time.Second) // 4:40
+	if got := windowsOf(l, t0.Add(271*time.Second)); got != "" {
+		t.Fatalf("two waits ending away from an edge: windows %q, want sliding again", got)
 	}
 }
 
@@ -192,7 +212,7 @@ func TestFixedWindowsNotLearnedWithoutEvidence(t *testing.T) {
 		{"one burst", nil, [2]time.Duration{40 * time.Second, 40*time.Second + 5*time.Millisecond}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
 		{"short waits", nil, [2]time.Duration{58 * time.Second, 118 * time.Second}, [2]time.Duration{2 * time.Second, 2 * time.Second}},
 		{"the window itself", nil, [2]time.Duration{60 * time.Second, 180 * time.Second}, [2]time.Duration{time.Minute, time.Minute}},
-		{"no wait", nil, [2]time.Duration{60 * time.Second, 180 * time.Second}, [2]time.Duration{0, 0}},
+		{"no wait", func(c *Config) { c.FallbackCooldown = 20 * time.Second }, [2]time.Duration{40 * time.Second, 100 * time.Second}, [2]time.Duration{0, 0}},
 		{"told sliding", func(c *Config) { c.Defaults.Windows = WindowsSliding }, [2]time.Duration{40 * time.Second, 100 * time.Second}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
 		{"learning off", func(c *Config) { c.Learn = false }, [2]time.Duration{40 * time.Second, 100 * time.Second}, [2]time.Duration{20 * time.Second, 20 * time.Second}},
 	}
@@ -224,5 +244,83 @@ func TestFixedWindowsLearnedAreForgottenOnReset(t *testing.T) {
 	l.Reset(t0.Add(102*time.Second), "p", "m")
 	if got := windowsOf(l, t0.Add(103*time.Second)); got != "" {
 		t.Fatalf("after a reset: windows %q, want sliding", got)
+	}
+}
+
+// The switch reads the 429 that made it in the window current then: here an
+// empty one, though the last window held 800 tokens.
+func TestFixedWindowsLearnedReadTheCurrentWindow(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, _ := newTestLedger(t, c)
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second) // the first vote
+	for i := 0; i < 4; i++ {
+		mustAdmit(t, l, t0.Add(95*time.Second), req(100)) // 800 in the window before the edge at 2:00
+	}
+	l.RateLimited(t0.Add(121*time.Second), "p", "m", 59*time.Second) // the second, ending at 3:00
+	st := l.BucketStatus(t0.Add(121*time.Second), "p", "m")
+	if st.Windows != WindowsFixed || st.WindowTokens != 0 || st.Trigger == 800 {
+		t.Fatalf("windows %q, window tokens %d, trigger %.0f; want fixed, 0, and no trigger at the last window's 800", st.Windows, st.WindowTokens, st.Trigger)
+	}
+}
+
+// A reload that says how the windows move ends what was learned; one that
+// leaves it out again learns afresh.
+func TestFixedWindowsLearnedGiveWayToTheConfig(t *testing.T) {
+	c := learnGate()
+	l, _, _ := newTestLedger(t, c)
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
+	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
+	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
+		t.Fatalf("windows %q, want fixed", got)
+	}
+	c.Defaults.Windows = WindowsSliding
+	if err := l.Reconfigure(t0.Add(102*time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowsOf(l, t0.Add(103*time.Second)); got != "" {
+		t.Fatalf("told sliding: windows %q", got)
+	}
+	c.Defaults.Windows = ""
+	if err := l.Reconfigure(t0.Add(104*time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowsOf(l, t0.Add(105*time.Second)); got != "" {
+		t.Fatalf("left out again: windows %q, want sliding until two more votes", got)
+	}
+}
+
+// A call admitted before the part began and sent after the edge is counted
+// from its send, in the current window, even when it is the newest entry and
+// the part held nothing.
+func TestFixedPartTakesACallSentAfterTheEdge(t *testing.T) {
+	const window, guard = time.Minute, 300 * time.Millisecond
+	w := newSlidingWindow(window + guard)
+	w.inner = window
+	w.setFixed(true, window, guard, t0)
+	seq := w.add(t0.Add(50*time.Second), 400, 100, false)
+	w.expire(t0.Add(61 * time.Second))
+	if w.fixed.tokens != 0 {
+		t.Fatalf("part %d tokens after the edge, want 0", w.fixed.tokens)
+	}
+	if _, at := w.restamp(seq, t0.Add(61*time.Second).UnixNano()); at == 0 {
+		t.Fatal("not restamped")
+	}
+	if w.fixed.tokens != 400 || w.fixed.openCount != 1 || w.fixed.openOutput != 100 {
+		t.Fatalf("part %+v, want the call sent after the edge in it", w.fixed)
+	}
+}
+
+// In fixed windows a 429 does not vote on when the provider counts: the user
+// said how it counts. The 429 that switches a sliding window's view at once
+// (TestRefutedArrivalViewSwitchesAtOnce) leaves it on arrival here.
+func TestFixedWindowsDoNotVoteOnTheView(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	c.Defaults.Windows = WindowsFixed
+	l, _, ev := newTestLedger(t, c)
+	servedThenRefused(t, l, 63*time.Second)
+	if got := countModeSwitches(ev); len(got) != 0 {
+		t.Fatalf("count-mode steps %v, want none", got)
 	}
 }

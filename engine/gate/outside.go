@@ -100,7 +100,7 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 		tail = b.done.tail()
 	}
 	if b.fixedWindowsLocked() {
-		tail = 0 // the fixed view holds no entry past the provider's window
+		tail = 0 // the fixed view's entries before the edge (the guard's) are the provider's too
 	}
 	r := counted - (b.providerViewLocked() - float64(tail))
 	o.n++

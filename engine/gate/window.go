@@ -42,7 +42,7 @@ type slidingWindow struct {
 	tailEnd    uint64
 	tailTokens int64
 	// The entries a provider counting in fixed windows holds now (off unless
-	// the user said it does): fixedwindow.go.
+	// the model counts fixed windows, told or learned): fixedwindow.go.
 	fixed fixedPart
 }
 
@@ -86,7 +86,7 @@ func (w *slidingWindow) expire(now time.Time) {
 		if w.tailEnd > w.headSeq {
 			w.tailTokens -= e.tokens
 		}
-		if w.inFixed(w.headSeq) { // only when the guard shrank: the part starts later now
+		if w.inFixed(w.headSeq) { // a hole at the part's start, or the guard shrank: it starts later now
 			w.fixed.removeEntry(*e)
 			w.fixed.seq = w.headSeq + 1
 		}
