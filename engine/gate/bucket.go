@@ -444,6 +444,8 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 		q.Decides = DecidesKnown
 	}
 	q.DecidesLearned = b.limits.Decides == "" && b.decidesLearnedKnown
+	q.Fixed = b.fixedWindowsLocked()
+	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
 	return q
 }
 
@@ -461,6 +463,14 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	}
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
 		b.forgetReadingsLocked()
+	}
+	if b.limits.Windows == "" && b.l.shared == nil && b.learn.enabled && q.FixedLearned != b.fixedLearned {
+		// What the stated waits said of the windows, the last time.
+		b.fixedLearned, b.fixedVotes = q.FixedLearned, 0
+		b.setSpanLocked(b.l.clock.Now(), b.l.conf())
+	}
+	if q.Fixed != b.fixedWindowsLocked() {
+		b.forgetReadingsLocked() // read in the other windows
 	}
 	if q.CountsAt != CountsAtArrival && q.CountsAt != CountsAtCompletion {
 		return

@@ -236,6 +236,9 @@ func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Dura
 	b.setSpanLocked(now, b.l.conf())
 	b.forgetReadingsLocked() // read in the other window
 	b.clearVotesLocked()
+	if b.l.quotas != nil {
+		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
+	}
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.Reason = "windows", map[bool]string{true: WindowsFixed, false: WindowsSliding}[atEdge]
 	b.l.emit(e)

@@ -50,6 +50,11 @@ type LearnedQuota struct {
 	// DecidesLearned: DecidesKnown was read from the provider's rate-limit
 	// headers, not configured (decides.go).
 	DecidesLearned bool `json:"decidesLearned,omitempty"`
+	// Fixed: the readings were taken in fixed windows (fixedwindow.go);
+	// FixedLearned: those were read from the 429s' stated waits, not
+	// configured.
+	Fixed        bool `json:"fixed,omitempty"`
+	FixedLearned bool `json:"fixedLearned,omitempty"`
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared

@@ -208,3 +208,46 @@ func TestLearnedStoreKeepsWhatTheHeadersTaughtOfDecides(t *testing.T) {
 		t.Fatalf("saved decides %q, learned %v; want known, learned", q.Decides, q.DecidesLearned)
 	}
 }
+
+// Fixed windows read from the stated waits survive a restart through the
+// store; readings taken in the other windows than the bucket counts now go.
+func TestLearnedStoreKeepsTheWindowsTheWaitsTaught(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stored        LearnedQuota
+		configured    string
+		wantWindows   string
+		wantForgotten bool
+	}{
+		{"learned, restored", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Fixed: true, FixedLearned: true}, "", WindowsFixed, false},
+		{"configured then, removed since", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Fixed: true}, "", "", true},
+		{"learned, the user says sliding now", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0, Fixed: true, FixedLearned: true}, WindowsSliding, "", true},
+		{"sliding then, the user says fixed now", LearnedQuota{Quota: 950, Trigger: 900, LastProbe: t0}, WindowsFixed, WindowsFixed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &MemoryLearnedStore{}
+			st.Save("p", "m", tc.stored)
+			c := testGate()
+			c.Defaults.Windows = tc.configured
+			l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs := l.BucketStatus(t0, "p", "m")
+			if bs.Windows != tc.wantWindows || (bs.Trigger == 0) != tc.wantForgotten {
+				t.Fatalf("windows %q, trigger %v; want %q, readings forgotten %v", bs.Windows, bs.Trigger, tc.wantWindows, tc.wantForgotten)
+			}
+		})
+	}
+	// And a switch is saved.
+	st := &MemoryLearnedStore{}
+	l, err := NewLedger(testGate(), engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
+	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
+	if q, _ := st.Load("p", "m"); !q.Fixed || !q.FixedLearned {
+		t.Fatalf("saved fixed %v, learned %v; want both", q.Fixed, q.FixedLearned)
+	}
+}
