@@ -546,7 +546,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 			tpm, _ = b.win.tokenDrain(now, need, budget)
 		}
 	}
-	rpm := b.countedLocked().requestDrain(now, b.rpm)
+	rpm := b.requestDrainLocked(now)
 	if rpm > 0 {
 		b.rpmBoundAt = now
 	}
@@ -925,7 +925,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 // the window's, in the view the gate counts in, as of admitted (the time the
 // call's entry counts from; zero: unknown, now).
 func (b *bucket) requestsMetLocked(now, admitted time.Time) int {
-	count := b.countedLocked().requests()
+	count := b.requestCountLocked()
 	switch {
 	case b.atCompletion:
 	case !admitted.IsZero() && admitted.Before(now):
@@ -1452,7 +1452,7 @@ func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
 // request count above the request budget that held before the last probe
 // step, while that step is tried (a window after it).
 func (b *bucket) aboveHeldRequestsLocked(now time.Time) bool {
-	return b.requestStepTriedLocked(now) && b.countedLocked().requests()+1 > b.rpmStepHeld
+	return b.requestStepTriedLocked(now) && b.requestCountLocked()+1 > b.rpmStepHeld
 }
 
 // requestStepTriedLocked says whether a request probe step is being tried: a
@@ -1546,6 +1546,6 @@ func (b *bucket) newEvent(kind EventKind, now time.Time, session, reason string,
 		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
 		WindowTokens: b.admitCountLocked(), TokenBudget: b.tokenBudget(), Reservation: res,
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
-		Requests: b.countedLocked().requests(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
+		Requests: b.requestCountLocked(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
 	}
 }

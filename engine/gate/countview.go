@@ -48,7 +48,7 @@ func (b *bucket) arrivalViewLocked() float64 {
 // providerRequestsLocked is the requests the provider's window holds in the
 // view the gate counts in: in the arrival view, less the calls not yet sent.
 func (b *bucket) providerRequestsLocked() int {
-	n := b.countedLocked().requests()
+	n := b.requestCountLocked()
 	if !b.atCompletion {
 		n -= b.unsentCount
 	}

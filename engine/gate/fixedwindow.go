@@ -16,10 +16,8 @@ import "time"
 // traffic: not told, the gate learns fixed windows only from the waits the
 // provider states, below).
 //
-// What stays approximate: requests are counted in the sliding window (a fixed
-// window's count never exceeds it: safe, a little conservative), so an unnamed
-// 429 early in a window weighs the sliding request count against the fixed
-// token reading; the reading subtracts every call not yet sent, also one
+// Requests are counted in the fixed window as tokens are. What stays
+// approximate: the reading subtracts every call not yet sent, also one
 // admitted before the part began (a send later than the count guard past an
 // edge: the reading is low by that call, the safe side); and the edges are the
 // local clock's, so a provider's clock off by more than the count guard costs
@@ -36,6 +34,7 @@ type fixedPart struct {
 	edge          int64 // the current window's start, unix nanos
 	seq           uint64
 	tokens        int64
+	requests      int // entries that are requests: not holes, not an output alone
 	openCount     int
 	openOutput    int64
 	askedCount    int
@@ -92,7 +91,7 @@ func (f *fixedPart) rebuild(w *slidingWindow, at int64) {
 			break
 		}
 	}
-	f.tokens, f.openCount, f.openOutput, f.askedCount, f.askedOutput = 0, 0, 0, 0, 0
+	f.tokens, f.requests, f.openCount, f.openOutput, f.askedCount, f.askedOutput = 0, 0, 0, 0, 0, 0
 	for seq := f.seq; seq < end; seq++ {
 		f.addEntry(w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)])
 	}
@@ -108,6 +107,9 @@ func (f *fixedPart) count(e windowEntry, sign int64) {
 		return
 	}
 	f.tokens += sign * e.tokens
+	if e.open != outputOnly {
+		f.requests += int(sign)
+	}
 	if e.open == 0 || e.open == outputOnly {
 		return
 	}
@@ -124,10 +126,22 @@ func (f *fixedPart) count(e windowEntry, sign int64) {
 // budget in the fixed window: 0, or until the next edge. It assumes expire(now)
 // ran.
 func (w *slidingWindow) fixedDrain(now time.Time, need, budget int64) time.Duration {
-	f := &w.fixed
-	if f.tokens+need <= budget {
+	if w.fixed.tokens+need <= budget {
 		return 0
 	}
+	return w.fixed.untilEdge(now)
+}
+
+// fixedRequestDrain is requestDrain in the fixed window: 0 while one more
+// request fits under budget, else until the next edge.
+func (w *slidingWindow) fixedRequestDrain(now time.Time, budget int) time.Duration {
+	if w.fixed.requests+1 <= budget {
+		return 0
+	}
+	return w.fixed.untilEdge(now)
+}
+
+func (f *fixedPart) untilEdge(now time.Time) time.Duration {
 	return time.Duration(f.edge + f.window - now.UnixNano())
 }
 
@@ -173,6 +187,25 @@ func (b *bucket) admitCountLocked() int64 {
 		return w.fixed.tokens
 	}
 	return w.tokens
+}
+
+// requestCountLocked is the requests the request budget holds a call against,
+// in the same window.
+func (b *bucket) requestCountLocked() int {
+	w := b.countedLocked()
+	if b.fixedWindowsLocked() {
+		return w.fixed.requests
+	}
+	return w.requests()
+}
+
+// requestDrainLocked is how long until one more request fits under the
+// request budget: in fixed windows, 0 or the next edge.
+func (b *bucket) requestDrainLocked(now time.Time) time.Duration {
+	if b.fixedWindowsLocked() {
+		return b.countedLocked().fixedRequestDrain(now, b.rpm)
+	}
+	return b.countedLocked().requestDrain(now, b.rpm)
 }
 
 // Learned from the provider's own word. A fixed-window provider that computes

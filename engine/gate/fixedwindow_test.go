@@ -73,7 +73,7 @@ func checkFixedPart(t *testing.T, w *slidingWindow, now time.Time, step int) {
 	for seq := f.seq; seq < w.headSeq+uint64(w.n); seq++ {
 		want.addEntry(w.entries[(w.head+int(seq-w.headSeq))%len(w.entries)])
 	}
-	if f.tokens != want.tokens || f.openCount != want.openCount || f.openOutput != want.openOutput ||
+	if f.tokens != want.tokens || f.requests != want.requests || f.openCount != want.openCount || f.openOutput != want.openOutput ||
 		f.askedCount != want.askedCount || f.askedOutput != want.askedOutput {
 		t.Fatalf("step %d: part %+v, recounted %+v", step, f, want)
 	}
@@ -322,5 +322,26 @@ func TestFixedWindowsDoNotVoteOnTheView(t *testing.T) {
 	servedThenRefused(t, l, 63*time.Second)
 	if got := countModeSwitches(ev); len(got) != 0 {
 		t.Fatalf("count-mode steps %v, want none", got)
+	}
+}
+
+// Requests are counted in the fixed window too: the budget's tenth request
+// waits for the edge, and the next window takes ten at once.
+func TestFixedWindowsCountRequests(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 10, Windows: WindowsFixed}
+	l, _, _ := newTestLedger(t, c)
+	for i := 0; i < 10; i++ {
+		mustAdmit(t, l, t0.Add(time.Duration(50+i)*time.Second), req(10))
+	}
+	w := mustWait(t, l, t0.Add(59*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 10}, "rpm", 60*time.Second)
+	if _, ok := w.Poll(t0.Add(60 * time.Second)); !ok {
+		t.Fatal("the waiting call was not granted at the edge")
+	}
+	for i := 0; i < 9; i++ {
+		mustAdmit(t, l, t0.Add(61*time.Second), Request{Provider: "p", Model: "m", Session: "y", InputTokens: 10})
+	}
+	if st := l.BucketStatus(t0.Add(61*time.Second), "p", "m"); st.WindowRequests != 10 {
+		t.Fatalf("window requests %d, want 10 (the current window's)", st.WindowRequests)
 	}
 }

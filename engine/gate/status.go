@@ -75,7 +75,7 @@ func (b *bucket) status(now time.Time) BucketStatus {
 	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,
-		WindowTokens: b.admitCountLocked(), WindowRequests: b.countedLocked().requests(),
+		WindowTokens: b.admitCountLocked(), WindowRequests: b.requestCountLocked(),
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		MaxTPM: b.limits.MaxTPM, MaxRPM: b.limits.MaxRPM,

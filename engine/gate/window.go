@@ -204,7 +204,15 @@ func (w *slidingWindow) addSettled(now time.Time, tokens int64) {
 // request.
 func (w *slidingWindow) addOutput(now time.Time, tokens int64) {
 	w.addSettled(now, tokens)
-	w.entries[(w.head+w.n-1)%len(w.entries)].open = outputOnly
+	seq, e := w.headSeq+uint64(w.n)-1, &w.entries[(w.head+w.n-1)%len(w.entries)]
+	in := w.inFixed(seq)
+	if in {
+		w.fixed.removeEntry(*e) // counted as a request until now
+	}
+	e.open = outputOnly
+	if in {
+		w.fixed.addEntry(*e)
+	}
 	w.outputs++
 }
 
