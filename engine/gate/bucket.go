@@ -938,7 +938,7 @@ func (b *bucket) requestsMetLocked(now, admitted time.Time) int {
 	default:
 		count -= b.unsentCount
 	}
-	return count
+	return max(count, 0) // (in fixed windows a call admitted before the edge met the last window's count)
 }
 
 // unsentSinceLocked is how many calls admitted at or before at (unix nanos)
