@@ -16,26 +16,18 @@ func benchGate() Config {
 
 // BenchmarkAdmitSettle: admit + settle that does not wait, one bucket.
 // Target ≤ 1 µs and 0 allocs/op.
-func BenchmarkAdmitSettle(b *testing.B) {
-	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
-	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
-	u := Usage{InputTokens: 900, OutputTokens: 200}
-	now := t0
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		now = now.Add(time.Millisecond) // entries leave the window as they would in steady state
-		tk, _ := l.Submit(now, r)
-		l.Settle(now, tk, u)
-	}
-}
+func BenchmarkAdmitSettle(b *testing.B) { benchAdmitSettle(b, benchGate()) }
 
 // BenchmarkAdmitSettleFixedWindows: admit + settle told the provider counts in
 // fixed windows, whose part of the window is kept as the entries change and
-// recounted once an edge. Target: as admit + settle.
+// recounted once per edge. Target: as admit + settle.
 func BenchmarkAdmitSettleFixedWindows(b *testing.B) {
 	c := benchGate()
 	c.Defaults.Windows = WindowsFixed
+	benchAdmitSettle(b, c)
+}
+
+func benchAdmitSettle(b *testing.B, c Config) {
 	l, _ := NewLedger(c, engine.NewFakeClock(t0))
 	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
 	u := Usage{InputTokens: 900, OutputTokens: 200}
@@ -43,7 +35,7 @@ func BenchmarkAdmitSettleFixedWindows(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		now = now.Add(time.Millisecond)
+		now = now.Add(time.Millisecond) // entries leave the window as they would in steady state
 		tk, _ := l.Submit(now, r)
 		l.Settle(now, tk, u)
 	}
