@@ -10,8 +10,8 @@ import "time"
 // an edge counting in the windows on both sides of it (the provider may count
 // it a few milliseconds later, after the edge). A call that does not fit
 // waits for the next edge, not for the calls of the last minute to age out:
-// the sliding window keeps up to two budgets of a fixed-window provider's
-// quota unused across each edge, and a sliding view of its 429s reads
+// a sliding window holds a minute that straddles an edge to one budget where
+// such a provider allows up to two, and a sliding view of its 429s reads
 // anywhere between the two (so no reading tells them from another client's
 // traffic: not told, the gate learns fixed windows only from the waits the
 // provider states, below).
