@@ -422,30 +422,74 @@ func TestScenarioStatesLimit(t *testing.T) {
 
 // gate.countsAt tells the gate how the provider counts, as a model's countsAt
 // in the config does. At a provider that counts at completion, started at the
-// truth, the gate told so never has to learn the view: it takes fewer 429s
-// than the gate that learns it, and it starts in that view (one 429 fewer is
-// the view's cost: docs/benchmarks.md, "The gate's eleventh round").
+// truth, the gate told so never has to learn the view: over three seeds it
+// takes fewer 429s than the gate that learns it and serves more (one 429 fewer
+// is the view's cost: docs/benchmarks.md, "The gate's eleventh round"). One
+// seed alone can tie: a learning run spared a late 429 by chance.
 func TestScenarioCountsAt(t *testing.T) {
-	s := DefaultScenario()
-	s.Duration = Duration(30 * time.Minute)
-	s.Provider.Model = LimitSlidingCompletion
-	learning, err := RunModes(s, ModeGate)
-	if err != nil {
-		t.Fatal(err)
+	var learned, told struct {
+		rateLimited int
+		util        float64
 	}
-	s.Gate.CountsAt = gate.CountsAtCompletion
-	told, err := RunModes(s, ModeGate)
-	if err != nil {
-		t.Fatal(err)
+	for seed := uint64(1); seed <= 3; seed++ {
+		s := DefaultScenario()
+		s.Seed, s.Duration = seed, Duration(30*time.Minute)
+		s.Provider.Model = LimitSlidingCompletion
+		lr, err := RunModes(s, ModeGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Gate.CountsAt = gate.CountsAtCompletion
+		gr, err := RunModes(s, ModeGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, g := lr.Modes[ModeGate], gr.Modes[ModeGate]
+		t.Logf("seed %d: told the view %d 429s, utilization %.3f; learning it %d, %.3f", seed, g.RateLimited, g.Utilization, l.RateLimited, l.Utilization)
+		learned.rateLimited += l.RateLimited
+		learned.util += l.Utilization
+		told.rateLimited += g.RateLimited
+		told.util += g.Utilization
 	}
-	l, g := learning.Modes[ModeGate], told.Modes[ModeGate]
-	if g.RateLimited >= l.RateLimited || g.Utilization <= l.Utilization {
-		t.Fatalf("told the view: %d 429s, utilization %.3f; learning it: %d, %.3f; want fewer 429s and more served",
-			g.RateLimited, g.Utilization, l.RateLimited, l.Utilization)
+	if told.rateLimited >= learned.rateLimited || told.util <= learned.util {
+		t.Fatalf("told the view: %d 429s, utilization %.3f; learning it: %d, %.3f (summed over seeds 1–3); want fewer 429s and more served",
+			told.rateLimited, told.util, learned.rateLimited, learned.util)
 	}
-	s.Gate.CountsAt = gate.CountsAtLearn
-	if same, err := RunModes(s, ModeGate); err != nil || !reflect.DeepEqual(same.Modes, learning.Modes) {
-		t.Fatalf("countsAt: learn ran differently from unset (%v)", err)
+}
+
+// A provider that counts at completion decides on a call with the calls
+// completed when it arrives; the gate hears of a completion a one-way trip
+// later, so a call admitted at the budget's edge is refused when a large call
+// completed unseen in between. With the round trip its 429s measured, the gate
+// keeps room for what may complete in it (engine/gate/landing.go). The
+// matrix's completion rows with latency at the truth, told the view, seeds
+// 1–12: 25 429s without it, 19 with it. (Twelve hours of simulation: not under
+// the race detector, which slows the simulator forty times.)
+func TestCompletionKeepsRoomForUnseenCompletions(t *testing.T) {
+	if raceEnabled {
+		t.Skip("twelve simulated hours; the step without the race detector runs it")
+	}
+	total := 0
+	for seed := uint64(1); seed <= 12; seed++ {
+		base := DefaultScenario()
+		base.Seed, base.Duration = seed, Duration(time.Hour)
+		base.Gate.CountsAt = gate.CountsAtCompletion
+		scens, rows := matrixRuns(base)
+		for i, r := range rows {
+			if r.Model != LimitSlidingCompletion || !r.Latency || r.Start != 1 || r.Outside != 0 {
+				continue
+			}
+			rep, err := RunModes(scens[i], ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := rep.Modes[ModeGate]
+			t.Logf("seed %d: %d 429s, %.3f of the limit", seed, g.RateLimited, g.Utilization)
+			total += g.RateLimited
+		}
+	}
+	if total > 21 {
+		t.Errorf("%d 429s over the twelve runs, want ≤ 21 (25 without the room)", total)
 	}
 }
 

@@ -40,6 +40,7 @@ type bucket struct {
 	est                       estimator
 	cooldownUntil             time.Time
 	reservedOpen              int64   // reservations of tickets not yet settled
+	land                      landing // the calls in flight as completions to come (landing.go)
 	openVar                   float64 // invariant: the sum of the open tickets' cost variances
 	inFlight                  int
 	perSession                map[string]int // in flight per session; kept only with a cap
@@ -47,6 +48,7 @@ type bucket struct {
 	// The calls admitted and not yet sent (Request.Sends): their share of the
 	// arrival view, and how many.
 	unsent      int64
+	landing     int64 // its expected cost at the provider, in the bucket's land while open
 	unsentCount int
 
 	// Fixed windows read from the 429s' stated waits while the user has not
@@ -190,6 +192,7 @@ type ticketSlot struct {
 	// arrival view until it is sent (in the bucket's unsent meanwhile).
 	sendPending bool
 	unsent      int64
+	landing     int64 // its expected cost at the provider, in the bucket's land while open
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
 	viewArrival, viewDone int64
@@ -423,6 +426,18 @@ func (b *bucket) setRPMLocked() {
 // quantile per call.
 func (b *bucket) margin(v float64) int64 { return b.marginOf(b.openVar + v) }
 
+// viewMarginLocked is the head room a call of variance v needs in the view the
+// bucket counts in. On arrival: the margin over the calls in flight and this
+// one. At completion the calls in flight are not in the provider's window (only
+// the settled ones, known exactly): this call's own spread, and room for the
+// calls that may complete while the gate cannot see it (landing.go).
+func (b *bucket) viewMarginLocked(v float64) int64 {
+	if b.atCompletion {
+		return b.completionMarginLocked(v)
+	}
+	return b.margin(v)
+}
+
 // marginOf is MarginSigmas standard deviations of a cost of variance v.
 func (b *bucket) marginOf(v float64) int64 {
 	z := b.l.conf().MarginSigmas
@@ -488,16 +503,22 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	}
 }
 
+// roundTripLocked is the longest recent admission→429 delay: a refused call's
+// trip to the provider and back (0 before any 429).
+func (b *bucket) roundTripLocked() time.Duration {
+	var longest time.Duration
+	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
+		longest = max(longest, d)
+	}
+	return longest
+}
+
 // guardFor is how long past the window an entry stays: the configured share of
 // the window, or 1.5 × the longest recent admission→429 delay, at most 2% of
 // the window — and never so long that a drain wait exceeds maxWait.
 func (b *bucket) guardFor(cfg *Config) time.Duration {
 	g := time.Duration(cfg.CountGuard * float64(cfg.Window))
-	var longest time.Duration
-	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
-		longest = max(longest, d)
-	}
-	g = max(g, longest*3/2)
+	g = max(g, b.roundTripLocked()*3/2)
 	return max(0, min(g, cfg.Window/50, cfg.MaxWait-cfg.Window))
 }
 
@@ -527,23 +548,11 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		d, _ := b.done.tokenDrain(now, capBudget, capBudget)
 		tpm = max(a, d)
 	case res <= budget: // an over-budget reservation never waits for the window
+		need := min(res+b.viewMarginLocked(variance), budget)
 		if b.fixedWindowsLocked() {
-			// The current fixed window, or the next edge. (At completion, as
-			// below, the calls in flight are not in the window: no margin for
-			// them.)
-			m := b.margin(variance)
-			if b.atCompletion {
-				m = b.marginOf(variance)
-			}
-			tpm = b.countedLocked().fixedDrain(now, min(res+m, budget), budget)
-		} else if b.atCompletion {
-			// Calls in flight are not in such a provider's window: only the
-			// settled ones, known exactly, and this call's own spread.
-			need := min(res+b.marginOf(variance), budget)
-			tpm, _ = b.done.tokenDrain(now, need, budget)
+			tpm = b.countedLocked().fixedDrain(now, need, budget) // the current fixed window, or the next edge
 		} else {
-			need := min(res+b.margin(variance), budget)
-			tpm, _ = b.win.tokenDrain(now, need, budget)
+			tpm, _ = b.countedLocked().tokenDrain(now, need, budget)
 		}
 	}
 	rpm := b.requestDrainLocked(now)
@@ -907,6 +916,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
 	b.reservedOpen += res
+	s.landing = b.providerCostLocked(res, out)
+	if !req.Sends {
+		b.land.open(s.landing) // (a call the caller sends later opens there: Sent)
+	}
 	b.openVar += sz.variance
 	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
@@ -1018,6 +1031,12 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
+	if !s.sendPending {
+		b.land.close(s.landing, b.inFlight == 1)
+	}
+	if u != nil {
+		b.land.settled(time.Duration(now.UnixNano() - s.admitted))
+	}
 	if s.sendPending { // never sent: the provider never counted it
 		b.unsent -= s.unsent
 		b.unsentCount--
@@ -1117,9 +1136,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
 		// The provider held more than the reading by up to the refused call, and
-		// the reading itself is off by the spread of the calls in flight.
+		// the reading itself is off: on arrival by the spread of the calls in
+		// flight, at completion by a call that completed while the gate could
+		// not see it (landing.go).
 		slack := float64(sig.Tokens)
-		if !b.atCompletion {
+		if b.atCompletion {
+			slack += float64(b.unseenLandingLocked())
+		} else {
 			slack += float64(b.marginOf(b.openVar))
 		}
 		if byRate {

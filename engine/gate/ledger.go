@@ -411,6 +411,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	}
 	if s.sendPending {
 		s.sendPending = false
+		b.land.open(s.landing) // at the provider from now: it may complete
 		if b.est.meanOutput() >= 0 {
 			// The served level's base, read as the provider meets the call:
 			// without it (it is not in the view until sent) and without what

@@ -27,6 +27,36 @@ func BenchmarkAdmitSettleFixedWindows(b *testing.B) {
 	benchAdmitSettle(b, c)
 }
 
+// BenchmarkAdmitSettleAtCompletion: admit + settle in the completion view,
+// 32 calls in flight and a round trip measured, so each admission keeps room
+// for the calls that may complete unseen (landing.go). Target: as admit +
+// settle.
+func BenchmarkAdmitSettleAtCompletion(b *testing.B) {
+	c := benchGate()
+	c.Defaults.CountsAt = CountsAtCompletion
+	l, _ := NewLedger(c, engine.NewFakeClock(t0))
+	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
+	u := Usage{InputTokens: 900, OutputTokens: 200}
+	bk := l.bucketFor(r.Provider, r.Model, t0)
+	bk.mu.Lock()
+	bk.delays[0], bk.nDelay = 20*time.Millisecond, 1
+	bk.mu.Unlock()
+	var open [32]Ticket
+	now := t0
+	for i := range open {
+		now = now.Add(time.Millisecond)
+		open[i], _ = l.Submit(now, r)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		j := i % len(open)
+		l.Settle(now, open[j], u)
+		open[j], _ = l.Submit(now, r)
+	}
+}
+
 func benchAdmitSettle(b *testing.B, c Config) {
 	l, _ := NewLedger(c, engine.NewFakeClock(t0))
 	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}

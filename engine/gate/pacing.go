@@ -134,10 +134,7 @@ func (b *bucket) aboveHeldLocked(now time.Time, res int64, v float64) bool {
 	if b.stepHeld <= 0 || !now.Before(b.stepUntil) {
 		return false
 	}
-	if b.atCompletion {
-		return b.admitCountLocked()+b.sharedOthers+res+b.marginOf(v) > b.stepHeld
-	}
-	return b.admitCountLocked()+b.sharedOthers+res+b.margin(v) > b.stepHeld
+	return b.admitCountLocked()+b.sharedOthers+res+b.viewMarginLocked(v) > b.stepHeld
 }
 
 // stepGapLocked is how long a call above the level that held goes alone: 1.5 ×
@@ -147,11 +144,7 @@ func (b *bucket) aboveHeldLocked(now time.Time, res int64, v float64) bool {
 // window, like the count guard the same delays set (one slow 429 must not
 // spread a step over the whole window, whose end would release the rest at once).
 func (b *bucket) stepGapLocked() time.Duration {
-	var longest time.Duration
-	for _, d := range b.delays[:min(b.nDelay, len(b.delays))] {
-		longest = max(longest, d)
-	}
-	return min(max(longest*3/2, stepGapMin), b.l.conf().Window/50)
+	return min(max(b.roundTripLocked()*3/2, stepGapMin), b.l.conf().Window/50)
 }
 
 // raisedLocked starts the spacing of a step: the budget rose from held.

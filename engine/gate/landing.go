@@ -1,0 +1,107 @@
+package gate
+
+import (
+	"math"
+	"time"
+)
+
+// Calls that complete unseen.
+//
+// A provider that counts a call when it completes decides on a new call with
+// the calls completed in its window when the new call arrives. The gate learns
+// of a completion only when the answer comes back. So when it admits a call, the
+// calls that completed within the last one-way trip, and those that will
+// complete before the new call arrives, are in the provider's window and not in
+// the gate's: a round trip in which the gate is blind. Admitted at the edge of
+// the budget, the call is refused when one of them is large. In the simulator
+// (the completion-counting provider told to the gate, 5–15 ms each way, seeds
+// 1–12 at the truth) every 429 after the first came so: a call of 9,000–16,000
+// tokens had completed within 30 ms of the refused call's arrival, and without
+// it the call fitted. Without network delay the same runs took one 429 each.
+//
+// So at completion the gate keeps room for what may land in that round trip:
+// each call in flight completes within it with the chance round trip ÷ mean
+// time in flight (completions taken as memoryless), and costs what the
+// provider will count of it. The mean of that sum is reserved, and its
+// variance joins the margin's. The round trip is the longest recent
+// admission→429 delay (a 429 is answered at once: its delay is the trip
+// there and back), the same delays that set the count guard; before any 429
+// nothing is reserved.
+
+// landingAvgCalls is how many settled calls the mean time in flight averages.
+const landingAvgCalls = 64
+
+// landing is what the bucket knows of the calls in flight as future
+// completions.
+type landing struct {
+	cost, costSq float64 // Σ and Σ² of the open calls' expected cost at the provider
+	inFlightMean float64 // seconds from send to settle, a moving mean over landingAvgCalls
+}
+
+// open adds a call in flight of expected cost c (the provider's count of it).
+func (g *landing) open(c int64) {
+	f := float64(c)
+	g.cost += f
+	g.costSq += f * f
+}
+
+// close takes a call out; last says nothing is open now (no float residue).
+func (g *landing) close(c int64, last bool) {
+	f := float64(c)
+	g.cost -= f
+	g.costSq -= f * f
+	if last || g.cost < 0 || g.costSq < 0 {
+		g.cost, g.costSq = 0, 0
+	}
+}
+
+// settled records how long a settled call was in flight.
+func (g *landing) settled(d time.Duration) {
+	s := d.Seconds()
+	if s <= 0 {
+		return // a clock that stepped back says nothing
+	}
+	if g.inFlightMean == 0 {
+		g.inFlightMean = s
+		return
+	}
+	g.inFlightMean += (s - g.inFlightMean) / landingAvgCalls
+}
+
+// reserve is the expected cost of the calls completing within trip, and its
+// variance: each call completes within it with the chance p (at most 1).
+func (g *landing) reserve(trip time.Duration) (mean, variance float64) {
+	if trip <= 0 || g.inFlightMean <= 0 || g.cost <= 0 {
+		return 0, 0
+	}
+	p := math.Min(1, trip.Seconds()/g.inFlightMean)
+	return p * g.cost, p * (1 - p) * g.costSq
+}
+
+// completionMarginLocked is what an admission at completion needs beyond the
+// call's own cost: the margin over the call's variance v and the landing's,
+// plus the landing's mean.
+func (b *bucket) completionMarginLocked(v float64) int64 {
+	mean, lv := b.land.reserve(b.roundTripLocked())
+	return int64(math.Ceil(mean)) + b.marginOf(v+lv)
+}
+
+// unseenLandingLocked is how far a 429's reading at completion may lie below
+// the provider's count: the calls that completed while the gate could not see
+// it. The reserve above covers their expected sum; a 429 is the rare moment
+// one large call landed, so the reading's bracket reaches the largest call in
+// flight (a scan of the open tickets: at a 429, not on the admission path).
+// Nothing before a round trip was measured: without network delay the gate
+// sees each completion as the provider counts it.
+func (b *bucket) unseenLandingLocked() int64 {
+	if b.roundTripLocked() <= 0 {
+		return 0
+	}
+	var largest int64
+	for i := range b.slots {
+		if s := &b.slots[i]; s.open && !s.sendPending {
+			largest = max(largest, s.landing)
+		}
+	}
+	return max(largest, b.completionMarginLocked(0))
+}

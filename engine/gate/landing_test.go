@@ -1,0 +1,133 @@
+package gate
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// The landing's sums and its reserve: each call in flight completes within
+// the round trip with the chance trip ÷ mean time in flight, at most 1.
+func TestLandingReserve(t *testing.T) {
+	var g landing
+	if m, v := g.reserve(time.Second); m != 0 || v != 0 {
+		t.Fatalf("nothing open: reserve %v ± %v", m, v)
+	}
+	g.open(1000)
+	g.open(3000)
+	if m, v := g.reserve(time.Second); m != 0 || v != 0 {
+		t.Fatalf("no time in flight measured yet: reserve %v ± %v", m, v)
+	}
+	g.settled(-time.Second) // a clock that stepped back
+	g.settled(2 * time.Second)
+	if g.inFlightMean != 2 {
+		t.Fatalf("mean time in flight %v, want 2", g.inFlightMean)
+	}
+	if m, v := g.reserve(0); m != 0 || v != 0 {
+		t.Fatalf("no round trip measured: reserve %v ± %v", m, v)
+	}
+	m, v := g.reserve(200 * time.Millisecond) // p = 0.1
+	if math.Abs(m-400) > 1e-9 || math.Abs(v-0.1*0.9*(1e6+9e6)) > 1e-6 {
+		t.Fatalf("p = 0.1: reserve %v, variance %v; want 400, 900000", m, v)
+	}
+	if m, v := g.reserve(5 * time.Second); m != 4000 || v != 0 {
+		t.Fatalf("a trip longer than a call: every call lands, got %v ± %v", m, v)
+	}
+	g.settled(4 * time.Second)
+	if want := 2 + 2.0/landingAvgCalls; math.Abs(g.inFlightMean-want) > 1e-12 {
+		t.Fatalf("moving mean %v, want %v", g.inFlightMean, want)
+	}
+	g.close(1000, false)
+	if g.cost != 3000 || g.costSq != 9e6 {
+		t.Fatalf("after one close: %v, %v", g.cost, g.costSq)
+	}
+	g.close(3000, true)
+	if g.cost != 0 || g.costSq != 0 {
+		t.Fatalf("nothing open: %v, %v", g.cost, g.costSq)
+	}
+}
+
+// At completion, a call admitted at the edge of the budget leaves room for the
+// calls in flight that may complete within the round trip: the provider counts
+// them when the call arrives, the gate hears of them a trip later. Before any
+// 429 measured the trip, nothing is kept.
+func TestCompletionAdmissionKeepsRoomForLandings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		trip time.Duration // the longest recent admission→429 delay (0: none)
+		wait bool
+	}{
+		{"no round trip measured", 0, false},
+		{"a quarter of the time in flight", 250 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testGate()
+			c.Defaults.RPM = 1000
+			c.Models = map[string]ModelLimits{"p/m": {CountsAt: CountsAtCompletion}}
+			l, _, _ := newTestLedger(t, c)
+			// A call in flight for a second: the mean time in flight. The
+			// window at completion holds its 400 from t0+1s.
+			a := mustAdmit(t, l, t0, req(300))
+			t1 := t0.Add(time.Second)
+			if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+			// Two calls in flight, 200 each at the provider.
+			mustAdmit(t, l, t1, req(100))
+			mustAdmit(t, l, t1, req(100))
+			b := l.bucketFor("p", "m", t1)
+			b.mu.Lock()
+			if tc.trip > 0 {
+				b.delays[0], b.nDelay = tc.trip, 1
+				b.setSpanLocked(t1, l.conf())
+			}
+			if b.land.cost != 400 {
+				t.Errorf("in flight at the provider: %v, want 400", b.land.cost)
+			}
+			b.mu.Unlock()
+			// 400 settled + 550: fits 1000 by itself. With a quarter of the
+			// 400 in flight landing (100), it waits for the settled call to
+			// leave the window (plus the count guard: 1.5 × the trip).
+			next := Request{Provider: "p", Model: "m", Session: "x", InputTokens: 450}
+			if !tc.wait {
+				mustAdmit(t, l, t1, next)
+				return
+			}
+			mustWait(t, l, t1, next, "tpm", 61*time.Second+tc.trip*3/2)
+		})
+	}
+}
+
+// A 429's reading at completion may lack one call that completed unseen: the
+// bracket above the reading reaches the largest call in flight once a round
+// trip was measured (not a call admitted and not yet sent, which cannot have
+// completed), and nothing before.
+func TestUnseenLandingBracketsA429(t *testing.T) {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 10_000, RPM: 1000, CountsAt: CountsAtCompletion}
+	l, _, _ := newTestLedger(t, c)
+	a := mustAdmit(t, l, t0, req(300))
+	t1 := t0.Add(time.Second)
+	if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, l, t1, req(900)) // 1000 at the provider
+	mustAdmit(t, l, t1, req(200)) // 300
+	r := req(4000)                // the largest, but not sent yet
+	r.Sends = true
+	mustAdmit(t, l, t1, r)
+	b := l.bucketFor("p", "m", t1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if got := b.unseenLandingLocked(); got != 0 {
+		t.Fatalf("no round trip measured: %d, want 0", got)
+	}
+	b.delays[0], b.nDelay = 10*time.Millisecond, 1
+	if got := b.unseenLandingLocked(); got != 1000 {
+		t.Fatalf("the largest call sent: %d, want 1000", got)
+	}
+	b.delays[0] = 10 * time.Second // every call lands within the trip: the reserve is all of them
+	if got, want := b.unseenLandingLocked(), b.completionMarginLocked(0); got != want || want != 1300 {
+		t.Fatalf("a trip longer than the calls: %d, want the reserve %d (1300: the calls sent)", got, want)
+	}
+}
