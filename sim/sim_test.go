@@ -741,7 +741,10 @@ func TestGateTakesTheArrivalViewBackFromTheHeaders(t *testing.T) {
 // apart once its first two held (engine/gate/learner.go, fastProbeAfter): a
 // provider that counts at completion, whose first 429s come in the arrival
 // view, is found within ten windows in every seed (at one step a window, seeds
-// 2 and 7 never settled within ±5% and seed 6 took 13 windows).
+// 2 and 7 never settled within ±5% and seed 6 took 13 windows). Seed 8 takes a
+// 429 at minute 43 whose reading lacks a call that completed unseen: read as it
+// is, the trigger held the gate at 0.947 of the limit to the end (see
+// engine/gate/landing.go, unseenLandingLocked).
 func TestSlowStartFromHalfTheLimit(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
 		s := DefaultScenario()
