@@ -455,6 +455,17 @@ func TestScenarioCountsAt(t *testing.T) {
 		t.Fatalf("told the view: %d 429s, utilization %.3f; learning it: %d, %.3f (summed over seeds 1–3); want fewer 429s and more served",
 			told.rateLimited, told.util, learned.rateLimited, learned.util)
 	}
+	s := DefaultScenario()
+	s.Duration = Duration(30 * time.Minute)
+	s.Provider.Model = LimitSlidingCompletion
+	unset, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Gate.CountsAt = gate.CountsAtLearn
+	if same, err := RunModes(s, ModeGate); err != nil || !reflect.DeepEqual(same.Modes, unset.Modes) {
+		t.Fatalf("countsAt: learn ran differently from unset (%v)", err)
+	}
 }
 
 // A provider that counts at completion decides on a call with the calls

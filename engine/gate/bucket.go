@@ -48,7 +48,6 @@ type bucket struct {
 	// The calls admitted and not yet sent (Request.Sends): their share of the
 	// arrival view, and how many.
 	unsent      int64
-	landing     int64 // its expected cost at the provider, in the bucket's land while open
 	unsentCount int
 
 	// Fixed windows read from the 429s' stated waits while the user has not
@@ -1136,13 +1135,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
 		// The provider held more than the reading by up to the refused call, and
-		// the reading itself is off: on arrival by the spread of the calls in
-		// flight, at completion by a call that completed while the gate could
-		// not see it (landing.go).
+		// the reading itself is off by the spread of the calls in flight.
 		slack := float64(sig.Tokens)
-		if b.atCompletion {
-			slack += float64(b.unseenLandingLocked())
-		} else {
+		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
 		if byRate {
@@ -1165,8 +1160,13 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if b.atCompletion && !byRate && !refuted {
 			b.learn.servedInView = float64(b.servedDone.max(now, cfg.Window))
 		}
+		if b.atCompletion && !byRate {
+			// At completion the reading may lack a call that completed while
+			// the gate could not see it (landing.go).
+			b.learn.unseen = float64(b.unseenLandingLocked())
+		}
 		steps = b.learn.on429(now, reading, slack, refuted, inDoubt, cfg.Window)
-		b.learn.servedInView = 0 // it describes this 429 only
+		b.learn.servedInView, b.learn.unseen = 0, 0 // they describe this 429 only
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}

@@ -78,11 +78,18 @@ func (g *landing) reserve(trip time.Duration) (mean, variance float64) {
 	return p * g.cost, p * (1 - p) * g.costSq
 }
 
+// landingTripLocked is the round trip the landing is reckoned over: the
+// longest recent admission→429 delay, at most 2% of the window like the count
+// guard it also sets (one slow 429 must not make every call in flight land).
+func (b *bucket) landingTripLocked() time.Duration {
+	return min(b.roundTripLocked(), b.l.conf().Window/50)
+}
+
 // completionMarginLocked is what an admission at completion needs beyond the
 // call's own cost: the margin over the call's variance v and the landing's,
 // plus the landing's mean.
 func (b *bucket) completionMarginLocked(v float64) int64 {
-	mean, lv := b.land.reserve(b.roundTripLocked())
+	mean, lv := b.land.reserve(b.landingTripLocked())
 	return int64(math.Ceil(mean)) + b.marginOf(v+lv)
 }
 
@@ -94,7 +101,7 @@ func (b *bucket) completionMarginLocked(v float64) int64 {
 // Nothing before a round trip was measured: without network delay the gate
 // sees each completion as the provider counts it.
 func (b *bucket) unseenLandingLocked() int64 {
-	if b.roundTripLocked() <= 0 {
+	if b.landingTripLocked() <= 0 {
 		return 0
 	}
 	var largest int64

@@ -131,3 +131,59 @@ func TestUnseenLandingBracketsA429(t *testing.T) {
 		t.Fatalf("a trip longer than the calls: %d, want the reserve %d (1300: the calls sent)", got, want)
 	}
 }
+
+// What the bucket says a 429's reading may lack (learner.unseen) widens the
+// bracket the clean record is looked for in, and only that: the trigger is
+// the record when it lies within reach, the reading when it does not, and the
+// one step above a first trigger is armed by the slack alone.
+func TestUnseenWidensOnlyTheCleanBracket(t *testing.T) {
+	span := time.Minute
+	for _, tc := range []struct {
+		unseen, want float64
+	}{{0, 860}, {100, 950}} {
+		l := newLearner(1000, true, t0)
+		l.trigger, l.quota, l.cleanMax = 1000, 1000, 950
+		l.unseen = tc.unseen
+		l.on429(t0.Add(10*time.Second), 860, 30, false, false, span)
+		if l.trigger != tc.want {
+			t.Fatalf("unseen %g: trigger %g, want %g", tc.unseen, l.trigger, tc.want)
+		}
+	}
+	// A first trigger: a slack under one step (5% of the reading) arms no
+	// step, however much the reading may lack.
+	l := newLearner(1000, true, t0)
+	l.unseen = 500
+	l.on429(t0.Add(10*time.Second), 900, 30, false, false, span)
+	if l.firstProbe == firstProbeArmed {
+		t.Fatal("the unseen landing armed the step above the first trigger")
+	}
+}
+
+// The landing's variance joins the margin's pooled variance: MarginSigmas
+// standard deviations of the call's and the landing's variance together.
+func TestLandingVarianceJoinsTheMargin(t *testing.T) {
+	c := testGate()
+	c.MarginSigmas = 2
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000, CountsAt: CountsAtCompletion}
+	l, _, _ := newTestLedger(t, c)
+	a := mustAdmit(t, l, t0, req(300))
+	t1 := t0.Add(time.Second)
+	if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, l, t1, req(900))
+	mustAdmit(t, l, t1, req(200))
+	b := l.bucketFor("p", "m", t1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	const v = 10_000.0 // a call's own variance
+	if got, want := b.completionMarginLocked(v), b.marginOf(v); got != want {
+		t.Fatalf("no round trip: %d, want the call's own margin %d", got, want)
+	}
+	b.delays[0], b.nDelay = 100*time.Millisecond, 1 // p = 0.1 of calls 1000 and 300 at the provider
+	mean, lv := 0.1*1300, 0.1*0.9*(1000*1000+300*300)
+	want := int64(math.Ceil(mean)) + int64(math.Ceil(2*math.Sqrt(v+lv)))
+	if got := b.completionMarginLocked(v); got != want {
+		t.Fatalf("with the landing: %d, want %d", got, want)
+	}
+}

@@ -170,6 +170,12 @@ type learner struct {
 	// large refused call leaves it far below the limit; a served level inside
 	// the bracket is a lower bound on the limit, and the better trigger.
 	servedInView float64
+	// unseen is set by the bucket for one on429 call: how much more the
+	// provider may have counted than the reading, past the bracket's slack —
+	// at completion, a call that completed while the gate could not see it
+	// (landing.go). It widens only the bracket the clean record and the served
+	// level are looked for in, not the bracket that arms a probe step.
+	unseen float64
 
 	// toCompletion is set by the bucket for one on429 call: this 429 switched
 	// the view to counting at completion (voteLocked), and the readings of the
@@ -358,10 +364,10 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// no longer carries (a token bucket refuses at a level above its rate
 		// each time its reserve runs dry again, minutes apart).
 		again := hadTrigger && l.trigger == l.refusedLevel && level == l.trigger && now.Sub(l.prevCut) < refusedAgainWindows*span
-		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack && !again {
+		if slack > 0 && l.cleanMax >= reading && l.cleanMax <= reading+slack+l.unseen && !again {
 			t = l.cleanMax
 		}
-		if h := l.servedInView; slack > 0 && h > t && h <= reading+slack {
+		if h := l.servedInView; slack > 0 && h > t && h <= reading+slack+l.unseen {
 			// The provider served a level inside the bracket in the view read:
 			// the limit is at least that (see servedInView). Refused again or
 			// not: unlike the clean record, it is of the last window or two.
