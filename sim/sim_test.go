@@ -27,6 +27,16 @@ func loadScenario(t *testing.T, name string) Scenario {
 	return s
 }
 
+// runGate runs the gate mode alone and returns its metrics.
+func runGate(t *testing.T, s Scenario) Metrics {
+	t.Helper()
+	r, err := RunModes(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Modes[ModeGate]
+}
+
 func run(t *testing.T, s Scenario) Report {
 	t.Helper()
 	r, err := Run(s)
@@ -435,16 +445,9 @@ func TestScenarioCountsAt(t *testing.T) {
 		s := DefaultScenario()
 		s.Seed, s.Duration = seed, Duration(30*time.Minute)
 		s.Provider.Model = LimitSlidingCompletion
-		lr, err := RunModes(s, ModeGate)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := runGate(t, s)
 		s.Gate.CountsAt = gate.CountsAtCompletion
-		gr, err := RunModes(s, ModeGate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, g := lr.Modes[ModeGate], gr.Modes[ModeGate]
+		g := runGate(t, s)
 		t.Logf("seed %d: told the view %d 429s, utilization %.3f; learning it %d, %.3f", seed, g.RateLimited, g.Utilization, l.RateLimited, l.Utilization)
 		learned.rateLimited += l.RateLimited
 		learned.util += l.Utilization
@@ -490,11 +493,7 @@ func TestCompletionKeepsRoomForUnseenCompletions(t *testing.T) {
 			if r.Model != LimitSlidingCompletion || !r.Latency || r.Start != 1 || r.Outside != 0 {
 				continue
 			}
-			rep, err := RunModes(scens[i], ModeGate)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := rep.Modes[ModeGate]
+			g := runGate(t, scens[i])
 			t.Logf("seed %d: %d 429s, %.3f of the limit", seed, g.RateLimited, g.Utilization)
 			total += g.RateLimited
 		}
@@ -518,16 +517,9 @@ func TestScenarioFixedWindows(t *testing.T) {
 		s := DefaultScenario()
 		s.Seed, s.Duration = seed, Duration(time.Hour)
 		s.Provider.Model = LimitFixedWindow
-		sliding, err := RunModes(s, ModeGate)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sl := runGate(t, s)
 		s.Gate.Windows = gate.WindowsFixed
-		told, err := RunModes(s, ModeGate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sl, g := sliding.Modes[ModeGate], told.Modes[ModeGate]
+		g := runGate(t, s)
 		t.Logf("seed %d: told %.3f of the limit, %d 429s; sliding %.3f, %d", seed, g.Utilization, g.RateLimited, sl.Utilization, sl.RateLimited)
 		if g.Utilization < 0.95 || g.RateLimited > 2 || g.Lost != 0 || g.Utilization < sl.Utilization+0.03 {
 			t.Errorf("seed %d: told fixed windows %.3f of the limit, %d 429s, %d lost; want ≥ 0.95, ≤ 2, none, and 3 points over sliding (%.3f)",

@@ -47,34 +47,47 @@ func TestLandingReserve(t *testing.T) {
 	}
 }
 
+// landingLedger is a model counted at completion (c's limits) whose mean time
+// in flight is one second: a call of 400 admitted at t0 and settled at t1 =
+// t0+1s, so the window at completion holds 400 from t1. Then the calls of
+// inputs in go in flight at t1 (each reserving the 100-token output reserve).
+func landingLedger(t *testing.T, c Config, inputs ...int) (*Ledger, time.Time) {
+	t.Helper()
+	l, _, _ := newTestLedger(t, c)
+	a := mustAdmit(t, l, t0, req(300))
+	t1 := t0.Add(time.Second)
+	if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range inputs {
+		mustAdmit(t, l, t1, req(in))
+	}
+	return l, t1
+}
+
 // At completion, a call admitted at the edge of the budget leaves room for the
 // calls in flight that may complete within the round trip: the provider counts
 // them when the call arrives, the gate hears of them a trip later. Before any
-// 429 measured the trip, nothing is kept.
+// 429 measured the trip, nothing is kept. In fixed windows counted at
+// completion as in a sliding window.
 func TestCompletionAdmissionKeepsRoomForLandings(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		trip time.Duration // the longest recent admission→429 delay (0: none)
-		wait bool
+		name    string
+		windows string
+		trip    time.Duration // the longest recent admission→429 delay (0: none)
+		wait    time.Duration // until (0: admitted)
 	}{
-		{"no round trip measured", 0, false},
-		{"a quarter of the time in flight", 250 * time.Millisecond, true},
+		{"no round trip measured", "", 0, 0},
+		// the settled call leaves the window a minute after it settled, plus the count guard (1.5 × the trip)
+		{"a quarter of the time in flight", "", 250 * time.Millisecond, 61*time.Second + 375*time.Millisecond},
+		{"fixed windows, no round trip measured", WindowsFixed, 0, 0},
+		{"fixed windows, a quarter of the time in flight", WindowsFixed, 250 * time.Millisecond, time.Minute}, // the next edge
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testGate()
 			c.Defaults.RPM = 1000
-			c.Models = map[string]ModelLimits{"p/m": {CountsAt: CountsAtCompletion}}
-			l, _, _ := newTestLedger(t, c)
-			// A call in flight for a second: the mean time in flight. The
-			// window at completion holds its 400 from t0+1s.
-			a := mustAdmit(t, l, t0, req(300))
-			t1 := t0.Add(time.Second)
-			if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-			// Two calls in flight, 200 each at the provider.
-			mustAdmit(t, l, t1, req(100))
-			mustAdmit(t, l, t1, req(100))
+			c.Models = map[string]ModelLimits{"p/m": {CountsAt: CountsAtCompletion, Windows: tc.windows}}
+			l, t1 := landingLedger(t, c, 100, 100) // two calls in flight, 200 each at the provider
 			b := l.bucketFor("p", "m", t1)
 			b.mu.Lock()
 			if tc.trip > 0 {
@@ -86,14 +99,14 @@ func TestCompletionAdmissionKeepsRoomForLandings(t *testing.T) {
 			}
 			b.mu.Unlock()
 			// 400 settled + 550: fits 1000 by itself. With a quarter of the
-			// 400 in flight landing (100), it waits for the settled call to
-			// leave the window (plus the count guard: 1.5 × the trip).
+			// 400 in flight landing (100), it waits: for the settled call to
+			// leave the sliding window, or for the next fixed window.
 			next := Request{Provider: "p", Model: "m", Session: "x", InputTokens: 450}
-			if !tc.wait {
+			if tc.wait == 0 {
 				mustAdmit(t, l, t1, next)
 				return
 			}
-			mustWait(t, l, t1, next, "tpm", 61*time.Second+tc.trip*3/2)
+			mustWait(t, l, t1, next, "tpm", tc.wait)
 		})
 	}
 }
@@ -105,15 +118,8 @@ func TestCompletionAdmissionKeepsRoomForLandings(t *testing.T) {
 func TestUnseenLandingBracketsA429(t *testing.T) {
 	c := testGate()
 	c.Defaults = ModelLimits{TPM: 10_000, RPM: 1000, CountsAt: CountsAtCompletion}
-	l, _, _ := newTestLedger(t, c)
-	a := mustAdmit(t, l, t0, req(300))
-	t1 := t0.Add(time.Second)
-	if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
-		t.Fatal(err)
-	}
-	mustAdmit(t, l, t1, req(900)) // 1000 at the provider
-	mustAdmit(t, l, t1, req(200)) // 300
-	r := req(4000)                // the largest, but not sent yet
+	l, t1 := landingLedger(t, c, 900, 200) // 1000 and 300 at the provider
+	r := req(4000)                         // the largest, but not sent yet
 	r.Sends = true
 	mustAdmit(t, l, t1, r)
 	b := l.bucketFor("p", "m", t1)
@@ -165,14 +171,7 @@ func TestLandingVarianceJoinsTheMargin(t *testing.T) {
 	c := testGate()
 	c.MarginSigmas = 2
 	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000, CountsAt: CountsAtCompletion}
-	l, _, _ := newTestLedger(t, c)
-	a := mustAdmit(t, l, t0, req(300))
-	t1 := t0.Add(time.Second)
-	if err := l.Settle(t1, a, Usage{InputTokens: 300, OutputTokens: 100}); err != nil {
-		t.Fatal(err)
-	}
-	mustAdmit(t, l, t1, req(900))
-	mustAdmit(t, l, t1, req(200))
+	l, t1 := landingLedger(t, c, 900, 200)
 	b := l.bucketFor("p", "m", t1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
