@@ -1030,15 +1030,14 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.done.addSettled(now, tokens)
 	}
 	b.reservedOpen -= s.reserved
-	if !s.sendPending {
-		b.land.close(s.landing, b.inFlight == 1)
-	}
 	if u != nil {
 		b.land.settled(time.Duration(now.UnixNano() - s.admitted))
 	}
 	if s.sendPending { // never sent: the provider never counted it
 		b.unsent -= s.unsent
 		b.unsentCount--
+	} else {
+		b.land.close(s.landing, b.inFlight == 1)
 	}
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open

@@ -15,9 +15,10 @@ import (
 // the gate's: a round trip in which the gate is blind. Admitted at the edge of
 // the budget, the call is refused when one of them is large. In the simulator
 // (the completion-counting provider told to the gate, 5–15 ms each way, seeds
-// 1–12 at the truth) every 429 after the first came so: a call of 9,000–16,000
-// tokens had completed within 30 ms of the refused call's arrival, and without
-// it the call fitted. Without network delay the same runs took one 429 each.
+// 1–12 at the truth) nearly every 429 after the first came so — the rest were
+// single very large calls: a call of 9,000–16,000 tokens had completed within
+// 30 ms of the refused call's arrival, and without it the call fitted. Without
+// network delay the same runs took one 429 each.
 //
 // So at completion the gate keeps room for what may land in that round trip:
 // each call in flight completes within it with the chance round trip ÷ mean
