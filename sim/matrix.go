@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,8 +28,10 @@ type MatrixRow struct {
 	Sessions int     `json:"sessions"`
 	Demand   float64 `json:"demand"`
 	// OracleUtilization is the oracle's utilization of the true limit on the same
-	// trace: the reference.
-	OracleUtilization float64 `json:"oracleUtilization"`
+	// trace: the reference. OracleMisses are the targets the oracle misses in
+	// the same run (OracleTargets): those no learning can meet.
+	OracleUtilization float64  `json:"oracleUtilization"`
+	OracleMisses      []string `json:"oracleMisses"`
 	// Utilization, RemainingUtilization and the rest are the gate's.
 	Utilization                        float64  `json:"utilization"`
 	RemainingUtilization               float64  `json:"remainingUtilization"`
@@ -63,7 +66,9 @@ func Matrix(base Scenario) ([]MatrixRow, error) {
 			}
 			g := rep.Modes[ModeGate]
 			r := &rows[i]
-			r.OracleUtilization = rep.Modes[ModeOracle].Utilization
+			o := rep.Modes[ModeOracle]
+			r.OracleUtilization = o.Utilization
+			r.OracleMisses = OracleTargets(*r, o)
 			r.Utilization, r.RemainingUtilization = g.Utilization, g.RemainingUtilization
 			r.RateLimited, r.Lost, r.LowestTrigger = g.RateLimited, g.Lost, g.LowestTrigger
 			r.ConvergedAfterWindows, r.RateLimitedPerHourAfterConvergence = g.ConvergedAfterWindows, g.RateLimitedPerHourAfterConvergence
@@ -157,37 +162,86 @@ func Targets(r MatrixRow) []string {
 	return miss
 }
 
+// OracleTargets returns the targets of the row's run that the oracle (its
+// metrics o) misses: those that judge what the admission achieves, not what
+// the gate learned — util≥.93, ≤1/h (its 429s over the whole run: it has
+// nothing to converge to) and lost=0 at start 1, 429s≤3 at start 2, and
+// remaining≥.90 with outside traffic. A target the oracle misses is beyond the
+// gate's admission even when it knows the truth; the convergence and trigger
+// targets have no oracle figure.
+func OracleTargets(r MatrixRow, o Metrics) []string {
+	var miss []string
+	switch r.Start {
+	case 1:
+		if o.Utilization < 0.93 {
+			miss = append(miss, "util≥.93")
+		}
+		if o.RateLimitedPerHour > 1 {
+			miss = append(miss, "≤1/h")
+		}
+		if o.Lost != 0 {
+			miss = append(miss, "lost=0")
+		}
+	case 2:
+		if o.RateLimited > 3 {
+			miss = append(miss, "429s≤3")
+		}
+	}
+	if r.Outside > 0 && o.RemainingUtilization < 0.90 {
+		miss = append(miss, "remaining≥.90")
+	}
+	return miss
+}
+
+// OracleLabels are the targets OracleTargets judges the oracle by.
+var OracleLabels = []string{"util≥.93", "≤1/h", "lost=0", "429s≤3", "remaining≥.90"}
+
 // TargetLabels are the labels Targets gives, in the order it checks them.
 var TargetLabels = []string{"util≥.93", "≤1/h", "lost=0", "conv≤3", "429s≤3", "conv≤10", "remaining≥.90", "no-false-trigger"}
 
 // MatrixTally sums a matrix against the targets: how many runs meet them all,
-// and how many runs miss each one.
+// how many more miss only targets the oracle misses in the same run, and how
+// many runs miss each one.
 type MatrixTally struct {
 	Runs, Met int
+	// OracleToo counts the runs that miss a target but miss none the oracle
+	// met: the gate did as well as its own admission told the truth.
+	OracleToo int
 	Misses    []TargetMisses // TargetLabels order, targets no run missed left out
 }
 
-// TargetMisses is how many runs of a matrix miss one target.
+// TargetMisses is how many runs of a matrix miss one target, and of those, in
+// how many the oracle missed it too.
 type TargetMisses struct {
-	Target string
-	Runs   int
+	Target    string
+	Runs      int
+	OracleToo int
 }
 
 // Tally sums rows against the targets.
 func Tally(rows []MatrixRow) MatrixTally {
 	t := MatrixTally{Runs: len(rows)}
-	n := map[string]int{}
+	n, shared := map[string]int{}, map[string]int{}
 	for _, r := range rows {
 		if len(r.Misses) == 0 {
 			t.Met++
 		}
+		own := 0 // misses the oracle did not share
 		for _, m := range r.Misses {
 			n[m]++
+			if slices.Contains(r.OracleMisses, m) {
+				shared[m]++
+			} else {
+				own++
+			}
+		}
+		if len(r.Misses) > 0 && own == 0 {
+			t.OracleToo++
 		}
 	}
 	for _, label := range TargetLabels {
 		if n[label] > 0 {
-			t.Misses = append(t.Misses, TargetMisses{label, n[label]})
+			t.Misses = append(t.Misses, TargetMisses{label, n[label], shared[label]})
 		}
 	}
 	return t

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -129,9 +130,13 @@ func TestTally(t *testing.T) {
 	for i := range rows {
 		rows[i].Misses = Targets(rows[i])
 	}
+	// The oracle missed all of the first run's targets, none of the second's,
+	// and one of the third's three.
+	rows[0].OracleMisses = []string{"util≥.93", "≤1/h", "lost=0"}
+	rows[2].OracleMisses = []string{"remaining≥.90"}
 	got := Tally(rows)
-	want := MatrixTally{Runs: 4, Met: 1, Misses: []TargetMisses{
-		{"util≥.93", 1}, {"≤1/h", 1}, {"lost=0", 1}, {"429s≤3", 1}, {"conv≤10", 1}, {"remaining≥.90", 1}, {"no-false-trigger", 1},
+	want := MatrixTally{Runs: 4, Met: 1, OracleToo: 1, Misses: []TargetMisses{
+		{"util≥.93", 1, 1}, {"≤1/h", 1, 1}, {"lost=0", 1, 1}, {"429s≤3", 1, 0}, {"conv≤10", 1, 0}, {"remaining≥.90", 1, 1}, {"no-false-trigger", 1, 0},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Tally = %+v, want %+v", got, want)
@@ -154,5 +159,39 @@ func TestTargetLabelsAreTargets(t *testing.T) {
 	}
 	if !reflect.DeepEqual(gave, listed) {
 		t.Fatalf("Targets gives %v, TargetLabels lists %v", gave, listed)
+	}
+}
+
+// OracleTargets judges the oracle by the targets of what admission achieves,
+// each one Targets has, listed in OracleLabels; the learning's targets
+// (convergence, triggers) it never gives.
+func TestOracleTargets(t *testing.T) {
+	bad := Metrics{Utilization: 0.5, RemainingUtilization: 0.5, RateLimited: 9, RateLimitedPerHour: 9, Lost: 1}
+	good := Metrics{Utilization: 0.95, RemainingUtilization: 0.95, RateLimited: 1, RateLimitedPerHour: 1}
+	gave := map[string]bool{}
+	for _, start := range MatrixStarts {
+		for _, out := range MatrixOutside {
+			r := MatrixRow{Start: start, Outside: out}
+			if m := OracleTargets(r, good); len(m) != 0 {
+				t.Errorf("start %g, outside %g: an oracle meeting every target misses %v", start, out, m)
+			}
+			for _, m := range OracleTargets(r, bad) {
+				gave[m] = true
+			}
+		}
+	}
+	listed := map[string]bool{}
+	for _, l := range OracleLabels {
+		listed[l] = true
+		if !slices.Contains(TargetLabels, l) {
+			t.Errorf("OracleLabels lists %q, which Targets never gives", l)
+		}
+	}
+	if !reflect.DeepEqual(gave, listed) {
+		t.Fatalf("OracleTargets gives %v, OracleLabels lists %v", gave, listed)
+	}
+	want := []string{"util≥.93", "≤1/h", "lost=0", "remaining≥.90"}
+	if got := OracleTargets(MatrixRow{Start: 1, Outside: 0.1}, bad); !reflect.DeepEqual(got, want) {
+		t.Errorf("start 1 with outside traffic: %v, want %v", got, want)
 	}
 }

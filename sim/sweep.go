@@ -52,9 +52,13 @@ type SweepRow struct {
 	Nudge       string         `json:"nudge"`
 	Runs        int            `json:"runs"`
 	Met         int            `json:"met"`         // runs meeting every target
+	OracleToo   int            `json:"oracleToo"`   // runs missing only targets the oracle missed too (MatrixTally)
 	RateLimited int            `json:"rateLimited"` // the gate's 429s, all runs
 	Utilization float64        `json:"utilization"` // the runs' mean utilization of the true TPM
 	Misses      map[string]int `json:"misses"`      // runs missing each target
+	// OracleMisses is, of the runs missing each target, those whose oracle
+	// missed it too.
+	OracleMisses map[string]int `json:"oracleMisses"`
 }
 
 // Sweep runs the matrix from base for each seed, with each nudge, one
@@ -86,9 +90,10 @@ func Sweep(base Scenario, seeds []uint64, nudges []Nudge) ([]SweepRow, error) {
 
 func sweepRow(seed uint64, nudge string, rows []MatrixRow) SweepRow {
 	t := Tally(rows)
-	r := SweepRow{Seed: seed, Nudge: nudge, Runs: t.Runs, Met: t.Met, Misses: map[string]int{}}
+	r := SweepRow{Seed: seed, Nudge: nudge, Runs: t.Runs, Met: t.Met, OracleToo: t.OracleToo, Misses: map[string]int{}, OracleMisses: map[string]int{}}
 	for _, m := range t.Misses {
 		r.Misses[m.Target] = m.Runs
+		r.OracleMisses[m.Target] = m.OracleToo
 	}
 	for _, row := range rows {
 		r.RateLimited += row.RateLimited

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -198,7 +199,7 @@ func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 	fmt.Fprintln(w, "utilization is of the true TPM; remaining = the gate's share ÷ (true TPM − outside spend); oracle = the gate's admission with the truth known")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "model\tlatency\tstart\toutside\tsessions\tdemand\toracle\tutilization\tof remaining\t429s\t429s/h conv.\tconverged\tlost\tmisses")
+	fmt.Fprintln(tw, "model\tlatency\tstart\toutside\tsessions\tdemand\toracle\tutilization\tof remaining\t429s\t429s/h conv.\tconverged\tlost\tmisses\toracle misses")
 	for _, r := range rows {
 		perHour, conv := "-", "never"
 		if r.ConvergedAfterWindows != nil {
@@ -208,24 +209,38 @@ func writeMatrixText(w io.Writer, base sim.Scenario, rows []sim.MatrixRow) {
 		if r.Latency {
 			lat = "yes"
 		}
-		misses := "-"
-		if len(r.Misses) > 0 {
-			misses = strings.Join(r.Misses, " ")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f%%\t%d\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t%s\t%s\t%d\t%s\n", r.Model, lat, r.Start, 100*r.Outside,
-			r.Sessions, r.Demand, r.OracleUtilization, r.Utilization, r.RemainingUtilization, r.RateLimited, perHour, conv, r.Lost, misses)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f%%\t%d\t%.2f\t%.3f\t%.3f\t%.3f\t%d\t%s\t%s\t%d\t%s\t%s\n", r.Model, lat, r.Start, 100*r.Outside,
+			r.Sessions, r.Demand, r.OracleUtilization, r.Utilization, r.RemainingUtilization, r.RateLimited, perHour, conv, r.Lost,
+			labelList(r.Misses), labelList(r.OracleMisses))
 	}
 	tw.Flush()
 	t := sim.Tally(rows)
-	fmt.Fprintf(w, "\n%d of %d runs meet every target", t.Met, t.Runs)
+	fmt.Fprintf(w, "\n%d of %d runs meet every target, %d more miss only targets the oracle missed too", t.Met, t.Runs, t.OracleToo)
 	if len(t.Misses) > 0 {
 		parts := make([]string, len(t.Misses))
 		for i, m := range t.Misses {
-			parts[i] = fmt.Sprintf("%s %d", m.Target, m.Runs)
+			parts[i] = fmt.Sprintf("%s %s", m.Target, missCount(m.Target, m.Runs, m.OracleToo))
 		}
-		fmt.Fprintf(w, "; runs missing each: %s", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "; runs missing each (of them, the oracle too): %s", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
+}
+
+// labelList is a row's target labels, or "-" for none.
+func labelList(labels []string) string {
+	if len(labels) == 0 {
+		return "-"
+	}
+	return strings.Join(labels, " ")
+}
+
+// missCount is how many runs missed a target, and in parentheses how many of
+// them the oracle missed too — for the targets the oracle is judged by.
+func missCount(target string, runs, oracleToo int) string {
+	if !slices.Contains(sim.OracleLabels, target) {
+		return fmt.Sprint(runs)
+	}
+	return fmt.Sprintf("%d (%d)", runs, oracleToo)
 }
 
 // marginText names the gate's margin — a safety factor the scenario set, or
@@ -306,13 +321,14 @@ func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim
 		settings[r.Nudge] = true
 	}
 	fmt.Fprintf(w, "sweep: the matrix for %d seeds × %d settings, %s per run, %s\n", len(seeds), len(settings), time.Duration(base.Duration), marginText(base.Gate))
-	fmt.Fprintln(w, "met = runs meeting every target; misses = runs missing each target")
+	fmt.Fprintln(w, "met = runs meeting every target; +oracle's = runs missing only targets the oracle missed too;")
+	fmt.Fprintln(w, "misses = runs missing each target (of them, in parentheses, the runs whose oracle missed it too)")
 	fmt.Fprintln(w)
 	type sum struct {
-		label              string
-		runs, met, limited int
-		util               float64
-		misses             map[string]int
+		label                         string
+		runs, met, oracleToo, limited int
+		util                          float64
+		misses, oracleMisses          map[string]int
 	}
 	var sums []*sum
 	byKey := map[string]*sum{}
@@ -323,38 +339,42 @@ func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim
 		}
 		s, ok := byKey[key]
 		if !ok {
-			s = &sum{label: key, misses: map[string]int{}}
+			s = &sum{label: key, misses: map[string]int{}, oracleMisses: map[string]int{}}
 			byKey[key] = s
 			sums = append(sums, s)
 		}
 		s.runs += r.Runs
 		s.met += r.Met
+		s.oracleToo += r.OracleToo
 		s.limited += r.RateLimited
 		s.util += r.Utilization * float64(r.Runs)
 		for k, v := range r.Misses {
 			s.misses[k] += v
 		}
+		for k, v := range r.OracleMisses {
+			s.oracleMisses[k] += v
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "\tmet\truns\t429s\tutilization")
+	fmt.Fprint(tw, "\tmet\t+oracle's\truns\t429s\tutilization")
 	for _, k := range sim.TargetLabels {
 		fmt.Fprintf(tw, "\t%s", k)
 	}
 	fmt.Fprintln(tw)
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.4f", s.label, s.met, s.runs, s.limited, s.util/float64(max(1, s.runs)))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.4f", s.label, s.met, s.oracleToo, s.runs, s.limited, s.util/float64(max(1, s.runs)))
 		for _, k := range sim.TargetLabels {
-			fmt.Fprintf(tw, "\t%d", s.misses[k])
+			fmt.Fprintf(tw, "\t%s", missCount(k, s.misses[k], s.oracleMisses[k]))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	if len(nudges) == 1 {
-		var met, runs, limited int
+		var met, oracleToo, runs, limited int
 		for _, s := range sums {
-			met, runs, limited = met+s.met, runs+s.runs, limited+s.limited
+			met, oracleToo, runs, limited = met+s.met, oracleToo+s.oracleToo, runs+s.runs, limited+s.limited
 		}
-		fmt.Fprintf(w, "\nall seeds: %d of %d runs meet every target; %d 429s\n", met, runs, limited)
+		fmt.Fprintf(w, "\nall seeds: %d of %d runs meet every target, %d more miss only targets the oracle missed too; %d 429s\n", met, runs, oracleToo, limited)
 		return
 	}
 	if len(sums) == 0 {
@@ -365,12 +385,15 @@ func writeSweepText(w io.Writer, base sim.Scenario, seeds []uint64, nudges []sim
 		return
 	}
 	minMet, maxMet, minLim, maxLim := sums[0].met, sums[0].met, sums[0].limited, sums[0].limited
-	var met, limited int
+	minToo, maxToo := sums[0].oracleToo, sums[0].oracleToo
+	var met, oracleToo, limited int
 	for _, s := range sums {
-		met, limited = met+s.met, limited+s.limited
+		met, oracleToo, limited = met+s.met, oracleToo+s.oracleToo, limited+s.limited
 		minMet, maxMet = min(minMet, s.met), max(maxMet, s.met)
+		minToo, maxToo = min(minToo, s.oracleToo), max(maxToo, s.oracleToo)
 		minLim, maxLim = min(minLim, s.limited), max(maxLim, s.limited)
 	}
 	n := float64(len(sums))
-	fmt.Fprintf(w, "\nover the %d settings: %.1f runs meet every target (%d–%d), %.0f 429s (%d–%d)\n", len(sums), float64(met)/n, minMet, maxMet, float64(limited)/n, minLim, maxLim)
+	fmt.Fprintf(w, "\nover the %d settings: %.1f runs meet every target (%d–%d), %.1f more miss only targets the oracle missed too (%d–%d), %.0f 429s (%d–%d)\n",
+		len(sums), float64(met)/n, minMet, maxMet, float64(oracleToo)/n, minToo, maxToo, float64(limited)/n, minLim, maxLim)
 }
