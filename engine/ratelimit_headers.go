@@ -81,3 +81,55 @@ func perMinute(reset string) bool {
 	}
 	return d <= time.Minute
 }
+
+// TokenReset is when a provider says its token count restarts — or, for one
+// that refills continuously, is whole again.
+type TokenReset struct {
+	// In is how long from the provider's stating (OpenAI-style
+	// x-ratelimit-reset-tokens: "6m0s", "1.5s", "20ms"); At is an instant
+	// instead (anthropic-ratelimit-tokens-reset, RFC 3339), when set.
+	In time.Duration
+	At time.Time
+	// Coarse: the figure is in whole seconds, so the instant is known to a
+	// second only.
+	Coarse bool
+}
+
+// Between is the span the instant lies in, for an answer to a call sent at
+// sent and received at now: a duration counts from when the provider stated
+// it, at some moment between the two.
+func (r TokenReset) Between(sent, now time.Time) (earliest, latest time.Time) {
+	if !r.At.IsZero() {
+		return r.At, r.At
+	}
+	if sent.IsZero() || sent.After(now) {
+		sent = now
+	}
+	return sent.Add(r.In), now.Add(r.In)
+}
+
+// ReadTokenReset reads the token reset of an answer's headers through get:
+// x-ratelimit-reset-tokens, else anthropic-ratelimit-tokens-reset (else its
+// input-tokens one). ok is false when none was stated, it is unreadable, or a
+// duration is negative or longer than a minute (not a per-minute limit's).
+func ReadTokenReset(get func(name string) string) (r TokenReset, ok bool) {
+	if v := strings.TrimSpace(get("X-Ratelimit-Reset-Tokens")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Minute {
+			return TokenReset{}, false
+		}
+		return TokenReset{In: d, Coarse: d%time.Second == 0}, true
+	}
+	v := strings.TrimSpace(get("Anthropic-Ratelimit-Tokens-Reset"))
+	if v == "" {
+		v = strings.TrimSpace(get("Anthropic-Ratelimit-Input-Tokens-Reset"))
+	}
+	if v == "" {
+		return TokenReset{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return TokenReset{}, false
+	}
+	return TokenReset{At: t, Coarse: t.Nanosecond() == 0}, true
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"net/http"
 	"testing"
+	"time"
 )
 
 func TestReadRateLimitHeaders(t *testing.T) {
@@ -29,5 +30,54 @@ func TestReadRateLimitHeaders(t *testing.T) {
 		if got := ReadRateLimitHeaders(h.Get); got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestReadTokenReset(t *testing.T) {
+	cases := []struct {
+		name string
+		h    map[string]string
+		want TokenReset
+		ok   bool
+	}{
+		{"none", nil, TokenReset{}, false},
+		{"openai, to the millisecond", map[string]string{"X-Ratelimit-Reset-Tokens": "29.75s"}, TokenReset{In: 29750 * time.Millisecond}, true},
+		{"openai, in milliseconds", map[string]string{"X-Ratelimit-Reset-Tokens": "20ms"}, TokenReset{In: 20 * time.Millisecond}, true},
+		{"openai, whole seconds", map[string]string{"X-Ratelimit-Reset-Tokens": "1m0s"}, TokenReset{In: time.Minute, Coarse: true}, true},
+		{"more than a minute: a daily limit's", map[string]string{"X-Ratelimit-Reset-Tokens": "2m59.56s"}, TokenReset{}, false},
+		{"garbage", map[string]string{"X-Ratelimit-Reset-Tokens": "soon"}, TokenReset{}, false},
+		{"negative", map[string]string{"X-Ratelimit-Reset-Tokens": "-1s"}, TokenReset{}, false},
+		{"anthropic, whole seconds", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "2026-12-04T10:01:00Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 1, 0, 0, time.UTC), Coarse: true}, true},
+		{"anthropic, fractional", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "2026-12-04T10:00:59.5Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 0, 59, 500_000_000, time.UTC)}, true},
+		{"anthropic's input tokens", map[string]string{"Anthropic-Ratelimit-Input-Tokens-Reset": "2026-12-04T10:01:00Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 1, 0, 0, time.UTC), Coarse: true}, true},
+		{"anthropic, not a time", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "tomorrow"}, TokenReset{}, false},
+	}
+	for _, c := range cases {
+		h := http.Header{}
+		for k, v := range c.h {
+			h.Set(k, v)
+		}
+		got, ok := ReadTokenReset(h.Get)
+		if !got.At.Equal(c.want.At) || got.In != c.want.In || got.Coarse != c.want.Coarse || ok != c.ok {
+			t.Errorf("%s: %+v, %v; want %+v, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// A duration counts from the provider's stating, somewhere between the call's
+// send and its answer; an instant is itself.
+func TestTokenResetBetween(t *testing.T) {
+	sent := time.Date(2026, 12, 4, 10, 0, 30, 0, time.UTC)
+	now := sent.Add(2 * time.Second)
+	e, l := TokenReset{In: 10 * time.Second}.Between(sent, now)
+	if !e.Equal(sent.Add(10*time.Second)) || !l.Equal(now.Add(10*time.Second)) {
+		t.Errorf("a duration: [%v, %v]", e, l)
+	}
+	if e, l := (TokenReset{In: time.Second}).Between(time.Time{}, now); !e.Equal(now.Add(time.Second)) || !l.Equal(e) {
+		t.Errorf("a duration, the send unknown: [%v, %v], want both from now", e, l)
+	}
+	at := now.Add(28 * time.Second)
+	if e, l := (TokenReset{At: at}).Between(sent, now); !e.Equal(at) || !l.Equal(at) {
+		t.Errorf("an instant: [%v, %v]", e, l)
 	}
 }

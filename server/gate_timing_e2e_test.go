@@ -132,6 +132,10 @@ type timingCase struct {
 	// learnsKnown: the provider decides on what it knows and the gate is not
 	// told; with headers, what the gate took from them is logged.
 	learnsKnown bool
+	// learnsFixed: the provider counts in fixed windows and states its token
+	// reset (the next edge) on every answer; the gate, not told, must take
+	// fixed windows from the answers.
+	learnsFixed bool
 	// duration, when set, replaces timingDuration for the case.
 	duration time.Duration
 	// outsideShare, when set, replaces timingOutsideShare; outsideUntil, when
@@ -268,6 +272,12 @@ var timingCases = []timingCase{
 	// `.ci/run`s); a later 429's 10 s cooldown would cost one of the three or
 	// four learned windows, hence the floor.
 	{name: "AtTruthFixedTold", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow, windows: "fixed"},
+	// AtTruthFixed's provider with rate-limit headers, the gate not told: each
+	// answer's x-ratelimit-reset-tokens names the next edge, and six answers
+	// an eighth of a window apart switch the gate to fixed windows before any
+	// 429 (engine/gate/fixedwindow.go), about 8 s in. Not taking them fails
+	// the case; the targets are AtTruthFixedTold's.
+	{name: "AtTruthFixedHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow, learnsFixed: true},
 	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
 	// provider that decides on what it knows, the gate told so (and that the
 	// provider counts on arrival: this sliding window books an output in its
@@ -687,6 +697,9 @@ func (run *timingRun) report(t *testing.T) {
 		t.Logf("%s: target missed: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
 	case tc.learnsKnown:
 		t.Logf("%s: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
+	}
+	if tc.learnsFixed && bs.Windows != "fixed" {
+		t.Errorf("%s: the provider counts in fixed windows and states its resets; the gate took its windows to be %q", tc.name, bs.Windows)
 	}
 
 	var series []string

@@ -273,7 +273,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// cooldown (or, a 429 classified as something else, in decide); any other
 	// answer's here.
 	if lim := engine.ReadRateLimitHeaders(resp.Header.Get); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
-		s.ledger.Calibrate(s.clock.Now(), route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+		now := s.clock.Now()
+		s.ledger.Calibrate(now, route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+		if r, ok := engine.ReadTokenReset(resp.Header.Get); ok {
+			s.ledger.ObserveTokensReset(now, route.Provider, route.Model, x.countedFrom(), r)
+		}
 	}
 	if resp.StatusCode >= 400 {
 		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")

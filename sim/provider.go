@@ -90,6 +90,10 @@ type limiter interface {
 	done(now time.Time, c cost, h held)
 	// remaining is what is left of each limit at now, as rate-limit headers say.
 	remaining(now time.Time) (tokens, requests int64)
+	// tokensReset is how long from now until the token limit is whole again,
+	// as x-ratelimit-reset-tokens says: the sliding window's newest call
+	// leaves, the bucket is full, the fixed window ends (0: whole now).
+	tokensReset(now time.Time) time.Duration
 	// countsOnDone: a call is counted (served) at done rather than at offer.
 	countsOnDone() bool
 }
@@ -210,6 +214,14 @@ func (l *slidingLimiter) remaining(now time.Time) (int64, int64) {
 
 func (l *slidingLimiter) countsOnDone() bool { return l.onDone }
 
+func (l *slidingLimiter) tokensReset(now time.Time) time.Duration {
+	l.w.expire(now)
+	if len(l.w.entries) == 0 {
+		return 0
+	}
+	return l.w.entries[len(l.w.entries)-1].at.Add(l.w.window).Sub(now)
+}
+
 // bucketLimiter is two token buckets (tokens and requests), each refilling
 // continuously at limit ÷ window up to one limit.
 type bucketLimiter struct {
@@ -270,6 +282,11 @@ func (l *bucketLimiter) remaining(now time.Time) (int64, int64) {
 
 func (l *bucketLimiter) countsOnDone() bool { return false }
 
+func (l *bucketLimiter) tokensReset(now time.Time) time.Duration {
+	l.refill(now)
+	return l.until(math.Max(0, l.tpm-l.tokens), l.tpm, 0, l.rpm)
+}
+
 // fixedLimiter counts in clock-aligned windows that reset at each boundary.
 type fixedLimiter struct {
 	tpm, rpm         int64
@@ -325,6 +342,14 @@ func (l *fixedLimiter) remaining(now time.Time) (int64, int64) {
 }
 
 func (l *fixedLimiter) countsOnDone() bool { return false }
+
+func (l *fixedLimiter) tokensReset(now time.Time) time.Duration {
+	l.roll(now)
+	if l.tokens == 0 {
+		return 0
+	}
+	return now.Truncate(l.window).Add(l.window).Sub(now)
+}
 
 // source tells the gate's (or naive) traffic from the outside client's.
 type source uint8
@@ -398,6 +423,10 @@ func (p *provider) count(tokens int64, src source) {
 // headers are the x-ratelimit-* figures, per minute as providers state them.
 type headers struct {
 	limitTokens, remainingTokens, limitRequests, remainingRequests int64
+	// tokensReset is how long from the stating until the token limit is whole
+	// again, as x-ratelimit-reset-tokens says (0: it is whole now). The gate
+	// reads it from when the answer reaches it, a one-way trip late.
+	tokensReset time.Duration
 }
 
 func (p *provider) headers(now time.Time) headers {
@@ -405,8 +434,10 @@ func (p *provider) headers(now time.Time) headers {
 	scale := func(v int64) int64 {
 		return int64(math.Round(float64(v) * float64(time.Minute) / float64(p.window)))
 	}
-	return headers{
+	h := headers{
 		limitTokens: scale(int64(p.spec.TPM)), remainingTokens: scale(max(0, rt)),
 		limitRequests: scale(int64(p.spec.RPM)), remainingRequests: scale(max(0, rr)),
 	}
+	h.tokensReset = p.lim.tokensReset(now)
+	return h
 }

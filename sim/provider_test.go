@@ -252,8 +252,34 @@ func TestProviderHeaders(t *testing.T) {
 	p, _ := newProvider(ProviderSpec{Model: LimitSlidingArrival, TPM: testTPM, RPM: testRPM}, testWindow)
 	p.offer(t1, whole(40), fromSessions)
 	h := p.headers(t2)
-	want := headers{limitTokens: 600, remainingTokens: 360, limitRequests: 18, remainingRequests: 12}
+	want := headers{limitTokens: 600, remainingTokens: 360, limitRequests: 18, remainingRequests: 12, tokensReset: 9 * time.Second}
 	if h != want {
 		t.Fatalf("headers %+v, want %+v", h, want)
+	}
+}
+
+// The token reset each limit model states: until the sliding window's newest
+// call leaves, the bucket is full again, the fixed window ends; 0 while the
+// limit is whole.
+func TestProviderTokensReset(t *testing.T) {
+	at := t0.Add(2500 * time.Millisecond)
+	for _, c := range []struct {
+		model string
+		want  time.Duration
+	}{
+		{LimitSlidingArrival, 8500 * time.Millisecond},                 // the call at 1 s leaves at 11 s
+		{LimitSlidingCompletion, 9*time.Second + 500*time.Millisecond}, // counted when it completed, at 2 s
+		{LimitTokenBucket, 2500 * time.Millisecond},                    // 40 of 100 taken at 1 s, 10 a second back: 25 short at 2.5 s
+		{LimitFixedWindow, 7500 * time.Millisecond},                    // the window ends at 10 s
+	} {
+		p, _ := newProvider(ProviderSpec{Model: c.model, TPM: testTPM, RPM: testRPM}, testWindow)
+		if got := p.headers(t0).tokensReset; got != 0 {
+			t.Errorf("%s, nothing counted: reset %v, want 0", c.model, got)
+		}
+		_, h := p.offer(t0.Add(time.Second), whole(40), fromSessions)
+		p.done(t0.Add(2*time.Second), whole(40), h, fromSessions)
+		if got := p.headers(at).tokensReset; got != c.want {
+			t.Errorf("%s: reset %v, want %v", c.model, got, c.want)
+		}
 	}
 }

@@ -419,7 +419,7 @@ func (r *runner) handle(e event) {
 		if r.gate != nil {
 			r.gate.settle(now, &s.adm, s.cur.prompt, s.cur.output)
 			if r.s.Provider.Headers && r.mode == ModeGate {
-				r.gate.calibrate(now, s.hdr)
+				r.gate.calibrate(now, s.sentAt, s.hdr)
 			}
 		}
 		s.served += s.cur.prompt + s.cur.output

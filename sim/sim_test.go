@@ -562,6 +562,38 @@ func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
 	}
 }
 
+// A fixed-window provider that sends rate-limit headers states on every
+// answer when its token count restarts: the next edge. Not told, the gate
+// counts fixed windows from the answers, before any 429, and at the truth
+// uses the limit as the gate told fixed windows does (0.95 or more, at most
+// two 429s). The other providers' resets end wherever their calls leave or
+// refill, and the gate keeps the sliding window there (seeds 1–4; one under
+// the race detector).
+func TestFixedWindowsLearnedFromStatedResets(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4}
+	if raceEnabled {
+		seeds = seeds[:1]
+	}
+	for _, model := range LimitModels {
+		for _, seed := range seeds {
+			s := DefaultScenario()
+			s.Seed, s.Duration = seed, Duration(time.Hour)
+			s.Provider.Model, s.Provider.Headers = model, true
+			g := runGate(t, s)
+			want := ""
+			if model == LimitFixedWindow {
+				want = gate.WindowsFixed
+			}
+			if g.FinalWindows != want {
+				t.Errorf("%s, seed %d: windows %q at the end, want %q (%d 429s)", model, seed, g.FinalWindows, want, g.RateLimited)
+			}
+			if model == LimitFixedWindow && (g.Utilization < 0.95 || g.RateLimited > 2 || g.Lost != 0) {
+				t.Errorf("seed %d: fixed windows from the resets %.3f of the limit, %d 429s, %d lost; want ≥ 0.95, ≤ 2, none", seed, g.Utilization, g.RateLimited, g.Lost)
+			}
+		}
+	}
+}
+
 // Another client on the key, the gate started at twice the truth (the
 // matrix's sliding-arrival row with latency): the first 429 reads the window
 // before the other client's share has filled it; the second, right after the

@@ -50,12 +50,11 @@ type bucket struct {
 	unsent      int64
 	unsentCount int
 
-	// Fixed windows read from the 429s' stated waits while the user has not
-	// said (fixedwindow.go): learned, and the stated waits in a row that ended
-	// at an edge.
+	// Fixed windows read from the 429s' stated waits and the answers' stated
+	// resets while the user has not said (fixedwindow.go): learned, and the
+	// evidence toward a switch.
 	fixedLearned bool
-	fixedVotes   int
-	fixedVoteAt  time.Time
+	fixedEv      fixedEvidence
 
 	slots []ticketSlot
 	free  []int32
@@ -232,7 +231,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	wasFixed := b.fixedWindowsLocked()
 	b.limits = lim
 	if lim.Windows != "" || !cfg.Learn || b.l.shared != nil {
-		b.fixedLearned, b.fixedVotes, b.fixedVoteAt = false, 0, time.Time{} // the user says now, or nothing is learned
+		b.fixedLearned, b.fixedEv = false, fixedEvidence{} // the user says now, or nothing is learned
 	}
 	if b.fixedWindowsLocked() != wasFixed {
 		b.forgetReadingsLocked() // read in the other window
@@ -480,7 +479,7 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	}
 	if b.limits.Windows == "" && b.l.shared == nil && b.learn.enabled && q.FixedLearned != b.fixedLearned {
 		// What the stated waits said of the windows, the last time.
-		b.fixedLearned, b.fixedVotes = q.FixedLearned, 0
+		b.fixedLearned, b.fixedEv = q.FixedLearned, fixedEvidence{}
 		b.setSpanLocked(b.l.clock.Now(), b.l.conf())
 	}
 	if q.Fixed != b.fixedWindowsLocked() {
@@ -1522,7 +1521,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.rpmFreshAt = now
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
-	b.fixedLearned, b.fixedVotes, b.fixedVoteAt = false, 0, time.Time{} // read again from the stated waits
+	b.fixedLearned, b.fixedEv = false, fixedEvidence{} // read again from the stated waits and resets
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it

@@ -65,6 +65,26 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	b.dispatchLocked(now) // a larger budget may let waiters through
 }
 
+// ObserveTokensReset weighs the token reset an answer for provider/model
+// states (engine.ReadTokenReset): for a call sent at sent and answered at now,
+// the instant its count restarts or is whole again. In fixed windows it is
+// always the next edge, which is how the gate learns them from answers, before
+// any 429 (fixedwindow.go). It is safe for concurrent use.
+func (l *Ledger) ObserveTokensReset(now time.Time, provider, model string, sent time.Time, r engine.TokenReset) {
+	if provider == "" || model == "" {
+		return
+	}
+	b := l.lockedBucketFor(provider, model, now)
+	defer b.mu.Unlock()
+	if b.model != model { // folded into OtherModel: one model's windows are not the others'
+		return
+	}
+	earliest, latest := r.Between(sent, now)
+	if b.observeResetLocked(now, earliest, latest, r.Coarse) {
+		b.dispatchLocked(now) // counted in the new windows, a waiter may fit
+	}
+}
+
 // adoptStatedLocked adopts stated per-minute limits (≤ 0: not stated) for the
 // bucket; see Calibrate. The caller dispatches.
 func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int64) {

@@ -254,18 +254,25 @@ func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Dura
 	}
 	off := time.Duration(now.Add(wait).UnixNano() % int64(window))
 	atEdge := off <= late || off >= window-fixedEdgeSlack
+	ev := &b.fixedEv
 	if atEdge == b.fixedLearned {
-		b.fixedVotes = 0 // as it is: confirmed
+		ev.waitVotes = 0 // as it is: confirmed
 		return false
 	}
-	if (atEdge && float64(wait) < fixedEdgeMinWait*float64(window)) || (!b.fixedVoteAt.IsZero() && now.Sub(b.fixedVoteAt) < window/2) {
+	if (atEdge && float64(wait) < fixedEdgeMinWait*float64(window)) || (!ev.waitVoteAt.IsZero() && now.Sub(ev.waitVoteAt) < window/2) {
 		return false // too short to tell (a fixed window's wait, short or long, ends at an edge), or the same burst
 	}
-	b.fixedVoteAt = now
-	if b.fixedVotes++; b.fixedVotes < fixedEdgeVotes {
+	ev.waitVoteAt = now
+	if ev.waitVotes++; ev.waitVotes < fixedEdgeVotes {
 		return false
 	}
-	b.fixedLearned, b.fixedVotes = atEdge, 0
+	b.switchWindowsLocked(now, atEdge)
+	return true
+}
+
+// switchWindowsLocked adopts fixed windows (or sliding ones) as learned.
+func (b *bucket) switchWindowsLocked(now time.Time, fixed bool) {
+	b.fixedLearned, b.fixedEv = fixed, fixedEvidence{}
 	b.setSpanLocked(now, b.l.conf())
 	b.forgetReadingsLocked() // read in the other window
 	b.clearVotesLocked()
@@ -273,7 +280,79 @@ func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Dura
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
-	e.Step, e.Reason = "windows", map[bool]string{true: WindowsFixed, false: WindowsSliding}[atEdge]
+	e.Step, e.Reason = "windows", map[bool]string{true: WindowsFixed, false: WindowsSliding}[fixed]
 	b.l.emit(e)
+}
+
+// fixedEvidence is what was gathered toward a switch of the windows: the
+// stated waits in a row that voted for it, and the stated resets.
+type fixedEvidence struct {
+	waitVotes   int
+	waitVoteAt  time.Time
+	resetVotes  int
+	resetVoteAt time.Time
+}
+
+// From the answers' stated resets. A provider that states when its token count
+// restarts (x-ratelimit-reset-tokens, anthropic-ratelimit-tokens-reset) names,
+// in fixed windows, the next edge — on every answer, with no 429 needed. A
+// sliding window's reset is when its newest call leaves, a bucket's when it
+// is full again: they end wherever the calls put them, at an edge only by
+// chance. A duration counts from when the provider stated it, some moment
+// between the call's send and its answer (a provider may state the window as
+// the call found it, and answer seconds later), so the reset names an instant
+// within that span; an answer whose span is wider than a sixteenth of the
+// window says too little and is not read.
+//
+// A vote is an answer whose span reaches an edge (while the windows are taken
+// to slide) or no edge (while they are taken to be fixed), at most one each
+// eighth of a window, so the votes span most of a window of different
+// answers; fixedResetVotes in a row switch, and one answer the other way
+// starts the count again. A sliding window's span reaches an edge by chance
+// at most a sixteenth of the window plus the rounding's reach of the time,
+// about 7% at a 60 s window; six in a row about once in ten million tries.
+// Whole seconds blur the edge to a second: such figures (the header's
+// "6m0s", an RFC 3339 instant without a fraction) count only at windows of a
+// minute or more.
+const (
+	fixedResetVotes = 6
+	// fixedResetSlack: how far an instant stated to the millisecond may miss
+	// an edge either way (the provider's rounding and its clock's offset).
+	fixedResetSlack = 100 * time.Millisecond
+	// fixedResetCoarseWindow: the shortest window a reset in whole seconds
+	// says anything of.
+	fixedResetCoarseWindow = time.Minute
+)
+
+// observeResetLocked weighs an answer's stated token reset — an instant in
+// [earliest, latest], read at now; coarse: stated in whole seconds — as
+// evidence of fixed windows. It reports whether the model's windows changed.
+func (b *bucket) observeResetLocked(now, earliest, latest time.Time, coarse bool) bool {
+	window := b.l.conf().Window
+	if b.limits.Windows != "" || b.l.shared != nil || !b.learn.enabled || window < fixedEdgeMinWindow ||
+		(coarse && window < fixedResetCoarseWindow) || latest.Before(earliest) || latest.Sub(earliest) > window/16 ||
+		!latest.After(now) || earliest.Sub(now) > window {
+		return false // the user said, or the reset says nothing of an edge (an empty window's is now)
+	}
+	slack := fixedResetSlack
+	if coarse {
+		slack = fixedEdgeSlack
+	}
+	from := earliest.Add(-slack).UnixNano()
+	edge := from + (int64(window)-from%int64(window))%int64(window) // the first edge at or after from
+	atEdge := edge <= latest.Add(slack).UnixNano()
+	ev := &b.fixedEv
+	if atEdge == b.fixedLearned {
+		ev.resetVotes = 0 // as it is: confirmed
+		return false
+	}
+	if !ev.resetVoteAt.IsZero() && now.Sub(ev.resetVoteAt) < window/8 && now.After(ev.resetVoteAt) {
+		return false // too close to the last vote to be another answer's evidence
+	}
+	ev.resetVoteAt = now
+	if ev.resetVotes++; ev.resetVotes < fixedResetVotes {
+		return false
+	}
+	b.switchWindowsLocked(now, atEdge)
 	return true
 }

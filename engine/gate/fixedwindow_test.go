@@ -345,3 +345,142 @@ func TestFixedWindowsCountRequests(t *testing.T) {
 		t.Fatalf("window requests %d, want 10 (the current window's)", st.WindowRequests)
 	}
 }
+
+// untilEdge is the next edge of t0's minutes after at.
+func untilEdge(at time.Time) time.Time { return at.Truncate(time.Minute).Add(time.Minute) }
+
+// answerReset reports an answer received at now to a call sent took earlier,
+// whose provider stated, stated after the send, the duration until reset.
+func answerReset(l *Ledger, now time.Time, took, stated time.Duration, reset time.Time) {
+	sent := now.Add(-took)
+	l.ObserveTokensReset(now, "p", "m", sent, engine.TokenReset{In: reset.Sub(sent.Add(stated))})
+}
+
+// Answers whose stated token reset ends at the next edge — what a fixed-window
+// provider states on every answer — switch a model the user said nothing
+// about to fixed windows, six of them an eighth of a window or more apart,
+// with no 429; six that end away from an edge switch it back, and one answer
+// the other way starts the count again. A duration counts from the provider's
+// stating, anywhere between the call's send and its answer.
+func TestFixedWindowsLearnedFromResetsThatEndAtEdges(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	at := t0.Add(3 * time.Second)
+	answer := func(reset func(time.Time) time.Time) {
+		answerReset(l, at, 2*time.Second, 1500*time.Millisecond, reset(at)) // stated as the call's window found it, or as it left
+		at = at.Add(8 * time.Second)
+	}
+	for i := 0; i < 5; i++ {
+		answer(untilEdge)
+	}
+	if got := windowsOf(l, at); got != "" {
+		t.Fatalf("after five resets at edges: windows %q, want sliding still", got)
+	}
+	answer(untilEdge)
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("after six resets at edges: windows %q, want fixed", got)
+	}
+	learned := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "windows" {
+			learned++
+		}
+	}
+	if learned != 1 {
+		t.Fatalf("%d windows events, want 1", learned)
+	}
+	away := func(at time.Time) time.Time { return at.Add(20 * time.Second) } // a sliding window's: its newest call leaves
+	for i := 0; i < 5; i++ {
+		answer(away)
+	}
+	answer(untilEdge) // the count starts again
+	for i := 0; i < 5; i++ {
+		answer(away)
+	}
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("five resets away from an edge since one at it: windows %q, want fixed still", got)
+	}
+	answer(away)
+	if got := windowsOf(l, at); got != "" {
+		t.Fatalf("six resets away from an edge: windows %q, want sliding again", got)
+	}
+}
+
+// What says nothing of an edge is not a vote: answers closer together than an
+// eighth of the window (one burst of answers reads one edge), an instant that
+// misses the edge by more than the rounding, a call so long the reset's
+// instant is not known to a sixteenth of the window, whole seconds at a
+// window under a minute, a reset more than a window ahead, and anything while
+// the user said how the windows move or learning is off.
+func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
+	short := func(c *Config) { c.Window = 10 * time.Second }
+	edge := func(d time.Duration) func(time.Time) time.Time {
+		return func(at time.Time) time.Time { return untilEdge(at).Add(d) }
+	}
+	cases := []struct {
+		name        string
+		c           func(*Config)
+		every, took time.Duration
+		reset       func(at time.Time) time.Time
+		coarse      bool
+	}{
+		{"one burst", nil, 500 * time.Millisecond, 10 * time.Millisecond, untilEdge, false},
+		{"late", nil, 8 * time.Second, 10 * time.Millisecond, edge(300 * time.Millisecond), false},
+		{"early", nil, 8 * time.Second, 10 * time.Millisecond, edge(-300 * time.Millisecond), false},
+		{"a long call", nil, 8 * time.Second, 4 * time.Second, untilEdge, false},
+		{"whole seconds at 10 s windows", short, 2 * time.Second, 10 * time.Millisecond, func(at time.Time) time.Time { return at.Truncate(10 * time.Second).Add(10 * time.Second) }, true},
+		{"more than a window ahead", nil, 8 * time.Second, 10 * time.Millisecond, edge(time.Minute), false},
+		{"told sliding", func(c *Config) { c.Defaults.Windows = WindowsSliding }, 8 * time.Second, 10 * time.Millisecond, untilEdge, false},
+		{"learning off", func(c *Config) { c.Learn = false }, 8 * time.Second, 10 * time.Millisecond, untilEdge, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			if tc.c != nil {
+				tc.c(&c)
+			}
+			l, _, _ := newTestLedger(t, c)
+			at := t0.Add(time.Second)
+			for i := 0; i < 12; i++ {
+				sent := at.Add(-tc.took)
+				// stated as the call arrived: the instant is the call's send plus the duration
+				l.ObserveTokensReset(at, "p", "m", sent, engine.TokenReset{In: tc.reset(at).Sub(sent), Coarse: tc.coarse})
+				at = at.Add(tc.every)
+			}
+			if got := windowsOf(l, at); got != "" {
+				t.Fatalf("windows %q, want sliding", got)
+			}
+		})
+	}
+}
+
+// An instant in whole seconds (anthropic-ratelimit-tokens-reset without a
+// fraction) counts at a window of a minute, to within 1.1 s of the edge.
+func TestFixedWindowsLearnedFromCoarseResets(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	at := t0.Add(2*time.Second + 300*time.Millisecond)
+	for i := 0; i < 6; i++ {
+		l.ObserveTokensReset(at, "p", "m", at.Add(-time.Second), engine.TokenReset{At: untilEdge(at).Add(-time.Second), Coarse: true}) // a clock a second behind
+		at = at.Add(8 * time.Second)
+	}
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("windows %q, want fixed", got)
+	}
+}
+
+// An empty window's reset is now: it says nothing of an edge, and does not
+// switch fixed windows back.
+func TestFixedWindowsKeptThroughEmptyWindowResets(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	at := t0.Add(3 * time.Second)
+	for i := 0; i < 6; i++ {
+		answerReset(l, at, 10*time.Millisecond, 0, untilEdge(at))
+		at = at.Add(8 * time.Second)
+	}
+	for i := 0; i < 12; i++ {
+		l.ObserveTokensReset(at, "p", "m", at.Add(-10*time.Millisecond), engine.TokenReset{})
+		at = at.Add(8 * time.Second)
+	}
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("windows %q after empty windows' resets, want fixed", got)
+	}
+}
