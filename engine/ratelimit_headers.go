@@ -86,7 +86,7 @@ func perMinute(reset string) bool {
 // that refills continuously, is whole again.
 type TokenReset struct {
 	// In is how long from the provider's stating (OpenAI-style
-	// x-ratelimit-reset-tokens: "6m0s", "1.5s", "20ms"); At is an instant
+	// x-ratelimit-reset-tokens: "59s", "1.5s", "20ms"); At is an instant
 	// instead (anthropic-ratelimit-tokens-reset, RFC 3339), when set.
 	In time.Duration
 	At time.Time

@@ -166,8 +166,8 @@ func Targets(r MatrixRow) []string {
 // metrics o) misses: those that judge what the admission achieves, not what
 // the gate learned — util≥.93, ≤1/h (its 429s over the whole run: it has
 // nothing to converge to) and lost=0 at start 1, 429s≤3 at start 2, and
-// remaining≥.90 with outside traffic. A target the oracle misses is beyond the
-// gate's admission even when it knows the truth; the convergence and trigger
+// remaining≥.90 with outside traffic. A target the oracle misses, the gate's
+// admission misses even when it knows the truth; the convergence and trigger
 // targets have no oracle figure.
 func OracleTargets(r MatrixRow, o Metrics) []string {
 	var miss []string
@@ -193,6 +193,16 @@ func OracleTargets(r MatrixRow, o Metrics) []string {
 	return miss
 }
 
+// sharedWithOracle says whether the row's miss of target is one its oracle
+// missed too. A gate that never converged misses `≤1/h` for that alone, which
+// no oracle shares.
+func sharedWithOracle(r MatrixRow, target string) bool {
+	if target == "≤1/h" && r.ConvergedAfterWindows == nil {
+		return false
+	}
+	return slices.Contains(r.OracleMisses, target)
+}
+
 // OracleLabels are the targets OracleTargets judges the oracle by.
 var OracleLabels = []string{"util≥.93", "≤1/h", "lost=0", "429s≤3", "remaining≥.90"}
 
@@ -204,8 +214,9 @@ var TargetLabels = []string{"util≥.93", "≤1/h", "lost=0", "conv≤3", "429s�
 // many runs miss each one.
 type MatrixTally struct {
 	Runs, Met int
-	// OracleToo counts the runs that miss a target but miss none the oracle
-	// met: the gate did as well as its own admission told the truth.
+	// OracleToo counts the runs that miss a target but none the oracle met
+	// (sharedWithOracle): what they miss, the gate's admission misses too when
+	// it knows the truth.
 	OracleToo int
 	Misses    []TargetMisses // TargetLabels order, targets no run missed left out
 }
@@ -229,7 +240,7 @@ func Tally(rows []MatrixRow) MatrixTally {
 		own := 0 // misses the oracle did not share
 		for _, m := range r.Misses {
 			n[m]++
-			if slices.Contains(r.OracleMisses, m) {
+			if sharedWithOracle(r, m) {
 				shared[m]++
 			} else {
 				own++

@@ -291,14 +291,22 @@ func (l *bucketLimiter) tokensReset(now time.Time) time.Duration {
 type fixedLimiter struct {
 	tpm, rpm         int64
 	window           time.Duration
-	start            time.Time // the current window's start; a multiple of window
+	start            time.Time // the current window's start; a multiple of window since the Unix epoch
 	tokens, requests int64     // counted in the current window
 }
 
 func (l *fixedLimiter) roll(now time.Time) {
-	if s := now.Truncate(l.window); s.After(l.start) {
+	if s := edgeBefore(now, l.window); s.After(l.start) {
 		l.start, l.tokens, l.requests = s, 0, 0
 	}
+}
+
+// edgeBefore is the window's edge at or before now: a multiple of window since
+// the Unix epoch, as the gate counts fixed windows (time.Truncate counts from
+// year 1, which agrees only for windows that divide 62,135,596,800 s).
+func edgeBefore(now time.Time, window time.Duration) time.Time {
+	ns := now.UnixNano()
+	return time.Unix(0, ns-ns%int64(window)).In(now.Location())
 }
 
 func (l *fixedLimiter) offer(now time.Time, c cost) (axis, time.Duration, held) {
@@ -348,7 +356,7 @@ func (l *fixedLimiter) tokensReset(now time.Time) time.Duration {
 	if l.tokens == 0 {
 		return 0
 	}
-	return now.Truncate(l.window).Add(l.window).Sub(now)
+	return edgeBefore(now, l.window).Add(l.window).Sub(now)
 }
 
 // source tells the gate's (or naive) traffic from the outside client's.

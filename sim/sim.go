@@ -79,7 +79,8 @@ type Metrics struct {
 	// at the end (whole or known): told, or read from the rate-limit headers.
 	FinalDecides string `json:"finalDecides,omitempty"`
 	// FinalWindows is "fixed" when the engine counted fixed windows at the
-	// end: told, or read from the 429s' stated waits.
+	// end: told, or read from the 429s' stated waits or the answers' stated
+	// token resets.
 	FinalWindows string `json:"finalWindows,omitempty"`
 	// LearnedPerWindow is min(quota, trigger) ÷ the capacity left to the gate at
 	// the end of each window (gate).

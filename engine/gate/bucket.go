@@ -478,7 +478,7 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 		b.forgetReadingsLocked()
 	}
 	if b.limits.Windows == "" && b.l.shared == nil && b.learn.enabled && q.FixedLearned != b.fixedLearned {
-		// What the stated waits said of the windows, the last time.
+		// What the stated waits and resets said of the windows, the last time.
 		b.fixedLearned, b.fixedEv = q.FixedLearned, fixedEvidence{}
 		b.setSpanLocked(b.l.clock.Now(), b.l.conf())
 	}

@@ -1,6 +1,9 @@
 package gate
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // Fixed windows. Many providers and gateways count in clock-aligned windows
 // that restart at each multiple of the window since the Unix epoch (a minute's
@@ -13,8 +16,8 @@ import "time"
 // a sliding window holds a minute that straddles an edge to one budget where
 // such a provider allows up to two, and a sliding view of its 429s reads
 // anywhere between the two (so no reading tells them from another client's
-// traffic: not told, the gate learns fixed windows only from the waits the
-// provider states, below).
+// traffic: not told, the gate learns fixed windows only from what the
+// provider states — its 429s' waits and its answers' token resets, below).
 //
 // Requests are counted in the fixed window as tokens are. What stays
 // approximate: the reading subtracts every call not yet sent, also one
@@ -147,7 +150,8 @@ func (f *fixedPart) untilEdge(now time.Time) time.Duration {
 
 // fixedWindowsLocked says the bucket counts in fixed windows: the user said
 // the provider does (ModelLimits.Windows), or, while the user has not said,
-// its 429s' stated waits end at the edges (observeStatedWaitLocked). Not with
+// its 429s' stated waits or its answers' stated resets end at the edges
+// (observeStatedWaitLocked, observeResetLocked). Not with
 // a shared window: its entries are every instance's, counted in the store's
 // sliding window.
 func (b *bucket) fixedWindowsLocked() bool {
@@ -256,7 +260,7 @@ func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Dura
 	atEdge := off <= late || off >= window-fixedEdgeSlack
 	ev := &b.fixedEv
 	if atEdge == b.fixedLearned {
-		ev.waitVotes = 0 // as it is: confirmed
+		ev.confirmed() // as it is
 		return false
 	}
 	if (atEdge && float64(wait) < fixedEdgeMinWait*float64(window)) || (!ev.waitVoteAt.IsZero() && now.Sub(ev.waitVoteAt) < window/2) {
@@ -285,37 +289,59 @@ func (b *bucket) switchWindowsLocked(now time.Time, fixed bool) {
 }
 
 // fixedEvidence is what was gathered toward a switch of the windows: the
-// stated waits in a row that voted for it, and the stated resets.
+// stated waits in a row that voted for it, and the stated resets (and the
+// eighths of the window their answers came in).
 type fixedEvidence struct {
 	waitVotes   int
 	waitVoteAt  time.Time
 	resetVotes  int
 	resetVoteAt time.Time
+	resetPhases uint8
 }
+
+// confirmed starts both counts again: evidence of either kind said the
+// windows move as the bucket takes them to. (Each kind alone would let the
+// other count across an hour of confirmations: two waits an hour apart are
+// not two in a row.)
+func (ev *fixedEvidence) confirmed() { ev.waitVotes, ev.resetVotes, ev.resetPhases = 0, 0, 0 }
 
 // From the answers' stated resets. A provider that states when its token count
 // restarts (x-ratelimit-reset-tokens, anthropic-ratelimit-tokens-reset) names,
 // in fixed windows, the next edge — on every answer, with no 429 needed. A
 // sliding window's reset is when its newest call leaves, a bucket's when it
-// is full again: they end wherever the calls put them, at an edge only by
-// chance. A duration counts from when the provider stated it, some moment
-// between the call's send and its answer (a provider may state the window as
-// the call found it, and answer seconds later), so the reset names an instant
-// within that span; an answer whose span is wider than a sixteenth of the
-// window says too little and is not read.
+// is full again: they end wherever the calls put them. A duration counts from
+// when the provider stated it, some moment between the call's send and its
+// answer (a provider may state the window as the call found it, and answer
+// seconds later), so the reset names an instant within that span; an answer
+// whose span is wider than a sixteenth of the window says too little and is
+// not read — a non-streamed answer's headers come when the whole answer is
+// written, so at a 60 s window only calls answered within 3.75 s (and
+// streamed answers, whose headers come first) are read.
 //
-// A vote is an answer whose span reaches an edge (while the windows are taken
-// to slide) or no edge (while they are taken to be fixed), at most one each
-// eighth of a window, so the votes span most of a window of different
-// answers; fixedResetVotes in a row switch, and one answer the other way
-// starts the count again. A sliding window's span reaches an edge by chance
-// at most a sixteenth of the window plus the rounding's reach of the time,
-// about 7% at a 60 s window; six in a row about once in ten million tries.
-// Whole seconds blur the edge to a second: such figures (the header's
-// "6m0s", an RFC 3339 instant without a fraction) count only at windows of a
-// minute or more.
+// A vote for fixed windows is an answer whose span, widened by the figure's
+// rounding, reaches an edge; a vote for sliding windows one whose span misses
+// every edge by more than a wait's slack too (fixedEdgeSlack: a provider
+// whose clock is a second off, which the waits' slack allows, is no evidence
+// against it); in between, no vote. At most one vote each eighth of a window,
+// and fixedResetVotes in a row switch once their answers came in half the
+// eighths of the window or more: traffic locked to the clock (a burst at the
+// top of each minute) makes a sliding window's resets end at the edges too,
+// always from the same phase, and a fixed window's answers point at the edge
+// from any. One answer the other way starts the count again.
+//
+// By chance, with phases that do not follow the clock, a sliding window's
+// answer reaches an edge at most a sixteenth of the window plus twice the
+// rounding of the time: at a 60 s window 6.6% for a figure to the
+// millisecond (six in a row about once in ten million tries) and 9.9% for
+// whole seconds ("59s", an RFC 3339 instant without a fraction: about once in
+// a million); at a 10 s window, to the millisecond, 8.3% (once in three
+// million). Whole seconds blur the edge to a second and are read only at
+// windows of a minute or more.
 const (
 	fixedResetVotes = 6
+	// fixedResetPhases: the eighths of the window the votes' answers must
+	// have come in.
+	fixedResetPhases = 4
 	// fixedResetSlack: how far an instant stated to the millisecond may miss
 	// an edge either way (the provider's rounding and its clock's offset).
 	fixedResetSlack = 100 * time.Millisecond
@@ -334,25 +360,38 @@ func (b *bucket) observeResetLocked(now, earliest, latest time.Time, coarse bool
 		!latest.After(now) || earliest.Sub(now) > window {
 		return false // the user said, or the reset says nothing of an edge (an empty window's is now)
 	}
-	slack := fixedResetSlack
+	near := fixedResetSlack
 	if coarse {
-		slack = fixedEdgeSlack
+		near = fixedEdgeSlack
 	}
-	from := earliest.Add(-slack).UnixNano()
-	edge := from + (int64(window)-from%int64(window))%int64(window) // the first edge at or after from
-	atEdge := edge <= latest.Add(slack).UnixNano()
+	var atEdge bool
+	switch {
+	case reachesEdge(earliest, latest, near, window):
+		atEdge = true
+	case reachesEdge(earliest, latest, near+fixedEdgeSlack, window):
+		return false // near an edge, not at it: a provider's clock may be that far off
+	}
 	ev := &b.fixedEv
 	if atEdge == b.fixedLearned {
-		ev.resetVotes = 0 // as it is: confirmed
+		ev.confirmed() // as it is
 		return false
 	}
-	if !ev.resetVoteAt.IsZero() && now.Sub(ev.resetVoteAt) < window/8 && now.After(ev.resetVoteAt) {
-		return false // too close to the last vote to be another answer's evidence
+	if !ev.resetVoteAt.IsZero() && now.Sub(ev.resetVoteAt) < window/8 {
+		return false // too close to the last vote to be another answer's evidence (or the clock stepped back)
 	}
 	ev.resetVoteAt = now
-	if ev.resetVotes++; ev.resetVotes < fixedResetVotes {
+	ev.resetPhases |= 1 << (8 * (now.UnixNano() % int64(window)) / int64(window))
+	if ev.resetVotes++; ev.resetVotes < fixedResetVotes || bits.OnesCount8(ev.resetPhases) < fixedResetPhases {
 		return false
 	}
 	b.switchWindowsLocked(now, atEdge)
 	return true
+}
+
+// reachesEdge says whether [earliest − slack, latest + slack] holds an edge of
+// the window's multiples since the Unix epoch.
+func reachesEdge(earliest, latest time.Time, slack, window time.Duration) bool {
+	from := earliest.Add(-slack).UnixNano()
+	edge := from + (int64(window)-from%int64(window))%int64(window) // the first edge at or after from
+	return edge <= latest.Add(slack).UnixNano()
 }

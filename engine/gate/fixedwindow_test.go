@@ -346,20 +346,40 @@ func TestFixedWindowsCountRequests(t *testing.T) {
 	}
 }
 
-// untilEdge is the next edge of t0's minutes after at.
-func untilEdge(at time.Time) time.Time { return at.Truncate(time.Minute).Add(time.Minute) }
+// nextEdge is the first edge of t0's minutes after at.
+func nextEdge(at time.Time) time.Time { return at.Truncate(time.Minute).Add(time.Minute) }
+
+// midWindow is an instant 20 s from the nearest edge, ahead of at by 1–41 s:
+// a sliding window's reset, far from any edge.
+func midWindow(at time.Time) time.Time {
+	if m := nextEdge(at).Add(-20 * time.Second); m.After(at.Add(time.Second)) {
+		return m
+	}
+	return nextEdge(at).Add(20 * time.Second)
+}
 
 // answerReset reports an answer received at now to a call sent took earlier,
-// whose provider stated, stated after the send, the duration until reset.
+// whose provider stated, stated after the send, how long until reset.
 func answerReset(l *Ledger, now time.Time, took, stated time.Duration, reset time.Time) {
 	sent := now.Add(-took)
 	l.ObserveTokensReset(now, "p", "m", sent, engine.TokenReset{In: reset.Sub(sent.Add(stated))})
 }
 
+// windowsEvents counts the learn events that switched the windows.
+func windowsEvents(ev *eventLog) int {
+	n := 0
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "windows" {
+			n++
+		}
+	}
+	return n
+}
+
 // Answers whose stated token reset ends at the next edge — what a fixed-window
 // provider states on every answer — switch a model the user said nothing
 // about to fixed windows, six of them an eighth of a window or more apart,
-// with no 429; six that end away from an edge switch it back, and one answer
+// with no 429; six that end far from an edge switch it back, and one answer
 // the other way starts the count again. A duration counts from the provider's
 // stating, anywhere between the call's send and its answer.
 func TestFixedWindowsLearnedFromResetsThatEndAtEdges(t *testing.T) {
@@ -370,51 +390,44 @@ func TestFixedWindowsLearnedFromResetsThatEndAtEdges(t *testing.T) {
 		at = at.Add(8 * time.Second)
 	}
 	for i := 0; i < 5; i++ {
-		answer(untilEdge)
+		answer(nextEdge)
 	}
 	if got := windowsOf(l, at); got != "" {
 		t.Fatalf("after five resets at edges: windows %q, want sliding still", got)
 	}
-	answer(untilEdge)
+	answer(nextEdge)
 	if got := windowsOf(l, at); got != WindowsFixed {
 		t.Fatalf("after six resets at edges: windows %q, want fixed", got)
 	}
-	learned := 0
-	for _, e := range ev.kinds(EventLearn) {
-		if e.Step == "windows" {
-			learned++
-		}
+	if n := windowsEvents(ev); n != 1 {
+		t.Fatalf("%d windows events, want 1", n)
 	}
-	if learned != 1 {
-		t.Fatalf("%d windows events, want 1", learned)
-	}
-	away := func(at time.Time) time.Time { return at.Add(20 * time.Second) } // a sliding window's: its newest call leaves
 	for i := 0; i < 5; i++ {
-		answer(away)
+		answer(midWindow)
 	}
-	answer(untilEdge) // the count starts again
+	answer(nextEdge) // the count starts again
 	for i := 0; i < 5; i++ {
-		answer(away)
+		answer(midWindow)
 	}
 	if got := windowsOf(l, at); got != WindowsFixed {
 		t.Fatalf("five resets away from an edge since one at it: windows %q, want fixed still", got)
 	}
-	answer(away)
+	answer(midWindow)
 	if got := windowsOf(l, at); got != "" {
 		t.Fatalf("six resets away from an edge: windows %q, want sliding again", got)
 	}
 }
 
-// What says nothing of an edge is not a vote: answers closer together than an
-// eighth of the window (one burst of answers reads one edge), an instant that
-// misses the edge by more than the rounding, a call so long the reset's
-// instant is not known to a sixteenth of the window, whole seconds at a
-// window under a minute, a reset more than a window ahead, and anything while
-// the user said how the windows move or learning is off.
+// What says nothing of an edge is not a vote: answers closer together than
+// an eighth of the window (one burst of answers reads one edge), an instant that misses the edge by more than the rounding, a call
+// so long the reset's instant is not known to a sixteenth of the window, a
+// figure in whole seconds 1.2 s off an edge, whole seconds at a window under a
+// minute, a reset more than a window ahead, and anything while the user said
+// how the windows move or learning is off.
 func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
 	short := func(c *Config) { c.Window = 10 * time.Second }
 	edge := func(d time.Duration) func(time.Time) time.Time {
-		return func(at time.Time) time.Time { return untilEdge(at).Add(d) }
+		return func(at time.Time) time.Time { return nextEdge(at).Add(d) }
 	}
 	cases := []struct {
 		name        string
@@ -423,14 +436,15 @@ func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
 		reset       func(at time.Time) time.Time
 		coarse      bool
 	}{
-		{"one burst", nil, 500 * time.Millisecond, 10 * time.Millisecond, untilEdge, false},
+		{"one burst", nil, 500 * time.Millisecond, 10 * time.Millisecond, nextEdge, false},
 		{"late", nil, 8 * time.Second, 10 * time.Millisecond, edge(300 * time.Millisecond), false},
 		{"early", nil, 8 * time.Second, 10 * time.Millisecond, edge(-300 * time.Millisecond), false},
-		{"a long call", nil, 8 * time.Second, 4 * time.Second, untilEdge, false},
+		{"a long call", nil, 8 * time.Second, 4 * time.Second, nextEdge, false},
+		{"whole seconds 1.2 s off", nil, 8 * time.Second, 10 * time.Millisecond, edge(1200 * time.Millisecond), true},
 		{"whole seconds at 10 s windows", short, 2 * time.Second, 10 * time.Millisecond, func(at time.Time) time.Time { return at.Truncate(10 * time.Second).Add(10 * time.Second) }, true},
 		{"more than a window ahead", nil, 8 * time.Second, 10 * time.Millisecond, edge(time.Minute), false},
-		{"told sliding", func(c *Config) { c.Defaults.Windows = WindowsSliding }, 8 * time.Second, 10 * time.Millisecond, untilEdge, false},
-		{"learning off", func(c *Config) { c.Learn = false }, 8 * time.Second, 10 * time.Millisecond, untilEdge, false},
+		{"told sliding", func(c *Config) { c.Defaults.Windows = WindowsSliding }, 8 * time.Second, 10 * time.Millisecond, nextEdge, false},
+		{"learning off", func(c *Config) { c.Learn = false }, 8 * time.Second, 10 * time.Millisecond, nextEdge, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -453,17 +467,88 @@ func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
 	}
 }
 
-// An instant in whole seconds (anthropic-ratelimit-tokens-reset without a
-// fraction) counts at a window of a minute, to within 1.1 s of the edge.
-func TestFixedWindowsLearnedFromCoarseResets(t *testing.T) {
+// Traffic locked to the clock — a burst just after the top of each minute —
+// makes a sliding window's resets (its newest call leaves a window later) end
+// at the edges, always from the same phase; six such votes do not switch,
+// while a fixed window's answers, pointing at the edge from half the
+// window's eighths, do.
+func TestFixedWindowsNeedResetsFromAcrossTheWindow(t *testing.T) {
 	l, _, _ := newTestLedger(t, learnGate())
-	at := t0.Add(2*time.Second + 300*time.Millisecond)
-	for i := 0; i < 6; i++ {
-		l.ObserveTokensReset(at, "p", "m", at.Add(-time.Second), engine.TokenReset{At: untilEdge(at).Add(-time.Second), Coarse: true}) // a clock a second behind
+	at := t0.Add(2 * time.Second)
+	for i := 0; i < 8; i++ {
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at)) // the burst's newest call went out at the edge before
+		at = at.Add(time.Minute)
+	}
+	if got := windowsOf(l, at); got != "" {
+		t.Fatalf("eight resets at edges from one phase: windows %q, want sliding", got)
+	}
+	for i := 0; i < 3; i++ {
+		at = at.Add(15 * time.Second)
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at))
+	}
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("resets at edges from four eighths of the window: windows %q, want fixed", got)
+	}
+}
+
+// Waits and resets weigh together: a wait that says the windows are as the
+// model takes them starts the resets' count again (and a reset the waits'),
+// and a reset that misses the edge by less than a wait's slack is no vote, so
+// a provider whose clock is half a second off, whose waits say fixed, does not
+// have its resets switch the model back.
+func TestFixedWindowsWaitsAndResetsWeighTogether(t *testing.T) {
+	l, _, ev := newTestLedger(t, learnGate())
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
+	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
+	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
+		t.Fatalf("after two edge waits: windows %q, want fixed", got)
+	}
+	at := t0.Add(103 * time.Second)
+	for i := 0; i < 20; i++ {
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at).Add(500*time.Millisecond)) // a clock half a second off
 		at = at.Add(8 * time.Second)
 	}
 	if got := windowsOf(l, at); got != WindowsFixed {
-		t.Fatalf("windows %q, want fixed", got)
+		t.Fatalf("resets half a second off the edges: windows %q, want fixed still", got)
+	}
+	for i := 0; i < 5; i++ {
+		answerReset(l, at, 10*time.Millisecond, 0, midWindow(at))
+		at = at.Add(8 * time.Second)
+	}
+	l.RateLimited(at, "p", "m", nextEdge(at).Sub(at)) // a wait to the edge: as it is
+	at = at.Add(8 * time.Second)
+	answerReset(l, at, 10*time.Millisecond, 0, midWindow(at))
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("five resets away, a wait at the edge, one more away: windows %q, want fixed still", got)
+	}
+	// And the other way: a wait that ends elsewhere, an hour of answers
+	// confirming the edges, then another such wait — not two in a row.
+	l.RateLimited(at, "p", "m", midWindow(at).Sub(at))
+	for i := 0; i < 450; i++ {
+		at = at.Add(8 * time.Second)
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at))
+	}
+	at = at.Add(40 * time.Second)
+	l.RateLimited(at, "p", "m", midWindow(at).Sub(at))
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("two waits ending elsewhere an hour apart, answers at the edges between: windows %q, want fixed still", got)
+	}
+	if n := windowsEvents(ev); n != 1 {
+		t.Fatalf("%d windows events, want 1", n)
+	}
+}
+
+// Answers that reach the gate at one instant are one vote: at four instants
+// across the window, two answers each, they are four votes, not eight.
+func TestFixedWindowsResetsAtOneInstantAreOneVote(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	for i := 0; i < 4; i++ {
+		at := t0.Add(time.Duration(2+15*i) * time.Second)
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at))
+		answerReset(l, at, 20*time.Millisecond, 0, nextEdge(at))
+	}
+	if got := windowsOf(l, t0.Add(time.Minute)); got != "" {
+		t.Fatalf("windows %q, want sliding", got)
 	}
 }
 
@@ -473,7 +558,7 @@ func TestFixedWindowsKeptThroughEmptyWindowResets(t *testing.T) {
 	l, _, _ := newTestLedger(t, learnGate())
 	at := t0.Add(3 * time.Second)
 	for i := 0; i < 6; i++ {
-		answerReset(l, at, 10*time.Millisecond, 0, untilEdge(at))
+		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at))
 		at = at.Add(8 * time.Second)
 	}
 	for i := 0; i < 12; i++ {
@@ -482,5 +567,19 @@ func TestFixedWindowsKeptThroughEmptyWindowResets(t *testing.T) {
 	}
 	if got := windowsOf(l, at); got != WindowsFixed {
 		t.Fatalf("windows %q after empty windows' resets, want fixed", got)
+	}
+}
+
+// An instant in whole seconds (anthropic-ratelimit-tokens-reset without a
+// fraction) counts at a window of a minute, to within 1.1 s of the edge.
+func TestFixedWindowsLearnedFromCoarseResets(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	at := t0.Add(2*time.Second + 300*time.Millisecond)
+	for i := 0; i < 6; i++ {
+		l.ObserveTokensReset(at, "p", "m", at.Add(-time.Second), engine.TokenReset{At: nextEdge(at).Add(-time.Second), Coarse: true}) // a clock a second behind
+		at = at.Add(8 * time.Second)
+	}
+	if got := windowsOf(l, at); got != WindowsFixed {
+		t.Fatalf("windows %q, want fixed", got)
 	}
 }

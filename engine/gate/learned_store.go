@@ -51,8 +51,8 @@ type LearnedQuota struct {
 	// headers, not configured (decides.go).
 	DecidesLearned bool `json:"decidesLearned,omitempty"`
 	// Fixed: the readings were taken in fixed windows (fixedwindow.go);
-	// FixedLearned: those were read from the 429s' stated waits, not
-	// configured.
+	// FixedLearned: those were read from the 429s' stated waits or the
+	// answers' stated resets, not configured.
 	Fixed        bool `json:"fixed,omitempty"`
 	FixedLearned bool `json:"fixedLearned,omitempty"`
 }

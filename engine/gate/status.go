@@ -43,7 +43,8 @@ type BucketStatus struct {
 	// rate-limit headers while decides is not configured).
 	Decides string `json:"decides"`
 	// Windows is "fixed" when the model counts in clock-aligned fixed windows
-	// (configured as windows: fixed, or learned from the 429s' stated waits);
+	// (configured as windows: fixed, or learned from the 429s' stated waits or
+	// the answers' stated token resets);
 	// WindowTokens is then the current one's.
 	Windows string `json:"windows,omitempty"`
 }
