@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
 )
 
@@ -258,11 +259,15 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	}
 }
 
-// apiSettleRequest is the body of POST /gate/v1/settle: usage, or release.
+// apiSettleRequest is the body of POST /gate/v1/settle: usage, or release;
+// and, optionally, the provider's answer's headers, whose rate-limit headers
+// the gate reads as the proxy reads them (x-ratelimit-*, anthropic-ratelimit-*:
+// the stated limits, the remaining tokens, the token reset).
 type apiSettleRequest struct {
-	Ticket  string    `json:"ticket"`
-	Usage   *apiUsage `json:"usage"`
-	Release bool      `json:"release"`
+	Ticket  string            `json:"ticket"`
+	Usage   *apiUsage         `json:"usage"`
+	Release bool              `json:"release"`
+	Headers map[string]string `json:"headers"`
 }
 
 // apiUsage is what the provider reported for a call. Cache reads and writes count
@@ -343,7 +348,27 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "ticket", err.Error())
 		return
 	}
+	a.readAnswerHeaders(now, tk, req.Headers)
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// readAnswerHeaders gives the gate the rate-limit headers of the answer a
+// settled ticket's call got, as the proxy does with its own answers: the
+// stated limits and remaining tokens (Calibrate), and the token reset, for
+// a call sent between the ticket's admission and now.
+func (a *api) readAnswerHeaders(now time.Time, tk *apiTicket, headers map[string]string) {
+	if len(headers) == 0 {
+		return
+	}
+	get := (&engine.Failure{Headers: headers}).Header // one value each, looked up case-insensitively
+	lim := engine.ReadRateLimitHeaders(get)
+	if !lim.Any() {
+		return
+	}
+	a.s.ledger.Calibrate(now, tk.provider, tk.model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+	if r, ok := engine.ReadTokenReset(get); ok {
+		a.s.ledger.ObserveTokensReset(now, tk.provider, tk.model, tk.issued, r)
+	}
 }
 
 // apiSentRequest is the body of POST /gate/v1/sent.

@@ -376,3 +376,33 @@ func TestAPISentCountsTheCallFromItsSend(t *testing.T) {
 		t.Fatalf("sent without a ticket: %d %s", status, body)
 	}
 }
+
+// A harness that makes its own calls hands the answer's headers to settle, and
+// the gate reads their rate-limit headers as the proxy reads its own answers':
+// the stated limit, and the token reset — six answers whose reset names the
+// next edge of the minute, across the window, and the model counts fixed
+// windows.
+func TestAPISettleReadsRateLimitHeaders(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	settle := func(headers string) {
+		a := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":100}`, http.StatusOK)
+		e.clock.Advance(20 * time.Millisecond) // the call's trip
+		e.post("/gate/v1/settle", `{"ticket":"`+a["ticket"].(string)+`","usage":{"inputTokens":100,"outputTokens":50},"headers":{`+headers+`}}`, http.StatusOK)
+	}
+	settle(`"x-ratelimit-limit-tokens":"20000","x-ratelimit-remaining-tokens":"19850"`)
+	if b := e.bucket("alpha", "small"); b.Stated != 20000 || b.Quota != 20000 {
+		t.Fatalf("after an answer stating 20000 tokens a minute: stated %.0f, quota %.0f; want 20000 and 20000", b.Stated, b.Quota)
+	}
+	for i := 0; i < 6; i++ {
+		e.clock.Advance(8 * time.Second)
+		now := e.clock.Now()
+		reset := now.Truncate(time.Minute).Add(time.Minute).Sub(now) // stated as the call arrived, at its admission
+		if b := e.bucket("alpha", "small"); b.Windows != "" {
+			t.Fatalf("after %d resets at the edge: windows %q, want sliding still", i, b.Windows)
+		}
+		settle(`"X-Ratelimit-Limit-Tokens":"20000","X-Ratelimit-Remaining-Tokens":"19000","X-Ratelimit-Reset-Tokens":"` + reset.String() + `"`)
+	}
+	if b := e.bucket("alpha", "small"); b.Windows != "fixed" {
+		t.Fatalf("after six resets at the edge across the window: windows %q, want fixed", b.Windows)
+	}
+}
