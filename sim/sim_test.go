@@ -536,6 +536,19 @@ func TestScenarioFixedWindows(t *testing.T) {
 // sliding window there. (One seed under the race detector, which slows the
 // simulator forty times.)
 func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
+	onlyFixedLearnsFixed(t, func(s *Scenario) {
+		s.Provider.ComputeRetryAfter = true
+		s.Gate.Start, s.Outside.Share = 2, 0.1
+	}, nil)
+}
+
+// onlyFixedLearnsFixed runs the gate against every provider model, seeds 1–4
+// (one under the race detector, which slows the simulator forty times), an
+// hour each of the built-in scenario with set applied, and checks that only
+// the fixed-window provider's gate ends counting fixed windows; check, when
+// given, looks further at each run.
+func onlyFixedLearnsFixed(t *testing.T, set func(*Scenario), check func(t *testing.T, model string, seed uint64, g Metrics)) {
+	t.Helper()
 	seeds := []uint64{1, 2, 3, 4}
 	if raceEnabled {
 		seeds = seeds[:1]
@@ -544,19 +557,18 @@ func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
 		for _, seed := range seeds {
 			s := DefaultScenario()
 			s.Seed, s.Duration = seed, Duration(time.Hour)
-			s.Provider.Model, s.Provider.ComputeRetryAfter = model, true
-			s.Gate.Start, s.Outside.Share = 2, 0.1
-			rep, err := RunModes(s, ModeGate)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := rep.Modes[ModeGate]
+			s.Provider.Model = model
+			set(&s)
+			g := runGate(t, s)
 			want := ""
 			if model == LimitFixedWindow {
 				want = gate.WindowsFixed
 			}
 			if g.FinalWindows != want {
 				t.Errorf("%s, seed %d: windows %q at the end, want %q (%d 429s)", model, seed, g.FinalWindows, want, g.RateLimited)
+			}
+			if check != nil {
+				check(t, model, seed, g)
 			}
 		}
 	}
@@ -570,28 +582,11 @@ func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
 // refill, and the gate keeps the sliding window there (seeds 1–4; one under
 // the race detector).
 func TestFixedWindowsLearnedFromStatedResets(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4}
-	if raceEnabled {
-		seeds = seeds[:1]
-	}
-	for _, model := range LimitModels {
-		for _, seed := range seeds {
-			s := DefaultScenario()
-			s.Seed, s.Duration = seed, Duration(time.Hour)
-			s.Provider.Model, s.Provider.Headers = model, true
-			g := runGate(t, s)
-			want := ""
-			if model == LimitFixedWindow {
-				want = gate.WindowsFixed
-			}
-			if g.FinalWindows != want {
-				t.Errorf("%s, seed %d: windows %q at the end, want %q (%d 429s)", model, seed, g.FinalWindows, want, g.RateLimited)
-			}
-			if model == LimitFixedWindow && (g.Utilization < 0.95 || g.RateLimited > 2 || g.Lost != 0) {
-				t.Errorf("seed %d: fixed windows from the resets %.3f of the limit, %d 429s, %d lost; want ≥ 0.95, ≤ 2, none", seed, g.Utilization, g.RateLimited, g.Lost)
-			}
+	onlyFixedLearnsFixed(t, func(s *Scenario) { s.Provider.Headers = true }, func(t *testing.T, model string, seed uint64, g Metrics) {
+		if model == LimitFixedWindow && (g.Utilization < 0.95 || g.RateLimited > 2 || g.Lost != 0) {
+			t.Errorf("seed %d: fixed windows from the resets %.3f of the limit, %d 429s, %d lost; want ≥ 0.95, ≤ 2, none", seed, g.Utilization, g.RateLimited, g.Lost)
 		}
-	}
+	})
 }
 
 // Another client on the key, the gate started at twice the truth (the

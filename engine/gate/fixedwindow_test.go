@@ -218,11 +218,7 @@ func TestFixedWindowsNotLearnedWithoutEvidence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := learnGate()
-			if tc.c != nil {
-				tc.c(&c)
-			}
-			l, _, _ := newTestLedger(t, c)
+			l := learningLedger(t, tc.c)
 			for i := range tc.at {
 				l.RateLimited(t0.Add(tc.at[i]), "p", "m", tc.waits[i])
 			}
@@ -233,14 +229,32 @@ func TestFixedWindowsNotLearnedWithoutEvidence(t *testing.T) {
 	}
 }
 
-// A reset forgets learned windows with the rest.
-func TestFixedWindowsLearnedAreForgottenOnReset(t *testing.T) {
-	l, _, _ := newTestLedger(t, learnGate())
+// learningLedger is a ledger on the learning test gate, with set (when given)
+// applied to its config.
+func learningLedger(t *testing.T, set func(*Config)) *Ledger {
+	c := learnGate()
+	if set != nil {
+		set(&c)
+	}
+	l, _, _ := newTestLedger(t, c)
+	return l
+}
+
+// learnFixedFromWaits has two 429s, at 0:40 and 1:40, state waits that end at
+// the next edges: the model counts fixed windows from 1:40.
+func learnFixedFromWaits(t *testing.T, l *Ledger) {
+	t.Helper()
 	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
 	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
 	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
-		t.Fatalf("windows %q, want fixed", got)
+		t.Fatalf("after two edge waits: windows %q, want fixed", got)
 	}
+}
+
+// A reset forgets learned windows with the rest.
+func TestFixedWindowsLearnedAreForgottenOnReset(t *testing.T) {
+	l, _, _ := newTestLedger(t, learnGate())
+	learnFixedFromWaits(t, l)
 	l.Reset(t0.Add(102*time.Second), "p", "m")
 	if got := windowsOf(l, t0.Add(103*time.Second)); got != "" {
 		t.Fatalf("after a reset: windows %q, want sliding", got)
@@ -448,11 +462,7 @@ func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := learnGate()
-			if tc.c != nil {
-				tc.c(&c)
-			}
-			l, _, _ := newTestLedger(t, c)
+			l := learningLedger(t, tc.c)
 			at := t0.Add(time.Second)
 			for i := 0; i < 12; i++ {
 				sent := at.Add(-tc.took)
@@ -498,11 +508,7 @@ func TestFixedWindowsNeedResetsFromAcrossTheWindow(t *testing.T) {
 // have its resets switch the model back.
 func TestFixedWindowsWaitsAndResetsWeighTogether(t *testing.T) {
 	l, _, ev := newTestLedger(t, learnGate())
-	l.RateLimited(t0.Add(40*time.Second), "p", "m", 20*time.Second)
-	l.RateLimited(t0.Add(100*time.Second), "p", "m", 20*time.Second)
-	if got := windowsOf(l, t0.Add(101*time.Second)); got != WindowsFixed {
-		t.Fatalf("after two edge waits: windows %q, want fixed", got)
-	}
+	learnFixedFromWaits(t, l)
 	at := t0.Add(103 * time.Second)
 	for i := 0; i < 20; i++ {
 		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at).Add(500*time.Millisecond)) // a clock half a second off
