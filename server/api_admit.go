@@ -260,9 +260,10 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 }
 
 // apiSettleRequest is the body of POST /gate/v1/settle: usage, or release;
-// and, optionally, the provider's answer's headers, whose rate-limit headers
-// the gate reads as the proxy reads them (x-ratelimit-*, anthropic-ratelimit-*:
-// the stated limits, the remaining tokens, the token reset).
+// and, optionally, the headers of the provider's answer (not a 429: those go
+// to /gate/v1/failure), whose rate-limit headers the gate reads as the proxy
+// reads them (x-ratelimit-*, anthropic-ratelimit-*: the stated limits, the
+// remaining tokens, the token reset).
 type apiSettleRequest struct {
 	Ticket  string            `json:"ticket"`
 	Usage   *apiUsage         `json:"usage"`
