@@ -276,7 +276,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		now := s.clock.Now()
 		s.ledger.Calibrate(now, route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 		if r, ok := engine.ReadTokenReset(resp.Header.Get); ok {
-			s.ledger.ObserveTokensReset(now, route.Provider, route.Model, x.countedFrom(), r)
+			// From the admission: the send is reported once the request is
+			// written, and the provider may have read it (and stated its
+			// window) a moment before — a moment that a loaded machine
+			// stretched past the edge's slack in a `.ci/run`.
+			s.ledger.ObserveTokensReset(now, route.Provider, route.Model, x.admitted, r)
 		}
 	}
 	if resp.StatusCode >= 400 {

@@ -66,8 +66,9 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 }
 
 // ObserveTokensReset weighs the token reset an answer for provider/model
-// states (engine.ReadTokenReset): for a call sent at sent and answered at now,
-// the instant its count restarts or is whole again. In fixed windows it is
+// states (engine.ReadTokenReset): for a call sent at sent — or admitted then:
+// no later than the provider can have seen it — and answered at now, the
+// instant its count restarts or is whole again. In fixed windows it is
 // always the next edge, which is how the gate learns them from answers, before
 // any 429 (fixedwindow.go). It is safe for concurrent use.
 func (l *Ledger) ObserveTokensReset(now time.Time, provider, model string, sent time.Time, r engine.TokenReset) {
