@@ -310,9 +310,10 @@ func (ev *fixedEvidence) confirmed() { ev.waitVotes, ev.resetVotes, ev.resetPhas
 // in fixed windows, the next edge — on every answer, with no 429 needed. A
 // sliding window's reset is when its newest call leaves, a bucket's when it
 // is full again: they end wherever the calls put them. A duration counts from
-// when the provider stated it, some moment between the call's send and its
-// answer (a provider may state the window as the call found it, and answer
-// seconds later), so the reset names an instant within that span; an answer
+// when the provider stated it, some moment between the call's admission (or
+// send) and its answer (a provider may state the window as the call found it,
+// and answer seconds later), so the reset names an instant within that span;
+// an answer
 // whose span is wider than a sixteenth of the window says too little and is
 // not read — a non-streamed answer's headers come when the whole answer is
 // written, so at a 60 s window only calls answered within 3.75 s (and
