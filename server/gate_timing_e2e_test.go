@@ -274,9 +274,10 @@ var timingCases = []timingCase{
 	{name: "AtTruthFixedTold", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow, windows: "fixed"},
 	// AtTruthFixed's provider with rate-limit headers, the gate not told: each
 	// answer's x-ratelimit-reset-tokens names the next edge, and six answers
-	// an eighth of a window apart switch the gate to fixed windows before any
-	// 429 (engine/gate/fixedwindow.go), about 8 s in. Not taking them fails
-	// the case; the targets are AtTruthFixedTold's.
+	// an eighth of a window apart, from three of its eighths, switch the gate
+	// to fixed windows before any 429 (engine/gate/fixedwindow.go), within
+	// two windows. What it took is logged, and not taking fixed windows is a
+	// target missed; the other targets are AtTruthFixedTold's.
 	{name: "AtTruthFixedHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.FixedWindow, learnsFixed: true},
 	// AtTruthNoMaxTokens's calls (no max_tokens, heavy-tailed outputs) at a
 	// provider that decides on what it knows, the gate told so (and that the
@@ -698,8 +699,13 @@ func (run *timingRun) report(t *testing.T) {
 	case tc.learnsKnown:
 		t.Logf("%s: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
 	}
-	if tc.learnsFixed && bs.Windows != "fixed" {
-		t.Errorf("%s: the provider counts in fixed windows and states its resets; the gate took its windows to be %q", tc.name, bs.Windows)
+	if tc.learnsFixed {
+		// A target, logged as the others are: engine/gate's and sim's tests
+		// hold the rule deterministically.
+		t.Logf("%s: the provider counts in fixed windows and states its resets; the gate took its windows to be %q", tc.name, bs.Windows)
+		if bs.Windows != "fixed" {
+			reportMisses(t, tc.name, []string{fmt.Sprintf("the gate took the windows to be %q, not fixed", bs.Windows)})
+		}
 	}
 
 	var series []string

@@ -324,11 +324,12 @@ func (ev *fixedEvidence) confirmed() { ev.waitVotes, ev.resetVotes, ev.resetPhas
 // every edge by more than a wait's slack too (fixedEdgeSlack: a provider
 // whose clock is a second off, which the waits' slack allows, is no evidence
 // against it); in between, no vote. At most one vote each eighth of a window,
-// and fixedResetVotes in a row switch once their answers came in half the
-// eighths of the window or more: traffic locked to the clock (a burst at the
-// top of each minute) makes a sliding window's resets end at the edges too,
-// always from the same phase, and a fixed window's answers point at the edge
-// from any. One answer the other way starts the count again.
+// and fixedResetVotes in a row switch once their answers came in
+// fixedResetPhases of the window's eighths or more: traffic locked to the
+// clock (a burst at the top of each minute) makes a sliding window's resets
+// end at the edges too, always from the same phase, and a fixed window's
+// answers point at the edge from any. One answer the other way starts the
+// count again.
 //
 // By chance, with phases that do not follow the clock, a sliding window's
 // answer reaches an edge at most a sixteenth of the window plus twice the
@@ -341,8 +342,12 @@ func (ev *fixedEvidence) confirmed() { ev.waitVotes, ev.resetVotes, ev.resetPhas
 const (
 	fixedResetVotes = 6
 	// fixedResetPhases: the eighths of the window the votes' answers must
-	// have come in.
-	fixedResetPhases = 4
+	// have come in. Not more: a gate that counts a sliding window against a
+	// fixed-window provider admits in the same third of each window (the
+	// pacer spreads a window's budget over a third of it, and the calls
+	// leave the window a window later), so its answers come in three
+	// eighths; at four, two `.ci/run`s in four never took the windows.
+	fixedResetPhases = 3
 	// fixedResetSlack: how far an instant stated to the millisecond may miss
 	// an edge either way (the provider's rounding and its clock's offset).
 	fixedResetSlack = 100 * time.Millisecond

@@ -479,8 +479,8 @@ func TestFixedWindowsNotLearnedFromResetsWithoutEvidence(t *testing.T) {
 
 // Traffic locked to the clock — a burst just after the top of each minute —
 // makes a sliding window's resets (its newest call leaves a window later) end
-// at the edges, always from the same phase; six such votes do not switch,
-// while a fixed window's answers, pointing at the edge from half the
+// at the edges, always from the same phase; eight such votes do not switch,
+// while a fixed window's answers, pointing at the edge from three of the
 // window's eighths, do.
 func TestFixedWindowsNeedResetsFromAcrossTheWindow(t *testing.T) {
 	l, _, _ := newTestLedger(t, learnGate())
@@ -492,12 +492,29 @@ func TestFixedWindowsNeedResetsFromAcrossTheWindow(t *testing.T) {
 	if got := windowsOf(l, at); got != "" {
 		t.Fatalf("eight resets at edges from one phase: windows %q, want sliding", got)
 	}
-	for i := 0; i < 3; i++ {
-		at = at.Add(15 * time.Second)
+	for i := 0; i < 2; i++ {
+		at = at.Add(8 * time.Second)
 		answerReset(l, at, 10*time.Millisecond, 0, nextEdge(at))
 	}
 	if got := windowsOf(l, at); got != WindowsFixed {
-		t.Fatalf("resets at edges from four eighths of the window: windows %q, want fixed", got)
+		t.Fatalf("resets at edges from three eighths of the window: windows %q, want fixed", got)
+	}
+}
+
+// A gate that counts a sliding window against a fixed-window provider admits
+// in the same third of each window: its answers, each pointing at the next
+// edge, come in three of the window's eighths, and that is enough.
+func TestFixedWindowsLearnedFromAnswersInAThirdOfTheWindow(t *testing.T) {
+	l := learningLedger(t, func(c *Config) { c.Window = 10 * time.Second })
+	edge := func(at time.Time) time.Time { return at.Truncate(10 * time.Second).Add(10 * time.Second) }
+	for w := 0; w < 4; w++ {
+		for ms := 200; ms < 3500; ms += 100 { // an answer every 100 ms, 0.2–3.5 s into each window
+			at := t0.Add(time.Duration(w)*10*time.Second + time.Duration(ms)*time.Millisecond)
+			answerReset(l, at, 20*time.Millisecond, 0, edge(at))
+		}
+	}
+	if got := windowsOf(l, t0.Add(40*time.Second)); got != WindowsFixed {
+		t.Fatalf("answers in 0.2–3.5 s of each 10 s window, each at the edge: windows %q, want fixed", got)
 	}
 }
 
