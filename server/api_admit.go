@@ -354,22 +354,13 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 }
 
 // readAnswerHeaders gives the gate the rate-limit headers of the answer a
-// settled ticket's call got, as the proxy does with its own answers: the
-// stated limits and remaining tokens (Calibrate), and the token reset, for
-// a call sent between the ticket's admission and now.
+// settled ticket's call got, as the proxy does with its own answers.
 func (a *api) readAnswerHeaders(now time.Time, tk *apiTicket, headers map[string]string) {
 	if len(headers) == 0 {
 		return
 	}
 	get := (&engine.Failure{Headers: headers}).Header // one value each, looked up case-insensitively
-	lim := engine.ReadRateLimitHeaders(get)
-	if !lim.Any() {
-		return
-	}
-	a.s.ledger.Calibrate(now, tk.provider, tk.model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
-	if r, ok := engine.ReadTokenReset(get); ok {
-		a.s.ledger.ObserveTokensReset(now, tk.provider, tk.model, tk.issued, r)
-	}
+	a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, get)
 }
 
 // apiSentRequest is the body of POST /gate/v1/sent.

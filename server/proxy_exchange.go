@@ -272,16 +272,8 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// adopted before it is read and without letting waiters through before its
 	// cooldown (or, a 429 classified as something else, in decide); any other
 	// answer's here.
-	if lim := engine.ReadRateLimitHeaders(resp.Header.Get); lim.Any() && resp.StatusCode != http.StatusTooManyRequests {
-		now := s.clock.Now()
-		s.ledger.Calibrate(now, route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
-		if r, ok := engine.ReadTokenReset(resp.Header.Get); ok {
-			// From the admission: the send is reported once the request is
-			// written, and the provider may have read it (and stated its
-			// window) a moment before — a moment that a loaded machine
-			// stretched past the edge's slack in a `.ci/run`.
-			s.ledger.ObserveTokensReset(now, route.Provider, route.Model, x.admitted, r)
-		}
+	if resp.StatusCode != http.StatusTooManyRequests {
+		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, resp.Header.Get)
 	}
 	if resp.StatusCode >= 400 {
 		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
@@ -389,6 +381,23 @@ func (x *exchange) noteSent(sent *atomic.Int64, t gate.Ticket) {
 		v = at.UnixNano()
 	}
 	sent.Store(v)
+}
+
+// readAnswerLimits gives the gate the rate-limit headers of an answer (not a
+// 429's: those go to the gate with the 429) to a call admitted at admitted,
+// read through get: the stated limits and remaining tokens (Calibrate), and
+// the token reset. The reset's span starts at the admission, which comes
+// before the provider can have seen the call; a send is reported once the
+// request is written, possibly after the provider read it.
+func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitted time.Time, get func(string) string) {
+	lim := engine.ReadRateLimitHeaders(get)
+	if !lim.Any() {
+		return
+	}
+	s.ledger.Calibrate(now, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+	if r, ok := engine.ReadTokenReset(get); ok {
+		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
+	}
 }
 
 // countedFrom is when the gate's entry for the current attempt counts from:
