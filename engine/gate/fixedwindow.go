@@ -313,11 +313,10 @@ func (ev *fixedEvidence) confirmed() { ev.waitVotes, ev.resetVotes, ev.resetPhas
 // when the provider stated it, some moment between the call's admission (or
 // send) and its answer (a provider may state the window as the call found it,
 // and answer seconds later), so the reset names an instant within that span;
-// an answer
-// whose span is wider than a sixteenth of the window says too little and is
-// not read — a non-streamed answer's headers come when the whole answer is
-// written, so at a 60 s window only calls answered within 3.75 s (and
-// streamed answers, whose headers come first) are read.
+// an answer whose span is wider than a sixteenth of the window says too
+// little and is not read — a non-streamed answer's headers come when the
+// whole answer is written, so at a 60 s window only calls answered within
+// 3.75 s (and streamed answers, whose headers come first) are read.
 //
 // A vote for fixed windows is an answer whose span, widened by the figure's
 // rounding, reaches an edge; a vote for sliding windows one whose span misses
