@@ -146,13 +146,16 @@ func (g *gateAdapter) windows(now time.Time) string {
 	return g.l.BucketStatus(now, simProvider, simModel).Windows
 }
 
-// learned is the gate's learned token quota, min(quota, trigger), and the two
-// parts.
+// learned is the gate's learned token level, min(quota, trigger, the room
+// the others' spend read from the headers leaves), and the first two parts.
 func (g *gateAdapter) learned(now time.Time) (learned, quota, trigger float64) {
 	st := g.l.BucketStatus(now, simProvider, simModel)
 	learned = st.Quota
 	if st.Trigger > 0 && st.Trigger < learned {
 		learned = st.Trigger
+	}
+	if st.OthersSpend > 0 {
+		learned = min(learned, st.Stated-float64(st.OthersSpend))
 	}
 	return learned, st.Quota, st.Trigger
 }

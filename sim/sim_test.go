@@ -788,3 +788,36 @@ func TestSlowStartFromHalfTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// Another client on the key, a provider that states its limit and what is
+// left (the matrix's sliding-arrival rows at the truth, with headers): the
+// remaining tokens say what the other client spends, and the budget keeps
+// under the room it leaves before the 429s teach it. Seeds 1–4 with and
+// without latency took 22 429s before; 14 with the room.
+func TestOthersRoomSparesThe429s(t *testing.T) {
+	total := 0
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		base := DefaultScenario()
+		base.Seed, base.Duration = seed, Duration(MatrixDuration)
+		base.Provider.Headers = true
+		scens, rows := matrixRuns(base)
+		for i, r := range rows {
+			if r.Model != LimitSlidingArrival || r.Start != 1 || r.Outside != 0.1 {
+				continue
+			}
+			rep, err := RunModes(scens[i], ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := rep.Modes[ModeGate]
+			t.Logf("seed %d, latency %v: %d 429s, %.3f of what remains", seed, r.Latency, g.RateLimited, g.RemainingUtilization)
+			total += g.RateLimited
+			if g.RemainingUtilization < 0.87 || g.Lost != 0 {
+				t.Errorf("seed %d, latency %v: %.3f of what remains, %d lost; want ≥ 0.87, none", seed, r.Latency, g.RemainingUtilization, g.Lost)
+			}
+		}
+	}
+	if total > 16 {
+		t.Errorf("%d 429s over the eight runs, want ≤ 16", total)
+	}
+}

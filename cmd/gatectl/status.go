@@ -117,7 +117,8 @@ func windowText(m gate.BucketStatus) string {
 }
 
 // quotaText is the learned quota, and where it started when learning moved it:
-// the configured TPM, or the limit the provider stated (headers, a 429's words).
+// the configured TPM, or the limit the provider stated (headers, a 429's words);
+// and what other clients on the key spend when it holds the budget down.
 func quotaText(m gate.BucketStatus) string {
 	q := strconv.FormatFloat(m.Quota, 'f', 0, 64)
 	switch {
@@ -130,6 +131,9 @@ func quotaText(m gate.BucketStatus) string {
 	}
 	if m.MaxTPM > 0 {
 		q += " (cap " + strconv.Itoa(m.MaxTPM) + ")"
+	}
+	if m.OthersSpend > 0 {
+		q += " (others spend " + strconv.FormatInt(m.OthersSpend, 10) + ")"
 	}
 	return q
 }

@@ -205,6 +205,7 @@ func TestQuotaTextSaysWhereTheQuotaComesFrom(t *testing.T) {
 		{gate.BucketStatus{Quota: 8000, Start: 8000, Stated: 8000}, "8000 (stated)"},
 		{gate.BucketStatus{Quota: 7000, Start: 8000, Stated: 8000}, "7000 (stated 8000)"},
 		{gate.BucketStatus{Quota: 1200, Start: 1000, MaxTPM: 1200}, "1200 (from 1000) (cap 1200)"},
+		{gate.BucketStatus{Quota: 8000, Start: 8000, Stated: 8000, OthersSpend: 900}, "8000 (stated) (others spend 900)"},
 	} {
 		if got := quotaText(c.m); got != c.want {
 			t.Errorf("quotaText(%+v) = %q, want %q", c.m, got, c.want)

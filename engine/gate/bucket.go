@@ -354,9 +354,14 @@ func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	b.done.setFixed(fixed, cfg.Window, guard, now)
 }
 
-// tokenBudget is min(learned quota, tightest trigger) × factor.
-func (b *bucket) tokenBudget() int64 {
-	return int64(b.learn.budget() * b.factor())
+// tokenBudget is min(learned quota, tightest trigger, the room the others
+// leave) × factor.
+func (b *bucket) tokenBudget(now time.Time) int64 {
+	level := b.learn.budget()
+	if room := b.othersRoomLocked(now); room > 0 && room < level {
+		level = room // what other clients on the key leave, read from the headers (outside.go)
+	}
+	return int64(level * b.factor())
 }
 
 // countedLocked is the window the budgets hold against, in the view the bucket
@@ -533,7 +538,7 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 // session's in-flight cap holds it until one of its calls settles.
 func (b *bucket) block(now time.Time, res int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
-	budget := b.tokenBudget()
+	budget := b.tokenBudget(now)
 	var tpm time.Duration
 	switch {
 	case b.overCapLocked(res):
@@ -872,11 +877,11 @@ func (b *bucket) removeWaiterLocked(w *Waiter) {
 // grantLocked records the reservation in the window and issues its ticket.
 func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.Duration, reason string) Ticket {
 	res, out := sz.total, sz.output
-	if budget := b.tokenBudget(); res > budget {
+	if budget := b.tokenBudget(now); res > budget {
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	if (b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget()) || b.aboveHeldRequestsLocked(now) {
+	if (b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget(now)) || b.aboveHeldRequestsLocked(now) {
 		// (an over-budget call is not spaced, so it does not space others; a
 		// fail-open grant past maxWait is, like any call above the old level)
 		b.stepNext = now.Add(b.stepGapLocked())
@@ -919,7 +924,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.land.open(s.landing) // (a call the caller sends later opens there: Sent)
 	}
 	b.openVar += sz.variance
-	if budget := b.tokenBudget(); reason != "max-wait" && res <= budget {
+	if budget := b.tokenBudget(now); reason != "max-wait" && res <= budget {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
 		// wait stays within window ÷ pace.
@@ -1113,7 +1118,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.raisedByRelax || b.learn.raisedLittle
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
-	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady &&
+	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && b.othersRoomLocked(now) == 0 &&
 		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
@@ -1209,7 +1214,7 @@ func (b *bucket) axisLocked(now time.Time, said engine.Axis, reading float64) en
 	}
 	atRequests := float64(n+1) >= suspectRatio*float64(b.rpm) || b.nearRefusedCountLocked(now, n) ||
 		b.requestStepTriedLocked(now) && float64(n+1) >= suspectRatio*float64(b.rpmStepHeld)
-	budget := float64(b.tokenBudget())
+	budget := float64(b.tokenBudget(now))
 	if atRequests && reading < suspectRatio*budget {
 		return engine.AxisRequests
 	}
@@ -1565,7 +1570,7 @@ func (b *bucket) event(kind EventKind, now time.Time, session, reason string, wa
 func (b *bucket) newEvent(kind EventKind, now time.Time, session, reason string, wait time.Duration, res int64) Event {
 	return Event{
 		Kind: kind, At: now, Provider: b.provider, Model: b.model, Session: session, Reason: reason, Wait: wait,
-		WindowTokens: b.admitCountLocked(), TokenBudget: b.tokenBudget(), Reservation: res,
+		WindowTokens: b.admitCountLocked(), TokenBudget: b.tokenBudget(now), Reservation: res,
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger,
 		Requests: b.requestCountLocked(), RPMBudget: b.rpm, CooldownLeft: b.cooldownLeft(now),
 	}

@@ -90,7 +90,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	if s == nil {
 		return "", 0, ""
 	}
-	budget := b.tokenBudget()
+	budget := b.tokenBudget(now)
 	need := sz.total + b.margin(sz.variance)
 	if !force && now.Before(b.sharedHoldUntil) && need >= b.sharedHoldNeed {
 		// A call at least this large was refused until then; no release arrived since.
@@ -161,9 +161,9 @@ func (l *Ledger) AdoptLearned(provider, model string, q LearnedQuota) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.l.clock.Now()
-	held := b.tokenBudget()
+	held := b.tokenBudget(now)
 	b.restoreLocked(q)
-	switch budget := b.tokenBudget(); {
+	switch budget := b.tokenBudget(now); {
 	case budget > held:
 		b.raisedLocked(now, held) // another instance's step: tried one call at a time here too
 	case budget < held:

@@ -23,9 +23,13 @@ type BucketStatus struct {
 	// without a 429 restating it).
 	Stated float64 `json:"stated,omitempty"`
 	// MaxTPM and MaxRPM are the caps the user set (maxTpm, maxRpm); 0: none.
-	MaxTPM        int     `json:"maxTpm,omitempty"`
-	MaxRPM        int     `json:"maxRpm,omitempty"`
-	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger, maxTpm) × safety factor
+	MaxTPM int `json:"maxTpm,omitempty"`
+	MaxRPM int `json:"maxRpm,omitempty"`
+	// OthersSpend is what other clients on the key spend in the window, read
+	// from the answers' remaining tokens, while it holds the token budget
+	// under Stated less it; 0 when the readings do not say it plainly.
+	OthersSpend   int64   `json:"othersSpend,omitempty"`
+	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger, maxTpm, stated − othersSpend) × safety factor
 	RPMBudget     int     `json:"rpmBudget"`     // the request budget (see setRPMLocked)
 	CooldownMs    int64   `json:"cooldownMs"`    // cooldown left
 	OutputReserve int64   `json:"outputReserve"` // what a call without max_tokens reserves now
@@ -80,10 +84,13 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		Reserved: b.reservedOpen, InFlight: b.inFlight, Waiting: len(b.waiters),
 		Quota: b.learn.quota, Start: b.learn.start, Trigger: b.learn.trigger, Stated: b.learn.stated,
 		MaxTPM: b.limits.MaxTPM, MaxRPM: b.limits.MaxRPM,
-		TokenBudget: b.tokenBudget(), RPMBudget: b.rpm,
+		TokenBudget: b.tokenBudget(now), RPMBudget: b.rpm,
 		CooldownMs:    b.cooldownLeft(now).Milliseconds(),
 		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
 		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival", Decides: DecidesWhole,
+	}
+	if room := b.othersRoomLocked(now); room > 0 {
+		s.OthersSpend = int64(b.learn.stated - room)
 	}
 	if b.decidesKnown() {
 		s.Decides, s.OutputReserve = DecidesKnown, 0 // a call without max_tokens reserves its input alone
