@@ -261,7 +261,7 @@ const (
 	// othersSpan: the mean's time constant is the window ÷ othersSpan. In
 	// the simulator's matrix with headers (seeds 1–12, the mean of six nudged
 	// settings), 7, 10 and 15 s at a minute's window met every target in
-	// 304, 310 and 310 runs of 576, with 889, 896 and 930 429s; without the
+	// 304, 310 and 310 runs of 576, with 889, 897 and 930 429s; without the
 	// room, 282 and 1,062.
 	othersSpan = 6
 	// othersMinStep: the least a reading moves the mean, for answers that
