@@ -199,14 +199,15 @@ var timingCases = []timingCase{
 	{name: "AtTruthOutsideHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, outside: true},
 	// AtTruthOutsideHeaders's other client spends a quarter of the key from
 	// the start, the sessions join a window later, and it stops at 25 s; the
-	// sessions run until 110 s. Its spend sets a trigger at what it leaves
-	// (about 30k), and answers restating the limit keep it; once the remaining
-	// tokens show a window's worth of answers with nobody else spending, twice,
-	// the trigger rises to the stated limit less the most they read
-	// (engine/gate/outside.go), about 30 s after the stop: the other client's
-	// calls leave the window first. From window 8 on (80 s, a window past the
-	// rise and the calls it lets go one at a time) the sessions are measured
-	// against the whole limit; kept at the trigger (0.69 in a run with the
+	// sessions run until 110 s. The answers' remaining tokens show its spend,
+	// and the budget keeps under what it leaves (the room, about 30k); as its
+	// calls leave the provider's window after the stop the room rises with the
+	// readings. Where a 429 set a trigger at what it left, answers restating
+	// the limit keep it, and once the remaining tokens show a window's worth
+	// of answers with nobody else spending, twice, the trigger rises to the
+	// stated limit less the most they read (engine/gate/outside.go), about
+	// 30 s after the stop. From window 8 on (80 s) the sessions are measured
+	// against the whole limit; kept at such a trigger (0.69 in a run with the
 	// rise turned off) they could not reach 0.76 of it.
 	{name: "OutsideStopsHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: -1, maxLost: 0},
 		outside: true, outsideShare: 0.25, sessionsAfter: timingWindow, outsideUntil: 25 * time.Second, duration: 110 * time.Second, afterFrom: 8, afterUtil: 0.90, afterFloor: 0.82},

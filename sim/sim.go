@@ -60,8 +60,9 @@ type Metrics struct {
 	WaitP99Ms             int64   `json:"waitP99Ms"`
 	Fairness              float64 `json:"fairness"` // Jain's index of tokens served per session
 	// Gate only: the first window after which the learned quota, min(quota,
-	// trigger), stays within ±5% of the capacity left to the gate (the true TPM
-	// less the outside share); null when it never settles.
+	// trigger, the room the others' spend leaves when the headers say it
+	// plainly), stays within ±5% of the capacity left to the gate (the true
+	// TPM less the outside share); null when it never settles.
 	ConvergedAfterWindows *int `json:"convergedAfterWindows,omitempty"`
 	// Gate only: 429s after convergence, and per hour from the convergence
 	// window on. In the convergence window itself, only 429s that came with the
@@ -82,8 +83,8 @@ type Metrics struct {
 	// end: told, or read from the 429s' stated waits or the answers' stated
 	// token resets.
 	FinalWindows string `json:"finalWindows,omitempty"`
-	// LearnedPerWindow is min(quota, trigger) ÷ the capacity left to the gate at
-	// the end of each window (gate).
+	// LearnedPerWindow is min(quota, trigger, the room) ÷ the capacity left to
+	// the gate at the end of each window (gate).
 	LearnedPerWindow []float64 `json:"-"`
 }
 

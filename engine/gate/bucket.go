@@ -354,14 +354,22 @@ func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	b.done.setFixed(fixed, cfg.Window, guard, now)
 }
 
-// tokenBudget is min(learned quota, tightest trigger, the room the others
-// leave) × factor.
+// tokenBudget is the token budget: the learned one, held under the room
+// other clients on the key leave when the headers say they spend (outside.go).
 func (b *bucket) tokenBudget(now time.Time) int64 {
-	level := b.learn.budget()
-	if room := b.othersRoomLocked(now); room > 0 && room < level {
-		level = room // what other clients on the key leave, read from the headers (outside.go)
+	budget := b.learnedTokenBudget()
+	if room, ok := b.othersRoomLocked(now); ok {
+		budget = min(budget, int64(room*b.factor()))
 	}
-	return int64(level * b.factor())
+	return budget
+}
+
+// learnedTokenBudget is min(learned quota, tightest trigger, maxTpm) × factor:
+// what was learned of the provider (and the user's cap), which the room the
+// others leave may hold the budget under. A call larger than it could never
+// fit; one larger than the room only, waits for it.
+func (b *bucket) learnedTokenBudget() int64 {
+	return int64(b.learn.budget() * b.factor())
 }
 
 // countedLocked is the window the budgets hold against, in the view the bucket
@@ -538,7 +546,8 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 // session's in-flight cap holds it until one of its calls settles.
 func (b *bucket) block(now time.Time, res int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
-	budget := b.tokenBudget(now)
+	budget, learned := b.tokenBudget(now), b.learnedTokenBudget()
+	over := res > learned // it could never fit: it goes at once (fail open)
 	var tpm time.Duration
 	switch {
 	case b.overCapLocked(res):
@@ -550,7 +559,9 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		a, _ := b.win.tokenDrain(now, capBudget, capBudget)
 		d, _ := b.done.tokenDrain(now, capBudget, capBudget)
 		tpm = max(a, d)
-	case res <= budget: // an over-budget reservation never waits for the window
+	case !over: // an over-budget reservation never waits for the window
+		// (One larger than the room the others leave waits for an empty
+		// window: it is theirs to share, not a limit it could never fit.)
 		need := min(res+b.viewMarginLocked(variance), budget)
 		if b.fixedWindowsLocked() {
 			tpm = b.countedLocked().fixedDrain(now, need, budget) // the current fixed window, or the next edge
@@ -567,7 +578,7 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		b.relaxRPMLocked(now)
 	}
 	var pace time.Duration
-	if res <= budget { // an over-budget call goes at once (it could never fit): no pacing either
+	if !over { // an over-budget call goes at once (it could never fit): no pacing either
 		pace = b.paceWaitLocked(now, res, budget)
 		if b.aboveHeldLocked(now, res, variance) {
 			pace = max(pace, b.stepNext.Sub(now))
@@ -600,7 +611,10 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		// below every reservation: the relax rules must still see the pressure)
 		b.forgetStaleStatedLocked(now, true)
 		// No fast slow start with a shared window: the rate rule that reads a
-		// bucket's lent reserve back is off there.
+		// bucket's lent reserve back is off there. (While the room the others
+		// leave holds the budget under the learned one, a step raises a level
+		// the room keeps untried; the room rises with the readings as their
+		// spend falls, so that level is reached by degrees: outside.go.)
 		if st, moved := b.learn.onTokenBlocked(now, b.l.conf().Window, b.l.shared == nil); moved {
 			b.raisedLocked(now, budget)
 			b.emitLearn(now, st)
@@ -877,11 +891,12 @@ func (b *bucket) removeWaiterLocked(w *Waiter) {
 // grantLocked records the reservation in the window and issues its ticket.
 func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.Duration, reason string) Ticket {
 	res, out := sz.total, sz.output
-	if budget := b.tokenBudget(now); res > budget {
+	over := res > b.learnedTokenBudget()
+	if over {
 		reason = "over-budget"
 		b.event(EventOverBudget, now, req.Session, reason, waited, res)
 	}
-	if (b.aboveHeldLocked(now, res, sz.variance) && res <= b.tokenBudget(now)) || b.aboveHeldRequestsLocked(now) {
+	if (b.aboveHeldLocked(now, res, sz.variance) && !over) || b.aboveHeldRequestsLocked(now) {
 		// (an over-budget call is not spaced, so it does not space others; a
 		// fail-open grant past maxWait is, like any call above the old level)
 		b.stepNext = now.Add(b.stepGapLocked())
@@ -924,7 +939,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.land.open(s.landing) // (a call the caller sends later opens there: Sent)
 	}
 	b.openVar += sz.variance
-	if budget := b.tokenBudget(now); reason != "max-wait" && res <= budget {
+	if budget := b.tokenBudget(now); reason != "max-wait" && !over {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
 		// wait stays within window ÷ pace.
@@ -1118,7 +1133,8 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	steady := now.Sub(b.learn.lastRaise) >= cfg.Window || b.learn.raisedByRelax || b.learn.raisedLittle
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
-	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && b.othersRoomLocked(now) == 0 &&
+	othersSpend := b.othersSpendingLocked(now) // another client's calls refute both views too: no drained reserve
+	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && !othersSpend &&
 		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback

@@ -34,7 +34,9 @@ const rateLimitPeriod = time.Minute
 // decides a call on (decides.go).
 //
 // A limit ≤ 0 leaves that part as it is. Calibrate emits a learn event with Step
-// "calibrate" when the token budget moved. It is safe for concurrent use.
+// "calibrate" when the stated limit moved the learned budget (the room the
+// others leave moves the budget without one: the status shows it as
+// othersSpend). It is safe for concurrent use.
 func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, remainingTokens, limitRequests, remainingRequests int64) {
 	if provider == "" || model == "" {
 		return

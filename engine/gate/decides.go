@@ -113,7 +113,7 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	if e.n < decidesMinAnswers {
 		return
 	}
-	slopeD, slopeI, resid, ok := e.slopes(decidesMinSpread * float64(b.tokenBudget(now)))
+	slopeD, slopeI, resid, ok := e.slopes(decidesMinSpread * float64(b.learnedTokenBudget()))
 	if !ok {
 		return
 	}
@@ -124,7 +124,7 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	// counts at completion (it holds no call in flight: I's slope reads −0.5 on
 	// average, anywhere from 0 to −1.4) it is several times that, and the
 	// slopes say nothing.
-	fits := resid < decidesMaxResidual*float64(b.tokenBudget(now)) && math.Abs(slopeI) < decidesMaxSlopeI
+	fits := resid < decidesMaxResidual*float64(b.learnedTokenBudget()) && math.Abs(slopeI) < decidesMaxSlopeI
 	// And for the view, a D slope of one of the two ways to decide, not a fit
 	// whose D took what I's slope left.
 	if fits && slopeD > -decidesKnownBelow && slopeD < 1+decidesKnownBelow {

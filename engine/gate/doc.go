@@ -11,7 +11,8 @@
 //	window + reservation + margin ≤ budget
 //
 // and its request count fits the request budget, and no cooldown runs. The
-// budget is min(learned quota, trigger) × factor: the quota starts at the
+// budget is min(learned quota, trigger) × factor (held under the room other
+// clients on the key leave, when the headers say they spend): the quota starts at the
 // configured TPM (or the limit the provider states in its headers) and is
 // learned from 429s; the trigger is the window reading at the last believed 429;
 // factor is the user's safety factor when set, else 0.99. The margin is a few

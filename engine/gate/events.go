@@ -30,7 +30,7 @@ type Event struct {
 	Reason       string
 	Wait         time.Duration
 	WindowTokens int64
-	TokenBudget  int64 // min(quota, trigger) × safety factor
+	TokenBudget  int64 // min(quota, trigger, maxTpm, the room the others leave) × safety factor
 	Reservation  int64
 	Quota        float64
 	Start        float64

@@ -8,7 +8,7 @@ import (
 	"github.com/gatectl/gatectl/engine"
 )
 
-// othersStatus is the model's status in the outside rig.
+// status is the model's status in the outside rig.
 func (r *outsideRig) status() BucketStatus { return r.l.BucketStatus(r.now, "p", "m") }
 
 // The answers' remaining tokens say another client spends 150 of the stated
@@ -74,39 +74,137 @@ func TestOthersRoomForgottenWithoutAnswers(t *testing.T) {
 	}
 }
 
-// The spend is a mean over about a sixth of the window, not the last few
-// readings: one long answer in flight reads as a spend for as long as it
-// runs, and the room does not follow it. Ten seconds of readings at 150
-// after a window at 0 move the mean about two thirds of the way; three
-// readings at 150 after a window at 100 move it far less.
+// The spend is a mean over time, not over readings: answers that come at one
+// instant move it by the least step each after the first (a mean that moved a
+// fifth of the way to each reading would take the five below from 100 to
+// about 167), and readings spread over time move it by 1 − exp(−elapsed ÷
+// 10 s) at a minute's window.
 func TestOthersRoomIsAMeanOverTime(t *testing.T) {
 	r := newOutsideRig(t, 800)
-	r.answers(30, 20, 100, false)
-	r.answers(3, 20, 200, false) // six seconds
-	got := float64(r.status().OthersSpend)
-	want := 100 + 100*(1-math.Exp(-6.0/10))
-	if math.Abs(got-want) > 5 {
-		t.Fatalf("others spend %.0f after six seconds at 200 from 100, want about %.0f (a mean with a time constant of 10 s)", got, want)
+	r.answers(30, 10, 100, false)
+	for range 5 { // five answers at one instant, two seconds after the last
+		r.answer(10, 200, false)
+		r.now = r.now.Add(-outsideTick)
+	}
+	r.now = r.now.Add(outsideTick)
+	kept := math.Exp(-2.0/10) * math.Pow(1-othersMinStep, 4) // of the distance to 200
+	got, want := float64(r.status().OthersSpend), 200-100*kept
+	if math.Abs(got-want) > 2 {
+		t.Fatalf("others spend %.0f after five answers at one instant reading 200, from 100: want about %.0f (two seconds' weight, then the least step four times)", got, want)
+	}
+	r.answers(4, 10, 200, false) // eight more seconds at 200
+	want = 200 - 100*kept*math.Exp(-8.0/10)
+	if got := float64(r.status().OthersSpend); math.Abs(got-want) > 2 {
+		t.Fatalf("others spend %.0f after eight more seconds at 200: want about %.0f", got, want)
 	}
 }
 
-// A 429 that refutes both views while the answers plainly show another client
-// spending is that client's doing, not a drained reserve: it is read by the
-// window, not by the rate of the gate's own spend (in the simulator, a slow
-// start from half the limit took a rate of 0.62 of what the other client left
-// and kept it for the hour).
+// After a pause one reading is no spend read plainly, whatever it says — it
+// is most of the mean, and alone — and its jump is most of the spread: the
+// new level reads plainly only once readings agree with it for a while.
+func TestOthersRoomReadAgainAfterAPause(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	whole := r.status().TokenBudget
+	r.answers(30, 20, 0, false)
+	r.now = r.now.Add(40 * time.Second)
+	r.answer(20, 150, false)
+	if st := r.status(); st.OthersSpend != 0 || st.TokenBudget != whole {
+		t.Fatalf("one answer after a 40 s pause: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
+	}
+	r.answers(2, 20, 150, false)
+	if st := r.status(); st.OthersSpend != 0 {
+		t.Fatalf("three answers after the pause, at 150 from 0: others spend %d, want none yet (the jump is the spread)", st.OthersSpend)
+	}
+	r.answers(12, 20, 150, false)
+	if st := r.status(); st.OthersSpend < 140 {
+		t.Fatalf("fifteen answers after the pause, all at 150: others spend %d, want about 150", st.OthersSpend)
+	}
+}
+
+// The room holds the gate's calls back; it is no limit learned of the
+// provider. A call larger than the room but within the learned budget waits
+// for it — for an empty window — and is not an over-budget call, which could
+// never fit and so goes at once. The others leave 350 here, and the calls of
+// 380 fit the learned budget of 400, not the room.
+func TestOthersRoomHoldsALargeCallBack(t *testing.T) {
+	r := newOutsideRig(t, 800, func(c *Config) { c.Learn = true })
+	b := r.l.bucketFor("p", "m", r.now)
+	b.mu.Lock()
+	b.learn.trigger = 400
+	b.mu.Unlock()
+	r.answers(30, 10, 450, false)
+	if st := r.status(); st.OthersSpend < 440 || st.TokenBudget > 360 {
+		t.Fatalf("setup: others spend %d, budget %d", st.OthersSpend, st.TokenBudget)
+	}
+	big := Request{Provider: "p", Model: "m", Session: "big", InputTokens: 379, MaxTokens: 1}
+	r.now = r.now.Add(time.Second)
+	tk, w := r.l.Submit(r.now, big)
+	if w == nil {
+		t.Fatalf("a call of 380 with the room at %d went at once (%s)", r.status().TokenBudget, tk.Reason)
+	}
+	granted := 0
+	for range 3 * 60 { // three windows of calls of 380, held back by the room alone
+		r.now = r.now.Add(time.Second)
+		if tk, ok := w.Poll(r.now); ok {
+			granted++
+			if tk.Reason == "over-budget" {
+				t.Fatal("a call larger than the room only went as over the budget")
+			}
+			if err := r.l.Settle(r.now, tk, Usage{InputTokens: 379, OutputTokens: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, w = r.l.Submit(r.now, big); w == nil {
+				t.Fatal("a call of 380 went at once into a window holding one")
+			}
+		}
+		r.l.Calibrate(r.now, "p", "m", r.stated, max(0, r.stated-r.status().WindowTokens-450), -1, -1)
+	}
+	if granted == 0 {
+		t.Fatal("the calls larger than the room never went (each should, into an empty window)")
+	}
+}
+
+// A 429 that refutes both views while the answers show another client
+// spending — plainly or not yet — is that client's doing, not a drained
+// reserve: it is read by the window, not by the rate of the gate's own spend
+// (in the simulator, a slow start from half the limit took a rate of 0.62 of
+// what the other client left and kept it for the hour; over real sockets, a
+// 429 soon after a switch of view, 0.60 of the limit).
 func TestOthersSpendKeepsA429FromTheRate(t *testing.T) {
 	l, ev, now := relaxedBeforeADrainedReserve(t, true)
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	b.learn.stated = 100000
-	b.outside.others = othersSpend{mean: 20000, n: othersMinReadings, at: now}
+	b.outside.others = othersSpend{mean: 20000, variance: 20000 * 20000, weight: 1, at: now} // spending, not plainly yet
 	b.mu.Unlock()
-	if st := l.BucketStatus(now, "p", "m"); st.OthersSpend != 20000 {
-		t.Fatalf("setup: others spend %d", st.OthersSpend)
+	b.mu.Lock()
+	_, plain := b.othersRoomLocked(now)
+	spending := b.othersSpendingLocked(now)
+	b.mu.Unlock()
+	if plain || !spending {
+		t.Fatalf("setup: plain %v, spending %v", plain, spending)
 	}
 	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
 	if to := rateSteps(ev); len(to) > 0 {
 		t.Fatalf("a 429 while another client plainly spends was read by the rate (%.0f)", to[0])
+	}
+}
+
+// Once the spend reads plainly the room stays while the mean says the others
+// spend, however the readings swing about it; it goes when the mean falls
+// under a hundredth of the limit.
+func TestOthersRoomStaysWhileTheySpend(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	whole := r.status().TokenBudget
+	r.answers(30, 10, 150, false)
+	for i := range 30 { // 0, 300, 0, 300 …: a mean of 150, a spread as large
+		r.answer(10, int64(300*(i%2)), false)
+		if st := r.status(); st.OthersSpend == 0 {
+			t.Fatalf("answer %d of readings swinging about 150: the room let go", i)
+		}
+	}
+	r.answers(60, 10, 0, false)
+	if st := r.status(); st.OthersSpend != 0 || st.TokenBudget != whole {
+		t.Fatalf("two windows with nobody else spending: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
 	}
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"math"
 	"sort"
 	"time"
 )
@@ -89,8 +90,8 @@ func (b *bucket) status(now time.Time) BucketStatus {
 		OutputReserve: b.est.outputReserve(0, b.agingLocked()), BytesPerToken: b.est.bytesPerToken(), ReserveDrift: b.est.drift(),
 		Waits: b.waits, RateLimited: b.rateLimited, CountsAt: "arrival", Decides: DecidesWhole,
 	}
-	if room := b.othersRoomLocked(now); room > 0 {
-		s.OthersSpend = int64(b.learn.stated - room)
+	if room, ok := b.othersRoomLocked(now); ok && room < b.learn.budget() {
+		s.OthersSpend = int64(math.Round(b.learn.stated - room))
 	}
 	if b.decidesKnown() {
 		s.Decides, s.OutputReserve = DecidesKnown, 0 // a call without max_tokens reserves its input alone
