@@ -171,22 +171,27 @@ func TestOthersRoomHoldsALargeCallBack(t *testing.T) {
 // what the other client left and kept it for the hour; over real sockets, a
 // 429 soon after a switch of view, 0.60 of the limit).
 func TestOthersSpendKeepsA429FromTheRate(t *testing.T) {
-	l, ev, now := relaxedBeforeADrainedReserve(t, true)
-	b := l.bucketFor("p", "m", now)
-	b.mu.Lock()
-	b.learn.stated = 100000
-	b.outside.others = othersSpend{mean: 20000, variance: 20000 * 20000, weight: 1, at: now} // spending, not plainly yet
-	b.mu.Unlock()
-	b.mu.Lock()
-	_, plain := b.othersRoomLocked(now)
-	spending := b.othersSpendingLocked(now)
-	b.mu.Unlock()
-	if plain || !spending {
-		t.Fatalf("setup: plain %v, spending %v", plain, spending)
-	}
-	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
-	if to := rateSteps(ev); len(to) > 0 {
-		t.Fatalf("a 429 while another client plainly spends was read by the rate (%.0f)", to[0])
+	for _, c := range []struct {
+		spend    float64
+		wantRate bool
+	}{
+		{20000, false}, // a fifth of the stated 100,000
+		{500, true},    // under a hundredth: nobody else to speak of, a drained reserve
+	} {
+		l, ev, now := relaxedBeforeADrainedReserve(t, true)
+		b := l.bucketFor("p", "m", now)
+		b.mu.Lock()
+		b.learn.stated = 100000
+		b.outside.others = othersSpend{mean: c.spend, variance: c.spend * c.spend, weight: 1, at: now} // not plainly yet
+		_, plain := b.othersRoomLocked(now)
+		b.mu.Unlock()
+		if plain {
+			t.Fatalf("setup: a spend of %.0f reads plainly", c.spend)
+		}
+		l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+		if to := rateSteps(ev); (len(to) > 0) != c.wantRate {
+			t.Fatalf("others read to spend %.0f: rate steps %v, want a rate %v", c.spend, to, c.wantRate)
+		}
 	}
 }
 

@@ -319,24 +319,16 @@ func (s *othersSpend) add(now time.Time, r float64, span time.Duration, stated f
 	}
 }
 
-// plain is the others' spend when the readings say it plainly, within a
-// window of the last one (older, nobody knows what they spend now).
-func (s *othersSpend) plain(now time.Time, stated float64, span time.Duration) (float64, bool) {
-	if !s.on || now.Sub(s.at) >= span || s.mean <= othersMinShare*stated {
-		return 0, false
-	}
-	return s.mean, true
-}
-
-// othersSpendingLocked reports whether the readings' mean, fresh, says others
-// spend a hundredth of the limit or more — plainly or not yet: a 429 then is
-// not read as a drained reserve (bucket.go). Over real sockets, a 429 soon
-// after a switch of view had started the readings over was read as the rate
-// of the gate's own spend (0.60 of the limit), while the mean already said
-// the other client spent a tenth.
+// othersSpendingLocked reports whether the readings of the others' spend
+// count here (a stated limit, learning on, no shared window), the last came
+// within a window (older, nobody knows what they spend now), and their mean
+// says others spend a hundredth of the limit or more — plainly or not yet: a
+// 429 then is not read as a drained reserve (bucket.go). Over real sockets, a
+// 429 soon after a switch of view had started the readings over was read as
+// the rate of the gate's own spend (0.60 of the limit), while the mean already
+// said the other client spent a tenth.
 func (b *bucket) othersSpendingLocked(now time.Time) bool {
-	s := &b.outside.others
-	stated := b.learn.stated
+	s, stated := &b.outside.others, b.learn.stated
 	if stated <= 0 || b.l.shared != nil || !b.learn.enabled || s.weight == 0 || now.Sub(s.at) >= b.l.conf().Window {
 		return false
 	}
@@ -346,10 +338,8 @@ func (b *bucket) othersSpendingLocked(now time.Time) bool {
 // othersRoomLocked is the room the others leave the gate — the stated limit
 // less their spend — and whether the readings say it plainly.
 func (b *bucket) othersRoomLocked(now time.Time) (float64, bool) {
-	stated := b.learn.stated
-	if stated <= 0 || b.l.shared != nil || !b.learn.enabled {
+	if !b.othersSpendingLocked(now) || !b.outside.others.on {
 		return 0, false
 	}
-	spend, ok := b.outside.others.plain(now, stated, b.l.conf().Window)
-	return max(stated-spend, 0), ok
+	return max(b.learn.stated-b.outside.others.mean, 0), true
 }
