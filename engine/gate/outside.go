@@ -273,9 +273,9 @@ type othersSpend struct {
 const (
 	// othersSpan: the mean's time constant τ is the window ÷ othersSpan. In
 	// the simulator's matrix with headers (seeds 1–12, the mean of six nudged
-	// settings), 7, 10 and 15 s at a minute's window met every target in
-	// 304, 310 and 310 runs of 576, with 889, 897 and 930 429s; without the
-	// room, 282 and 1,062.
+	// settings, the room's first form), 7, 10 and 15 s at a minute's window
+	// met every target in 304, 310 and 310 runs of 576, with 889, 897 and 930
+	// 429s; without the room, 282 and 1,062.
 	othersSpan = 6
 	// othersPlain: the mean must exceed this many of the readings' standard
 	// deviations, and othersMinShare of the stated limit. Without another
