@@ -58,12 +58,12 @@ func (r *outsideRig) answers(n int, size, others int64, fixed bool) {
 
 func (r *outsideRig) trigger() float64 { return r.l.BucketStatus(r.now, "p", "m").Trigger }
 
-// setTrigger fills the window to about 690 of the stated 800 while another
+// setTrigger fills the window to about 660 of the stated 800 while another
 // client spends others, and takes a 429 there: the trigger it sets is what the
 // others left (or, with none, the gate's own excess).
 func (r *outsideRig) setTrigger(others int64) float64 {
 	r.t.Helper()
-	return r.setTriggerAt(23, others)
+	return r.setTriggerAt(22, others)
 }
 
 // setTriggerAt is setTrigger with the window filled by calls of size.
@@ -141,7 +141,7 @@ func TestOutsideLiftRefutedByA429(t *testing.T) {
 	}
 	// The other client is back within two windows, and the provider refuses
 	// where the trigger read before: the lift went too far.
-	r.answers(30, 23, 110, false)
+	r.answers(30, 22, 110, false)
 	r.now = r.now.Add(time.Second)
 	r.l.RateLimited(r.now, "p", "m", time.Second)
 	if tr := r.trigger(); tr == 0 || tr >= 800*(1-outsideMinRoom) {
@@ -226,7 +226,7 @@ func TestOutsideNoLiftForOneQuietWindow(t *testing.T) {
 // at its 429: it is not lifted back to where the provider refused.
 func TestOutsideNoLiftNearTheStatedLimit(t *testing.T) {
 	r := newOutsideRig(t, 800)
-	r.answers(60, 26, 20, false) // 780 of the gate's and 20 of noise: the limit
+	r.answers(60, 26, 15, false) // 780 of the gate's and 15 of noise: about the limit
 	r.now = r.now.Add(time.Second)
 	r.l.RateLimited(r.now, "p", "m", time.Second)
 	tr := r.trigger()
@@ -331,4 +331,26 @@ func TestOutsideViewSwitchSurvivesTheBurst(t *testing.T) {
 		b.outside429Locked(r.now.Add(time.Second)) // the burst's next 429, moving the trigger again
 		b.outsideTriggerSetLocked(false)
 	})
+}
+
+// TestOutsideSpendAtThe429IsTheLatest: another client that began spending
+// late in the window of readings — 150 of the stated 800 for its last sixth,
+// as one that starts with the gate fills its share — is read at the 429 by
+// the moving mean (about 95), not by the window's mean (25, under half of
+// the 140 the trigger holds back): the trigger is theirs, and it rises once
+// they stop.
+func TestOutsideSpendAtThe429IsTheLatest(t *testing.T) {
+	r := newOutsideRig(t, 800)
+	r.answers(55, 22, 0, false)
+	r.answers(5, 22, 150, false)
+	r.now = r.now.Add(time.Second)
+	r.l.RateLimited(r.now, "p", "m", time.Second)
+	tr := r.trigger()
+	if tr == 0 || tr > 800*(1-outsideMinRoom) {
+		t.Fatalf("setup: the 429 with the other client spending set trigger %v", tr)
+	}
+	r.untilLift(6)
+	if r.lifts() != 1 || r.trigger() <= tr {
+		t.Fatalf("%d lifts, trigger %v from %v: the other client's spend at the 429 was read as the gate's own", r.lifts(), r.trigger(), tr)
+	}
 }

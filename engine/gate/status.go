@@ -26,9 +26,10 @@ type BucketStatus struct {
 	// MaxTPM and MaxRPM are the caps the user set (maxTpm, maxRpm); 0: none.
 	MaxTPM int `json:"maxTpm,omitempty"`
 	MaxRPM int `json:"maxRpm,omitempty"`
-	// OthersSpend is what other clients on the key spend in the window, read
-	// from the answers' remaining tokens, while it holds the token budget
-	// under Stated less it; 0 when the readings do not say it plainly.
+	// OthersSpend is what the gate leaves other clients on the key in the
+	// window — their spend read from the answers' remaining tokens, and half
+	// its swing — while it holds the token budget under Stated less it; 0
+	// when the readings do not say it plainly.
 	OthersSpend   int64   `json:"othersSpend,omitempty"`
 	TokenBudget   int64   `json:"tokenBudget"`   // min(quota, trigger, maxTpm, stated − othersSpend) × safety factor
 	RPMBudget     int     `json:"rpmBudget"`     // the request budget (see setRPMLocked)
