@@ -793,7 +793,8 @@ func TestSlowStartFromHalfTheLimit(t *testing.T) {
 // left (the matrix's sliding-arrival rows at the truth, with headers): the
 // remaining tokens say what the other client spends, and the budget keeps
 // under the room it leaves before the 429s teach it. Seeds 1–4 with and
-// without latency took 22 429s before; 17 with the room.
+// without latency took 22 429s before; 17 with the room at the others' mean,
+// 7 with it half a deviation under the mean.
 func TestOthersRoomSparesThe429s(t *testing.T) {
 	total := 0
 	for _, seed := range []uint64{1, 2, 3, 4} {
@@ -817,7 +818,7 @@ func TestOthersRoomSparesThe429s(t *testing.T) {
 			}
 		}
 	}
-	if total > 18 {
-		t.Errorf("%d 429s over the eight runs, want ≤ 18", total)
+	if total > 10 {
+		t.Errorf("%d 429s over the eight runs, want ≤ 10", total)
 	}
 }
