@@ -796,7 +796,7 @@ func TestSlowStartFromHalfTheLimit(t *testing.T) {
 // without latency took 22 429s before; 17 with the room at the others' mean,
 // 7 with it half a deviation under the mean.
 func TestOthersRoomSparesThe429s(t *testing.T) {
-	total := 0
+	total, runs := 0, 0
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		base := DefaultScenario()
 		base.Seed, base.Duration = seed, Duration(MatrixDuration)
@@ -812,11 +812,14 @@ func TestOthersRoomSparesThe429s(t *testing.T) {
 			}
 			g := rep.Modes[ModeGate]
 			t.Logf("seed %d, latency %v: %d 429s, %.3f of what remains", seed, r.Latency, g.RateLimited, g.RemainingUtilization)
-			total += g.RateLimited
+			total, runs = total+g.RateLimited, runs+1
 			if g.RemainingUtilization < 0.87 || g.Lost != 0 {
 				t.Errorf("seed %d, latency %v: %.3f of what remains, %d lost; want ≥ 0.87, none", seed, r.Latency, g.RemainingUtilization, g.Lost)
 			}
 		}
+	}
+	if runs != 8 {
+		t.Fatalf("%d runs matched the rows, want 8 (with and without latency, seeds 1–4)", runs)
 	}
 	if total > 10 {
 		t.Errorf("%d 429s over the eight runs, want ≤ 10", total)

@@ -172,8 +172,10 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.atCompletion = b.modeVotes >= switchVotes
 		b.clearVotesLocked()
-		// Not the others' spend: outside429Locked started its windows over.
+		// The others' windows of readings: outside429Locked started them over.
+		// Their moving mean was read in the other view: it starts over too.
 		b.learn.forgetReadings()
+		b.outside.others = othersSpend{}
 		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]

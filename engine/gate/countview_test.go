@@ -785,3 +785,28 @@ func TestVoteReadsTheWindowTheRefusedCallMet(t *testing.T) {
 		})
 	}
 }
+
+// The others' spend read in the arrival view is no reading of it in the
+// completion view (the gate's own part of the count differs): a switch of
+// view starts the moving mean over, as it starts the windows of readings over.
+func TestViewSwitchStartsTheOthersSpendOver(t *testing.T) {
+	c := learnGate()
+	c.Defaults.RPM = 100
+	l, _, ev := newTestLedger(t, c)
+	at := t0.Add(63 * time.Second)
+	servedThenRefusedWith(t, l, 63*time.Second, func() {
+		b := l.bucketFor("p", "m", at)
+		b.mu.Lock()
+		b.outside.others = othersSpend{mean: 150, variance: 100, weight: 5, on: true, at: at}
+		b.mu.Unlock()
+	})
+	if got := countModeSwitches(ev); len(got) != 1 || got[0] != "at-completion" {
+		t.Fatalf("setup: count-mode steps %v, want one switch to at-completion", got)
+	}
+	b := l.bucketFor("p", "m", at)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.outside.others != (othersSpend{}) {
+		t.Fatalf("others' spend after the switch of view: %+v, want it started over", b.outside.others)
+	}
+}
