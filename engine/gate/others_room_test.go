@@ -71,7 +71,9 @@ func TestOthersRoomNotFromReadingsThatSayNothingPlain(t *testing.T) {
 }
 
 // A window without an answer leaves nobody knowing what the others spend now:
-// the room is not kept on old readings.
+// the room is not kept on old readings, and the first answer after it is one
+// reading alone, which says nothing plainly — even when the readings said so
+// plainly before the pause.
 func TestOthersRoomForgottenWithoutAnswers(t *testing.T) {
 	r := newOutsideRig(t, 800)
 	whole := r.status().TokenBudget
@@ -79,9 +81,13 @@ func TestOthersRoomForgottenWithoutAnswers(t *testing.T) {
 	if r.status().OthersSpend == 0 {
 		t.Fatal("setup: no room read")
 	}
-	r.now = r.now.Add(time.Minute)
+	r.now = r.now.Add(2 * time.Minute)
 	if st := r.status(); st.OthersSpend != 0 || st.TokenBudget != whole {
-		t.Fatalf("a window without answers: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
+		t.Fatalf("two minutes without answers: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
+	}
+	r.answer(20, 400, false)
+	if st := r.status(); st.OthersSpend != 0 || st.TokenBudget != whole {
+		t.Fatalf("then one answer reading 400: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
 	}
 }
 
@@ -244,22 +250,5 @@ func TestOthersRoomKeepsAMarginForTheirSwing(t *testing.T) {
 	}
 	if got := swinging.status().TokenBudget; got < 605 || got > 630 {
 		t.Fatalf("readings of 100 and 200 in turn: budget %d, want about 617 (half a spread of about 66 under 650)", got)
-	}
-}
-
-// One answer after a window without any is no spend read plainly, even when
-// the readings said so plainly before the pause: nobody knows what the
-// others spend now, and one reading alone says nothing.
-func TestOthersRoomLetGoAfterAWindowWithoutAnswers(t *testing.T) {
-	r := newOutsideRig(t, 800)
-	whole := r.status().TokenBudget
-	r.answers(30, 10, 150, false)
-	if r.status().OthersSpend == 0 {
-		t.Fatal("setup: no room read")
-	}
-	r.now = r.now.Add(2 * time.Minute)
-	r.answer(10, 400, false)
-	if st := r.status(); st.OthersSpend != 0 || st.TokenBudget != whole {
-		t.Fatalf("one answer reading 400 after two minutes without any: others spend %d, budget %d; want 0 and the whole %d", st.OthersSpend, st.TokenBudget, whole)
 	}
 }
