@@ -35,7 +35,8 @@ type bucket struct {
 	// a call the provider then served: a lower bound on the limit in that view. A
 	// 429 read well below it refutes the view (see voteLocked).
 	servedArrival, servedDone servedLevel
-	doneRefutedAt             time.Time // the last 429 that refuted the completion view
+	servedRequests            servedLevel // requests likewise, in the view counted in (samecount.go)
+	doneRefutedAt             time.Time   // the last 429 that refuted the completion view
 	learn                     learner
 	est                       estimator
 	cooldownUntil             time.Time
@@ -120,6 +121,9 @@ type bucket struct {
 	// rpmRefusedTokens is the token reading at that burst's first 429, when
 	// the 429 did not name its limit (0 when it did): see countFellLocked.
 	rpmRefusedTokens float64
+	// tokenRead: the last unnamed 429 read as tokens, for the next to be
+	// compared with (samecount.go).
+	tokenRead tokenReadCount
 
 	// How late the provider counts a call: admission→429 delays of recent 429s
 	// (a ring), and the guard they set — entries stay that much longer than the
@@ -194,6 +198,8 @@ type ticketSlot struct {
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
 	viewArrival, viewDone int64
+	requestsBefore        int32 // the request count it was admitted at (servedRequests) …
+	requestsDone          bool  // … in the completion view
 	bytes                 int
 	session               string
 	shared                string // the shared window's entry id; "" without one
@@ -933,6 +939,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.unsentCount++
 	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
+	s.requestsBefore, s.requestsDone = int32(b.providerRequestsLocked()), b.atCompletion
 	b.reservedOpen += res
 	s.landing = b.providerCostLocked(res, out)
 	if !req.Sends {
@@ -1083,6 +1090,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 			b.servedArrival.note(now, s.viewArrival+cost, span)
 		}
 		b.servedDone.note(now, s.viewDone+cost, span)
+		if s.requestsDone == b.atCompletion {
+			b.servedRequests.note(now, int64(s.requestsBefore)+1, span)
+		}
 	}
 	b.closeSharedLocked(s.shared, tokens)
 	*s = ticketSlot{gen: s.gen + 1}
@@ -1108,6 +1118,17 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(now, cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
+	if sig.Axis == engine.AxisUnknown && axis == engine.AxisTokens && b.learn.enabled {
+		// Read as tokens by the shares: unless its count is the last such
+		// 429's while the tokens moved (samecount.go).
+		count, reading := b.requestsMetLocked(now, sig.Admitted), b.providerViewLocked()
+		if b.sameCountLocked(now, count, reading) {
+			b.rereadAsRequestsLocked(now)
+			axis = engine.AxisRequests
+		} else {
+			b.noteTokenReadLocked(now, count, reading)
+		}
+	}
 	trigger, view := b.learn.trigger, b.atCompletion
 	if axis == engine.AxisTokens {
 		b.outside429Locked(now)
@@ -1537,6 +1558,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	}
 	b.decides = decidesEvidence{}
 	b.outside, b.headersFitAt = outsideSpend{}, time.Time{}
+	b.tokenRead = tokenReadCount{}
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now
@@ -1544,6 +1566,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.clearVotesLocked()
 	b.fixedLearned, b.fixedEv = false, fixedEvidence{} // read again from the stated waits and resets
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
+	b.servedRequests = servedLevel{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0

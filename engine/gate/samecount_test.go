@@ -1,0 +1,135 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// A request limit refuses at its count whatever the calls' sizes. Configured
+// at twice the truth on both axes, a workload bound by requests meets the
+// limit at half the request budget and a quarter of the token one: the shares
+// read its unnamed 429 as tokens. A second one within refusedAgainWindows at
+// the same count, with tokens that moved, is read again as requests: the token
+// learner is as it was before the first, and the count is the request ceiling.
+func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
+	newLedger := func(t *testing.T, tpm int) (*Ledger, *eventLog) {
+		c := rpmGate(200)
+		c.Defaults.TPM = tpm
+		l, _, ev := newTestLedger(t, c)
+		return l, ev
+	}
+	fill := func(t *testing.T, l *Ledger, at time.Time, n, size int) {
+		t.Helper()
+		for range n {
+			mustAdmit(t, l, at, req(size))
+		}
+	}
+	first := func(t *testing.T, tpm int) (*Ledger, *eventLog) {
+		l, ev := newLedger(t, tpm)
+		fill(t, l, t0, 100, 1000)
+		l.RateLimited(t0, "p", "m", time.Second)
+		st := l.BucketStatus(t0, "p", "m")
+		if st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Fatalf("first 429: token trigger %v, rpm budget %d: want it read as tokens", st.Trigger, st.RPMBudget)
+		}
+		return l, ev
+	}
+	at := t0.Add(3 * time.Minute) // two windows on: not the first one's burst
+	t.Run("CountHeldTokensMoved", func(t *testing.T) {
+		l, ev := first(t, 400_000)
+		fill(t, l, at, 100, 900) // the same count, 10% fewer tokens
+		l.RateLimited(at, "p", "m", time.Second)
+		st := l.BucketStatus(at, "p", "m")
+		if st.Trigger != 0 || st.Quota != 400_000 {
+			t.Errorf("token trigger %v, quota %v: want what the token learner took from the first 429 taken back", st.Trigger, st.Quota)
+		}
+		if st.RPMBudget != 100 {
+			t.Errorf("rpm budget %d: want the count, 100, as the request ceiling", st.RPMBudget)
+		}
+		reread := false
+		for _, e := range ev.kinds(EventLearn) {
+			reread = reread || e.Step == "reread-requests"
+		}
+		if !reread {
+			t.Error("no reread-requests event")
+		}
+	})
+	t.Run("CountMoved", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		fill(t, l, at, 90, 1000) // a token limit: fewer calls, as many tokens each
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("TokensHeld", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		fill(t, l, at, 100, 995) // calls of one size: nothing tells the axes apart
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("FirstNearTheTokenBudget", func(t *testing.T) {
+		l, _ := first(t, 115_000) // the first 429 came near the token budget: a token limit's
+		fill(t, l, at, 100, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("AWindowServedMore", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		served := t0.Add(2 * time.Minute)
+		var tickets []Ticket
+		for range 110 { // a window served 110 calls: 100 is no limit
+			tickets = append(tickets, mustAdmit(t, l, served, req(400)))
+		}
+		for _, tk := range tickets {
+			if err := l.Settle(served, tk, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fill(t, l, at, 100, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("NearTheRequestBudget", func(t *testing.T) {
+		// Near the request budget the shares decide (axisLocked): such a
+		// window read as tokens had its tokens near the token budget too.
+		l, _ := first(t, 400_000)
+		c := rpmGate(120) // the request budget moved to just above the count
+		c.Defaults.TPM = 400_000
+		if err := l.Reconfigure(at, c); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, l, at, 100, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 120 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("FarUnderTheRequestBudget", func(t *testing.T) {
+		// 30 large calls: a sixth of the request budget, as a workload bound
+		// by tokens holds (the same count twice is chance there).
+		l, _ := newLedger(t, 400_000)
+		fill(t, l, t0, 30, 3000)
+		l.RateLimited(t0, "p", "m", time.Second)
+		fill(t, l, at, 30, 2700)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("AfterTenWindows", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		late := t0.Add(11 * time.Minute)
+		fill(t, l, late, 100, 900)
+		l.RateLimited(late, "p", "m", time.Second)
+		if st := l.BucketStatus(late, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+}
