@@ -43,7 +43,9 @@ type Event struct {
 	// calibrate, count-mode, decides (Reason known or whole, learned from the
 	// rate-limit headers; To is the slope it read), reset, unstated,
 	// unstated-rpm, rpm-ceiling, rpm-probe (From and To are then the request
-	// limit per window, not the budget).
+	// limit per window, not the budget), reread-requests (unnamed 429s read
+	// as tokens were the request limit's: From and To are the token budget
+	// before and after what they taught it was taken back).
 	Step string
 	From float64
 	To   float64

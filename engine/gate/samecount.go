@@ -25,7 +25,7 @@ import (
 // its count, whatever the calls' sizes: the count holds and the tokens move
 // with the sizes. A token limit refuses at its tokens, at a count that moves
 // with the sizes. So a 429 read as tokens whose count is the count of the last
-// one read so — within refusedAgainWindows, each the first of its burst, both
+// one read so — within sameCountWindows, each the first of its burst, both
 // at requestShareAlone of the request budget or more and under suspectRatio of
 // it (there the shares decide), the run's first well under the token budget,
 // no window of the last two served a higher count — while the token reading
@@ -55,6 +55,15 @@ const sameCountTokensMoved = 0.02
 // 9 (and none of 96 bound by tokens).
 const sameCountShare = 0.03
 
+// sameCountWindows: how far apart the two 429s may come. A token trigger set
+// at the request limit's tokens holds the requests near it, so the next 429
+// can be long in coming: over real sockets (2 s windows, calls of ~1,000
+// tokens, one in ten asking max_tokens 4096) they came 18 and 35 windows
+// apart. Within refusedAgainWindows (10), as the request ceiling's pair, no
+// run there was read again. The guards above, not the distance, keep a token
+// limit out: in the simulator 60 windows read the same runs as 10.
+const sameCountWindows = 60
+
 // tokenReadCount is the last unnamed 429 read as tokens (the first of its
 // burst), and the token learner as it was before the first of a run of them.
 type tokenReadCount struct {
@@ -73,7 +82,7 @@ type tokenReadCount struct {
 func (b *bucket) sameCountLocked(now time.Time, count int, reading float64) bool {
 	r := &b.tokenRead
 	span := b.l.conf().Window
-	if r.at.IsZero() || !r.underBudget || now.Sub(r.at) >= refusedAgainWindows*span || b.learn.inBurst(now, span) {
+	if r.at.IsZero() || !r.underBudget || now.Sub(r.at) >= sameCountWindows*span || b.learn.inBurst(now, span) {
 		return false
 	}
 	if b.l.shared != nil || !b.learn.enabled || b.statedRequests > 0 {
@@ -98,7 +107,7 @@ func (b *bucket) noteTokenReadLocked(now time.Time, count int, reading float64) 
 	if b.learn.inBurst(now, span) {
 		return // a burst's later 429s read a window its refusals changed
 	}
-	if b.tokenRead.at.IsZero() || now.Sub(b.tokenRead.at) >= refusedAgainWindows*span {
+	if b.tokenRead.at.IsZero() || now.Sub(b.tokenRead.at) >= sameCountWindows*span {
 		b.tokenRead.before = b.learn
 		b.tokenRead.underBudget = reading < suspectRatio*float64(b.tokenBudget(now))
 	}
@@ -112,7 +121,8 @@ func (b *bucket) rereadAsRequestsLocked(now time.Time) {
 	r := b.tokenRead
 	from := b.learn.budget()
 	b.learn = r.before
-	b.rpmRefused, b.rpmRefusedAt, b.rpmRefusedTokens = r.count, r.at, r.reading
+	// The pair is the evidence: the ceiling is set now, however far apart they came.
+	b.rpmRefused, b.rpmRefusedAt, b.rpmRefusedTokens = r.count, now, r.reading
 	b.tokenRead = tokenReadCount{}
 	e := b.newEvent(EventLearn, now, "", engine.AxisRequests.String(), 0, 0)
 	e.Step, e.From, e.To = "reread-requests", from, b.learn.budget()

@@ -8,7 +8,7 @@ import (
 // A request limit refuses at its count whatever the calls' sizes. Configured
 // at twice the truth on both axes, a workload bound by requests meets the
 // limit at half the request budget and a quarter of the token one: the shares
-// read its unnamed 429 as tokens. A second one within refusedAgainWindows at
+// read its unnamed 429 as tokens. A second one within sameCountWindows at
 // the same count, with tokens that moved, is read again as requests: the token
 // learner is as it was before the first, and the count is the request ceiling.
 func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
@@ -123,9 +123,27 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
 		}
 	})
-	t.Run("AfterTenWindows", func(t *testing.T) {
+	t.Run("TwentyWindowsApart", func(t *testing.T) {
+		// The token trigger the first set holds the requests near the limit:
+		// the next 429 can be long in coming, and it still sets the ceiling.
+		l, ev := first(t, 400_000)
+		later := t0.Add(21 * time.Minute)
+		fill(t, l, later, 100, 900)
+		l.RateLimited(later, "p", "m", time.Second)
+		if st := l.BucketStatus(later, "p", "m"); st.Trigger != 0 || st.RPMBudget != 100 {
+			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 100", st.Trigger, st.RPMBudget)
+		}
+		ceiling := false // a ceiling, not a trigger that relaxes 5% a window
+		for _, e := range ev.kinds(EventLearn) {
+			ceiling = ceiling || e.Step == "rpm-ceiling" && e.To == 100
+		}
+		if !ceiling {
+			t.Error("no request ceiling at 100")
+		}
+	})
+	t.Run("AfterSixtyWindows", func(t *testing.T) {
 		l, _ := first(t, 400_000)
-		late := t0.Add(11 * time.Minute)
+		late := t0.Add(61 * time.Minute)
 		fill(t, l, late, 100, 900)
 		l.RateLimited(late, "p", "m", time.Second)
 		if st := l.BucketStatus(late, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
