@@ -207,6 +207,7 @@ type ticketSlot struct {
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
 func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
+	b.forgetTokenReadLocked() // the learner's figures may move
 	lim := cfg.Limits(b.provider + "/" + b.model)
 	if b.statedTokens > 0 { // a stated limit supersedes the configured guess
 		lim.TPM = int(scaleLimit(b.statedTokens, cfg.Window))
@@ -488,6 +489,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
+	b.forgetTokenReadLocked()
 	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled {
 		// What the headers said the provider decides on, the last time (not
 		// what a user said then: that went with the setting).
@@ -920,6 +922,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
 	}
 	b.noteSpentLocked(now, float64(res))
+	requestsBefore := b.providerRequestsLocked() // without this call (servedRequests)
 	seq := b.win.add(now, res, out, sz.asked)
 	var idx int32
 	if n := len(b.free); n > 0 {
@@ -939,7 +942,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.unsentCount++
 	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
-	s.requestsBefore, s.requestsDone = int32(b.providerRequestsLocked()), b.atCompletion
+	s.requestsBefore, s.requestsDone = int32(requestsBefore), b.atCompletion
 	b.reservedOpen += res
 	s.landing = b.providerCostLocked(res, out)
 	if !req.Sends {
@@ -1118,6 +1121,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.setSpanLocked(now, cfg)
 	}
 	axis := b.axisLocked(now, sig.Axis, b.providerViewLocked())
+	if sig.Axis == engine.AxisTokens {
+		b.forgetTokenReadLocked() // the provider said tokens: the run was theirs
+	}
 	if sig.Axis == engine.AxisUnknown && axis == engine.AxisTokens && b.learn.enabled {
 		// Read as tokens by the shares: unless its count is the last such
 		// 429's while the tokens moved (samecount.go).
@@ -1558,7 +1564,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	}
 	b.decides = decidesEvidence{}
 	b.outside, b.headersFitAt = outsideSpend{}, time.Time{}
-	b.tokenRead = tokenReadCount{}
+	b.forgetTokenReadLocked()
 	b.stepHeld = 0
 	b.forgetRequestLearningLocked(now)
 	b.rpmFreshAt = now

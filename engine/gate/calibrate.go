@@ -188,6 +188,7 @@ func (b *bucket) forgetStatedTokensLocked(now time.Time) {
 	if b.statedTokens == 0 {
 		return
 	}
+	b.forgetTokenReadLocked() // the learner's figures move (while stated, no run is read again)
 	from := b.learn.stated
 	lim := b.l.conf().Limits(b.provider + "/" + b.model)
 	b.statedTokens, b.tokensBy429 = 0, false

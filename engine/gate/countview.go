@@ -176,6 +176,7 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 		// Their moving mean was read in the other view: it starts over too.
 		b.learn.forgetReadings()
 		b.outside.others = othersSpend{}
+		b.servedRequests = servedLevel{}      // counted in the other view (the run of 429s read as tokens stays: samecount.go)
 		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
 		e := b.newEvent(EventLearn, now, "", "", 0, 0)
 		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]

@@ -24,16 +24,17 @@ import (
 // Two 429s tell the axes apart where one cannot. A request limit refuses at
 // its count, whatever the calls' sizes: the count holds and the tokens move
 // with the sizes. A token limit refuses at its tokens, at a count that moves
-// with the sizes. So a 429 read as tokens whose count is the count of the last
-// one read so — within sameCountWindows, each the first of its burst, both
-// at requestShareAlone of the request budget or more and under suspectRatio of
-// it (there the shares decide), the run's first well under the token budget,
-// no window of the last two served a higher count — while the token reading
-// moved by sameCountTokensMoved or more, is about requests. What the
-// token learner took from the earlier ones is taken back (the learner as it
-// was before the first), and the two counts set the request ceiling as two
-// RPM 429s do (rpmLimitedLocked). Not with a shared window (the count is this
-// instance's, the limit everyone's).
+// with the sizes. So a 429 read as tokens whose count is within
+// sameCountShare of the last one read so — each the first of its burst (as
+// the token learner counts bursts), within sameCountWindows of the run's
+// first, at requestShareAlone of the request budget or more and under
+// suspectRatio of it (there the shares decide), and at least lowCallsAlone
+// calls; the run's first well under the token budget, no window of the last
+// two serving a higher count, no stated limit — while the token reading moved
+// by sameCountTokensMoved or more, is about requests. What the token learner
+// took from the run is taken back (rereadAsRequestsLocked), and the two counts
+// set the request ceiling as two RPM 429s do (rpmLimitedLocked). Not with a shared window (the count is this instance's,
+// the limit everyone's).
 //
 // In the token-bound matrix no such pair comes: a window of 30–75 calls there
 // holds at most a quarter of the request budget. Nor in a workload of calls
@@ -67,7 +68,8 @@ const sameCountWindows = 60
 // tokenReadCount is the last unnamed 429 read as tokens (the first of its
 // burst), and the token learner as it was before the first of a run of them.
 type tokenReadCount struct {
-	at      time.Time // zero: none
+	firstAt time.Time // the run's first; zero: none
+	at      time.Time // the last
 	count   int       // the requests it met (requestsMetLocked)
 	reading float64   // its token reading
 	// The run's first came well under the token budget (suspectRatio of it):
@@ -82,11 +84,11 @@ type tokenReadCount struct {
 func (b *bucket) sameCountLocked(now time.Time, count int, reading float64) bool {
 	r := &b.tokenRead
 	span := b.l.conf().Window
-	if r.at.IsZero() || !r.underBudget || now.Sub(r.at) >= sameCountWindows*span || b.learn.inBurst(now, span) {
+	if r.firstAt.IsZero() || !r.underBudget || now.Sub(r.firstAt) >= sameCountWindows*span || b.learn.inBurst(now, span) {
 		return false
 	}
-	if b.l.shared != nil || !b.learn.enabled || b.statedRequests > 0 {
-		return false
+	if b.l.shared != nil || !b.learn.enabled || b.statedRequests > 0 || b.statedTokens > 0 || count < lowCallsAlone {
+		return false // (a count under lowCallsAlone sets no ceiling: rpmLimitedLocked)
 	}
 	if float64(abs(count-r.count)) > sameCountShare*float64(r.count) {
 		return false // a count that moved: tokens
@@ -107,24 +109,44 @@ func (b *bucket) noteTokenReadLocked(now time.Time, count int, reading float64) 
 	if b.learn.inBurst(now, span) {
 		return // a burst's later 429s read a window its refusals changed
 	}
-	if b.tokenRead.at.IsZero() || now.Sub(b.tokenRead.at) >= sameCountWindows*span {
-		b.tokenRead.before = b.learn
+	if b.tokenRead.firstAt.IsZero() || now.Sub(b.tokenRead.firstAt) >= sameCountWindows*span {
+		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn}
 		b.tokenRead.underBudget = reading < suspectRatio*float64(b.tokenBudget(now))
 	}
 	b.tokenRead.at, b.tokenRead.count, b.tokenRead.reading = now, count, reading
 }
 
 // rereadAsRequestsLocked takes back what the token learner learned from the
-// run of 429s read as tokens, and hands the last of them to the request axis
-// as the burst before this one: this 429, at the same count, sets the ceiling.
+// run of 429s read as tokens — the learner as it was before the first — and
+// hands the run to the request axis as the burst before this one: this 429
+// sets the request ceiling from the two counts.
 func (b *bucket) rereadAsRequestsLocked(now time.Time) {
 	r := b.tokenRead
 	from := b.learn.budget()
-	b.learn = r.before
-	// The pair is the evidence: the ceiling is set now, however far apart they came.
+	b.learn = r.before // its figures are the present ones: what moves them ends the run
+	// The pair is the evidence, however far apart it came: the run's last is
+	// the burst refused before, now, and rpmLimitedLocked sets the ceiling
+	// from the two counts as from two RPM 429s — the count when they are
+	// within a hundredth, else rpmStepDown below the lower. At the later count
+	// alone, a provider that counts at completion took cohorts of 429s at the
+	// ceiling's edge (15–17 in the hour, against 3–4, in the runs started at
+	// twice the truth with another client on the key).
 	b.rpmRefused, b.rpmRefusedAt, b.rpmRefusedTokens = r.count, now, r.reading
-	b.tokenRead = tokenReadCount{}
+	b.forgetTokenReadLocked()
 	e := b.newEvent(EventLearn, now, "", engine.AxisRequests.String(), 0, 0)
 	e.Step, e.From, e.To = "reread-requests", from, b.learn.budget()
 	b.l.emit(e)
 }
+
+// forgetTokenReadLocked drops the run of 429s read as tokens: the token
+// learner no longer follows from its snapshot (a reload, a restore, a stated
+// token limit dropped, a 429 that named its limit) or it was read again. A switch of the count view does not
+// end the run: its 429s (refused below what was served, since the limit was
+// the requests') are what switch it. Started at twice the truth against a
+// provider that counts at completion, the second such 429 switched the view,
+// and a run ended there, or its counts dropped, was never read again (0.52
+// and 0.54 of the requests for the hour, against 0.92 and 0.98). The two
+// views' counts differ by the calls in flight, a few hundredths of a
+// minute's window of calls answered in a second or two: within
+// sameCountShare.
+func (b *bucket) forgetTokenReadLocked() { b.tokenRead = tokenReadCount{} }

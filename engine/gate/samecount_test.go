@@ -3,6 +3,8 @@ package gate
 import (
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // A request limit refuses at its count whatever the calls' sizes. Configured
@@ -100,14 +102,15 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		// Near the request budget the shares decide (axisLocked): such a
 		// window read as tokens had its tokens near the token budget too.
 		l, _ := first(t, 400_000)
-		c := rpmGate(120) // the request budget moved to just above the count
-		c.Defaults.TPM = 400_000
-		if err := l.Reconfigure(at, c); err != nil {
-			t.Fatal(err)
+		between := t0.Add(90 * time.Second)
+		fill(t, l, between, 110, 100)
+		l.RateLimitedBy(between, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
+		if st := l.BucketStatus(between, "p", "m"); st.RPMBudget != 110 {
+			t.Fatalf("rpm budget %d after a named RPM 429 at 110, want 110", st.RPMBudget)
 		}
-		fill(t, l, at, 100, 900)
+		fill(t, l, at, 100, 900) // 0.92 of the request budget now
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 120 {
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 {
 			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
 		}
 	})
@@ -139,6 +142,116 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		}
 		if !ceiling {
 			t.Error("no request ceiling at 100")
+		}
+	})
+	t.Run("TwoCountsSetTheCeilingAsTwoRPM429sDo", func(t *testing.T) {
+		// Within 3%: the same count for the axis; not within a hundredth, so
+		// the ceiling is rpmStepDown below the lower, as after two RPM 429s.
+		l, _ := first(t, 400_000)
+		fill(t, l, at, 98, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 91 {
+			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 0.93 × 98 = 91", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("InTheFirstsBurst", func(t *testing.T) {
+		// The burst's later 429s read a window its refusals changed.
+		l, _ := newLedger(t, 400_000)
+		var tickets []Ticket
+		for range 100 {
+			tickets = append(tickets, mustAdmit(t, l, t0, req(1000)))
+		}
+		l.RateLimited(t0, "p", "m", time.Second)
+		for _, tk := range tickets[:30] { // answers that read less than expected: the tokens moved 2.7%
+			if err := l.Settle(t0, tk, Usage{InputTokens: 900, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		soon := t0.Add(10 * time.Millisecond)
+		l.RateLimited(soon, "p", "m", time.Second)
+		if st := l.BucketStatus(soon, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("TheBurstsFirstIsTheRecord", func(t *testing.T) {
+		l, _ := newLedger(t, 400_000)
+		var tickets []Ticket
+		for range 100 {
+			tickets = append(tickets, mustAdmit(t, l, t0, req(1000)))
+		}
+		l.RateLimited(t0, "p", "m", time.Second)
+		for _, tk := range tickets[:30] {
+			if err := l.Settle(t0, tk, Usage{InputTokens: 900, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.RateLimited(t0.Add(10*time.Millisecond), "p", "m", time.Second) // read 107,000: 2.7% lower
+		fill(t, l, at, 100, 970)                                          // 107,000 again: the first moved, not the second
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 100 {
+			t.Errorf("token trigger %v, rpm budget %d: want requests read against the burst's first", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("AReloadBetween", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		c := rpmGate(200)
+		c.Defaults.TPM = 400_000
+		if err := l.Reconfigure(at, c); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, l, at, 100, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read (the learner the snapshot held was reloaded)", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("ANamedTokenLimitBetween", func(t *testing.T) {
+		l, _ := first(t, 400_000)
+		l.RateLimitedBy(t0.Add(90*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+		fill(t, l, at, 100, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read (the provider named tokens)", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("AFewCalls", func(t *testing.T) {
+		// Three calls set no request ceiling (rpmLimitedLocked): nothing to
+		// hand the run to.
+		c := rpmGate(6)
+		c.Defaults.TPM = 12_000
+		l, _, _ := newTestLedger(t, c)
+		fill(t, l, t0, 3, 1000)
+		l.RateLimited(t0, "p", "m", time.Second)
+		fill(t, l, at, 3, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 6 {
+			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
+		}
+	})
+	t.Run("AWindowServedTheCount", func(t *testing.T) {
+		// A window that served the count itself is no window above it.
+		c := rpmGate(24)
+		c.Defaults.TPM = 40_000
+		l, _, _ := newTestLedger(t, c)
+		fill(t, l, t0, 10, 1000)
+		l.RateLimited(t0, "p", "m", time.Second)
+		if st := l.BucketStatus(t0, "p", "m"); st.Trigger == 0 {
+			t.Fatal("the first 429 was read as requests")
+		}
+		served := t0.Add(2 * time.Minute)
+		var tickets []Ticket
+		for range 10 {
+			tickets = append(tickets, mustAdmit(t, l, served, req(500)))
+		}
+		for _, tk := range tickets {
+			if err := l.Settle(served, tk, Usage{InputTokens: 500, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fill(t, l, at, 10, 900)
+		l.RateLimited(at, "p", "m", time.Second)
+		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 10 {
+			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 10", st.Trigger, st.RPMBudget)
 		}
 	})
 	t.Run("AfterSixtyWindows", func(t *testing.T) {
