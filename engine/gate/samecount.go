@@ -69,9 +69,8 @@ const sameCountWindows = 60
 // burst), and the token learner as it was before the first of a run of them.
 type tokenReadCount struct {
 	firstAt time.Time // the run's first; zero: none
-	at      time.Time // the last
-	count   int       // the requests it met (requestsMetLocked)
-	reading float64   // its token reading
+	count   int       // the last one's: the requests it met (requestsMetLocked) …
+	reading float64   // … and its token reading
 	// The run's first came well under the token budget (suspectRatio of it):
 	// the token axis was nowhere near refusing it.
 	underBudget bool
@@ -113,7 +112,7 @@ func (b *bucket) noteTokenReadLocked(now time.Time, count int, reading float64) 
 		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn}
 		b.tokenRead.underBudget = reading < suspectRatio*float64(b.tokenBudget(now))
 	}
-	b.tokenRead.at, b.tokenRead.count, b.tokenRead.reading = now, count, reading
+	b.tokenRead.count, b.tokenRead.reading = count, reading
 }
 
 // rereadAsRequestsLocked takes back what the token learner learned from the

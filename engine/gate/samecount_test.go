@@ -60,25 +60,19 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l, _ := first(t, 400_000)
 		fill(t, l, at, 90, 1000) // a token limit: fewer calls, as many tokens each
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("TokensHeld", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		fill(t, l, at, 100, 995) // calls of one size: nothing tells the axes apart
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("FirstNearTheTokenBudget", func(t *testing.T) {
 		l, _ := first(t, 115_000) // the first 429 came near the token budget: a token limit's
 		fill(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("AWindowServedMore", func(t *testing.T) {
 		l, _ := first(t, 400_000)
@@ -94,9 +88,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		}
 		fill(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("NearTheRequestBudget", func(t *testing.T) {
 		// Near the request budget the shares decide (axisLocked): such a
@@ -122,9 +114,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l.RateLimited(t0, "p", "m", time.Second)
 		fill(t, l, at, 30, 2700)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("TwentyWindowsApart", func(t *testing.T) {
 		// The token trigger the first set holds the requests near the limit:
@@ -133,9 +123,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		later := t0.Add(21 * time.Minute)
 		fill(t, l, later, 100, 900)
 		l.RateLimited(later, "p", "m", time.Second)
-		if st := l.BucketStatus(later, "p", "m"); st.Trigger != 0 || st.RPMBudget != 100 {
-			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 100", st.Trigger, st.RPMBudget)
-		}
+		wantRequestsRead(t, l, later, 100)
 		ceiling := false // a ceiling, not a trigger that relaxes 5% a window
 		for _, e := range ev.kinds(EventLearn) {
 			ceiling = ceiling || e.Step == "rpm-ceiling" && e.To == 100
@@ -150,9 +138,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l, _ := first(t, 400_000)
 		fill(t, l, at, 98, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 91 {
-			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 0.93 × 98 = 91", st.Trigger, st.RPMBudget)
-		}
+		wantRequestsRead(t, l, at, 91)
 	})
 	t.Run("InTheFirstsBurst", func(t *testing.T) {
 		// The burst's later 429s read a window its refusals changed.
@@ -169,9 +155,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		}
 		soon := t0.Add(10 * time.Millisecond)
 		l.RateLimited(soon, "p", "m", time.Second)
-		if st := l.BucketStatus(soon, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, soon, 200)
 	})
 	t.Run("TheBurstsFirstIsTheRecord", func(t *testing.T) {
 		l, _ := newLedger(t, 400_000)
@@ -188,9 +172,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l.RateLimited(t0.Add(10*time.Millisecond), "p", "m", time.Second) // read 107,000: 2.7% lower
 		fill(t, l, at, 100, 970)                                          // 107,000 again: the first moved, not the second
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 100 {
-			t.Errorf("token trigger %v, rpm budget %d: want requests read against the burst's first", st.Trigger, st.RPMBudget)
-		}
+		wantRequestsRead(t, l, at, 100)
 	})
 	t.Run("AReloadBetween", func(t *testing.T) {
 		l, _ := first(t, 400_000)
@@ -201,18 +183,16 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		}
 		fill(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read (the learner the snapshot held was reloaded)", st.Trigger, st.RPMBudget)
-		}
+		// the learner the snapshot held was reloaded
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("ANamedTokenLimitBetween", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		l.RateLimitedBy(t0.Add(90*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
 		fill(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read (the provider named tokens)", st.Trigger, st.RPMBudget)
-		}
+		// the provider named tokens
+		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("AFewCalls", func(t *testing.T) {
 		// Three calls set no request ceiling (rpmLimitedLocked): nothing to
@@ -224,9 +204,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l.RateLimited(t0, "p", "m", time.Second)
 		fill(t, l, at, 3, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != 6 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, at, 6)
 	})
 	t.Run("AWindowServedTheCount", func(t *testing.T) {
 		// A window that served the count itself is no window above it.
@@ -250,17 +228,31 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		}
 		fill(t, l, at, 10, 900)
 		l.RateLimited(at, "p", "m", time.Second)
-		if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != 10 {
-			t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at 10", st.Trigger, st.RPMBudget)
-		}
+		wantRequestsRead(t, l, at, 10)
 	})
 	t.Run("AfterSixtyWindows", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		late := t0.Add(61 * time.Minute)
 		fill(t, l, late, 100, 900)
 		l.RateLimited(late, "p", "m", time.Second)
-		if st := l.BucketStatus(late, "p", "m"); st.Trigger == 0 || st.RPMBudget != 200 {
-			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
-		}
+		wantTokensRead(t, l, late, 200)
 	})
+}
+
+// wantTokensRead fails unless the 429s were read as tokens: a token trigger
+// set, the request budget still rpm.
+func wantTokensRead(t *testing.T, l *Ledger, at time.Time, rpm int) {
+	t.Helper()
+	if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 || st.RPMBudget != rpm {
+		t.Errorf("token trigger %v, rpm budget %d: want tokens read (a trigger, the request budget %d)", st.Trigger, st.RPMBudget, rpm)
+	}
+}
+
+// wantRequestsRead fails unless the last 429 was read again as requests: no
+// token trigger, the request budget at the ceiling.
+func wantRequestsRead(t *testing.T, l *Ledger, at time.Time, ceiling int) {
+	t.Helper()
+	if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != ceiling {
+		t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at %d", st.Trigger, st.RPMBudget, ceiling)
+	}
 }
