@@ -20,15 +20,9 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		l, _, ev := newTestLedger(t, c)
 		return l, ev
 	}
-	fill := func(t *testing.T, l *Ledger, at time.Time, n, size int) {
-		t.Helper()
-		for range n {
-			mustAdmit(t, l, at, req(size))
-		}
-	}
 	first := func(t *testing.T, tpm int) (*Ledger, *eventLog) {
 		l, ev := newLedger(t, tpm)
-		fill(t, l, t0, 100, 1000)
+		admitAll(t, l, t0, 100, 1000)
 		l.RateLimited(t0, "p", "m", time.Second)
 		st := l.BucketStatus(t0, "p", "m")
 		if st.Trigger == 0 || st.RPMBudget != 200 {
@@ -39,7 +33,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 	at := t0.Add(3 * time.Minute) // two windows on: not the first one's burst
 	t.Run("CountHeldTokensMoved", func(t *testing.T) {
 		l, ev := first(t, 400_000)
-		fill(t, l, at, 100, 900) // the same count, 10% fewer tokens
+		admitAll(t, l, at, 100, 900) // the same count, 10% fewer tokens
 		l.RateLimited(at, "p", "m", time.Second)
 		st := l.BucketStatus(at, "p", "m")
 		if st.Trigger != 0 || st.Quota != 400_000 {
@@ -58,35 +52,29 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 	})
 	t.Run("CountMoved", func(t *testing.T) {
 		l, _ := first(t, 400_000)
-		fill(t, l, at, 90, 1000) // a token limit: fewer calls, as many tokens each
+		admitAll(t, l, at, 90, 1000) // a token limit: fewer calls, as many tokens each
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("TokensHeld", func(t *testing.T) {
 		l, _ := first(t, 400_000)
-		fill(t, l, at, 100, 995) // calls of one size: nothing tells the axes apart
+		admitAll(t, l, at, 100, 995) // calls of one size: nothing tells the axes apart
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("FirstNearTheTokenBudget", func(t *testing.T) {
 		l, _ := first(t, 115_000) // the first 429 came near the token budget: a token limit's
-		fill(t, l, at, 100, 900)
+		admitAll(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 200)
 	})
 	t.Run("AWindowServedMore", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		served := t0.Add(2 * time.Minute)
-		var tickets []Ticket
-		for range 110 { // a window served 110 calls: 100 is no limit
-			tickets = append(tickets, mustAdmit(t, l, served, req(400)))
-		}
-		for _, tk := range tickets {
-			if err := l.Settle(served, tk, Usage{InputTokens: 400, OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fill(t, l, at, 100, 900)
+		// a window served 110 calls: 100 is no limit
+		tickets := admitAll(t, l, served, 110, 400)
+		settleAll(t, l, served, tickets, Usage{InputTokens: 400, OutputTokens: 100})
+		admitAll(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 200)
 	})
@@ -95,12 +83,12 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		// window read as tokens had its tokens near the token budget too.
 		l, _ := first(t, 400_000)
 		between := t0.Add(90 * time.Second)
-		fill(t, l, between, 110, 100)
+		admitAll(t, l, between, 110, 100)
 		l.RateLimitedBy(between, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisRequests})
 		if st := l.BucketStatus(between, "p", "m"); st.RPMBudget != 110 {
 			t.Fatalf("rpm budget %d after a named RPM 429 at 110, want 110", st.RPMBudget)
 		}
-		fill(t, l, at, 100, 900) // 0.92 of the request budget now
+		admitAll(t, l, at, 100, 900) // 0.92 of the request budget now
 		l.RateLimited(at, "p", "m", time.Second)
 		if st := l.BucketStatus(at, "p", "m"); st.Trigger == 0 {
 			t.Errorf("token trigger %v, rpm budget %d: want tokens read", st.Trigger, st.RPMBudget)
@@ -110,9 +98,9 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		// 30 large calls: a sixth of the request budget, as a workload bound
 		// by tokens holds (the same count twice is chance there).
 		l, _ := newLedger(t, 400_000)
-		fill(t, l, t0, 30, 3000)
+		admitAll(t, l, t0, 30, 3000)
 		l.RateLimited(t0, "p", "m", time.Second)
-		fill(t, l, at, 30, 2700)
+		admitAll(t, l, at, 30, 2700)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 200)
 	})
@@ -121,7 +109,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		// the next 429 can be long in coming, and it still sets the ceiling.
 		l, ev := first(t, 400_000)
 		later := t0.Add(21 * time.Minute)
-		fill(t, l, later, 100, 900)
+		admitAll(t, l, later, 100, 900)
 		l.RateLimited(later, "p", "m", time.Second)
 		wantRequestsRead(t, l, later, 100)
 		ceiling := false // a ceiling, not a trigger that relaxes 5% a window
@@ -136,41 +124,28 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		// Within 3%: the same count for the axis; not within a hundredth, so
 		// the ceiling is rpmStepDown below the lower, as after two RPM 429s.
 		l, _ := first(t, 400_000)
-		fill(t, l, at, 98, 900)
+		admitAll(t, l, at, 98, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantRequestsRead(t, l, at, 91)
 	})
 	t.Run("InTheFirstsBurst", func(t *testing.T) {
 		// The burst's later 429s read a window its refusals changed.
 		l, _ := newLedger(t, 400_000)
-		var tickets []Ticket
-		for range 100 {
-			tickets = append(tickets, mustAdmit(t, l, t0, req(1000)))
-		}
+		tickets := admitAll(t, l, t0, 100, 1000)
 		l.RateLimited(t0, "p", "m", time.Second)
-		for _, tk := range tickets[:30] { // answers that read less than expected: the tokens moved 2.7%
-			if err := l.Settle(t0, tk, Usage{InputTokens: 900, OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		// answers that read less than expected: the tokens moved 2.7%
+		settleAll(t, l, t0, tickets[:30], Usage{InputTokens: 900, OutputTokens: 100})
 		soon := t0.Add(10 * time.Millisecond)
 		l.RateLimited(soon, "p", "m", time.Second)
 		wantTokensRead(t, l, soon, 200)
 	})
 	t.Run("TheBurstsFirstIsTheRecord", func(t *testing.T) {
 		l, _ := newLedger(t, 400_000)
-		var tickets []Ticket
-		for range 100 {
-			tickets = append(tickets, mustAdmit(t, l, t0, req(1000)))
-		}
+		tickets := admitAll(t, l, t0, 100, 1000)
 		l.RateLimited(t0, "p", "m", time.Second)
-		for _, tk := range tickets[:30] {
-			if err := l.Settle(t0, tk, Usage{InputTokens: 900, OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		settleAll(t, l, t0, tickets[:30], Usage{InputTokens: 900, OutputTokens: 100})
 		l.RateLimited(t0.Add(10*time.Millisecond), "p", "m", time.Second) // read 107,000: 2.7% lower
-		fill(t, l, at, 100, 970)                                          // 107,000 again: the first moved, not the second
+		admitAll(t, l, at, 100, 970)                                      // 107,000 again: the first moved, not the second
 		l.RateLimited(at, "p", "m", time.Second)
 		wantRequestsRead(t, l, at, 100)
 	})
@@ -181,7 +156,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		if err := l.Reconfigure(at, c); err != nil {
 			t.Fatal(err)
 		}
-		fill(t, l, at, 100, 900)
+		admitAll(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		// the learner the snapshot held was reloaded
 		wantTokensRead(t, l, at, 200)
@@ -189,7 +164,7 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 	t.Run("ANamedTokenLimitBetween", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		l.RateLimitedBy(t0.Add(90*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
-		fill(t, l, at, 100, 900)
+		admitAll(t, l, at, 100, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		// the provider named tokens
 		wantTokensRead(t, l, at, 200)
@@ -200,9 +175,9 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		c := rpmGate(6)
 		c.Defaults.TPM = 12_000
 		l, _, _ := newTestLedger(t, c)
-		fill(t, l, t0, 3, 1000)
+		admitAll(t, l, t0, 3, 1000)
 		l.RateLimited(t0, "p", "m", time.Second)
-		fill(t, l, at, 3, 900)
+		admitAll(t, l, at, 3, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantTokensRead(t, l, at, 6)
 	})
@@ -211,29 +186,22 @@ func TestUnnamed429AtTheSameCountIsAboutRequests(t *testing.T) {
 		c := rpmGate(24)
 		c.Defaults.TPM = 40_000
 		l, _, _ := newTestLedger(t, c)
-		fill(t, l, t0, 10, 1000)
+		admitAll(t, l, t0, 10, 1000)
 		l.RateLimited(t0, "p", "m", time.Second)
 		if st := l.BucketStatus(t0, "p", "m"); st.Trigger == 0 {
 			t.Fatal("the first 429 was read as requests")
 		}
 		served := t0.Add(2 * time.Minute)
-		var tickets []Ticket
-		for range 10 {
-			tickets = append(tickets, mustAdmit(t, l, served, req(500)))
-		}
-		for _, tk := range tickets {
-			if err := l.Settle(served, tk, Usage{InputTokens: 500, OutputTokens: 100}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fill(t, l, at, 10, 900)
+		tickets := admitAll(t, l, served, 10, 500)
+		settleAll(t, l, served, tickets, Usage{InputTokens: 500, OutputTokens: 100})
+		admitAll(t, l, at, 10, 900)
 		l.RateLimited(at, "p", "m", time.Second)
 		wantRequestsRead(t, l, at, 10)
 	})
 	t.Run("AfterSixtyWindows", func(t *testing.T) {
 		l, _ := first(t, 400_000)
 		late := t0.Add(61 * time.Minute)
-		fill(t, l, late, 100, 900)
+		admitAll(t, l, late, 100, 900)
 		l.RateLimited(late, "p", "m", time.Second)
 		wantTokensRead(t, l, late, 200)
 	})
@@ -254,5 +222,25 @@ func wantRequestsRead(t *testing.T, l *Ledger, at time.Time, ceiling int) {
 	t.Helper()
 	if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != ceiling {
 		t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at %d", st.Trigger, st.RPMBudget, ceiling)
+	}
+}
+
+// admitAll admits n calls of size input tokens at at, each at once.
+func admitAll(t *testing.T, l *Ledger, at time.Time, n, size int) []Ticket {
+	t.Helper()
+	tickets := make([]Ticket, 0, n)
+	for range n {
+		tickets = append(tickets, mustAdmit(t, l, at, req(size)))
+	}
+	return tickets
+}
+
+// settleAll settles the tickets at at, each with u.
+func settleAll(t *testing.T, l *Ledger, at time.Time, tickets []Ticket, u Usage) {
+	t.Helper()
+	for _, tk := range tickets {
+		if err := l.Settle(at, tk, u); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
