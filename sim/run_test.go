@@ -237,3 +237,34 @@ func TestEveryLimitModelRuns(t *testing.T) {
 		})
 	}
 }
+
+// Another client on the key, no headers, the gate configured at the truth:
+// a 429 right after a cooldown refutes both views (the other client's calls
+// fill the window) and looks like a drained bucket, but the 429s before it
+// allowed a lone bucket less than its spend needs (engine/gate/rate.go,
+// rateCap). Read as a bucket's rate, it held these runs at 0.60 and 0.64 of
+// what the other client left for the hour.
+func TestAnotherClientIsNoDrainedBucket(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		seed  uint64
+	}{
+		{LimitSlidingArrival, 1},
+		{LimitFixedWindow, 4},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			s := DefaultScenario()
+			s.Seed = c.seed
+			s.Duration = Duration(time.Hour)
+			s.Provider = ProviderSpec{Model: c.model, TPM: 200_000, RPM: 600, RetryAfter: s.Provider.RetryAfter}
+			s.Prompt = SizeSpec{Median: 500, P99: 2000}
+			s.Output = SizeSpec{Median: 150, P99: 800}
+			s.Gate.Start = 1
+			s.Outside.Share = 0.1
+			g := run(t, s).Modes[ModeGate]
+			if g.RemainingUtilization < 0.90 || g.RateLimited > 3 {
+				t.Fatalf("%.3f of what remains, %d 429s: want ≥ 0.90 and ≤ 3", g.RemainingUtilization, g.RateLimited)
+			}
+		})
+	}
+}

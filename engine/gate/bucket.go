@@ -161,6 +161,13 @@ type bucket struct {
 	// the spend before that grant. See refillAllowsLocked.
 	lastGrantAt, refilledAt int64
 	refilledSpent           float64
+	// spentFromIdle: the samples began with the model's first grant, and no
+	// stored state said it had been busy: the reserve was full then.
+	spentFromIdle bool
+	// rateCap: the most a lone bucket's rate can be, by the 429s since its
+	// reserve was known full (0: none), set at rateCapAt. See loneBucketLocked.
+	rateCap   float64
+	rateCapAt time.Time
 
 	// With a shared window (shared.go): the tokens the other instances held at
 	// the last answer, and the refusal that holds calls at least holdNeed large
@@ -265,6 +272,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.outside = outsideSpend{}    // and readings
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
+		b.spentFromIdle, b.rateCap = false, 0
 	}
 	b.setSpanLocked(now, cfg)
 	b.learn.enabled = cfg.Learn
@@ -312,6 +320,7 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 		rpmStepAt:     now,
 		rpmFreshAt:    now,
 		rpmConfigured: lim.RPM,
+		spentFromIdle: true,
 	}
 	b.atCompletion, _ = lim.countView()
 	b.learn.cap = float64(lim.MaxTPM)
@@ -489,6 +498,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
+	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()
 	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled {
 		// What the headers said the provider decides on, the last time (not
@@ -1161,7 +1171,11 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	othersSpend := b.othersSpendingLocked(now) // another client's calls refute both views too: no drained reserve
-	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && !othersSpend &&
+	lone := true
+	if axis == engine.AxisTokens && b.learn.enabled && b.l.shared == nil {
+		lone = b.loneBucketLocked(now, sig.Tokens) // (every token 429 bounds a lone bucket's rate)
+	}
+	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && !othersSpend && lone &&
 		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
@@ -1576,6 +1590,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
+	b.spentFromIdle, b.rateCap = false, 0 // (the reserve may be anywhere now)
 	cfg := b.l.conf()
 	b.setRPMLocked()
 	b.setSpanLocked(now, cfg)

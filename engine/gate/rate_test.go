@@ -251,3 +251,113 @@ func TestClippedStepRefusedReadsTheRate(t *testing.T) {
 		t.Fatalf("trigger %.0f (rate step %v), want the rate the spend implies, 24,000", st.Trigger, rate)
 	}
 }
+
+// A lone bucket's 429s bound its rate from above; the spend since its reserve
+// was last full bounds it from below. A 429 whose spend needs more than an
+// earlier 429 allowed is no lone bucket's, and the rate is not read from it.
+func TestEarlier429sBoundTheRate(t *testing.T) {
+	// first: the model's first calls (its reserve full), then a 429 after
+	// them; then a window with no grant, then after, then a 429 that refutes
+	// both views at a level held for a window.
+	run := func(first phase, after phase, open int, age time.Duration) []float64 {
+		t.Helper()
+		c := testGate()
+		c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+		c.Learn = true
+		l, _, ev := newTestLedger(t, c)
+		now := settledCalls(t, l, t0, first.calls, first.size)
+		l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: int64(first.size)})
+		b := l.bucketFor("p", "m", now)
+		b.mu.Lock()
+		b.learn.trigger, b.learn.quota = 90000, 90000 // (what it learned does not hold the calls after)
+		b.rateCapAt = b.rateCapAt.Add(-age)
+		b.mu.Unlock()
+		now = now.Add(time.Minute) // the cooldown: nothing granted for a window
+		now = settledCalls(t, l, now, after.calls, after.size)
+		for i := 0; i < open; i++ { // in flight, each reserving far more than it costs
+			mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: after.size - 100, MaxTokens: 4000})
+			now = now.Add(time.Second)
+		}
+		b.mu.Lock()
+		b.learn.trigger, b.learn.quota = 90000, 90000
+		b.learn.lastRaise, b.learn.rateAt = t0, time.Time{}
+		b.servedArrival = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
+		b.servedDone = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
+		b.mu.Unlock()
+		l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: int64(after.size)})
+		return rateSteps(ev)
+	}
+
+	// Another client on a sliding window: a minute of 42k from the start is
+	// turned away (a bucket's rate at most 42.7k ÷ 2 windows ≈ 21.4k), and
+	// after the cooldown 45k in 30 s meet the other client's calls (a
+	// bucket's rate at least 45k ÷ 1.5 windows = 30k). The spend since the
+	// start says 24.9k, and the replay after the pause runs dry at it: without
+	// the bound it is read, at 0.55 of the window's reading.
+	if got := run(phase{60, 700}, phase{30, 1500}, 0, 0); len(got) != 0 {
+		t.Fatalf("read the rate %v after a 429 that allowed a bucket at most 21.4k a window", got)
+	}
+	// A bound over 60 windows old no longer stands: the provider may have raised
+	// its limit since.
+	if got := run(phase{60, 700}, phase{30, 1500}, 0, 59*time.Minute); len(got) != 1 {
+		t.Fatalf("rate steps %v with the bound over 60 windows old, want the rate read", got)
+	}
+
+	// A bucket of 30k a window: full at the start, 45k in 30 s empty it (30k +
+	// 15k refilled), so its first 429 allows at most 31k; refilled by the
+	// cooldown, 90k over two minutes empty it again, and the rate is read.
+	if got := run(phase{30, 1500}, phase{120, 750}, 0, 0); len(got) != 1 || math.Abs(got[0]-30000) > 1000 {
+		t.Fatalf("rate steps %v, want the drained bucket's rate, 30,000", got)
+	}
+
+	// The same bucket with its last ten calls in flight, each reserving
+	// max_tokens 4,000 where it writes about 100: the bucket took them at
+	// about 750 each. Counted at their reservation they would need a rate of
+	// 43k; at what they cost, 30k, and the rate is read.
+	if got := run(phase{30, 1500}, phase{110, 750}, 10, 0); len(got) != 1 {
+		t.Fatalf("rate steps %v, want the drained bucket's rate read", got)
+	}
+}
+
+// The bound is the reserve's since it was known full: a reset forgets it (the
+// reserve may be anywhere after one), and a model whose state was restored
+// from the store had been busy, so its first grant is no full reserve.
+func TestRateBoundForgottenWithTheReserve(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+	c.Learn = true
+	store := &MemoryLearnedStore{}
+	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := settledCalls(t, l, t0, 30, 1500)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1500})
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	bound := b.rateCap
+	b.mu.Unlock()
+	if math.Abs(bound-31000) > 500 {
+		t.Fatalf("bound %.0f after the first 429, want 46.5k ÷ 1.5 windows = 31k", bound)
+	}
+	other, err := NewLedger(c, engine.NewFakeClock(now), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now2 := settledCalls(t, other, now, 30, 1500)
+	other.RateLimitedBy(now2, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1500})
+	ob := other.bucketFor("p", "m", now2)
+	ob.mu.Lock()
+	restored := ob.rateCap
+	ob.mu.Unlock()
+	if restored != 0 {
+		t.Fatalf("bound %.0f from a restored model's first grant, want none", restored)
+	}
+	l.Reset(now, "p", "m")
+	b = l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rateCap != 0 {
+		t.Fatalf("bound %.0f after a reset, want none", b.rateCap)
+	}
+}
