@@ -242,7 +242,7 @@ func TestEveryLimitModelRuns(t *testing.T) {
 // a 429 right after a cooldown refutes both views (the other client's calls
 // fill the window) and looks like a drained bucket, but the 429s before it
 // allowed a lone bucket less than its spend needs (engine/gate/rate.go,
-// rateCap). Read as a bucket's rate, it held these runs at 0.60 and 0.64 of
+// rateCap). Read as a bucket's rate, it held these runs at 0.557 and 0.597 of
 // what the other client left for the hour.
 func TestAnotherClientIsNoDrainedBucket(t *testing.T) {
 	for _, c := range []struct {

@@ -1171,9 +1171,18 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	othersSpend := b.othersSpendingLocked(now) // another client's calls refute both views too: no drained reserve
+	// A lone bucket's rate bound allows what this 429's spend needs (rate.go).
 	lone := true
 	if axis == engine.AxisTokens && b.learn.enabled && b.l.shared == nil {
-		lone = b.loneBucketLocked(now, sig.Tokens) // (every token 429 bounds a lone bucket's rate)
+		refused := sig.Tokens
+		if refused <= 0 {
+			refused = int64(b.typicalCallLocked()) // a caller that did not say: an ordinary call
+		}
+		lb, ub, full := b.rateBoundsLocked(now, refused)
+		lone = b.rateCapAllowsLocked(now, lb)
+		if full && !othersSpend && !b.fixedWindowsLocked() {
+			b.lowerRateCapLocked(now, ub)
+		}
 	}
 	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && !othersSpend && lone &&
 		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)

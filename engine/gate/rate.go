@@ -130,41 +130,47 @@ func (b *bucket) refillAllowsLocked(now time.Time, rate float64, refused int64) 
 
 // A lone bucket's 429s bound its rate. The rule above reads a 429 that refutes
 // both views as a reserve the gate alone drained. A bucket of one window's
-// reserve, last known full at f, holds rate × (now − f + window) less what was
-// spent since, so:
+// reserve never holds more than rate × window, and gains rate × elapsed, so:
 //   - every call it served bounds its rate from below: the spend over [s, now]
-//     ÷ (now − s + window), for any s from f on;
-//   - every call it refused bounds it from above: it could not fit the refused
-//     call, so the spend and that call over [s, now] ÷ (now − s + window)
-//     reach its rate for the s when it was last full — the largest of them is
-//     at least the rate (about: the samples are a quarter window apart, and
-//     that s may fall between two).
+//     ÷ (now − s + window), for any s;
+//   - a call it refused bounds it from above: it could not fit the call, so
+//     the spend and that call over [s, now] ÷ (now − s + window), for the s
+//     when the reserve was last full, is at least its rate. That s is not
+//     known, but it is at or after the last moment the reserve is known full,
+//     and the largest such figure from there on is at least the rate (about:
+//     the samples are a quarter window apart, and the s may fall between two).
 //
-// The bounds of each 429 keep the lowest upper bound (rateCap). A 429 whose
-// spend since the reserve was last full needs more than that is no lone
-// bucket's: some 429 before it came with less spent. Over real sockets,
-// another client on a sliding window turned a probe away at 10 s (a bucket's
-// rate at most 20,300 a window: spent from the start, 10 s after it), the
-// cooldown ended, and the burst after it met the other client's calls at 3.7
-// s and 35,300 spent (a rate at least 25,800): the rule read 23,040 from the
-// spend before the pause, and the gate held 0.61 of what the other client
-// left for the rest of the run.
+// Each token 429 lowers the bound from above (rateCap) to its own; a 429
+// whose spend needs a rate more than rateCapTolerance above it is no lone
+// bucket's — a 429 before it came with less spent — and reads no rate. Over
+// real sockets (a 10 s window), another client on a sliding window turned a
+// probe away at 10.4 s: spent from the start, a lone bucket's rate was at most
+// 20,300 a window. The 10 s cooldown was a window without grants (a bucket
+// refills), the queue went out, and the other client's calls refused the gate
+// again 3.7 s later with 35,300 spent since: at least 35,300 ÷ 1.37 windows =
+// 25,800 a window. The rule read 23,040 from the spend before the pause, and
+// the gate held 0.61 of what the other client left for the rest of the run.
 //
 // The reserve is known full after a window without grants (refilledAt), or at
-// the model's first grant when it began idle: the gate's own first calls, no
-// state restored that says it had been busy. The spend counts calls in flight
-// at their reservation; the bounds take them at their expected cost
-// (landing), which is what the bucket took. rateCapTolerance absorbs what is
-// left of the estimates and the samples' spacing. At 1.10 the simulator's two
-// worst runs of this kind (0.56 and 0.60 of what the other client left) were
-// no longer caught; at 1.05 one bucket run of the matrix, whose first bound
-// came 5.7% under its rate, is not read there (docs/benchmarks.md, "Earlier
-// 429s bound a bucket's rate").
+// the model's first grant when it began idle (the gate's own first calls, no
+// state restored that says it had been busy, no reset since) while the samples
+// still reach back to it (64, at least 16 windows). The spend counts calls in
+// flight at their reservation; the bounds take them at their expected cost
+// (landing), which is what the bucket took (the samples before now keep the
+// calls then in flight at their reservation). 429s that say another client
+// spends the key, or that come in fixed windows, bound nothing: they are known
+// not to be a lone bucket's. rateCapTolerance absorbs what is left of the
+// estimates and the samples' spacing. At 1.10 the simulator's two worst runs
+// of this kind (0.56 and 0.60 of what the other client left) were no longer
+// caught; at 1.05 one bucket run of the matrix, whose first bound came 5.7%
+// under its rate, is not read there (docs/benchmarks.md, "Earlier 429s bound
+// a bucket's rate").
 const rateCapTolerance = 1.05
 
 // rateCapWindows: a bound older than this many windows no longer stands (a
 // provider may have raised its limit since, and a bucket's new rate must be
-// readable); at a minute's window, an hour.
+// readable); at a minute's window, an hour. It counts from the 429 that set
+// the bound last.
 const rateCapWindows = 60
 
 // knownFullLocked is the last time the reserve was known full, and the spend
@@ -179,43 +185,48 @@ func (b *bucket) knownFullLocked() (at int64, spent float64, ok bool) {
 	return 0, 0, false
 }
 
-// rateBoundsLocked is what the spend since the reserve was last known full
-// says of a lone bucket's rate at a 429 now of a call of refused tokens: at
-// least lb, at most ub (per window); ok is false without a known-full point.
-func (b *bucket) rateBoundsLocked(now time.Time, refused int64) (lb, ub float64, ok bool) {
-	fullAt, fullSpent, ok := b.knownFullLocked()
+// rateBoundsLocked is what the spend says of a lone bucket's rate (per
+// window) at a 429 now of a call of refused tokens: at least lb, over every
+// sample; at most ub, over those from the last known-full point on (full is
+// false without one, and ub is 0).
+func (b *bucket) rateBoundsLocked(now time.Time, refused int64) (lb, ub float64, full bool) {
 	at := now.UnixNano()
-	if !ok || at <= fullAt {
-		return 0, 0, false
-	}
 	w := float64(b.l.conf().Window)
 	spent := b.spent - max(0, float64(b.reservedOpen)-b.land.cost)
+	fullAt, fullSpent, full := b.knownFullLocked()
+	full = full && at > fullAt
 	bound := func(since int64, before float64) {
 		d := float64(at - since)
 		lb = max(lb, (spent-before)*w/(d+w))
-		ub = max(ub, (spent-before+float64(refused))*w/(d+w))
+		if full && since >= fullAt {
+			ub = max(ub, (spent-before+float64(refused))*w/(d+w))
+		}
 	}
-	bound(fullAt, fullSpent)
+	if full {
+		bound(fullAt, fullSpent)
+	}
 	for i := max(0, b.nSpent-spentSamples); i < b.nSpent; i++ {
-		if s := b.spentAt[i%spentSamples]; s.at > fullAt && s.at < at {
+		if s := b.spentAt[i%spentSamples]; s.at < at {
 			bound(s.at, s.spent)
 		}
 	}
-	return lb, ub, true
+	return lb, ub, full
 }
 
-// loneBucketLocked reports whether a token 429 now of a call of refused
-// tokens leaves a lone bucket's rate possible (see rateCap), and lowers the
-// cap by its upper bound.
-func (b *bucket) loneBucketLocked(now time.Time, refused int64) bool {
-	lb, ub, ok := b.rateBoundsLocked(now, refused)
-	if !ok {
-		return true
-	}
-	stands := b.rateCap > 0 && now.Sub(b.rateCapAt) < rateCapWindows*b.l.conf().Window
-	possible := !stands || lb <= rateCapTolerance*b.rateCap
-	if !stands || ub < b.rateCap {
+// rateCapAllowsLocked reports whether a lone bucket's rate can be lb or more
+// by the bound standing at now (see rateCap).
+func (b *bucket) rateCapAllowsLocked(now time.Time, lb float64) bool {
+	return !b.rateCapStandsLocked(now) || lb <= rateCapTolerance*b.rateCap
+}
+
+// lowerRateCapLocked lowers the bound to ub, the 429's at now (or sets it, when
+// none stands).
+func (b *bucket) lowerRateCapLocked(now time.Time, ub float64) {
+	if !b.rateCapStandsLocked(now) || ub < b.rateCap {
 		b.rateCap, b.rateCapAt = ub, now
 	}
-	return possible
+}
+
+func (b *bucket) rateCapStandsLocked(now time.Time) bool {
+	return b.rateCap > 0 && now.Sub(b.rateCapAt) < rateCapWindows*b.l.conf().Window
 }

@@ -298,7 +298,8 @@ func TestEarlier429sBoundTheRate(t *testing.T) {
 		t.Fatalf("read the rate %v after a 429 that allowed a bucket at most 21.4k a window", got)
 	}
 	// A bound over 60 windows old no longer stands: the provider may have raised
-	// its limit since.
+	// its limit since. (59 minutes back from its 429, which came 90 s before
+	// the last: 60.5 windows.)
 	if got := run(phase{60, 700}, phase{30, 1500}, 0, 59*time.Minute); len(got) != 1 {
 		t.Fatalf("rate steps %v with the bound over 60 windows old, want the rate read", got)
 	}
@@ -308,6 +309,14 @@ func TestEarlier429sBoundTheRate(t *testing.T) {
 	// cooldown, 90k over two minutes empty it again, and the rate is read.
 	if got := run(phase{30, 1500}, phase{120, 750}, 0, 0); len(got) != 1 || math.Abs(got[0]-30000) > 1000 {
 		t.Fatalf("rate steps %v, want the drained bucket's rate, 30,000", got)
+	}
+
+	// Another client again, the burst after the cooldown with ten calls
+	// still in flight: 30k settled and 15k in flight at what they cost over
+	// 30 s need 30k a window. Counted at nothing (or at their reservation of
+	// 5,400 each, which the rate figure does) the bound is misjudged.
+	if got := run(phase{60, 700}, phase{20, 1500}, 10, 0); len(got) != 0 {
+		t.Fatalf("read the rate %v with the calls in flight left out of what the spend needs", got)
 	}
 
 	// The same bucket with its last ten calls in flight, each reserving
@@ -356,8 +365,133 @@ func TestRateBoundForgottenWithTheReserve(t *testing.T) {
 	l.Reset(now, "p", "m")
 	b = l.bucketFor("p", "m", now)
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.rateCap != 0 {
 		t.Fatalf("bound %.0f after a reset, want none", b.rateCap)
+	}
+	b.rateCap, b.spentFromIdle = 31000, true
+	b.mu.Unlock()
+	// A window of another length: a reserve of the old one says nothing.
+	c2 := c
+	c2.Window = 2 * c.Window
+	if err := l.Reconfigure(now, c2); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rateCap != 0 || b.spentFromIdle {
+		t.Fatalf("bound %.0f (first grant full: %v) after the window changed, want none", b.rateCap, b.spentFromIdle)
+	}
+}
+
+// Only a 429 that may be a lone bucket's bounds its rate: not one about
+// requests, not with learning off, not in fixed windows, not while the
+// headers say another client spends the key.
+func TestOnlyALoneBucketsTokens429sBoundTheRate(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		config func(*Config)
+		bucket func(*bucket)
+		axis   engine.Axis
+		want   bool
+	}{
+		{"tokens", nil, nil, engine.AxisTokens, true},
+		{"requests", nil, nil, engine.AxisRequests, false},
+		{"learning off", func(c *Config) { c.Learn = false }, nil, engine.AxisTokens, false},
+		{"fixed windows", func(c *Config) { c.Defaults.Windows = WindowsFixed }, nil, engine.AxisTokens, false},
+		{"another client", nil, func(b *bucket) {
+			b.learn.stated = 100000
+			b.outside.others = othersSpend{mean: 10000, weight: 4, at: t0.Add(29 * time.Second)}
+		}, engine.AxisTokens, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testGate()
+			cfg.Defaults.TPM, cfg.Defaults.RPM = 100000, 1<<20
+			cfg.Learn = true
+			if c.config != nil {
+				c.config(&cfg)
+			}
+			l, _, _ := newTestLedger(t, cfg)
+			now := settledCalls(t, l, t0, 30, 1500)
+			b := l.bucketFor("p", "m", now)
+			if c.bucket != nil {
+				b.mu.Lock()
+				c.bucket(b)
+				b.mu.Unlock()
+			}
+			l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: c.axis, Tokens: 1500})
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if got := b.rateCap > 0; got != c.want {
+				t.Fatalf("bound %.0f, want one: %v", b.rateCap, c.want)
+			}
+		})
+	}
+}
+
+// The bounds' arithmetic. From below, every sample counts (a reserve never
+// holds more than a window's rate); from above, only those from the last
+// moment the reserve is known full (the model's first grant, or the first
+// after a window without any); and the bound from above only ever falls.
+func TestRateBounds(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate()) // 60 s window
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// 5k, 5k, 5k and 40k at 0, 15, 30 and 45 s, read at 60 s: the spend since
+	// 45 s needs the most, 40k ÷ 1.25 windows = 32k; with a refused call of
+	// 1k, 41k ÷ 1.25 = 32.8k at most.
+	for i, res := range []float64{5000, 5000, 5000, 40000} {
+		b.noteSpentLocked(t0.Add(time.Duration(i)*15*time.Second), res)
+	}
+	lb, ub, full := b.rateBoundsLocked(t0.Add(time.Minute), 1000)
+	if !full || math.Abs(lb-32000) > 1 || math.Abs(ub-32800) > 1 {
+		t.Fatalf("lb %.0f ub %.0f (full %v), want 32,000 and 32,800 from the last sample", lb, ub, full)
+	}
+	// A pause of a window, a grant of 1k at 120 s (the reserve full again),
+	// read at 130 s: from below the spend since the first grant still needs
+	// 56k ÷ (130 s + a window) ≈ 17.7k; from above only the 1k since the pause
+	// and the refused 1k count, ÷ (10 s + a window).
+	b.noteSpentLocked(t0.Add(120*time.Second), 1000)
+	lb, ub, full = b.rateBoundsLocked(t0.Add(130*time.Second), 1000)
+	if !full || math.Abs(lb-56000*60/190.0) > 1 || math.Abs(ub-2000*60/70.0) > 1 {
+		t.Fatalf("lb %.0f ub %.0f (full %v) after the pause, want %.0f and %.0f", lb, ub, full, 56000*60/190.0, 2000*60/70.0)
+	}
+	b.lowerRateCapLocked(t0, 30000)
+	b.lowerRateCapLocked(t0, 35000)
+	if b.rateCap != 30000 {
+		t.Fatalf("bound %.0f, want the lower one, 30,000", b.rateCap)
+	}
+	b.lowerRateCapLocked(t0, 20000)
+	if b.rateCap != 20000 {
+		t.Fatalf("bound %.0f, want it lowered to 20,000", b.rateCap)
+	}
+
+	// Steady spend with no pause for longer than the samples reach: the first
+	// grant has left them, and nothing is known full.
+	l2, _, _ := newTestLedger(t, testGate())
+	b2 := l2.bucketFor("p", "m", t0)
+	b2.mu.Lock()
+	defer b2.mu.Unlock()
+	now := spendAt(b2, t0, 15*time.Second, spentSamples+2, 1000)
+	if _, ub, full := b2.rateBoundsLocked(now, 1000); full || ub != 0 {
+		t.Fatalf("ub %.0f (full %v) after the first grant left the samples, want none", ub, full)
+	}
+}
+
+// A 429 whose caller did not say what the refused call asked bounds the rate
+// with an ordinary call's cost: the bucket could not fit at least that much.
+func TestRateBoundCountsAnOrdinaryRefusedCall(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+	c.Learn = true
+	l, _, _ := newTestLedger(t, c)
+	now := settledCalls(t, l, t0, 30, 1500)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens})
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// 45k spent and an ordinary call of 1,500, over 30 s and a window.
+	if math.Abs(b.rateCap-46500*60/90.0) > 50 {
+		t.Fatalf("bound %.0f, want %.0f", b.rateCap, 46500*60/90.0)
 	}
 }

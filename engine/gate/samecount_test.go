@@ -223,6 +223,12 @@ func wantRequestsRead(t *testing.T, l *Ledger, at time.Time, ceiling int) {
 	if st := l.BucketStatus(at, "p", "m"); st.Trigger != 0 || st.RPMBudget != ceiling {
 		t.Errorf("token trigger %v, rpm budget %d: want requests read, the ceiling at %d", st.Trigger, st.RPMBudget, ceiling)
 	}
+	b := l.bucketFor("p", "m", at)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rateCap != 0 { // the run's 429s, read as tokens, had bounded a bucket's rate
+		t.Errorf("a bucket's rate bound %.0f: want none, as before the run", b.rateCap)
+	}
 }
 
 // admitAll admits n calls of size input tokens at at, each at once.
