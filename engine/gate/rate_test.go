@@ -164,10 +164,7 @@ type phase struct{ calls, size int }
 // that the next 429 refutes both views at a level held for a window.
 func afterAPause(t *testing.T, before phase, after ...phase) (*Ledger, *eventLog, time.Time) {
 	t.Helper()
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
-	c.Learn = true
-	l, _, ev := newTestLedger(t, c)
+	l, _, ev := newTestLedger(t, rateGate())
 	now := settledCalls(t, l, t0, before.calls, before.size)
 	now = now.Add(time.Minute) // the pause: nothing granted for a window
 	for _, p := range after {
@@ -182,6 +179,28 @@ func afterAPause(t *testing.T, before phase, after ...phase) (*Ledger, *eventLog
 	b.servedArrival = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
 	b.servedDone = servedLevel{cur: 95000, curStart: now.Add(-time.Second)}
 	return l, ev, now
+}
+
+// rateGate is the configuration the rate rule's tests run: learning on, a
+// token start far above what they spend, requests unbounded.
+func rateGate() Config {
+	c := testGate()
+	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
+	c.Learn = true
+	return c
+}
+
+// boundAfterA429 spends 30 calls of 1,500 on l's model p/m from from, one a
+// second (45k over 30 s), takes a 429 of sig then, and returns the lone
+// bucket's rate bound it left and the time.
+func boundAfterA429(t *testing.T, l *Ledger, from time.Time, sig engine.RateLimit) (float64, time.Time) {
+	t.Helper()
+	now := settledCalls(t, l, from, 30, 1500)
+	l.RateLimitedBy(now, "p", "m", sig)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rateCap, now
 }
 
 func rateSteps(ev *eventLog) (to []float64) {
@@ -261,10 +280,7 @@ func TestEarlier429sBoundTheRate(t *testing.T) {
 	// both views at a level held for a window.
 	run := func(first phase, after phase, open int, age time.Duration) []float64 {
 		t.Helper()
-		c := testGate()
-		c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
-		c.Learn = true
-		l, _, ev := newTestLedger(t, c)
+		l, _, ev := newTestLedger(t, rateGate())
 		now := settledCalls(t, l, t0, first.calls, first.size)
 		l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: int64(first.size)})
 		b := l.bucketFor("p", "m", now)
@@ -332,20 +348,14 @@ func TestEarlier429sBoundTheRate(t *testing.T) {
 // reserve may be anywhere after one), and a model whose state was restored
 // from the store had been busy, so its first grant is no full reserve.
 func TestRateBoundForgottenWithTheReserve(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
-	c.Learn = true
+	c := rateGate()
 	store := &MemoryLearnedStore{}
 	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(store))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := settledCalls(t, l, t0, 30, 1500)
-	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1500})
-	b := l.bucketFor("p", "m", now)
-	b.mu.Lock()
-	bound := b.rateCap
-	b.mu.Unlock()
+	sig := engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1500}
+	bound, now := boundAfterA429(t, l, t0, sig)
 	if math.Abs(bound-31000) > 500 {
 		t.Fatalf("bound %.0f after the first 429, want 46.5k ÷ 1.5 windows = 31k", bound)
 	}
@@ -353,17 +363,11 @@ func TestRateBoundForgottenWithTheReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now2 := settledCalls(t, other, now, 30, 1500)
-	other.RateLimitedBy(now2, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1500})
-	ob := other.bucketFor("p", "m", now2)
-	ob.mu.Lock()
-	restored := ob.rateCap
-	ob.mu.Unlock()
-	if restored != 0 {
+	if restored, _ := boundAfterA429(t, other, now, sig); restored != 0 {
 		t.Fatalf("bound %.0f from a restored model's first grant, want none", restored)
 	}
 	l.Reset(now, "p", "m")
-	b = l.bucketFor("p", "m", now)
+	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	if b.rateCap != 0 {
 		t.Fatalf("bound %.0f after a reset, want none", b.rateCap)
@@ -404,25 +408,19 @@ func TestOnlyALoneBucketsTokens429sBoundTheRate(t *testing.T) {
 		}, engine.AxisTokens, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := testGate()
-			cfg.Defaults.TPM, cfg.Defaults.RPM = 100000, 1<<20
-			cfg.Learn = true
+			cfg := rateGate()
 			if c.config != nil {
 				c.config(&cfg)
 			}
 			l, _, _ := newTestLedger(t, cfg)
-			now := settledCalls(t, l, t0, 30, 1500)
-			b := l.bucketFor("p", "m", now)
 			if c.bucket != nil {
+				b := l.bucketFor("p", "m", t0)
 				b.mu.Lock()
 				c.bucket(b)
 				b.mu.Unlock()
 			}
-			l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: c.axis, Tokens: 1500})
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if got := b.rateCap > 0; got != c.want {
-				t.Fatalf("bound %.0f, want one: %v", b.rateCap, c.want)
+			if bound, _ := boundAfterA429(t, l, t0, engine.RateLimit{Axis: c.axis, Tokens: 1500}); (bound > 0) != c.want {
+				t.Fatalf("bound %.0f, want one: %v", bound, c.want)
 			}
 		})
 	}
@@ -481,17 +479,9 @@ func TestRateBounds(t *testing.T) {
 // A 429 whose caller did not say what the refused call asked bounds the rate
 // with an ordinary call's cost: the bucket could not fit at least that much.
 func TestRateBoundCountsAnOrdinaryRefusedCall(t *testing.T) {
-	c := testGate()
-	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
-	c.Learn = true
-	l, _, _ := newTestLedger(t, c)
-	now := settledCalls(t, l, t0, 30, 1500)
-	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens})
-	b := l.bucketFor("p", "m", now)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	l, _, _ := newTestLedger(t, rateGate())
 	// 45k spent and an ordinary call of 1,500, over 30 s and a window.
-	if math.Abs(b.rateCap-46500*60/90.0) > 50 {
-		t.Fatalf("bound %.0f, want %.0f", b.rateCap, 46500*60/90.0)
+	if bound, _ := boundAfterA429(t, l, t0, engine.RateLimit{Axis: engine.AxisTokens}); math.Abs(bound-46500*60/90.0) > 50 {
+		t.Fatalf("bound %.0f, want %.0f", bound, 46500*60/90.0)
 	}
 }
