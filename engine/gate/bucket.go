@@ -164,10 +164,8 @@ type bucket struct {
 	// spentFromIdle: the samples began with the model's first grant, and no
 	// stored state said it had been busy: the reserve was full then.
 	spentFromIdle bool
-	// rateCap: the most a lone bucket's rate can be, by the 429s since its
-	// reserve was known full (0: none), set at rateCapAt. See loneBucketLocked.
-	rateCap   float64
-	rateCapAt time.Time
+	// rateCap: the most a lone bucket's rate can be, by its 429s (rate.go).
+	rateCap rateBound
 
 	// With a shared window (shared.go): the tokens the other instances held at
 	// the last answer, and the refusal that holds calls at least holdNeed large
@@ -272,7 +270,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.outside = outsideSpend{}    // and readings
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
-		b.spentFromIdle, b.rateCap = false, 0
+		b.spentFromIdle, b.rateCap = false, rateBound{}
 	}
 	b.setSpanLocked(now, cfg)
 	b.learn.enabled = cfg.Learn
@@ -1159,7 +1157,8 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// No sliding window explains a 429 that refutes both views; when it also
 	// comes at a level the gate had held for a window (not a probe's
 	// overshoot), it is a drained reserve, and what was spent tells the limit
-	// (rate.go).
+	// (rate.go). So is one that refutes neither but drained a lone bucket at
+	// the rate an earlier drain over another span bounded (drainsAgree).
 	rate, rateOK := b.rateSpentLocked(now)
 	// Held: nothing raised the budget within a window (not lastProbe: it also
 	// moves each window the trigger holds a call back without a step) — or the
@@ -1171,8 +1170,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// Not with a shared window: the spend is this instance's, the reading everyone's.
 	// And never below a few ordinary calls, like any reading the learner believes.
 	othersSpend := b.othersSpendingLocked(now) // another client's calls refute both views too: no drained reserve
-	// A lone bucket's rate bound allows what this 429's spend needs (rate.go).
-	lone := true
+	// A lone bucket's rate bound allows what this 429's spend needs, and a
+	// drain that refutes neither view may agree with an earlier one (rate.go).
+	lone, drainsAgreed := true, false
 	if axis == engine.AxisTokens && b.learn.enabled && b.l.shared == nil {
 		refused := sig.Tokens
 		if refused <= 0 {
@@ -1181,10 +1181,15 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		lb, ub, full := b.rateBoundsLocked(now, refused)
 		lone = b.rateCapAllowsLocked(now, lb)
 		if full && !othersSpend && !b.fixedWindowsLocked() {
-			b.lowerRateCapLocked(now, ub)
+			was, refill := rateBound{}, b.refillShareLocked(now)
+			if b.rateCapStandsLocked(now) {
+				was = b.rateCap
+			}
+			drainsAgreed = drainsAgree(was, lb, ub, refill)
+			b.lowerRateCapLocked(now, ub, refill)
 		}
 	}
-	byRate := b.l.shared == nil && bothRefuted && rateOK && rate < reading && steady && !othersSpend && lone &&
+	byRate := b.l.shared == nil && (bothRefuted || drainsAgreed) && rateOK && rate < reading && steady && !othersSpend && lone &&
 		rate >= lowCallsAlone*b.typicalCallLocked() && b.refillAllowsLocked(now, rate, sig.Tokens)
 	e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
 	e.RetryAfter, e.FromFallback = retryAfter, fallback
@@ -1234,7 +1239,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			// the gate could not see it (landing.go).
 			b.learn.unseen = float64(b.unseenLandingLocked())
 		}
-		steps = b.learn.on429(now, reading, slack, refuted, inDoubt, cfg.Window)
+		// A rate says the levels served above it were the reserve lent: the
+		// clean record may not lift the trigger back to them.
+		steps = b.learn.on429(now, reading, slack, refuted || byRate, inDoubt, cfg.Window)
 		b.learn.servedInView, b.learn.unseen = 0, 0 // they describe this 429 only
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
@@ -1599,7 +1606,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
-	b.spentFromIdle, b.rateCap = false, 0 // (the reserve may be anywhere now)
+	b.spentFromIdle, b.rateCap = false, rateBound{} // (the reserve may be anywhere now)
 	cfg := b.l.conf()
 	b.setRPMLocked()
 	b.setSpanLocked(now, cfg)

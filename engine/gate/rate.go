@@ -173,6 +173,16 @@ const rateCapTolerance = 1.05
 // the bound last.
 const rateCapWindows = 60
 
+// rateBound is the lowest upper bound a lone bucket's 429s set on its rate,
+// and the drain that set it.
+type rateBound struct {
+	rate float64   // per window; 0: none
+	at   time.Time // the 429 that set it
+	// refill is the share of that drain's spend the bucket refilled: d ÷ (d +
+	// window) for the d since the reserve was known full (see drainsAgreeLocked).
+	refill float64
+}
+
 // knownFullLocked is the last time the reserve was known full, and the spend
 // then; ok is false when there is none in the samples.
 func (b *bucket) knownFullLocked() (at int64, spent float64, ok bool) {
@@ -216,17 +226,68 @@ func (b *bucket) rateBoundsLocked(now time.Time, refused int64) (lb, ub float64,
 // rateCapAllowsLocked reports whether a lone bucket's rate can be lb or more
 // by the bound standing at now (see rateCap).
 func (b *bucket) rateCapAllowsLocked(now time.Time, lb float64) bool {
-	return !b.rateCapStandsLocked(now) || lb <= rateCapTolerance*b.rateCap
+	return !b.rateCapStandsLocked(now) || lb <= rateCapTolerance*b.rateCap.rate
 }
 
 // lowerRateCapLocked lowers the bound to ub, the 429's at now (or sets it, when
-// none stands).
-func (b *bucket) lowerRateCapLocked(now time.Time, ub float64) {
-	if !b.rateCapStandsLocked(now) || ub < b.rateCap {
-		b.rateCap, b.rateCapAt = ub, now
+// none stands); refill is that drain's (see rateBound).
+func (b *bucket) lowerRateCapLocked(now time.Time, ub, refill float64) {
+	if !b.rateCapStandsLocked(now) || ub < b.rateCap.rate {
+		b.rateCap = rateBound{rate: ub, at: now, refill: refill}
 	}
 }
 
 func (b *bucket) rateCapStandsLocked(now time.Time) bool {
-	return b.rateCap > 0 && now.Sub(b.rateCapAt) < rateCapWindows*b.l.conf().Window
+	return b.rateCap.rate > 0 && now.Sub(b.rateCap.at) < rateCapWindows*b.l.conf().Window
+}
+
+// Two drains that agree. A bucket drained at the gate's own level refutes
+// neither view: the sliding reading there is about what the gate held, and a
+// sliding window at that level would have refused it too. What tells them
+// apart is when the drains come. A bucket of rate r, full d before it runs
+// dry, spent r × (d + window): of that, the share d ÷ (d + window) refilled
+// and the rest was the reserve. Two drains over different spans give the same
+// r only for a reserve refilled at r; a steady spender's figure, spend ÷ (d +
+// window), grows with d instead, and over similar spans any two agree.
+//
+// So a 429 that refutes neither view reads the rate when the bound an earlier
+// drain set stands, this one's figures meet it — its lower bound at most the
+// bound, and the bound (or this one's own, if lower) at most agreeTolerance
+// above it — and the two refilled shares differ by at least
+// agreeRefillApart, the earlier being mostly reserve (at most
+// agreeFirstRefill refilled: met within about half a window of a full
+// reserve, as a bucket is from idle far above its rate).
+//
+// Over real sockets (10 s windows, 30 sessions from twice the truth), the
+// first 429 came 2.4 s after the first grant with 48,900 spent: a lone bucket
+// of 39,400–40,400 a window, or a sliding window of 48,900. The gate took the
+// window, and the bucket ran dry again 14–23 s after the cooldown at a
+// reading of 46,000–48,000 that refuted neither view; the figures then,
+// 39,800–40,500, met the first's. Read there, no third 429 followed.
+const (
+	agreeTolerance   = 1.03
+	agreeRefillApart = 0.2
+	agreeFirstRefill = 0.35
+)
+
+// drainsAgree reports whether a 429's figures, lb and ub over a span whose
+// refilled share is refill (see above), agree with the earlier bound was.
+func drainsAgree(was rateBound, lb, ub, refill float64) bool {
+	if was.rate <= 0 {
+		return false
+	}
+	upper := math.Min(ub, was.rate)
+	return lb <= upper && upper <= agreeTolerance*lb &&
+		was.refill <= agreeFirstRefill && math.Abs(refill-was.refill) >= agreeRefillApart
+}
+
+// refillShareLocked is the share d ÷ (d + window) of a drain now, d since the
+// reserve was last known full (0 without such a point).
+func (b *bucket) refillShareLocked(now time.Time) float64 {
+	fullAt, _, ok := b.knownFullLocked()
+	if !ok {
+		return 0
+	}
+	d := float64(now.UnixNano() - fullAt)
+	return d / (d + float64(b.l.conf().Window))
 }

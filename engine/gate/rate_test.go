@@ -200,7 +200,7 @@ func boundAfterA429(t *testing.T, l *Ledger, from time.Time, sig engine.RateLimi
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.rateCap, now
+	return b.rateCap.rate, now
 }
 
 func rateSteps(ev *eventLog) (to []float64) {
@@ -286,7 +286,7 @@ func TestEarlier429sBoundTheRate(t *testing.T) {
 		b := l.bucketFor("p", "m", now)
 		b.mu.Lock()
 		b.learn.trigger, b.learn.quota = 90000, 90000 // (what it learned does not hold the calls after)
-		b.rateCapAt = b.rateCapAt.Add(-age)
+		b.rateCap.at = b.rateCap.at.Add(-age)
 		b.mu.Unlock()
 		now = now.Add(time.Minute) // the cooldown: nothing granted for a window
 		now = settledCalls(t, l, now, after.calls, after.size)
@@ -369,10 +369,10 @@ func TestRateBoundForgottenWithTheReserve(t *testing.T) {
 	l.Reset(now, "p", "m")
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
-	if b.rateCap != 0 {
-		t.Fatalf("bound %.0f after a reset, want none", b.rateCap)
+	if b.rateCap.rate != 0 {
+		t.Fatalf("bound %.0f after a reset, want none", b.rateCap.rate)
 	}
-	b.rateCap, b.spentFromIdle = 31000, true
+	b.rateCap.rate, b.spentFromIdle = 31000, true
 	b.mu.Unlock()
 	// A window of another length: a reserve of the old one says nothing.
 	c2 := c
@@ -382,8 +382,8 @@ func TestRateBoundForgottenWithTheReserve(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.rateCap != 0 || b.spentFromIdle {
-		t.Fatalf("bound %.0f (first grant full: %v) after the window changed, want none", b.rateCap, b.spentFromIdle)
+	if b.rateCap.rate != 0 || b.spentFromIdle {
+		t.Fatalf("bound %.0f (first grant full: %v) after the window changed, want none", b.rateCap.rate, b.spentFromIdle)
 	}
 }
 
@@ -454,14 +454,14 @@ func TestRateBounds(t *testing.T) {
 	if !full || math.Abs(lb-56000*60/190.0) > 1 || math.Abs(ub-2000*60/70.0) > 1 {
 		t.Fatalf("lb %.0f ub %.0f (full %v) after the pause, want %.0f and %.0f", lb, ub, full, 56000*60/190.0, 2000*60/70.0)
 	}
-	b.lowerRateCapLocked(t0, 30000)
-	b.lowerRateCapLocked(t0, 35000)
-	if b.rateCap != 30000 {
-		t.Fatalf("bound %.0f, want the lower one, 30,000", b.rateCap)
+	b.lowerRateCapLocked(t0, 30000, 0.2)
+	b.lowerRateCapLocked(t0, 35000, 0.5)
+	if b.rateCap.rate != 30000 || b.rateCap.refill != 0.2 {
+		t.Fatalf("bound %.0f (refilled %.2f), want the lower one, 30,000 (0.20)", b.rateCap.rate, b.rateCap.refill)
 	}
-	b.lowerRateCapLocked(t0, 20000)
-	if b.rateCap != 20000 {
-		t.Fatalf("bound %.0f, want it lowered to 20,000", b.rateCap)
+	b.lowerRateCapLocked(t0, 20000, 0.6)
+	if b.rateCap.rate != 20000 || b.rateCap.refill != 0.6 {
+		t.Fatalf("bound %.0f (refilled %.2f), want it lowered to 20,000 (0.60)", b.rateCap.rate, b.rateCap.refill)
 	}
 
 	// Steady spend with no pause for longer than the samples reach: the first
@@ -483,5 +483,137 @@ func TestRateBoundCountsAnOrdinaryRefusedCall(t *testing.T) {
 	// 45k spent and an ordinary call of 1,500, over 30 s and a window.
 	if bound, _ := boundAfterA429(t, l, t0, engine.RateLimit{Axis: engine.AxisTokens}); math.Abs(bound-46500*60/90.0) > 50 {
 		t.Fatalf("bound %.0f, want %.0f", bound, 46500*60/90.0)
+	}
+}
+
+// tokenBucket is a provider's token bucket: a reserve of rate tokens, full at
+// first, refilled continuously at rate a window.
+type tokenBucket struct {
+	rate, level float64
+	window      time.Duration
+	at          time.Time
+}
+
+// take spends cost at now if the reserve holds it.
+func (p *tokenBucket) take(now time.Time, cost float64) bool {
+	p.level = math.Min(p.rate, p.level+p.rate*float64(now.Sub(p.at))/float64(p.window))
+	p.at = now
+	if p.level < cost {
+		return false
+	}
+	p.level -= cost
+	return true
+}
+
+// againstABucket offers calls of 1,000 tokens to model p/m every 250 ms for
+// d from t0 (far more than the bucket's 40,000 a window), each sent to the
+// bucket as the gate admits it and settled at once; a refused call is released
+// and reported as a token 429 with a window's cooldown. It returns the 429s'
+// times. The gate starts at twice the bucket's rate, with its pacing on.
+// afterEach, when not nil, runs after each 429 on the model's bucket (locked).
+func againstABucket(t *testing.T, d time.Duration, afterEach func(*bucket)) (*Ledger, *eventLog, []time.Duration) {
+	t.Helper()
+	c := rateGate()
+	c.Defaults.TPM = 80000
+	c.Pace, c.PaceBurst = DefaultConfig().Pace, DefaultConfig().PaceBurst
+	l, _, ev := newTestLedger(t, c)
+	prov := &tokenBucket{rate: 40000, level: 40000, window: c.Window, at: t0}
+	var refused []time.Duration
+	for now := t0; now.Before(t0.Add(d)); now = now.Add(250 * time.Millisecond) {
+		tk, w := l.Submit(now, Request{Provider: "p", Model: "m", InputTokens: 900, MaxTokens: 100})
+		if w != nil {
+			w.Cancel(now)
+			continue
+		}
+		if prov.take(now, 1000) {
+			if err := l.Settle(now, tk, Usage{InputTokens: 900, OutputTokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := l.Release(now, tk); err != nil {
+			t.Fatal(err)
+		}
+		l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 1000, RetryAfter: c.Window, Admitted: now})
+		refused = append(refused, now.Sub(t0))
+		if afterEach != nil {
+			b := l.bucketFor("p", "m", now)
+			b.mu.Lock()
+			afterEach(b)
+			b.mu.Unlock()
+		}
+	}
+	return l, ev, refused
+}
+
+// A bucket met from idle far above its rate runs dry within a fifth of a
+// window: a sliding window at what was spent would refuse there too, and the
+// gate takes the window. It drains again at the gate's level, refuting neither
+// view, but its figures agree with the first drain's over a span that refilled
+// far more: that is the bucket's rate, and no third 429 follows.
+func TestTwoDrainsThatAgreeReadTheRate(t *testing.T) {
+	l, ev, refused := againstABucket(t, 30*time.Minute, nil)
+	t.Logf("429s at %v; rate steps %v", refused, rateSteps(ev))
+	if len(refused) != 2 {
+		t.Fatalf("429s at %v, want two: the first drain, and the second that tells the rate", refused)
+	}
+	if got := rateSteps(ev); len(got) != 1 || math.Abs(got[0]-40000) > 0.03*40000 {
+		t.Fatalf("rate steps %v, want the bucket's rate, 40,000 (within 3%%)", got)
+	}
+	if st := l.BucketStatus(t0.Add(30*time.Minute), "p", "m"); st.Trigger > 40000*1.03 {
+		t.Fatalf("trigger %.0f after 30 windows, want at most 3%% above the rate, 40,000", st.Trigger)
+	}
+
+	// A bound that no longer stands (older than rateCapWindows) is no earlier
+	// drain to agree with.
+	_, ev, refused = againstABucket(t, 30*time.Minute, func(b *bucket) {
+		b.rateCap.at = b.rateCap.at.Add(-rateCapWindows * b.l.conf().Window)
+	})
+	if got := rateSteps(ev); len(got) != 0 || len(refused) < 3 {
+		t.Fatalf("rate steps %v, 429s at %v: read against a bound that no longer stands", got, refused)
+	}
+}
+
+func TestDrainsAgree(t *testing.T) {
+	first := rateBound{rate: 40300, at: t0, refill: 0.2} // met 2.5 s after a full reserve of a 10 s window
+	for _, c := range []struct {
+		name           string
+		was            rateBound
+		lb, ub, refill float64
+		want           bool
+	}{
+		{"a bucket's second drain", first, 39900, 40500, 0.6, true},
+		{"its own bound the lower", first, 39900, 40100, 0.6, true},
+		{"no earlier bound", rateBound{}, 39900, 40500, 0.6, false},
+		{"no earlier bound, nothing spent", rateBound{}, 0, 0, 0.6, false},
+		{"more spent than the bound allows", first, 40400, 40500, 0.6, false},
+		{"more spent than its own bound allows", first, 39900, 39800, 0.6, false},
+		{"the bound far above what was spent", first, 38500, 40500, 0.6, false},
+		{"over a like span", first, 39900, 40500, 0.35, false},
+		{"over a span a little shorter", first, 39900, 40500, 0.05, false},
+		{"over a span far shorter", rateBound{rate: 40300, at: t0, refill: 0.3}, 39900, 40500, 0.05, true},
+		{"the first mostly refilled", rateBound{rate: 40300, at: t0, refill: 0.5}, 39900, 40500, 0.8, false},
+	} {
+		if got := drainsAgree(c.was, c.lb, c.ub, c.refill); got != c.want {
+			t.Errorf("%s: drainsAgree = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRefillShare(t *testing.T) {
+	l, _, _ := newTestLedger(t, rateGate()) // a minute's window
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if got := b.refillShareLocked(t0); got != 0 {
+		t.Fatalf("refilled share %.2f with no known-full point, want 0", got)
+	}
+	spendAt(b, t0, time.Second, 10, 100) // the model's first grants: full at t0
+	if got := b.refillShareLocked(t0.Add(15 * time.Second)); math.Abs(got-0.2) > 1e-9 {
+		t.Fatalf("refilled share %.3f a quarter window after the reserve was full, want 0.2", got)
+	}
+	spendAt(b, t0.Add(2*time.Minute), time.Second, 1, 100) // after a window without a grant: full again
+	if got := b.refillShareLocked(t0.Add(3 * time.Minute)); math.Abs(got-0.5) > 1e-9 {
+		t.Fatalf("refilled share %.3f a window after the reserve refilled, want 0.5", got)
 	}
 }

@@ -77,8 +77,7 @@ type tokenReadCount struct {
 	before      learner // the token learner before the run's first
 	// The lone bucket's rate bound before the run's first (rate.go): the run's
 	// 429s bounded it as tokens, and read again they were not about tokens.
-	rateCap   float64
-	rateCapAt time.Time
+	rateCap rateBound
 }
 
 // sameCountLocked says whether an unnamed 429 at count requests and a token
@@ -113,7 +112,7 @@ func (b *bucket) noteTokenReadLocked(now time.Time, count int, reading float64) 
 		return // a burst's later 429s read a window its refusals changed
 	}
 	if b.tokenRead.firstAt.IsZero() || now.Sub(b.tokenRead.firstAt) >= sameCountWindows*span {
-		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn, rateCap: b.rateCap, rateCapAt: b.rateCapAt}
+		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn, rateCap: b.rateCap}
 		b.tokenRead.underBudget = reading < suspectRatio*float64(b.tokenBudget(now))
 	}
 	b.tokenRead.count, b.tokenRead.reading = count, reading
@@ -127,7 +126,7 @@ func (b *bucket) rereadAsRequestsLocked(now time.Time) {
 	r := b.tokenRead
 	from := b.learn.budget()
 	b.learn = r.before // its figures are the present ones: what moves them ends the run
-	b.rateCap, b.rateCapAt = r.rateCap, r.rateCapAt
+	b.rateCap = r.rateCap
 	// The pair is the evidence, however far apart it came: the run's last is
 	// the burst refused before, now, and rpmLimitedLocked sets the ceiling
 	// from the two counts as from two RPM 429s — the count when they are

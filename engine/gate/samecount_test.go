@@ -226,8 +226,8 @@ func wantRequestsRead(t *testing.T, l *Ledger, at time.Time, ceiling int) {
 	b := l.bucketFor("p", "m", at)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.rateCap != 0 { // the run's 429s, read as tokens, had bounded a bucket's rate
-		t.Errorf("a bucket's rate bound %.0f: want none, as before the run", b.rateCap)
+	if b.rateCap.rate != 0 { // the run's 429s, read as tokens, had bounded a bucket's rate
+		t.Errorf("a bucket's rate bound %.0f: want none, as before the run", b.rateCap.rate)
 	}
 }
 
