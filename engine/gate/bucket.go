@@ -1157,8 +1157,8 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// No sliding window explains a 429 that refutes both views; when it also
 	// comes at a level the gate had held for a window (not a probe's
 	// overshoot), it is a drained reserve, and what was spent tells the limit
-	// (rate.go). So is one that refutes neither but drained a lone bucket at
-	// the rate an earlier drain over another span bounded (drainsAgree).
+	// (rate.go). So is one that does not refute both but drained a lone bucket
+	// at the rate an earlier drain over another span bounded (drainsAgree).
 	rate, rateOK := b.rateSpentLocked(now)
 	// Held: nothing raised the budget within a window (not lastProbe: it also
 	// moves each window the trigger holds a call back without a step) — or the
@@ -1171,7 +1171,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	// And never below a few ordinary calls, like any reading the learner believes.
 	othersSpend := b.othersSpendingLocked(now) // another client's calls refute both views too: no drained reserve
 	// A lone bucket's rate bound allows what this 429's spend needs, and a
-	// drain that refutes neither view may agree with an earlier one (rate.go).
+	// drain that does not refute both views may agree with an earlier one (rate.go).
 	lone, drainsAgreed := true, false
 	if axis == engine.AxisTokens && b.learn.enabled && b.l.shared == nil {
 		refused := sig.Tokens
@@ -1186,7 +1186,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 				was = b.rateCap
 			}
 			drainsAgreed = drainsAgree(was, lb, ub, refill)
-			b.lowerRateCapLocked(now, ub, refill)
+			b.lowerRateCapLocked(now, lb, ub, refill)
 		}
 	}
 	byRate := b.l.shared == nil && (bothRefuted || drainsAgreed) && rateOK && rate < reading && steady && !othersSpend && lone &&

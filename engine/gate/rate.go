@@ -178,9 +178,11 @@ const rateCapWindows = 60
 type rateBound struct {
 	rate float64   // per window; 0: none
 	at   time.Time // the 429 that set it
-	// refill is the share of that drain's spend the bucket refilled: d ÷ (d +
-	// window) for the d since the reserve was known full (see drainsAgreeLocked).
-	refill float64
+	// lb is that 429's lower bound, and refill the share of its drain's spend
+	// the bucket refilled: d ÷ (d + window) for the d since the reserve was
+	// known full (see drainsAgree). A later 429 that lowers the bound
+	// replaces all three: later drains agree with the latest.
+	lb, refill float64
 }
 
 // knownFullLocked is the last time the reserve was known full, and the spend
@@ -230,10 +232,10 @@ func (b *bucket) rateCapAllowsLocked(now time.Time, lb float64) bool {
 }
 
 // lowerRateCapLocked lowers the bound to ub, the 429's at now (or sets it, when
-// none stands); refill is that drain's (see rateBound).
-func (b *bucket) lowerRateCapLocked(now time.Time, ub, refill float64) {
+// none stands); lb and refill are that drain's (see rateBound).
+func (b *bucket) lowerRateCapLocked(now time.Time, lb, ub, refill float64) {
 	if !b.rateCapStandsLocked(now) || ub < b.rateCap.rate {
-		b.rateCap = rateBound{rate: ub, at: now, refill: refill}
+		b.rateCap = rateBound{rate: ub, at: now, lb: lb, refill: refill}
 	}
 }
 
@@ -241,19 +243,21 @@ func (b *bucket) rateCapStandsLocked(now time.Time) bool {
 	return b.rateCap.rate > 0 && now.Sub(b.rateCap.at) < rateCapWindows*b.l.conf().Window
 }
 
-// Two drains that agree. A bucket drained at the gate's own level refutes
-// neither view: the sliding reading there is about what the gate held, and a
-// sliding window at that level would have refused it too. What tells them
+// Two drains that agree. A bucket drained at the gate's own level need not
+// refute both views: the sliding reading there is about what the gate held,
+// and a sliding window at that level would have refused it too. What tells them
 // apart is when the drains come. A bucket of rate r, full d before it runs
 // dry, spent r × (d + window): of that, the share d ÷ (d + window) refilled
 // and the rest was the reserve. Two drains over different spans give the same
 // r only for a reserve refilled at r; a steady spender's figure, spend ÷ (d +
 // window), grows with d instead, and over similar spans any two agree.
 //
-// So a 429 that refutes neither view reads the rate when the bound an earlier
-// drain set stands, this one's figures meet it — its lower bound at most the
-// bound, and the bound (or this one's own, if lower) at most agreeTolerance
-// above it — and the two refilled shares differ by at least
+// So a 429 that does not refute both views reads the rate when the bound an
+// earlier drain set stands and the two drains' figures meet — this one's
+// lower bound at most the upper bound (the earlier one's, or this one's own
+// if lower), that at most agreeTolerance above it, and the earlier drain's
+// lower bound at most rateCapTolerance above it too (a bucket's rate is at
+// least both lower bounds) — and the two refilled shares differ by at least
 // agreeRefillApart, the earlier being mostly reserve (at most
 // agreeFirstRefill refilled: met within about half a window of a full
 // reserve, as a bucket is from idle far above its rate).
@@ -277,7 +281,7 @@ func drainsAgree(was rateBound, lb, ub, refill float64) bool {
 		return false
 	}
 	upper := math.Min(ub, was.rate)
-	return lb <= upper && upper <= agreeTolerance*lb &&
+	return lb <= upper && upper <= agreeTolerance*lb && was.lb <= rateCapTolerance*upper &&
 		was.refill <= agreeFirstRefill && math.Abs(refill-was.refill) >= agreeRefillApart
 }
 

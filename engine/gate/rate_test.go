@@ -454,14 +454,14 @@ func TestRateBounds(t *testing.T) {
 	if !full || math.Abs(lb-56000*60/190.0) > 1 || math.Abs(ub-2000*60/70.0) > 1 {
 		t.Fatalf("lb %.0f ub %.0f (full %v) after the pause, want %.0f and %.0f", lb, ub, full, 56000*60/190.0, 2000*60/70.0)
 	}
-	b.lowerRateCapLocked(t0, 30000, 0.2)
-	b.lowerRateCapLocked(t0, 35000, 0.5)
-	if b.rateCap.rate != 30000 || b.rateCap.refill != 0.2 {
-		t.Fatalf("bound %.0f (refilled %.2f), want the lower one, 30,000 (0.20)", b.rateCap.rate, b.rateCap.refill)
+	b.lowerRateCapLocked(t0, 29000, 30000, 0.2)
+	b.lowerRateCapLocked(t0, 34000, 35000, 0.5)
+	if b.rateCap != (rateBound{rate: 30000, at: t0, lb: 29000, refill: 0.2}) {
+		t.Fatalf("bound %+v, want the lower one, 30,000 (from 29,000, 0.20 refilled)", b.rateCap)
 	}
-	b.lowerRateCapLocked(t0, 20000, 0.6)
-	if b.rateCap.rate != 20000 || b.rateCap.refill != 0.6 {
-		t.Fatalf("bound %.0f (refilled %.2f), want it lowered to 20,000 (0.60)", b.rateCap.rate, b.rateCap.refill)
+	b.lowerRateCapLocked(t0, 19000, 20000, 0.6)
+	if b.rateCap != (rateBound{rate: 20000, at: t0, lb: 19000, refill: 0.6}) {
+		t.Fatalf("bound %+v, want it lowered to 20,000 (from 19,000, 0.60 refilled)", b.rateCap)
 	}
 
 	// Steady spend with no pause for longer than the samples reach: the first
@@ -552,8 +552,18 @@ func againstABucket(t *testing.T, d time.Duration, afterEach func(*bucket)) (*Le
 // view, but its figures agree with the first drain's over a span that refilled
 // far more: that is the bucket's rate, and no third 429 follows.
 func TestTwoDrainsThatAgreeReadTheRate(t *testing.T) {
-	l, ev, refused := againstABucket(t, 30*time.Minute, nil)
-	t.Logf("429s at %v; rate steps %v", refused, rateSteps(ev))
+	var first rateBound // what the first drain left
+	l, ev, refused := againstABucket(t, 30*time.Minute, func(b *bucket) {
+		if first.rate == 0 {
+			first = b.rateCap
+		}
+	})
+	t.Logf("429s at %v; rate steps %v; the first drain's bound %+v", refused, rateSteps(ev), first)
+	// Run dry 11.75 s after its first grant (a minute's window): 0.164 of what
+	// it spent had refilled, and both bounds are about the rate.
+	if math.Abs(first.refill-11.75/71.75) > 0.01 || math.Abs(first.lb-40000) > 0.03*40000 || math.Abs(first.rate-40000) > 0.03*40000 {
+		t.Fatalf("the first drain's bound %+v, want 0.164 refilled and both bounds within 3%% of 40,000", first)
+	}
 	if len(refused) != 2 {
 		t.Fatalf("429s at %v, want two: the first drain, and the second that tells the rate", refused)
 	}
@@ -575,7 +585,7 @@ func TestTwoDrainsThatAgreeReadTheRate(t *testing.T) {
 }
 
 func TestDrainsAgree(t *testing.T) {
-	first := rateBound{rate: 40300, at: t0, refill: 0.2} // met 2.5 s after a full reserve of a 10 s window
+	first := rateBound{rate: 40300, at: t0, lb: 39400, refill: 0.2} // met 2.5 s after a full reserve of a 10 s window
 	for _, c := range []struct {
 		name           string
 		was            rateBound
@@ -591,8 +601,11 @@ func TestDrainsAgree(t *testing.T) {
 		{"the bound far above what was spent", first, 38500, 40500, 0.6, false},
 		{"over a like span", first, 39900, 40500, 0.35, false},
 		{"over a span a little shorter", first, 39900, 40500, 0.05, false},
-		{"over a span far shorter", rateBound{rate: 40300, at: t0, refill: 0.3}, 39900, 40500, 0.05, true},
-		{"the first mostly refilled", rateBound{rate: 40300, at: t0, refill: 0.5}, 39900, 40500, 0.8, false},
+		{"over a span far shorter", rateBound{rate: 40300, at: t0, lb: 39400, refill: 0.3}, 39900, 40500, 0.05, true},
+		{"the first mostly refilled", rateBound{rate: 40300, at: t0, lb: 39400, refill: 0.5}, 39900, 40500, 0.8, false},
+		// Another client on a sliding window: each drain's own figures close
+		// together, but the first needs a rate no later one allows.
+		{"the earlier drain needing more", rateBound{rate: 31036, at: t0, lb: 28648, refill: 0.2}, 26744, 27097, 0.59, false},
 	} {
 		if got := drainsAgree(c.was, c.lb, c.ub, c.refill); got != c.want {
 			t.Errorf("%s: drainsAgree = %v, want %v", c.name, got, c.want)
