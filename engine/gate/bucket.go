@@ -1185,7 +1185,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			if b.rateCapStandsLocked(now) {
 				was = b.rateCap
 			}
-			drainsAgreed = drainsAgree(was, lb, ub, refill)
+			// (Not once the provider stated its limit: a bucket's statement is
+			// its rate, and a drain below it is another client's or the
+			// timing's, which the stated limit's rules read.)
+			drainsAgreed = b.learn.stated <= 0 && drainsAgree(was, lb, ub, refill)
 			b.lowerRateCapLocked(now, lb, ub, refill)
 		}
 	}

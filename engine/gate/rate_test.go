@@ -574,6 +574,14 @@ func TestTwoDrainsThatAgreeReadTheRate(t *testing.T) {
 		t.Fatalf("trigger %.0f after 30 windows, want at most 3%% above the rate, 40,000", st.Trigger)
 	}
 
+	// Nor once the provider stated its limit (its headers read since).
+	_, ev, refused = againstABucket(t, 30*time.Minute, func(b *bucket) {
+		b.learn.stated = 48000
+	})
+	if got := rateSteps(ev); len(got) != 0 || len(refused) < 3 {
+		t.Fatalf("rate steps %v, 429s at %v: two drains read against a stated limit", got, refused)
+	}
+
 	// A bound that no longer stands (older than rateCapWindows) is no earlier
 	// drain to agree with.
 	_, ev, refused = againstABucket(t, 30*time.Minute, func(b *bucket) {
