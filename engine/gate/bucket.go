@@ -35,16 +35,18 @@ type bucket struct {
 	// a call the provider then served: a lower bound on the limit in that view. A
 	// 429 read well below it refutes the view (see voteLocked).
 	servedArrival, servedDone servedLevel
-	servedRequests            servedLevel // requests likewise, in the view counted in (samecount.go)
-	doneRefutedAt             time.Time   // the last 429 that refuted the completion view
-	learn                     learner
-	est                       estimator
-	cooldownUntil             time.Time
-	reservedOpen              int64   // reservations of tickets not yet settled
-	land                      landing // the calls in flight as completions to come (landing.go)
-	openVar                   float64 // invariant: the sum of the open tickets' cost variances
-	inFlight                  int
-	perSession                map[string]int // in flight per session; kept only with a cap
+	// Requests likewise, in each view: the count the call met, plus itself
+	// (voteRequestsLocked; the view counted in: samecount.go).
+	servedReqArrival, servedReqDone servedLevel
+	doneRefutedAt                   time.Time // the last 429 that refuted the completion view
+	learn                           learner
+	est                             estimator
+	cooldownUntil                   time.Time
+	reservedOpen                    int64   // reservations of tickets not yet settled
+	land                            landing // the calls in flight as completions to come (landing.go)
+	openVar                         float64 // invariant: the sum of the open tickets' cost variances
+	inFlight                        int
+	perSession                      map[string]int // in flight per session; kept only with a cap
 
 	// The calls admitted and not yet sent (Request.Sends): their share of the
 	// arrival view, and how many.
@@ -203,11 +205,12 @@ type ticketSlot struct {
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
 	viewArrival, viewDone int64
-	requestsBefore        int32 // the request count it was admitted at (servedRequests) …
-	requestsDone          bool  // … in the completion view
-	bytes                 int
-	session               string
-	shared                string // the shared window's entry id; "" without one
+	// The request counts the call met, without it, in the arrival and the
+	// completion view (servedReqArrival, servedReqDone).
+	reqArrival, reqDone int32
+	bytes               int
+	session             string
+	shared              string // the shared window's entry id; "" without one
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -930,7 +933,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
 	}
 	b.noteSpentLocked(now, float64(res))
-	requestsBefore := b.providerRequestsLocked() // without this call (servedRequests)
+	reqArrival, reqDone := b.providerRequestsIn(false), b.providerRequestsIn(true) // without this call
 	seq := b.win.add(now, res, out, sz.asked)
 	var idx int32
 	if n := len(b.free); n > 0 {
@@ -950,7 +953,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.unsentCount++
 	}
 	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
-	s.requestsBefore, s.requestsDone = int32(requestsBefore), b.atCompletion
+	s.reqArrival, s.reqDone = int32(reqArrival), int32(reqDone)
 	b.reservedOpen += res
 	s.landing = b.providerCostLocked(res, out)
 	if !req.Sends {
@@ -974,9 +977,14 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 // the window's, in the view the gate counts in, as of admitted (the time the
 // call's entry counts from; zero: unknown, now).
 func (b *bucket) requestsMetLocked(now, admitted time.Time) int {
-	count := b.requestCountLocked()
+	return b.requestsMetIn(now, admitted, b.atCompletion)
+}
+
+// requestsMetIn is requestsMetLocked in the completion view or the arrival view.
+func (b *bucket) requestsMetIn(now, admitted time.Time, atCompletion bool) int {
+	count := b.requestCountIn(atCompletion)
 	switch {
-	case b.atCompletion:
+	case atCompletion:
 	case !admitted.IsZero() && admitted.Before(now):
 		// The calls admitted after it, before its 429 came back a round trip
 		// later, were not in the window the provider refused it at: a cohort
@@ -1101,9 +1109,8 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 			b.servedArrival.note(now, s.viewArrival+cost, span)
 		}
 		b.servedDone.note(now, s.viewDone+cost, span)
-		if s.requestsDone == b.atCompletion {
-			b.servedRequests.note(now, int64(s.requestsBefore)+1, span)
-		}
+		b.servedReqArrival.note(now, int64(s.reqArrival)+1, span)
+		b.servedReqDone.note(now, int64(s.reqDone)+1, span)
 	}
 	b.closeSharedLocked(s.shared, tokens)
 	*s = ticketSlot{gen: s.gen + 1}
@@ -1206,6 +1213,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if sig.Axis == engine.AxisUnknown {
 			unnamed = b.providerViewLocked()
 		}
+		b.voteRequestsLocked(now, sig.Admitted)
 		b.rpmLimitedLocked(now, sig.Admitted, unnamed)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
@@ -1605,7 +1613,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.clearVotesLocked()
 	b.fixedLearned, b.fixedEv = false, fixedEvidence{} // read again from the stated waits and resets
 	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
-	b.servedRequests = servedLevel{}
+	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it
 	b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0

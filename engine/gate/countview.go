@@ -47,12 +47,24 @@ func (b *bucket) arrivalViewLocked() float64 {
 
 // providerRequestsLocked is the requests the provider's window holds in the
 // view the gate counts in: in the arrival view, less the calls not yet sent.
-func (b *bucket) providerRequestsLocked() int {
-	n := b.requestCountLocked()
-	if !b.atCompletion {
+func (b *bucket) providerRequestsLocked() int { return b.providerRequestsIn(b.atCompletion) }
+
+// providerRequestsIn is the requests the provider's window holds in the
+// completion view, or in the arrival view less the calls not yet sent.
+func (b *bucket) providerRequestsIn(atCompletion bool) int {
+	n := b.requestCountIn(atCompletion)
+	if !atCompletion {
 		n -= b.unsentCount
 	}
 	return n
+}
+
+// servedRequestsLocked is the served request level of the view counted in.
+func (b *bucket) servedRequestsLocked() *servedLevel {
+	if b.atCompletion {
+		return &b.servedReqDone
+	}
+	return &b.servedReqArrival
 }
 
 // clearVotesLocked forgets the evidence gathered toward a view switch, when the
@@ -163,6 +175,13 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	default:
 		return
 	}
+	b.countVotesLocked(now)
+	return
+}
+
+// countVotesLocked switches the view when the votes reached switchVotes for
+// the other one.
+func (b *bucket) countVotesLocked(now time.Time) {
 	if b.modeVotes >= switchVotes && !b.atCompletion && b.headersSayArrivalLocked(now) {
 		// The remaining tokens read as a window that counts the calls in
 		// flight (decides.go): another client's calls vote as the gate's own.
@@ -170,20 +189,100 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 		return
 	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
-		b.atCompletion = b.modeVotes >= switchVotes
-		b.clearVotesLocked()
-		// The others' windows of readings: outside429Locked started them over.
-		// Their moving mean was read in the other view: it starts over too.
-		b.learn.forgetReadings()
-		b.outside.others = othersSpend{}
-		b.servedRequests = servedLevel{}      // counted in the other view (the run of 429s read as tokens stays: samecount.go)
-		b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
-		e := b.newEvent(EventLearn, now, "", "", 0, 0)
-		e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
-		b.l.emit(e)
+		b.switchViewLocked(now, b.modeVotes >= switchVotes)
 	}
-	return
 }
+
+// switchViewLocked adopts the view a 429 voted for. The readings were taken
+// in the other view (the run of 429s read as tokens stays: samecount.go).
+func (b *bucket) switchViewLocked(now time.Time, atCompletion bool) {
+	b.atCompletion = atCompletion
+	b.clearVotesLocked()
+	// The others' windows of readings: outside429Locked started them over.
+	// Their moving mean was read in the other view: it starts over too.
+	b.learn.forgetReadings()
+	b.outside.others = othersSpend{}
+	b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
+	e := b.newEvent(EventLearn, now, "", "", 0, 0)
+	e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
+	b.l.emit(e)
+}
+
+// Request 429s vote too. A workload bound by requests may never meet a token
+// 429, and on arrival the gate cannot count a provider that counts requests
+// at completion: the arrival window drains a window after a cohort was
+// admitted, while the provider holds the cohort until a window after it
+// completed, so the queue the gate releases then is refused — a 429 every
+// cooldown and a window, half the requests used (in the simulator, 20
+// requests a 10 s window, configured at the truth, the view not told: up to 90
+// 429s in 30 minutes); configured above it, each 429 met another count of
+// calls in flight and set the request ceiling lower (down to 16 within two and
+// a half minutes). The provider refuses at its own count, in its own view. So
+// a request 429 is read as the token 429s are, against the served levels (the
+// count a served call met, plus itself): requests are counted exactly, so a
+// view in which the provider refused a count it served within two windows
+// contradicts it (requestVote). A request 429 that contradicts one view and
+// not the other is a vote for the other, as the token 429s' weak votes are;
+// one whose served level reaches requestSlack past the refused count switches
+// at once — to completion unless a token 429 refuted that view in the last
+// refuteMemory windows. The way back matters for a token bucket of requests:
+// with long calls, a probe step above its rate can be refused at the arrival
+// count it served while the reserve lent it, twice, and the completions lag
+// under theirs; switched, the next 429 comes at a completion count far under
+// one served, and takes it back. Not when the user said how the provider
+// counts, nor with a shared window (the counts are this instance's, the
+// provider's everyone's), nor while learning is off.
+func (b *bucket) voteRequestsLocked(now, admitted time.Time) {
+	if !b.learn.enabled || b.l.shared != nil {
+		return
+	}
+	if _, set := b.limits.countView(); set {
+		return
+	}
+	span := b.l.conf().Window
+	refusedA := b.requestsMetIn(now, admitted, false) // the refused call in it
+	refusedD := b.requestsMetIn(now, admitted, true) + 1
+	servedA, servedD := int(b.servedReqArrival.max(now, span)), int(b.servedReqDone.max(now, span))
+	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
+	switch v := requestVote(refusedA, servedA, refusedD, servedD, doneRecentlyRefuted); {
+	case v == 0:
+		return
+	case v == switchVotes || v == -switchVotes:
+		b.modeVotes = v
+	case v > 0:
+		b.modeVotes = max(b.modeVotes, 0) + 1
+	default:
+		b.modeVotes = min(b.modeVotes, 0) - 1
+	}
+	b.countVotesLocked(now)
+}
+
+// requestVote is the vote a request 429 casts, from the counts it was refused
+// at in each view (with the refused call) and the levels each served within
+// two windows: for completion 1, or switchVotes; for arrival −1, or
+// −switchVotes; 0 for neither. A view is contradicted when its served level
+// reaches the refused count.
+func requestVote(refusedA, servedA, refusedD, servedD int, doneRecentlyRefuted bool) int {
+	arrivalContradicted, doneContradicted := servedA >= refusedA, servedD >= refusedD
+	switch {
+	case arrivalContradicted == doneContradicted:
+		return 0
+	case arrivalContradicted && servedA-refusedA >= requestSlack(servedA) && !doneRecentlyRefuted:
+		return switchVotes
+	case arrivalContradicted:
+		return 1
+	case servedD-refusedD >= requestSlack(servedD):
+		return -switchVotes
+	}
+	return -1
+}
+
+// requestSlack is how far past a refused request count a served one must
+// reach to refute the view at once: a request, or a twentieth of the count
+// (the completion view sees a call complete a one-way trip after the provider
+// counted it, and leave the window as much later; the arrival view keeps calls
+// for the count guard).
+func requestSlack(served int) int { return max(1, served/20) }
 
 // The weak vote. At the 429s of the matrix's arrival-counting, fixed-window and
 // bucket providers the completion view reads a median 0.86–1.00 of the arrival

@@ -195,8 +195,15 @@ func (b *bucket) admitCountLocked() int64 {
 
 // requestCountLocked is the requests the request budget holds a call against,
 // in the same window.
-func (b *bucket) requestCountLocked() int {
-	w := b.countedLocked()
+func (b *bucket) requestCountLocked() int { return b.requestCountIn(b.atCompletion) }
+
+// requestCountIn is requestCountLocked in the completion view or the arrival
+// view.
+func (b *bucket) requestCountIn(atCompletion bool) int {
+	w := &b.win
+	if atCompletion {
+		w = &b.done
+	}
 	if b.fixedWindowsLocked() {
 		return w.fixed.requests
 	}

@@ -418,7 +418,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 			// only the count guard keeps.
 			s.viewArrival = int64(b.arrivalViewLocked()) - b.win.tail()
 		}
-		s.requestsBefore, s.requestsDone = int32(b.providerRequestsLocked()), b.atCompletion // it is not in it while unsent
+		s.reqArrival, s.reqDone = int32(b.providerRequestsIn(false)), int32(b.providerRequestsIn(true)) // it is not in it while unsent
 		b.unsent -= s.unsent
 		b.unsentCount--
 		s.unsent = 0

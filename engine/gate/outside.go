@@ -118,8 +118,8 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 // A refused rise stays refused: the provider said so, in any units.
 func (b *bucket) forgetReadingsLocked() {
 	b.learn.forgetReadings()
-	b.servedRequests = servedLevel{}                         // counted in the other view
-	b.outside = outsideSpend{refutedAt: b.outside.refutedAt} // a rise refused stays refused
+	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{} // the request levels served go with them
+	b.outside = outsideSpend{refutedAt: b.outside.refutedAt}           // a rise refused stays refused
 }
 
 // roll closes the current window of readings.

@@ -95,7 +95,7 @@ func (b *bucket) sameCountLocked(now time.Time, count int, reading float64) bool
 	if float64(abs(count-r.count)) > sameCountShare*float64(r.count) {
 		return false // a count that moved: tokens
 	}
-	if served := b.servedRequests.max(now, span); float64(served) > (1+sameCountShare)*float64(count) {
+	if served := b.servedRequestsLocked().max(now, span); float64(served) > (1+sameCountShare)*float64(count) {
 		return false // a window passed at a higher count: not the limit
 	}
 	share := float64(min(count, r.count)+1) / float64(b.rpm)
