@@ -397,8 +397,11 @@ func (b *bucket) learnedTokenBudget() int64 {
 // completed, and the queue released then meets a full window: every call of
 // that cohort gets a 429. Calls in flight are not in the completion window:
 // such a provider does not count them when it decides on a call.
-func (b *bucket) countedLocked() *slidingWindow {
-	if b.atCompletion {
+func (b *bucket) countedLocked() *slidingWindow { return b.viewWindow(b.atCompletion) }
+
+// viewWindow is the window of the completion view or of the arrival view.
+func (b *bucket) viewWindow(atCompletion bool) *slidingWindow {
+	if atCompletion {
 		return &b.done
 	}
 	return &b.win

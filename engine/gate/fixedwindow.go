@@ -200,10 +200,7 @@ func (b *bucket) requestCountLocked() int { return b.requestCountIn(b.atCompleti
 // requestCountIn is requestCountLocked in the completion view or the arrival
 // view.
 func (b *bucket) requestCountIn(atCompletion bool) int {
-	w := &b.win
-	if atCompletion {
-		w = &b.done
-	}
+	w := b.viewWindow(atCompletion)
 	if b.fixedWindowsLocked() {
 		return w.fixed.requests
 	}
