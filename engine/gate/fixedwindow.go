@@ -208,12 +208,18 @@ func (b *bucket) requestCountIn(atCompletion bool) int {
 }
 
 // requestDrainLocked is how long until one more request fits under the
-// request budget: in fixed windows, 0 or the next edge.
+// request budget: in fixed windows, 0 or the next edge. At completion the
+// budget keeps room for the calls that may complete unseen (landing.go), as
+// the token budget does.
 func (b *bucket) requestDrainLocked(now time.Time) time.Duration {
-	if b.fixedWindowsLocked() {
-		return b.countedLocked().fixedRequestDrain(now, b.rpm)
+	budget := b.rpm
+	if b.atCompletion {
+		budget = max(1, budget-b.land.requests(b.landingTripLocked(), budget))
 	}
-	return b.countedLocked().requestDrain(now, b.rpm)
+	if b.fixedWindowsLocked() {
+		return b.countedLocked().fixedRequestDrain(now, budget)
+	}
+	return b.countedLocked().requestDrain(now, budget)
 }
 
 // Learned from the provider's own word. A fixed-window provider that computes

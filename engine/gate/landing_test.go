@@ -186,3 +186,104 @@ func TestLandingVarianceJoinsTheMargin(t *testing.T) {
 		t.Fatalf("with the landing: %d, want %d", got, want)
 	}
 }
+
+// The requests kept free for the calls that may complete unseen: the
+// expected number within the trip, rounded up, and none where a request kept
+// free costs more than the 429s it spares (λ × budget² under 1) or before a
+// trip and a time in flight were measured.
+func TestLandingRequests(t *testing.T) {
+	var g landing
+	if got := g.requests(time.Second, 20); got != 0 {
+		t.Fatalf("nothing open: %d", got)
+	}
+	for range 4 {
+		g.open(1000)
+	}
+	if got := g.requests(time.Second, 20); got != 0 {
+		t.Fatalf("no time in flight measured yet: %d", got)
+	}
+	g.settled(2 * time.Second)
+	for _, tc := range []struct {
+		trip   time.Duration
+		budget int
+		want   int
+	}{
+		{0, 20, 0},                      // no round trip measured
+		{10 * time.Millisecond, 20, 1},  // λ = 4 × 0.005 = 0.02, λ × 400 = 8
+		{10 * time.Millisecond, 7, 0},   // λ × 49 = 0.98
+		{10 * time.Millisecond, 8, 1},   // λ × 64 = 1.28
+		{600 * time.Millisecond, 20, 2}, // λ = 1.2
+		{10 * time.Second, 20, 4},       // every call lands within the trip
+	} {
+		if got := g.requests(tc.trip, tc.budget); got != tc.want {
+			t.Errorf("trip %v, budget %d: %d requests kept, want %d", tc.trip, tc.budget, got, tc.want)
+		}
+	}
+	g.close(1000, false)
+	if g.calls != 3 {
+		t.Fatalf("after one close: %d calls", g.calls)
+	}
+	g.close(1000, true)
+	if g.calls != 0 {
+		t.Fatalf("nothing open: %d calls", g.calls)
+	}
+}
+
+// At completion the request budget keeps room for the calls in flight that
+// may complete within the round trip, as the token budget does: nine calls
+// completed in the window and one in flight (a second in flight each), a
+// tenth request fits a budget of ten — until a 429 measured a trip of a
+// quarter of the time in flight, after which it waits for the first
+// completion to leave the window. Not at a budget where the one request kept
+// free would cost more than the 429s it spares, and not on arrival, where the
+// calls in flight are counted already (eight completed and one in flight: the
+// tenth fits).
+func TestCompletionRequestsKeepRoomForLandings(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rpm     int
+		trip    time.Duration
+		wait    time.Duration // 0: admitted
+		arrival bool
+	}{
+		{"on arrival, a quarter of the time in flight", 10, 250 * time.Millisecond, 0, true},
+		{"no round trip measured", 10, 0, 0, false},
+		// the completions leave a minute after they settled (t0 + 1 s), plus the count guard (1.5 × the trip)
+		{"a quarter of the time in flight", 10, 250 * time.Millisecond, 61*time.Second + 375*time.Millisecond, false},
+		{"a budget of three, a tenth of the time in flight", 3, 100 * time.Millisecond, 0, false}, // λ × 9 = 0.9
+		{"a budget of three, a quarter of the time in flight", 3, 250 * time.Millisecond, 61*time.Second + 375*time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testGate()
+			c.Defaults = ModelLimits{TPM: 1_000_000, RPM: tc.rpm, CountsAt: CountsAtCompletion}
+			completed := tc.rpm - 1
+			if tc.arrival {
+				c.Defaults.CountsAt, completed = CountsAtArrival, tc.rpm-2
+			}
+			l, _, _ := newTestLedger(t, c)
+			t1 := t0.Add(time.Second)
+			for range completed {
+				a := mustAdmit(t, l, t0, req(100))
+				if err := l.Settle(t1, a, Usage{InputTokens: 100, OutputTokens: 10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustAdmit(t, l, t1, req(100)) // in flight
+			b := l.bucketFor("p", "m", t1)
+			b.mu.Lock()
+			if b.rpm != tc.rpm {
+				t.Errorf("request budget %d, want %d", b.rpm, tc.rpm)
+			}
+			if tc.trip > 0 {
+				b.delays[0], b.nDelay = tc.trip, 1
+				b.setSpanLocked(t1, l.conf())
+			}
+			b.mu.Unlock()
+			if tc.wait == 0 {
+				mustAdmit(t, l, t1, req(100))
+				return
+			}
+			mustWait(t, l, t1, req(100), "rpm", tc.wait)
+		})
+	}
+}
