@@ -210,11 +210,11 @@ func (b *bucket) requestCountIn(atCompletion bool) int {
 // requestDrainLocked is how long until one more request fits under the
 // request budget: in fixed windows, 0 or the next edge. At completion the
 // budget keeps room for the calls that may complete unseen (landing.go), as
-// the token budget does.
+// the token budget does — never below one request.
 func (b *bucket) requestDrainLocked(now time.Time) time.Duration {
 	budget := b.rpm
 	if b.atCompletion {
-		budget = max(1, budget-b.land.requests(b.landingTripLocked(), budget))
+		budget = max(1, budget-b.land.requestReserve(b.landingTripLocked(), budget))
 	}
 	if b.fixedWindowsLocked() {
 		return b.countedLocked().fixedRequestDrain(now, budget)

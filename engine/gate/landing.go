@@ -32,7 +32,7 @@ import (
 // Requests land unseen too. A call admitted at the edge of the request budget
 // is refused when one call in flight completed within the trip, so the
 // request budget keeps the expected number free, rounded up to whole requests
-// (landing.requests). Requests bound by such a provider, the gate told so and
+// (landing.requestReserve). Requests bound by such a provider, the gate told so and
 // at the truth, took 3–20 429s in half an hour in the simulator, 1–6 with it.
 
 // landingAvgCalls is how many settled calls the mean time in flight averages.
@@ -60,7 +60,7 @@ func (g *landing) close(c int64, last bool) {
 	g.cost -= f
 	g.costSq -= f * f
 	g.calls--
-	if last || g.cost < 0 || g.costSq < 0 || g.calls < 0 {
+	if last || g.cost < 0 || g.costSq < 0 {
 		g.cost, g.costSq, g.calls = 0, 0, 0
 	}
 }
@@ -88,15 +88,16 @@ func (g *landing) reserve(trip time.Duration) (mean, variance float64) {
 	return p * g.cost, p * (1 - p) * g.costSq
 }
 
-// requests is how many requests to keep free at completion for the calls that
-// may complete unseen within trip, under a request budget of budget: the
-// expected number λ = p × the calls in flight, rounded up — when it is worth
-// a request. A busy gate admits nearly every call at the edge of the budget,
-// where one unseen completion refuses it: about λ × budget 429s a window,
-// each cooling the model for about a window's budget, against one request
-// kept free. Below λ × budget² = 1 the reserve costs more than the 429s it
-// spares (at a budget of 3 requests it would give up a third).
-func (g *landing) requests(trip time.Duration, budget int) int {
+// requestReserve is how many requests to keep free at completion for the
+// calls that may complete unseen within trip, under a request budget of
+// budget: the expected number λ = p × the calls in flight, rounded up — when
+// it is worth a request. A busy gate admits nearly every call at the edge of
+// the budget, where one unseen completion refuses it: about λ × budget 429s a
+// window, each cooling the model for about a window's budget, against one
+// request kept free. Where λ (before rounding) × budget² is under 1, the
+// request kept costs more than the 429s it spares: at a budget of three
+// requests, one kept whenever anything is in flight would give up a third.
+func (g *landing) requestReserve(trip time.Duration, budget int) int {
 	if g.inFlightMean <= 0 {
 		return 0 // no time in flight measured yet
 	}

@@ -191,15 +191,15 @@ func TestLandingVarianceJoinsTheMargin(t *testing.T) {
 // expected number within the trip, rounded up, and none where a request kept
 // free costs more than the 429s it spares (λ × budget² under 1) or before a
 // trip and a time in flight were measured.
-func TestLandingRequests(t *testing.T) {
+func TestLandingRequestReserve(t *testing.T) {
 	var g landing
-	if got := g.requests(time.Second, 20); got != 0 {
+	if got := g.requestReserve(time.Second, 20); got != 0 {
 		t.Fatalf("nothing open: %d", got)
 	}
 	for range 4 {
 		g.open(1000)
 	}
-	if got := g.requests(time.Second, 20); got != 0 {
+	if got := g.requestReserve(time.Second, 20); got != 0 {
 		t.Fatalf("no time in flight measured yet: %d", got)
 	}
 	g.settled(2 * time.Second)
@@ -215,7 +215,7 @@ func TestLandingRequests(t *testing.T) {
 		{600 * time.Millisecond, 20, 2}, // λ = 1.2
 		{10 * time.Second, 20, 4},       // every call lands within the trip
 	} {
-		if got := g.requests(tc.trip, tc.budget); got != tc.want {
+		if got := g.requestReserve(tc.trip, tc.budget); got != tc.want {
 			t.Errorf("trip %v, budget %d: %d requests kept, want %d", tc.trip, tc.budget, got, tc.want)
 		}
 	}
@@ -237,7 +237,8 @@ func TestLandingRequests(t *testing.T) {
 // completion to leave the window. Not at a budget where the one request kept
 // free would cost more than the 429s it spares, and not on arrival, where the
 // calls in flight are counted already (eight completed and one in flight: the
-// tenth fits).
+// tenth fits). In fixed windows counted at completion as in a sliding window:
+// there it waits for the next edge.
 func TestCompletionRequestsKeepRoomForLandings(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -245,17 +246,20 @@ func TestCompletionRequestsKeepRoomForLandings(t *testing.T) {
 		trip    time.Duration
 		wait    time.Duration // 0: admitted
 		arrival bool
+		windows string
 	}{
-		{"on arrival, a quarter of the time in flight", 10, 250 * time.Millisecond, 0, true},
-		{"no round trip measured", 10, 0, 0, false},
+		{name: "on arrival, a quarter of the time in flight", rpm: 10, trip: 250 * time.Millisecond, arrival: true},
+		{name: "fixed windows, no round trip measured", rpm: 10, windows: WindowsFixed},
+		{name: "fixed windows, a quarter of the time in flight", rpm: 10, trip: 250 * time.Millisecond, wait: time.Minute, windows: WindowsFixed}, // the next edge
+		{name: "no round trip measured", rpm: 10},
 		// the completions leave a minute after they settled (t0 + 1 s), plus the count guard (1.5 × the trip)
-		{"a quarter of the time in flight", 10, 250 * time.Millisecond, 61*time.Second + 375*time.Millisecond, false},
-		{"a budget of three, a tenth of the time in flight", 3, 100 * time.Millisecond, 0, false}, // λ × 9 = 0.9
-		{"a budget of three, a quarter of the time in flight", 3, 250 * time.Millisecond, 61*time.Second + 375*time.Millisecond, false},
+		{name: "a quarter of the time in flight", rpm: 10, trip: 250 * time.Millisecond, wait: 61*time.Second + 375*time.Millisecond},
+		{name: "a budget of three, a tenth of the time in flight", rpm: 3, trip: 100 * time.Millisecond}, // λ × 9 = 0.9
+		{name: "a budget of three, a quarter of the time in flight", rpm: 3, trip: 250 * time.Millisecond, wait: 61*time.Second + 375*time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testGate()
-			c.Defaults = ModelLimits{TPM: 1_000_000, RPM: tc.rpm, CountsAt: CountsAtCompletion}
+			c.Defaults = ModelLimits{TPM: 1_000_000, RPM: tc.rpm, CountsAt: CountsAtCompletion, Windows: tc.windows}
 			completed := tc.rpm - 1
 			if tc.arrival {
 				c.Defaults.CountsAt, completed = CountsAtArrival, tc.rpm-2
