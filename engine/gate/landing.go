@@ -78,13 +78,23 @@ func (g *landing) settled(d time.Duration) {
 	g.inFlightMean += (s - g.inFlightMean) / landingAvgCalls
 }
 
+// chance is the chance that a call in flight completes within trip: trip ÷
+// mean time in flight, at most 1; 0 without a trip or before a time in
+// flight was measured.
+func (g *landing) chance(trip time.Duration) float64 {
+	if trip <= 0 || g.inFlightMean <= 0 {
+		return 0
+	}
+	return math.Min(1, trip.Seconds()/g.inFlightMean)
+}
+
 // reserve is the expected cost of the calls completing within trip, and its
-// variance: each call completes within it with the chance p (at most 1).
+// variance: each call completes within it with the chance p.
 func (g *landing) reserve(trip time.Duration) (mean, variance float64) {
-	if trip <= 0 || g.inFlightMean <= 0 || g.cost <= 0 {
+	if g.cost <= 0 {
 		return 0, 0
 	}
-	p := math.Min(1, trip.Seconds()/g.inFlightMean)
+	p := g.chance(trip)
 	return p * g.cost, p * (1 - p) * g.costSq
 }
 
@@ -98,11 +108,8 @@ func (g *landing) reserve(trip time.Duration) (mean, variance float64) {
 // request kept costs more than the 429s it spares: at a budget of three
 // requests, one kept whenever anything is in flight would give up a third.
 func (g *landing) requestReserve(trip time.Duration, budget int) int {
-	if g.inFlightMean <= 0 {
-		return 0 // no time in flight measured yet
-	}
-	lambda := math.Min(1, trip.Seconds()/g.inFlightMean) * float64(g.calls)
-	if lambda*float64(budget)*float64(budget) < 1 { // also: no trip measured, nothing in flight
+	lambda := g.chance(trip) * float64(g.calls)
+	if lambda*float64(budget)*float64(budget) < 1 { // also: no trip, nothing in flight
 		return 0
 	}
 	return int(math.Ceil(lambda))
