@@ -8,6 +8,7 @@ import (
 )
 
 func TestMatrix(t *testing.T) {
+	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
 	base := DefaultScenario()
 	base.Duration = Duration(5 * time.Minute)
 	rows, err := Matrix(base)
