@@ -9,6 +9,7 @@ import (
 	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Metrics are the server's Prometheus metrics, on a registry of its own (so one
@@ -87,7 +88,7 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 		Help: "Run-time errors of classifiers in the chain (a trapped plugin, a rule whose expression failed); the next classifier decided. classifier: the link's name.",
 	}, []string{"classifier"})
 	m.Registry.MustRegister(m.classifierErrors, m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{plugins: plugins})
 	return m
 }

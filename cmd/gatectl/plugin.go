@@ -114,9 +114,7 @@ func (l *jsonList) String() string     { return strings.Join(l.values, " ") }
 func checkPlugin(ctx context.Context, c *cli.Context, path string) *pluginReport {
 	rep := &pluginReport{Module: path}
 	fail := func(err error) *pluginReport {
-		for _, line := range errorLines(err) {
-			rep.Errors = append(rep.Errors, line)
-		}
+		rep.Errors = append(rep.Errors, errorLines(err)...)
 		return rep
 	}
 	if ctx == nil {
