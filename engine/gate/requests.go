@@ -199,6 +199,10 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 	}
 	// What the provider held: on arrival the count less the refused call,
 	// which stays counted once released; the completion view never counted it.
+	// (Nor is it added there: a provider that counts at completion can hold
+	// more than its limit, the calls it let in completing after its check, so
+	// that count bounds the limit from above — docs/RATIONALE.md, "An RPM
+	// 429's count is the count at the refused call's admission".)
 	held := n
 	if !b.atCompletion {
 		held = max(1, n-1)
