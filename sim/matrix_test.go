@@ -8,7 +8,7 @@ import (
 )
 
 func TestMatrix(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	base := DefaultScenario()
 	base.Duration = Duration(5 * time.Minute)
 	rows, err := Matrix(base)

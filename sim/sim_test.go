@@ -253,7 +253,7 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 // spend after the first 429: mean 0.878, and the one run left below 0.80
 // (seed 6) is a view switch, not the rate.
 func TestShortSpendIsNoRate(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	base := loadScenario(t, "fixed-window-2x-outside.yaml")
 	mean, low := 0.0, 0
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -286,7 +286,7 @@ func TestShortSpendIsNoRate(t *testing.T) {
 // the trigger the previous one set, lifted back to the clean record each time
 // (seeds 3 and 12), and a rate read from the spend replaced by it (seed 24).
 func TestTokenBucketAtTheRate(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	base := loadScenario(t, "token-bucket-1x.yaml")
 	total := 0
 	for seed := uint64(1); seed <= 24; seed++ {
@@ -515,7 +515,7 @@ func TestCompletionKeepsRoomForUnseenCompletions(t *testing.T) {
 // for a window; with them, 2, 6 and 2, for the same requests served (1.2 of
 // the limit: calls in flight are not counted).
 func TestCompletionKeepsRequestsForUnseenCompletions(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	total := 0
 	for _, seed := range []uint64{4, 8, 11} {
 		s := DefaultScenario()
@@ -712,7 +712,7 @@ func TestGateToldKnownCountsAnOutputFromWhenItWasWritten(t *testing.T) {
 // Over the matrix with headers only the sliding window counted on arrival
 // decides (docs/gate.md): the others keep the safe default.
 func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	for _, seed := range []uint64{1, 2, 3} {
 		s := DefaultScenario()
 		s.Seed = seed
@@ -753,7 +753,7 @@ func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
 // readings after it says whose the trigger is (the readings before it were
 // taken on arrival): kept, seeds 2 and 3 read 0.871 and 0.832 there.
 func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	for _, tc := range []struct {
 		model   string
 		max429s int
@@ -814,7 +814,7 @@ func TestGateTakesTheArrivalViewBackFromTheHeaders(t *testing.T) {
 // is, the trigger held the gate at 0.947 of the limit to the end (see
 // engine/gate/landing.go, unseenLandingLocked).
 func TestSlowStartFromHalfTheLimit(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	for seed := uint64(1); seed <= 8; seed++ {
 		s := DefaultScenario()
 		s.Seed, s.Duration = seed, Duration(time.Hour)
@@ -835,7 +835,7 @@ func TestSlowStartFromHalfTheLimit(t *testing.T) {
 // without latency took 22 429s before; 17 with the room at the others' mean,
 // 7 with it half a deviation under the mean.
 func TestOthersRoomSparesThe429s(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	total, runs := 0, 0
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		base := DefaultScenario()

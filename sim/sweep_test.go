@@ -7,7 +7,7 @@ import (
 
 // A sweep row is its seed's matrix summed: the same runs, 429s and misses.
 func TestSweepSumsTheMatrix(t *testing.T) {
-	t.Parallel() // seconds under -race (CI runs the package so): beside the other long runs
+	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
 	base := DefaultScenario()
 	base.Duration = Duration(10 * time.Minute)
 	seeded := base

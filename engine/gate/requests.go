@@ -9,8 +9,8 @@ import (
 
 // The request axis: the request limit the budget derives from, which limit a
 // 429 was about, and what a request 429 teaches — the trigger, the ceiling,
-// the probe steps above the configured RPM. The bucket's fields for it are
-// the rpm* ones (bucket.go).
+// the probe steps above the configured RPM. Its state is the bucket's fields
+// under "The request axis" (bucket.go).
 
 // rpmLimitLocked is the request limit the budget derives from: the stated RPM,
 // else the learned one, else the configured RPM — never above the user's cap.
