@@ -196,8 +196,8 @@ var timingCases = []timingCase{
 	// figure keeps it. Before, each answer dropped it, the gate refilled to the
 	// stated limit and took a 429 at every cooldown's end (48 an hour in the
 	// simulator). Most runs take that one 429 (0.94–0.97 once learned); two
-	// `.ci/run`s of eleven (10:11 and 16:49 on 2026-12-05, the engine the same
-	// in both as in the nine others) took a second at 34.8–34.9 s, inside the
+	// `.ci/run`s of eleven on 2026-12-05 (10:11 and 16:49; the nine others read
+	// 0.943–0.967) took a second at 34.8–34.9 s, inside the
 	// learned windows, and read 0.669 and 0.680 once learned, with the trigger
 	// at 34,062–34,208. The time fits a lift (engine/gate/outside.go: two
 	// quiet windows of the others' readings after the first 429, then a rise
