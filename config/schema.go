@@ -120,12 +120,15 @@ var (
 	positive    = above(0)
 	nonNegative = atLeast(0)
 	unitFactor  = rng{lo: 0, hi: 1, hasLo: true, hasHi: true, loOpen: true} // (0, 1]
-	unitRange   = between(0, 1)                                             // [0, 1]
+	// safetyFactor is a unitFactor whose zero (left out) means the gate's own 0.99.
+	safetyFactor = unitFactor.withTail("; leave it out for the gate's own 0.99")
+	unitRange    = between(0, 1) // [0, 1]
 	// inherit is a positive value whose zero would mean "inherit".
 	inherit = rng{lo: 0, hasLo: true, loOpen: true, tail: "; leave it out to inherit"}
 )
 
 func (r rng) withNote(s string) rng { r.note = s; return r }
+func (r rng) withTail(s string) rng { r.tail = s; return r }
 
 func (r rng) ok(x float64) bool {
 	switch {
@@ -236,6 +239,19 @@ func numField[T any](key, doc string, r rng, ptr func(*T) *float64) setting[T] {
 				*ptr(t) = f
 			}
 		}}
+}
+
+// unsetZero shows no default for a number whose zero means "left out" (it is
+// outside the number's bounds: the file cannot write it).
+func unsetZero[T any](s setting[T]) setting[T] {
+	show := s.show
+	s.show = func(t *T) string {
+		if v := show(t); v != "0" {
+			return v
+		}
+		return ""
+	}
+	return s
 }
 
 func boolField[T any](key, doc string, ptr func(*T) *bool) setting[T] {

@@ -10,12 +10,13 @@ import (
 )
 
 // APIModelReset is the answer of POST /gate/v1/models/{provider}/{model}/reset:
-// the model, and its ledger after the reset (as GET /gate/v1/status shows it).
-// `gatectl reset` prints it.
+// the model, and its ledger before and after the reset (as GET /gate/v1/status
+// shows it). `gatectl reset` prints it.
 type APIModelReset struct {
 	Provider string            `json:"provider"`
 	Model    string            `json:"model"`
 	Reset    bool              `json:"reset"`
+	Before   gate.BucketStatus `json:"before"`
 	Status   gate.BucketStatus `json:"status"`
 }
 
@@ -52,14 +53,15 @@ func (a *api) handleModelReset(w http.ResponseWriter, provider, model string) {
 		return
 	}
 	now := a.s.clock.Now()
-	if !a.s.ledger.Reset(now, provider, model) {
+	before, ok := a.s.ledger.Reset(now, provider, model)
+	if !ok {
 		writeError(w, http.StatusNotFound, "model", fmt.Sprintf("the gate has no ledger for %s/%s: it was not called since the server started (models: %s)",
 			provider, model, a.knownModels(now)))
 		return
 	}
 	a.s.apiLog.Info("model reset", "provider", provider, "model", model)
 	writeJSON(w, http.StatusOK, APIModelReset{Provider: provider, Model: model, Reset: true,
-		Status: a.s.ledger.BucketStatus(now, provider, model)})
+		Before: before, Status: a.s.ledger.BucketStatus(now, provider, model)})
 }
 
 // apiMaxListedModels bounds the models a 404 lists.

@@ -21,8 +21,13 @@ func TestAPIModelReset(t *testing.T) {
 	t.Run("ClearsWhatWasLearned", func(t *testing.T) {
 		r := e.post("/gate/v1/models/alpha/small/reset", "", http.StatusOK)
 		st, _ := r["status"].(map[string]any)
-		if r["provider"] != "alpha" || r["model"] != "small" || r["reset"] != true || st == nil {
+		before, _ := r["before"].(map[string]any)
+		if r["provider"] != "alpha" || r["model"] != "small" || r["reset"] != true || st == nil || before == nil {
 			t.Fatalf("answer: %v", r)
+		}
+		// What was forgotten: the quota and trigger the 429 set.
+		if apiNum(t, before, "trigger") != 6000 || apiNum(t, before, "quota") != 6000 {
+			t.Fatalf("status before the reset: %v", before)
 		}
 		// The cooldown is the provider's instruction: it stays.
 		if apiNum(t, st, "trigger") != 0 || apiNum(t, st, "quota") != 10000 || apiNum(t, st, "start") != 10000 ||
@@ -41,7 +46,7 @@ func TestAPIModelReset(t *testing.T) {
 			case ev := <-events:
 				d, _ := ev.Data.(map[string]any)
 				if ev.Type == "learn" && d["step"] == "reset" {
-					if d["provider"] != "alpha" || d["model"] != "small" || d["to"] != int64(10000) {
+					if d["provider"] != "alpha" || d["model"] != "small" || d["from"] != int64(6000) || d["to"] != int64(10000) {
 						t.Fatalf("event: %+v", d)
 					}
 					return

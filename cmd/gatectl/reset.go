@@ -82,22 +82,26 @@ func resetPath(provider, model string) string {
 	return "/gate/v1/models/" + url.PathEscape(provider) + "/" + strings.Join(segs, "/") + "/reset"
 }
 
-// writeResetText prints one line: the model, its quota and where it starts, its
-// trigger, and the cooldown the reset kept.
+// writeResetText prints one line: the model, its quota and trigger before and
+// after the reset, and the cooldown the reset kept.
 func writeResetText(w io.Writer, r server.APIModelReset) error {
 	st := r.Status
-	line := fmt.Sprintf("reset %s/%s: quota %s", r.Provider, r.Model, strconv.FormatFloat(st.Quota, 'f', 0, 64))
-	if st.Start > 0 {
-		line += " (from " + strconv.FormatFloat(st.Start, 'f', 0, 64) + ")"
-	}
-	if st.Trigger > 0 {
-		line += ", trigger " + strconv.FormatFloat(st.Trigger, 'f', 0, 64)
-	} else {
-		line += ", trigger none"
-	}
+	line := fmt.Sprintf("reset %s/%s: quota %s → %s, trigger %s → %s", r.Provider, r.Model,
+		tokensText(r.Before.Quota), tokensText(st.Quota), resetTriggerText(r.Before.Trigger), resetTriggerText(st.Trigger))
 	if st.CooldownMs > 0 {
 		line += ", cooldown " + cooldownText(st) + " left (kept)"
 	}
 	_, err := fmt.Fprintln(w, line)
 	return err
+}
+
+// tokensText is a token figure as the reset line shows it.
+func tokensText(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+// resetTriggerText is a trigger, or "none" when no 429 set one.
+func resetTriggerText(v float64) string {
+	if v > 0 {
+		return tokensText(v)
+	}
+	return "none"
 }

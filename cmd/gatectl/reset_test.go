@@ -20,7 +20,7 @@ func TestResetAgainstServer(t *testing.T) {
 	}
 
 	out, err := runCLI(t, "reset", "gateway-a/flash-1", "--addr", url)
-	if want := "reset gateway-a/flash-1: quota 10000 (from 10000), trigger none, cooldown 20s left (kept)\n"; err != nil || out != want {
+	if want := "reset gateway-a/flash-1: quota 6000 → 10000, trigger 6000 → none, cooldown 20s left (kept)\n"; err != nil || out != want {
 		t.Fatalf("reset = %v\n%q\nwant %q", err, out, want)
 	}
 	var st server.APIStatus

@@ -499,22 +499,25 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 // quota, the token and request triggers, the clean-window record and the
 // measured count delay — and starts again from the configured limit, or one an
 // answer's headers stated (a limit only a 429 stated is forgotten too).
-// A running cooldown stays. It reports whether the model was known.
-func (l *Ledger) Reset(now time.Time, provider, model string) bool {
+// A running cooldown stays. It reports the model's status before the reset,
+// and whether the model was known.
+func (l *Ledger) Reset(now time.Time, provider, model string) (before BucketStatus, ok bool) {
 	sh := l.shardOf(provider, model)
 	sh.mu.RLock()
 	b := sh.m[bucketKey{provider, model}]
 	sh.mu.RUnlock()
 	if b == nil {
-		return false
+		return BucketStatus{}, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	before = b.statusLocked(now)
+	from := b.learn.budget()
 	b.resetLocked(now)
 	e := b.newEvent(EventLearn, now, "", "reset", 0, 0)
-	e.Step, e.To = "reset", b.learn.budget()
+	e.Step, e.From, e.To = "reset", from, b.learn.budget()
 	l.emit(e)
-	return true
+	return before, true
 }
 
 var _ engine.RateLimitSink = (*Ledger)(nil)

@@ -222,7 +222,7 @@ func TestRequestPacerSpacesTheFirstWindow(t *testing.T) {
 	at := t0.Add(2 * time.Minute) // a window on: the 57 left, none bound
 	fillRequests(t, l, at, 80)
 	at = at.Add(time.Minute) // the 80 left
-	if !l.Reset(at, "p", "m") {
+	if _, ok := l.Reset(at, "p", "m"); !ok {
 		t.Fatal("no model to reset")
 	}
 	firstHalf(t, l, at, 50)

@@ -79,6 +79,10 @@ func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatu
 func (b *bucket) status(now time.Time) BucketStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.statusLocked(now)
+}
+
+func (b *bucket) statusLocked(now time.Time) BucketStatus {
 	b.expireLocked(now)
 	s := BucketStatus{
 		Provider: b.provider, Model: b.model,

@@ -435,17 +435,25 @@ func TestResetForgetsWhatWasLearned(t *testing.T) {
 	if q, trig := quota(l, t0); q != 800 || trig != 800 {
 		t.Fatalf("setup: quota %v trigger %v", q, trig)
 	}
-	if !l.Reset(t0.Add(time.Second), "p", "m") {
+	before, ok := l.Reset(t0.Add(time.Second), "p", "m")
+	if !ok {
 		t.Fatal("Reset of a known model reported false")
+	}
+	if before.Quota != 800 || before.Trigger != 800 || before.RPMBudget != 4 {
+		t.Fatalf("status before the reset: quota %v trigger %v rpm %d, want what was learned (800, 800, 4)", before.Quota, before.Trigger, before.RPMBudget)
 	}
 	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
 	if st.Quota != 1000 || st.Trigger != 0 || st.CooldownMs != 29000 || st.RPMBudget != 10 || st.CountsAt != "arrival" {
 		t.Fatalf("after reset: quota %v trigger %v cooldown %dms, want 1000, none, and the cooldown kept", st.Quota, st.Trigger, st.CooldownMs)
 	}
-	if len(ev.kinds(EventLearn)) == 0 || ev.kinds(EventLearn)[len(ev.kinds(EventLearn))-1].Step != "reset" {
+	learned := ev.kinds(EventLearn)
+	if len(learned) == 0 || learned[len(learned)-1].Step != "reset" {
 		t.Fatal("no reset event")
 	}
-	if l.Reset(t0, "p", "never-seen") {
+	if e := learned[len(learned)-1]; e.From != 800 || e.To != 1000 {
+		t.Fatalf("reset event from %v to %v, want the budget learned (800) to the start (1000)", e.From, e.To)
+	}
+	if _, ok := l.Reset(t0, "p", "never-seen"); ok {
 		t.Fatal("Reset of an unknown model reported true")
 	}
 }
