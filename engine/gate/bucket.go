@@ -460,10 +460,12 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	b.learn.restore(q)
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()
-	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled {
+	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled && q.DecidesLearned != b.decidesLearnedKnown {
 		// What the headers said the provider decides on, the last time (not
-		// what a user said then: that went with the setting).
+		// what a user said then: that went with the setting). The calls
+		// queued were sized for the other (with or without an output reserve).
 		b.decidesLearnedKnown = q.DecidesLearned
+		b.resizeWaitersLocked()
 	}
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
 		b.forgetReadingsLocked()
@@ -659,6 +661,7 @@ func (b *bucket) reservation(req Request) sizing {
 	if guessed {
 		in = b.est.input(req.InputBytes)
 	}
+	in = min(in, maxReservation) // as the output's: a library caller's absurd input must not wrap the window's sums
 	asked := req.MaxTokens > 0
 	inVar := b.est.inputVariance(in, guessed)
 	if b.decidesKnown() {

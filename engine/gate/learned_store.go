@@ -98,12 +98,19 @@ func (s *MemoryLearnedStore) Save(provider, model string, q LearnedQuota) {
 
 var _ LearnedStore = (*MemoryLearnedStore)(nil)
 
-// restore adopts a stored state, never below the floor.
+// restore adopts a stored state, never below the floor, and — as everything
+// the learner sets — never above the limit the provider states here: the
+// record may be another instance's from before its headers said so, and
+// restating the same figure would not bring it down again.
 func (l *learner) restore(q LearnedQuota) {
 	if q.Quota > 0 {
 		l.quota = max(q.Quota, l.floor)
 	}
 	l.trigger, l.lastCut, l.last429 = q.Trigger, q.LastCut, q.Last429
+	if l.stated > 0 {
+		l.quota = max(l.floor, min(l.quota, l.stated))
+		l.trigger = min(l.trigger, l.stated)
+	}
 	l.burstStart = q.LastCut // a 429 in the same window elsewhere is the same burst
 	if q.LastProbe.IsZero() {
 		return // a record without the per-window flags

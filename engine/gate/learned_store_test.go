@@ -251,3 +251,45 @@ func TestLearnedStoreKeepsTheWindowsTheWaitsTaught(t *testing.T) {
 		t.Fatalf("saved fixed %v, learned %v; want both", q.Fixed, q.FixedLearned)
 	}
 }
+
+// A record adopted from another instance never lifts the quota or the trigger
+// above the limit this model's provider states (that instance's record may
+// predate its headers); restating the same figure does not move the budget, so
+// without the bound it would stay above the stated limit until a 429.
+func TestAdoptedRecordStaysUnderTheStatedLimit(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	l.Calibrate(t0, "p", "m", 800, 800, -1, -1)
+	if bs := l.BucketStatus(t0, "p", "m"); bs.TokenBudget != 800 {
+		t.Fatalf("setup: budget %d, want the stated 800", bs.TokenBudget)
+	}
+	l.AdoptLearned("p", "m", LearnedQuota{Quota: 5000, Trigger: 4000, LastProbe: t0})
+	l.Calibrate(t0.Add(time.Second), "p", "m", 800, 800, -1, -1)
+	bs := l.BucketStatus(t0.Add(time.Second), "p", "m")
+	if bs.Quota > 800 || bs.Trigger > 800 || bs.TokenBudget > 800 {
+		t.Fatalf("adopted: quota %v trigger %v budget %d, want none above the stated 800", bs.Quota, bs.Trigger, bs.TokenBudget)
+	}
+	// A record under the stated limit is taken as it is.
+	l.AdoptLearned("p", "m", LearnedQuota{Quota: 600, Trigger: 600, LastProbe: t0})
+	if bs := l.BucketStatus(t0.Add(time.Second), "p", "m"); bs.Quota != 600 || bs.Trigger != 600 {
+		t.Fatalf("adopted 600: quota %v trigger %v", bs.Quota, bs.Trigger)
+	}
+}
+
+// A record that says the provider decides on what it knows (read from its
+// headers by another instance) resizes the calls already queued: they were
+// sized with an output reserve this model no longer keeps.
+func TestAdoptedDecidesResizesTheQueue(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	mustAdmit(t, l, t0, req(900)) // 900 + the reserve of 100: the window is full
+	w := mustWait(t, l, t0, req(50), "tpm", time.Minute)
+	if w.reserved != 150 {
+		t.Fatalf("setup: queued call reserves %d, want 50 + the reserve of 100", w.reserved)
+	}
+	l.AdoptLearned("p", "m", LearnedQuota{Quota: 1000, LastProbe: t0, Decides: DecidesKnown, DecidesLearned: true})
+	if bs := l.BucketStatus(t0, "p", "m"); bs.Decides != DecidesKnown {
+		t.Fatalf("decides %q after the adopted record, want known", bs.Decides)
+	}
+	if w.reserved != 50 {
+		t.Fatalf("queued call reserves %d after the switch, want its input alone (50)", w.reserved)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gatectl/gatectl/engine"
+	"math"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -600,5 +602,27 @@ func TestPanickingHookLeavesNoOrphans(t *testing.T) {
 				t.Fatalf("status %+v: want nothing queued and only the last call in flight", st)
 			}
 		})
+	}
+}
+
+// A library caller's absurd input (near MaxInt64) is sized as the output's
+// max_tokens is, at most maxReservation: summed into the window unbounded it
+// wrapped negative, and every later call went through as if the window were
+// empty.
+func TestAbsurdInputDoesNotWrapTheWindow(t *testing.T) {
+	for _, r := range []Request{
+		{Provider: "p", Model: "m", Session: "s", InputTokens: math.MaxInt64 - 10, MaxTokens: 100},
+		{Provider: "p", Model: "m", Session: "s", InputTokens: math.MaxInt, MaxTokens: math.MaxInt},
+	} {
+		l, _, _ := newTestLedger(t, testGate())
+		tk, w := l.Submit(t0, r) // over the whole budget: let go at once (the over-budget rule)
+		if w != nil {
+			t.Fatalf("%+v waits (%s), want the over-budget grant", r, w.reason)
+		}
+		if bs := l.BucketStatus(t0, "p", "m"); bs.WindowTokens <= 0 {
+			t.Fatalf("window holds %d tokens after %+v, want it full", bs.WindowTokens, r)
+		}
+		mustWait(t, l, t0, req(10), "tpm", time.Minute) // the next call waits for it to leave
+		_ = tk
 	}
 }
