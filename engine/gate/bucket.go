@@ -268,6 +268,12 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	b.setRPMLocked()
 	if b.win.inner != cfg.Window {
+		// What was learned of the tokens, in the new window's units: the same
+		// rate (as a stated limit is rescaled). Kept as it was, a shorter
+		// window let the old window's budget through in each of its own, and
+		// a longer one held the model at a fraction of its limit until the
+		// slow re-probe, hours on.
+		b.learn.rescale(float64(cfg.Window) / float64(b.win.inner))
 		b.stepHeld = 0                // held in the old window's units
 		b.decides = decidesEvidence{} // counts of the old window's length
 		b.outside = outsideSpend{}    // and readings
@@ -305,18 +311,20 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	b.dispatchLocked(now) // a larger budget may let waiters through
 }
 
-func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Time) *bucket {
-	lim := l.conf().Limits(provider + "/" + model)
+// newBucket builds the bucket of provider/model under cfg (the ledger's
+// configuration when the caller looked: see bucketFor).
+func newBucket(l *Ledger, cfg *Config, provider, model string, ps *providerState, now time.Time) *bucket {
+	lim := cfg.Limits(provider + "/" + model)
 	b := &bucket{
 		l:             l,
 		provider:      provider,
 		model:         model,
 		prov:          ps,
 		limits:        lim,
-		win:           newSlidingWindow(l.conf().Window),
-		done:          newSlidingWindow(l.conf().Window),
-		learn:         newLearner(lim.TPM, l.conf().Learn, now),
-		est:           newEstimator(l.conf().OutputReserveTokens),
+		win:           newSlidingWindow(cfg.Window),
+		done:          newSlidingWindow(cfg.Window),
+		learn:         newLearner(lim.TPM, cfg.Learn, now),
+		est:           newEstimator(cfg.OutputReserveTokens),
 		lastUsed:      now,
 		rpmStepAt:     now,
 		rpmFreshAt:    now,
@@ -326,11 +334,11 @@ func newBucket(l *Ledger, provider, model string, ps *providerState, now time.Ti
 	b.atCompletion, _ = lim.countView()
 	b.learn.cap = float64(lim.MaxTPM)
 	b.setRPMLocked()
-	b.setSpanLocked(now, l.conf())
-	if l.conf().MaxInFlightPerSession > 0 {
+	b.setSpanLocked(now, cfg)
+	if cfg.MaxInFlightPerSession > 0 {
 		b.perSession = make(map[string]int)
 	}
-	if l.quotas != nil && l.conf().Learn {
+	if l.quotas != nil && cfg.Learn {
 		if q, ok := l.quotas.Load(provider, model); ok {
 			b.restoreLocked(q)
 		}
@@ -448,6 +456,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.DecidesLearned = b.limits.Decides == "" && b.decidesLearnedKnown
 	q.Fixed = b.fixedWindowsLocked()
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
+	q.Window = b.win.inner
 	return q
 }
 
@@ -457,6 +466,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // the bucket's view as it is. Readings taken in other units (decides) are
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
+	q = q.inWindow(b.win.inner)
 	b.learn.restore(q)
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()

@@ -55,6 +55,23 @@ type LearnedQuota struct {
 	// answers' stated resets, not configured.
 	Fixed        bool `json:"fixed,omitempty"`
 	FixedLearned bool `json:"fixedLearned,omitempty"`
+	// Window is the window the figures are per (0 in a record from before it:
+	// taken as the bucket's). A record from an instance with another window is
+	// adopted at the same rate, as a reload that changes the window converts.
+	Window time.Duration `json:"window,omitempty"`
+}
+
+// inWindow is q's token figures converted to a window of to, at the same rate
+// (q unchanged when it does not say its window, or says this one).
+func (q LearnedQuota) inWindow(to time.Duration) LearnedQuota {
+	if q.Window <= 0 || to <= 0 || q.Window == to {
+		return q
+	}
+	r := float64(to) / float64(q.Window)
+	q.Quota, q.Trigger, q.CleanMax = q.Quota*r, q.Trigger*r, q.CleanMax*r
+	q.PreProbe, q.FirstFrom, q.RefusedLevel = q.PreProbe*r, q.FirstFrom*r, q.RefusedLevel*r
+	q.Window = to
+	return q
 }
 
 // LearnedStore keeps learned quotas outside one ledger: the seam for a store shared

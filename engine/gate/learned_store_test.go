@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -291,5 +292,74 @@ func TestAdoptedDecidesResizesTheQueue(t *testing.T) {
 	}
 	if w.reserved != 50 {
 		t.Fatalf("queued call reserves %d after the switch, want its input alone (50)", w.reserved)
+	}
+}
+
+// A reload while a model's bucket is being built (its learned state loading
+// from a slow store) reaches the new bucket too: the reload walked the buckets
+// without it, and it came in with the configuration before the reload (here a
+// cap the reload set, ignored until the next reload).
+func TestReloadWhileABucketIsBuiltReachesIt(t *testing.T) {
+	st := &blockingLearnedStore{model: "m", entered: make(chan struct{}), release: make(chan struct{})}
+	l, err := NewLedger(testGate(), engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := make(chan BucketStatus, 1)
+	go func() { built <- l.BucketStatus(t0, "p", "m") }()
+	<-st.entered // building, its Load held
+	c := testGate()
+	c.Defaults.MaxTPM = 500
+	if err := l.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	close(st.release)
+	<-built
+	if bs := l.BucketStatus(t0, "p", "m"); bs.MaxTPM != 500 || bs.TokenBudget > 500 {
+		t.Fatalf("after the reload: cap %d budget %d, want the reload's cap of 500", bs.MaxTPM, bs.TokenBudget)
+	}
+}
+
+// A record says the window its figures are per: an instance with another
+// window (a peer on the shared store, or this one after a reload) adopts them
+// at the same rate; a record from before the field is taken as it is.
+func TestLearnedRecordCarriesItsWindow(t *testing.T) {
+	c := testGate()
+	c.Window = 10 * time.Second
+	for _, tc := range []struct {
+		name string
+		q    LearnedQuota
+		want float64
+	}{
+		{"a minute's figures", LearnedQuota{Quota: 800, Trigger: 800, LastProbe: t0, CleanMax: 780, Window: time.Minute}, 800.0 / 6},
+		{"this window's", LearnedQuota{Quota: 800, Trigger: 800, LastProbe: t0, CleanMax: 780, Window: 10 * time.Second}, 800},
+		{"an older record", LearnedQuota{Quota: 800, Trigger: 800, LastProbe: t0, CleanMax: 780}, 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &MemoryLearnedStore{}
+			st.Save("p", "m", tc.q)
+			l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q, trig := quota(l, t0); math.Abs(q-tc.want) > 1e-9 || math.Abs(trig-tc.want) > 1e-9 {
+				t.Fatalf("loaded: quota %v trigger %v, want %v", q, trig, tc.want)
+			}
+			l.AdoptLearned("p", "m", tc.q) // from a peer
+			if q, trig := quota(l, t0); math.Abs(q-tc.want) > 1e-9 || math.Abs(trig-tc.want) > 1e-9 {
+				t.Fatalf("adopted: quota %v trigger %v, want %v", q, trig, tc.want)
+			}
+		})
+	}
+	// And what it saves says its window.
+	st := &MemoryLearnedStore{}
+	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, l, t0, req(500))
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+	if q, _ := st.Load("p", "m"); q.Window != 10*time.Second || q.Trigger != 600 {
+		t.Fatalf("saved window %s trigger %v, want 10s and 600", q.Window, q.Trigger)
 	}
 }

@@ -621,6 +621,23 @@ func (l *learner) forgetReadings() {
 	l.quota = math.Max(l.floor, level) // the level that held stays; only the readings go
 }
 
+// rescale converts what was learned of the tokens to a window r times as
+// long: the same rate. The start, the floor, a stated limit and the user's cap
+// are the configuration's, in its units already — and so is a quota still at
+// the start with no trigger: nothing was learned of it.
+func (l *learner) rescale(r float64) {
+	if r <= 0 || r == 1 {
+		return
+	}
+	if l.quota != l.start || l.trigger != 0 {
+		l.quota = l.quota * r
+	}
+	l.trigger *= r
+	l.cleanMax, l.curWindowMax = l.cleanMax*r, l.curWindowMax*r
+	l.preProbe, l.firstFrom, l.refusedLevel = l.preProbe*r, l.firstFrom*r, l.refusedLevel*r
+	l.quota = max(l.quota, l.floor)
+}
+
 // reset forgets everything learned: the quota starts again from start.
 func (l *learner) reset(now time.Time) {
 	fresh := newLearner(int(l.start), l.enabled, now)

@@ -244,10 +244,10 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	// Built outside the shard's lock: it loads what the model learned, which with
 	// a shared store is a network round trip that must not hold the other models
 	// of the shard. Two callers may build one each; the first to insert wins.
-	nb := newBucket(l, provider, model, l.providerState(provider), now)
+	nb := newBucket(l, cfg, provider, model, l.providerState(provider), now)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if b = sh.m[k]; b != nil {
+		sh.mu.Unlock()
 		if counted {
 			l.nBuckets.Add(-1)
 		}
@@ -256,6 +256,15 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	sh.m[k] = nb
 	if !counted {
 		l.nBuckets.Add(1)
+	}
+	sh.mu.Unlock()
+	// A reload while it was built walked the buckets without it: it adopts
+	// the configuration now in force (a reload that comes after the insert
+	// finds it in the map, and adopting the same one twice changes nothing).
+	if cur := l.conf(); cur != cfg {
+		nb.mu.Lock()
+		nb.reconfigureLocked(now, cur)
+		nb.mu.Unlock()
 	}
 	return nb
 }

@@ -626,3 +626,47 @@ func TestAbsurdInputDoesNotWrapTheWindow(t *testing.T) {
 		_ = tk
 	}
 }
+
+// A reload that changes the window converts what was learned of the tokens to
+// the new window's units, at the same rate; a model that learned nothing keeps
+// the configured start, which is the user's figure for the new window.
+func TestReloadOfTheWindowRescalesWhatWasLearned(t *testing.T) {
+	learned := func(t *testing.T, window time.Duration) *Ledger {
+		t.Helper()
+		c := testGate()
+		c.Window = window
+		l, _, _ := newTestLedger(t, c)
+		for range 4 {
+			mustAdmit(t, l, t0, req(100)) // 200 tokens each with the output reserve
+		}
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+		if q, trig := quota(l, t0); q != 800 || trig != 800 {
+			t.Fatalf("setup: quota %v trigger %v", q, trig)
+		}
+		l.BucketStatus(t0, "q", "fresh") // a model that learned nothing
+		return l
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to time.Duration
+		want     float64
+	}{
+		{"shorter", time.Minute, 10 * time.Second, 800.0 / 6},
+		{"longer", 10 * time.Second, time.Minute, 800 * 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := learned(t, tc.from)
+			c := testGate()
+			c.Window = tc.to
+			if err := l.Reconfigure(t0.Add(2*time.Second), c); err != nil {
+				t.Fatal(err)
+			}
+			if q, trig := quota(l, t0.Add(2*time.Second)); math.Abs(q-tc.want) > 1e-9 || math.Abs(trig-tc.want) > 1e-9 {
+				t.Fatalf("quota %v trigger %v after the window went from %s to %s, want %v (800 a %s)", q, trig, tc.from, tc.to, tc.want, tc.from)
+			}
+			if bs := l.BucketStatus(t0.Add(2*time.Second), "q", "fresh"); bs.Quota != 1000 {
+				t.Fatalf("a model that learned nothing: quota %v, want the configured 1000", bs.Quota)
+			}
+		})
+	}
+}

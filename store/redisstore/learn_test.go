@@ -100,7 +100,7 @@ func TestResetShared(t *testing.T) {
 		t.Fatal("A learned no trigger from its 429")
 	}
 	waitFor(t, "B to adopt A's trigger", func() bool { return b.BucketStatus(clock.Now(), "p", "m").Trigger == trig })
-	if !b.Reset(clock.Now(), "p", "m") {
+	if _, ok := b.Reset(clock.Now(), "p", "m"); !ok {
 		t.Fatal("B does not know the model")
 	}
 	waitFor(t, "A to follow B's reset", func() bool {
