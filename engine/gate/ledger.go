@@ -188,7 +188,8 @@ func (l *Ledger) conf() *Config { return l.cfg.Load() }
 
 // Reconfigure applies a reloaded configuration. Everything learned survives:
 // windows, reservations, cooldowns, learned quotas and triggers, waiters. A
-// model's new starting TPM replaces its quota only while nothing was learned yet.
+// model's new starting TPM replaces its quota only while nothing was learned yet;
+// a new window converts the learned token figures at the same rate.
 func (l *Ledger) Reconfigure(now time.Time, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
