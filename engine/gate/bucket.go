@@ -146,6 +146,10 @@ type bucket struct {
 
 	agedAt int64 // unix nanos of the last ageLocked pass
 
+	// seenAt is the latest now the bucket saw (unix nanos): a now far behind
+	// it is the wall clock stepped back (followClockLocked).
+	seenAt int64
+
 	// What the rate-limit headers say the provider decides a call on, while
 	// the user has not said (decides.go).
 	decides             decidesEvidence
@@ -363,8 +367,47 @@ const baseMargin = 0.01
 
 // expireLocked drops what left both windows at now.
 func (b *bucket) expireLocked(now time.Time) {
+	b.followClockLocked(now)
 	b.win.expire(now)
 	b.done.expire(now)
+}
+
+// clockStepBack is how far behind the latest time the bucket saw a now may
+// fall before it is a wall clock stepped back (an NTP step, a date set by
+// hand), not callers racing to the lock with times read a moment apart.
+const clockStepBack = time.Second
+
+// followClockLocked keeps what the bucket stamped in wall-clock nanoseconds
+// (the windows' entries, the calls in flight, the pacers, the spend samples)
+// at the same ages when the wall clock steps back.
+// Left as they were, the window's calls would leave it only once the clock
+// caught up — a drain as long as the step, and past maxWait every call failed
+// open: no gate for the step and a window. (What is kept as time.Time needs
+// nothing: with the system clock it carries a monotonic reading.) A new field
+// stamped in unix nanos belongs here.
+func (b *bucket) followClockLocked(now time.Time) {
+	at := now.UnixNano()
+	if b.seenAt == 0 || at >= b.seenAt-int64(clockStepBack) {
+		b.seenAt = max(b.seenAt, at)
+		return
+	}
+	d := at - b.seenAt
+	b.seenAt = at
+	b.win.shift(d, now)
+	b.done.shift(d, now)
+	for i := range b.slots {
+		if s := &b.slots[i]; s.open {
+			s.admitted += d
+		}
+	}
+	for _, p := range []*int64{&b.agedAt, &b.lastGrantAt, &b.refilledAt, &b.pace.at, &b.paceReq.at} {
+		if *p != 0 {
+			*p += d
+		}
+	}
+	for i := range min(b.nSpent, spentSamples) {
+		b.spentAt[i].at += d
+	}
 }
 
 // setSpanLocked sets both windows to the window plus the count guard, and
@@ -525,8 +568,8 @@ func (b *bucket) guardFor(cfg *Config) time.Duration {
 
 func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 	until := b.cooldownUntil
-	if p := b.prov.cooldownUntil.Load(); p > until.UnixNano() {
-		until = time.Unix(0, p)
+	if p := b.prov.cooldownUntil.Load(); p != nil && p.After(until) {
+		until = *p
 	}
 	return max(until.Sub(now), 0)
 }

@@ -147,7 +147,11 @@ const OtherModel = "(other)"
 type ModelKey struct{ Provider, Model string }
 
 type providerState struct {
-	cooldownUntil atomic.Int64 // unix nanos; provider-wide cooldown when the model is unknown
+	// cooldownUntil is the provider-wide cooldown when the model is unknown
+	// (nil: none). A time.Time, not unix nanos: with the system clock it
+	// carries a monotonic reading, so a wall clock stepped back does not
+	// lengthen it.
+	cooldownUntil atomic.Pointer[time.Time]
 }
 
 // Option configures a Ledger.

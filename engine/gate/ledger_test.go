@@ -336,6 +336,11 @@ func TestOverBudgetReservation(t *testing.T) {
 	})
 }
 
+// A clock that steps back keeps the window's entries at their ages: the call
+// admitted at t0+10s, five seconds before the clock went back to t0+5s, leaves
+// the window a minute later in the new clock, at t0+65s, with the call admitted
+// then; a few milliseconds back (callers racing to the lock) is no step, and
+// the entry is stamped at the latest time instead (TestClockSteppedBackKeepsTheWindowsAges).
 func TestClockGoingBackwards(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	mustAdmit(t, l, t0.Add(10*time.Second), req(300))
@@ -343,11 +348,21 @@ func TestClockGoingBackwards(t *testing.T) {
 	if err := l.Settle(t0.Add(6*time.Second), tk, Usage{InputTokens: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.BucketStatus(t0.Add(69*time.Second), "p", "m"); got.WindowTokens != 401 {
+	if got := l.BucketStatus(t0.Add(64*time.Second), "p", "m"); got.WindowTokens != 401 {
 		t.Fatalf("window %d, want 401 (both entries still in)", got.WindowTokens)
 	}
-	if got := l.BucketStatus(t0.Add(70*time.Second), "p", "m"); got.WindowTokens != 0 {
+	if got := l.BucketStatus(t0.Add(65*time.Second), "p", "m"); got.WindowTokens != 0 {
 		t.Fatalf("window %d, want 0", got.WindowTokens)
+	}
+	// Half a second back: no step; the later call is stamped at t0+10s.
+	l, _, _ = newTestLedger(t, testGate())
+	mustAdmit(t, l, t0.Add(10*time.Second), req(300))
+	mustAdmit(t, l, t0.Add(9500*time.Millisecond), req(300))
+	if got := l.BucketStatus(t0.Add(69*time.Second+900*time.Millisecond), "p", "m"); got.WindowTokens != 800 {
+		t.Fatalf("window %d at t0+69.9s, want 800 (both still in)", got.WindowTokens)
+	}
+	if got := l.BucketStatus(t0.Add(70*time.Second), "p", "m"); got.WindowTokens != 0 {
+		t.Fatalf("window %d at t0+70s, want 0 (both stamped t0+10s)", got.WindowTokens)
 	}
 }
 

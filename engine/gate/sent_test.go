@@ -40,8 +40,8 @@ func TestSentMovesTheEntryNotThoseAfterIt(t *testing.T) {
 	b := mustAdmit(t, l, t0.Add(time.Second), req(300)) // 400, sent on time
 	l.Sent(t0.Add(5*time.Second), a)
 	// 800 + 400 > 1000: the first to leave is b, at t0+61s.
-	w := mustWait(t, l, t0.Add(2*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 61*time.Second)
-	w.Cancel(t0.Add(2 * time.Second))
+	w := mustWait(t, l, t0.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "x", InputTokens: 300}, "tpm", 61*time.Second)
+	w.Cancel(t0.Add(5 * time.Second))
 	if got := l.BucketStatus(t0.Add(62*time.Second), "p", "m"); got.WindowTokens != 400 || got.WindowRequests != 1 {
 		t.Fatalf("window at t0+62s = %d tokens, %d requests; want a's 400 and 1", got.WindowTokens, got.WindowRequests)
 	}
@@ -118,12 +118,13 @@ func TestRestampedWindowReads(t *testing.T) {
 	}
 }
 
-// A send stamped before the admission (a clock that stepped back), or a ticket
-// already closed or never issued, changes nothing, and Sent says so.
+// A send stamped before the admission (read a moment before another caller
+// took the lock), or a ticket already closed or never issued, changes nothing,
+// and Sent says so.
 func TestSentThatCannotMoveAnEntry(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	a := mustAdmit(t, l, t0.Add(10*time.Second), req(300))
-	if at := l.Sent(t0, a); !at.IsZero() { // before its admission: it keeps t0+10s
+	if at := l.Sent(t0.Add(9500*time.Millisecond), a); !at.IsZero() { // before its admission: it keeps t0+10s
 		t.Fatalf("a send before the admission moved the entry to %s", at.Sub(t0))
 	}
 	b := mustAdmit(t, l, t0.Add(20*time.Second), req(300))

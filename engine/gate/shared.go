@@ -257,7 +257,7 @@ func (l *Ledger) AdoptProviderCooldown(provider string, until time.Time) {
 func (l *Ledger) extendProviderCooldown(ps *providerState, until time.Time) {
 	for {
 		cur := ps.cooldownUntil.Load()
-		if cur >= until.UnixNano() || ps.cooldownUntil.CompareAndSwap(cur, until.UnixNano()) {
+		if (cur != nil && !cur.Before(until)) || ps.cooldownUntil.CompareAndSwap(cur, &until) {
 			return
 		}
 	}

@@ -105,6 +105,24 @@ func (w *slidingWindow) expire(now time.Time) {
 	}
 }
 
+// shift moves every entry's time by d nanoseconds (negative: the wall clock
+// stepped back by −d), so the entries keep their ages against the new clock;
+// the fixed part, counted against the clock's edges, is counted again at now.
+func (w *slidingWindow) shift(d int64, now time.Time) {
+	for i := 0; i < w.n; i++ {
+		if e := &w.entries[(w.head+i)%len(w.entries)]; e.at != holeAt {
+			e.at += d
+		}
+	}
+	if w.last != 0 {
+		w.last += d
+	}
+	if f := &w.fixed; f.on {
+		*f = fixedPart{on: true, window: f.window, guard: f.guard, seq: w.headSeq}
+		f.rebuild(w, now.UnixNano())
+	}
+}
+
 // advanceTail moves the entries that left the inner window at now into the tail.
 func (w *slidingWindow) advanceTail(now time.Time) {
 	if w.tailEnd < w.headSeq {

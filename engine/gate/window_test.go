@@ -35,3 +35,26 @@ func TestWindowOutputEntriesAreNotRequests(t *testing.T) {
 		t.Fatalf("at 61 s: %d tokens, %d requests, %d output entries; want 500, 2, 1", w.tokens, w.requests(), w.outputs)
 	}
 }
+
+// A wall clock stepped back (an NTP step, a date set by hand) leaves the calls
+// of the window stamped in the new clock's future. Kept so, they would leave
+// the window only when the clock caught up — a drain wait as long as the step,
+// and past maxWait every call failed open: no gate at all for the step and a
+// window. The window keeps its entries' ages against the new clock instead.
+func TestClockSteppedBackKeepsTheWindowsAges(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	at := t0.Add(30 * time.Second)
+	for range 5 {
+		mustAdmit(t, l, at, req(100)) // 200 each with the reserve: the window is full
+	}
+	back := at.Add(-5 * time.Minute) // the clock steps back five minutes
+	tk, w := l.Submit(back, req(100))
+	if w == nil {
+		t.Fatalf("admitted (fail open %v) after the clock stepped back, want a wait for the window", tk.FailOpen)
+	}
+	if w.reason != "tpm" || w.Next().Sub(back) != time.Minute {
+		t.Fatalf("waits %s until %s after the step, want tpm for the window's minute", w.reason, w.Next().Sub(back))
+	}
+	// And the calls leave a window after they were admitted, in the new clock.
+	mustAdmit(t, l, back.Add(time.Minute), req(100))
+}
