@@ -55,6 +55,11 @@ func (a *api) handleModelReset(w http.ResponseWriter, provider, model string) {
 	now := a.s.clock.Now()
 	before, ok := a.s.ledger.Reset(now, provider, model)
 	if !ok {
+		if _, configured := a.s.snap.Current().Config.Providers[provider]; !configured {
+			writeError(w, http.StatusNotFound, "provider", fmt.Sprintf("no provider %q in the config, and the gate has no ledger for %s/%s (models: %s)",
+				provider, provider, model, a.knownModels(now)))
+			return
+		}
 		writeError(w, http.StatusNotFound, "model", fmt.Sprintf("the gate has no ledger for %s/%s: it was not called since the server started (models: %s)",
 			provider, model, a.knownModels(now)))
 		return

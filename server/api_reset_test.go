@@ -87,7 +87,7 @@ func TestAPIModelReset(t *testing.T) {
 		}{
 			{"UnknownModel", http.MethodPost, "/gate/v1/models/alpha/never/reset", 404, "model",
 				"the gate has no ledger for alpha/never: it was not called since the server started (models: alpha/small, beta/deepseek/deepseek-chat)"},
-			{"UnknownProvider", http.MethodPost, "/gate/v1/models/zeta/small/reset", 404, "model", "no ledger for zeta/small"},
+			{"UnknownProvider", http.MethodPost, "/gate/v1/models/zeta/small/reset", 404, "provider", `no provider "zeta" in the config, and the gate has no ledger for zeta/small`},
 			{"EmptyModel", http.MethodPost, "/gate/v1/models/alpha/reset", 400, "model", "the model is empty"},
 			{"NoSuffix", http.MethodPost, "/gate/v1/models/alpha/small", 404, "", "did you mean /gate/v1/models/alpha/small/reset?"},
 			{"ControlCharacter", http.MethodPost, "/gate/v1/models/alpha/sm%07all/reset", 400, "model", "must not contain control characters"},
