@@ -83,7 +83,7 @@ var limitsSchema = &schema[ModelLimits]{
 			func(l *ModelLimits) *int { return &l.MaxTPM }),
 		intField("maxRpm", "a hard cap on requests per window, as maxTpm", capRange,
 			func(l *ModelLimits) *int { return &l.MaxRPM }),
-		unsetZero(numField("safetyFactor", "overrides gate.safetyFactor for the model (left out: gate.safetyFactor's, or 0.99 when that is left out too)", unitFactor.withTail("; leave it out to inherit"),
+		unsetZero(numField("safetyFactor", "overrides gate.safetyFactor for the model (left out: gate.defaults' safetyFactor, else gate.safetyFactor, else 0.99)", unitFactor.withTail("; leave it out to inherit"),
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor })),
 		choiceField("countsAt", "when the provider counts a call, if you know it: arrival, or completion (a call in flight is not in its window until it ends); learn (a model's way back under defaults that set one), or left out: the gate learns it from where 429s fall",
 			[]string{gate.CountsAtArrival, gate.CountsAtCompletion, gate.CountsAtLearn}, func(l *ModelLimits) *string { return &l.CountsAt }),

@@ -88,6 +88,9 @@ func writeResetText(w io.Writer, r server.APIModelReset) error {
 	st := r.Status
 	line := fmt.Sprintf("reset %s/%s: quota %s → %s, trigger %s → %s", r.Provider, r.Model,
 		tokensText(r.Before.Quota), tokensText(st.Quota), resetTriggerText(r.Before.Trigger), resetTriggerText(st.Trigger))
+	if r.Before.Model == "" { // a server from before the answer said what it forgot
+		line = fmt.Sprintf("reset %s/%s: quota %s, trigger %s", r.Provider, r.Model, tokensText(st.Quota), resetTriggerText(st.Trigger))
+	}
 	if st.CooldownMs > 0 {
 		line += ", cooldown " + cooldownText(st) + " left (kept)"
 	}

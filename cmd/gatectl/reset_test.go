@@ -82,3 +82,17 @@ func TestResetPath(t *testing.T) {
 		}
 	}
 }
+
+// A server from before the answer carried "before" still gets a line that says
+// nothing false: the state after the reset alone, not "quota 0 → …".
+func TestResetTextFromAnOlderServer(t *testing.T) {
+	var b strings.Builder
+	r := server.APIModelReset{Provider: "p", Model: "m", Reset: true}
+	r.Status.Model, r.Status.Quota = "m", 1000
+	if err := writeResetText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "reset p/m: quota 1000, trigger none\n"; b.String() != want {
+		t.Fatalf("%q, want %q", b.String(), want)
+	}
+}

@@ -16,8 +16,12 @@ type bucket struct {
 	limits   ModelLimits
 	rpm      int // request budget (setRPMLocked), at least 1
 
-	mu  sync.Mutex
-	win slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
+	mu sync.Mutex
+	// window is the window the bucket's learned state is counted in: the
+	// configuration's when it was built or last reconfigured (see
+	// reconfigureLocked).
+	window time.Duration
+	win    slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
 	// done holds settled calls keyed by when they settled: what a provider that
 	// counts a call when it completes holds. atCompletion says which of the two
 	// the provider behaves like (configured as countsAt, or learned from 429s:
@@ -146,9 +150,11 @@ type bucket struct {
 
 	agedAt int64 // unix nanos of the last ageLocked pass
 
-	// seenAt is the latest now the bucket saw (unix nanos): a now far behind
-	// it is the wall clock stepped back (followClockLocked).
-	seenAt int64
+	// seenAt is the latest now the bucket saw (unix nanos; seen, as read) and
+	// steppedAt the now at which it last followed a step of the wall clock
+	// (followClockLocked).
+	seenAt          int64
+	seen, steppedAt time.Time
 
 	// What the rate-limit headers say the provider decides a call on, while
 	// the user has not said (decides.go).
@@ -262,7 +268,12 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 			b.forgetReadingsLocked() // read in the other view
 		}
 	}
-	if b.win.inner != cfg.Window || !cfg.Learn {
+	// The window the bucket's state is counted in: not win.inner, which the
+	// span's other callers (a 429's measured delay, a restore, a reset) set
+	// from the configuration stored already when this reload had not reached
+	// the bucket yet.
+	windowChanged := b.window != cfg.Window
+	if windowChanged || !cfg.Learn {
 		// Request counts of the old window's length, or learned while learning
 		// was on: the configured RPM stands again.
 		b.forgetRequestLearningLocked(now)
@@ -271,14 +282,18 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.outside = outsideSpend{} // not read now: readings from before would be stale when it is again
 	}
 	b.setRPMLocked()
-	if b.win.inner != cfg.Window {
+	if windowChanged {
 		// What was learned of the tokens, in the new window's units: the same
 		// rate (as a stated limit is rescaled). Kept as it was, a shorter
 		// window let the old window's budget through in each of its own, and
 		// a longer one held the model at a fraction of its limit until the
 		// slow re-probe, hours on.
-		b.learn.rescale(float64(cfg.Window) / float64(b.win.inner))
-		b.stepHeld = 0                // held in the old window's units
+		b.learn.rescale(float64(cfg.Window) / float64(b.window))
+		b.window = cfg.Window
+		b.stepHeld = 0 // held in the old window's units
+		// Levels served in the old window's units refute nothing in the new.
+		b.servedArrival, b.servedDone = servedLevel{}, servedLevel{}
+		b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
 		b.decides = decidesEvidence{} // counts of the old window's length
 		b.outside = outsideSpend{}    // and readings
 		// A pause of the old window is no refill of the new one.
@@ -303,6 +318,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.learn.stated, b.learn.preProbe = float64(lim.TPM), 0
 		b.learn.quota = min(b.learn.quota, b.learn.stated)
 		b.learn.trigger = min(b.learn.trigger, b.learn.stated)
+		b.statedSpan = cfg.Window // the figure restated is the same limit, in these units now
 	}
 	b.learn.cap = float64(lim.MaxTPM)
 	b.est.configuredReserve = cfg.OutputReserveTokens
@@ -325,6 +341,7 @@ func newBucket(l *Ledger, cfg *Config, provider, model string, ps *providerState
 		model:         model,
 		prov:          ps,
 		limits:        lim,
+		window:        cfg.Window,
 		win:           newSlidingWindow(cfg.Window),
 		done:          newSlidingWindow(cfg.Window),
 		learn:         newLearner(lim.TPM, cfg.Learn, now),
@@ -372,41 +389,55 @@ func (b *bucket) expireLocked(now time.Time) {
 	b.done.expire(now)
 }
 
-// clockStepBack is how far behind the latest time the bucket saw a now may
-// fall before it is a wall clock stepped back (an NTP step, a date set by
-// hand), not callers racing to the lock with times read a moment apart.
-const clockStepBack = time.Second
+// clockStep is how far the wall clock may move against the time that passed
+// before the bucket takes it for a step (an NTP step, a date set by hand).
+// With the system clock the time that passed is read from the monotonic
+// clock, so a caller whose now was read a while before it took the lock is no
+// step. A clock without a monotonic reading (a fake one, a test's) has only
+// the wall time: there a now more than clockStep behind the latest one seen
+// is taken for a step back, and one less is clamped, as callers racing to the
+// lock read it milliseconds apart.
+const clockStep = time.Second
 
 // followClockLocked keeps what the bucket stamped in wall-clock nanoseconds
 // (the windows' entries, the calls in flight, the pacers, the spend samples)
-// at the same ages when the wall clock steps back.
-// Left as they were, the window's calls would leave it only once the clock
-// caught up — a drain as long as the step, and past maxWait every call failed
-// open: no gate for the step and a window. (What is kept as time.Time needs
-// nothing: with the system clock it carries a monotonic reading.) A new field
-// stamped in unix nanos belongs here.
+// at the same ages when the wall clock steps. Left as they were after a step
+// back, the window's calls would leave it only once the clock caught up — a
+// drain as long as the step, and past maxWait every call failed open: no gate
+// for the step and a window; after a step forward they would leave early. A
+// new field stamped in unix nanos belongs here. (What is kept as time.Time and
+// read in this process carries the monotonic reading and needs nothing.)
 func (b *bucket) followClockLocked(now time.Time) {
 	at := now.UnixNano()
-	if b.seenAt == 0 || at >= b.seenAt-int64(clockStepBack) {
-		b.seenAt = max(b.seenAt, at)
+	var step int64
+	switch {
+	case b.seenAt == 0:
+	case now != now.Round(0) && b.seen != b.seen.Round(0): // both carry a monotonic reading
+		step = at - b.seenAt - int64(now.Sub(b.seen)) // how far the wall moved past the time that passed
+	case at < b.seenAt:
+		step = at - b.seenAt
+	}
+	if step >= -int64(clockStep) && step <= int64(clockStep) {
+		if at > b.seenAt {
+			b.seenAt, b.seen = at, now
+		}
 		return
 	}
-	d := at - b.seenAt
-	b.seenAt = at
-	b.win.shift(d, now)
-	b.done.shift(d, now)
+	b.seenAt, b.seen, b.steppedAt = at, now, now
+	b.win.shift(step, now)
+	b.done.shift(step, now)
 	for i := range b.slots {
 		if s := &b.slots[i]; s.open {
-			s.admitted += d
+			s.admitted += step
 		}
 	}
 	for _, p := range []*int64{&b.agedAt, &b.lastGrantAt, &b.refilledAt, &b.pace.at, &b.paceReq.at} {
 		if *p != 0 {
-			*p += d
+			*p += step
 		}
 	}
 	for i := range min(b.nSpent, spentSamples) {
-		b.spentAt[i].at += d
+		b.spentAt[i].at += step
 	}
 }
 
@@ -499,7 +530,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.DecidesLearned = b.limits.Decides == "" && b.decidesLearnedKnown
 	q.Fixed = b.fixedWindowsLocked()
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
-	q.Window = b.win.inner
+	q.Window = b.window
 	return q
 }
 
@@ -509,7 +540,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 // the bucket's view as it is. Readings taken in other units (decides) are
 // dropped too.
 func (b *bucket) restoreLocked(q LearnedQuota) {
-	q = q.inWindow(b.win.inner)
+	q = q.inWindow(b.window)
 	b.learn.restore(q)
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()
@@ -1095,6 +1126,12 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 
 func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAfter time.Duration, fallback bool) {
 	b.expireLocked(now)
+	if !sig.Admitted.IsZero() && sig.Admitted.Before(b.steppedAt) {
+		// Admitted before the wall clock stepped: the windows' stamps moved
+		// with the step, its time did not, and read against them it would
+		// point at other calls.
+		sig.Admitted = time.Time{}
+	}
 	if until := now.Add(retryAfter); until.After(b.cooldownUntil) {
 		b.cooldownUntil = until // a shorter, later cooldown never shortens a longer one
 	}

@@ -104,8 +104,9 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 	if limitTokens <= 0 {
 		return
 	}
-	// Restated: the same figure, adopted in this window's units (a reload
-	// that changed the window left the learner in the old ones: adopt again).
+	// Restated: the same figure, in the units of the window it was adopted in
+	// (a reload that changes the window converts the learner and says so in
+	// statedSpan; one the bucket has not seen yet is adopted again here).
 	restated := b.statedTokens == limitTokens && b.statedSpan == span
 	b.statedTokens, b.statedSpan = limitTokens, span
 	q := float64(scaleLimit(limitTokens, span))

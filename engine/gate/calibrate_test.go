@@ -160,22 +160,24 @@ func TestCalibrateRestatedKeepsWhatA429Taught(t *testing.T) {
 		t.Fatalf("a new limit stated: trigger %v quota %v, want 0 and 1200", st.Trigger, st.Quota)
 	}
 	// A trigger again, then a reload that doubles the window: what was learned
-	// is in the old window's units, and the same figure restated is adopted
-	// again in the new ones.
+	// is converted to the new window's units with the stated limit, and the
+	// same figure restated is the same limit there, which keeps the trigger.
 	tk = mustAdmit(t, l, now, req(900))
 	l.RateLimited(now, "p", "m", time.Second)
 	_ = l.Release(now, tk)
-	if st := l.BucketStatus(now, "p", "m"); st.Trigger == 0 {
+	st = l.BucketStatus(now, "p", "m")
+	if st.Trigger == 0 {
 		t.Fatal("setup: no trigger before the reload")
 	}
+	trigger = st.Trigger
 	cfg := testGate()
 	cfg.Window, cfg.MaxWait = 2*time.Minute, 4*time.Minute
 	if err := l.Reconfigure(now, cfg); err != nil {
 		t.Fatal(err)
 	}
 	l.Calibrate(now, "p", "m", 1200, 1200, -1, -1)
-	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 0 || st.Quota != 2400 {
-		t.Fatalf("restated after the window doubled: trigger %v quota %v, want 0 and 2400 (1200 a minute)", st.Trigger, st.Quota)
+	if st := l.BucketStatus(now, "p", "m"); st.Trigger != 2*trigger || st.Quota > 2400 {
+		t.Fatalf("restated after the window doubled: trigger %v quota %v, want the trigger %v doubled, under 2400 (1200 a minute)", st.Trigger, st.Quota, trigger)
 	}
 }
 

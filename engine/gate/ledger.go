@@ -264,13 +264,14 @@ func (l *Ledger) bucketFor(provider, model string, now time.Time) *bucket {
 	}
 	sh.mu.Unlock()
 	// A reload while it was built walked the buckets without it: it adopts
-	// the configuration now in force (a reload that comes after the insert
-	// finds it in the map, and adopting the same one twice changes nothing).
+	// the configuration now in force, read under its lock (a reload that
+	// stores one after that finds it in the map and waits for the lock; adopting
+	// the same one twice changes nothing).
+	nb.mu.Lock()
 	if cur := l.conf(); cur != cfg {
-		nb.mu.Lock()
 		nb.reconfigureLocked(now, cur)
-		nb.mu.Unlock()
 	}
+	nb.mu.Unlock()
 	return nb
 }
 

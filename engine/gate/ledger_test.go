@@ -336,11 +336,12 @@ func TestOverBudgetReservation(t *testing.T) {
 	})
 }
 
-// A clock that steps back keeps the window's entries at their ages: the call
-// admitted at t0+10s, five seconds before the clock went back to t0+5s, leaves
-// the window a minute later in the new clock, at t0+65s, with the call admitted
-// then; a few milliseconds back (callers racing to the lock) is no step, and
-// the entry is stamped at the latest time instead (TestClockSteppedBackKeepsTheWindowsAges).
+// A clock that steps back keeps the window's entries at their ages: admitted
+// at t0+10s, the first call is the clock's latest when it steps back five
+// seconds, to t0+5s; it leaves a minute after that, at t0+65s in the new
+// clock, with the call admitted then. Half a second back (callers racing to
+// the lock) is no step, and the entry is stamped at the latest time instead
+// (and see TestClockSteppedBackKeepsTheWindowsAges).
 func TestClockGoingBackwards(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	mustAdmit(t, l, t0.Add(10*time.Second), req(300))
@@ -646,21 +647,7 @@ func TestAbsurdInputDoesNotWrapTheWindow(t *testing.T) {
 // the new window's units, at the same rate; a model that learned nothing keeps
 // the configured start, which is the user's figure for the new window.
 func TestReloadOfTheWindowRescalesWhatWasLearned(t *testing.T) {
-	learned := func(t *testing.T, window time.Duration) *Ledger {
-		t.Helper()
-		c := testGate()
-		c.Window = window
-		l, _, _ := newTestLedger(t, c)
-		for range 4 {
-			mustAdmit(t, l, t0, req(100)) // 200 tokens each with the output reserve
-		}
-		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
-		if q, trig := quota(l, t0); q != 800 || trig != 800 {
-			t.Fatalf("setup: quota %v trigger %v", q, trig)
-		}
-		l.BucketStatus(t0, "q", "fresh") // a model that learned nothing
-		return l
-	}
+	learned := learned800
 	for _, tc := range []struct {
 		name     string
 		from, to time.Duration
@@ -683,5 +670,65 @@ func TestReloadOfTheWindowRescalesWhatWasLearned(t *testing.T) {
 				t.Fatalf("a model that learned nothing: quota %v, want the configured 1000", bs.Quota)
 			}
 		})
+	}
+}
+
+// learned800 is a ledger with a window of window whose model p/m learned a
+// quota and a trigger of 800 from a 429, and whose q/fresh learned nothing.
+func learned800(t *testing.T, window time.Duration) *Ledger {
+	t.Helper()
+	c := testGate()
+	c.Window = window
+	l, _, _ := newTestLedger(t, c)
+	for range 4 {
+		mustAdmit(t, l, t0, req(100)) // 200 tokens each with the output reserve
+	}
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+	if q, trig := quota(l, t0); q != 800 || trig != 800 {
+		t.Fatalf("setup: quota %v trigger %v", q, trig)
+	}
+	l.BucketStatus(t0, "q", "fresh") // a model that learned nothing
+	return l
+}
+
+// The window the learned figures are in is the bucket's own record, not its
+// span: a 429 that measures a delay sets the span from the configuration a
+// reload stored already, before the reload's walk has reached the bucket; the
+// walk must still convert what was learned.
+func TestReloadConvertsWhenTheSpanMovedFirst(t *testing.T) {
+	l := learned800(t, time.Minute)
+	c := testGate()
+	c.Window = 10 * time.Second
+	l.cfg.Store(&c) // the reload stored it; its walk is not at p/m yet
+	l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests, Admitted: t0})
+	if err := l.Reconfigure(t0.Add(2*time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	if q, trig := quota(l, t0.Add(2*time.Second)); math.Abs(q-800.0/6) > 1e-9 || math.Abs(trig-800.0/6) > 1e-9 {
+		t.Fatalf("quota %v trigger %v after the reload, want %v (800 a minute)", q, trig, 800.0/6)
+	}
+}
+
+// A model whose provider states its limit keeps the trigger a 429 set under
+// it through a reload that changes the window (converted) and the next answer
+// restating the same figure: that figure is the same limit in the new units,
+// not a new one that would drop what 429s taught.
+func TestReloadKeepsATriggerUnderAStatedLimit(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	l.Calibrate(t0, "p", "m", 800, 800, -1, -1) // 800 a minute
+	mustAdmit(t, l, t0, req(600))
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens})
+	_, trig := quota(l, t0)
+	if trig <= 0 || trig >= 800 {
+		t.Fatalf("setup: trigger %v, want one under the stated 800", trig)
+	}
+	c := testGate()
+	c.Window = 30 * time.Second
+	if err := l.Reconfigure(t0.Add(time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	l.Calibrate(t0.Add(2*time.Second), "p", "m", 800, 800, -1, -1) // the next answer
+	if q, got := quota(l, t0.Add(2*time.Second)); math.Abs(got-trig/2) > 1e-9 || q > 400 {
+		t.Fatalf("after the reload and the figure restated: quota %v trigger %v, want the trigger %v (half of %v) kept", q, got, trig/2, trig)
 	}
 }

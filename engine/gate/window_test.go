@@ -58,3 +58,21 @@ func TestClockSteppedBackKeepsTheWindowsAges(t *testing.T) {
 	// And the calls leave a window after they were admitted, in the new clock.
 	mustAdmit(t, l, back.Add(time.Minute), req(100))
 }
+
+// With the system clock's monotonic reading the gate tells a step of the wall
+// clock from a caller whose now was read a while before it got the lock: the
+// second call here was read two seconds before the first (both clocks moved
+// alike), is no step, and is stamped with the first; a wall-only rule would
+// have moved the first call two seconds back, out of the window early.
+func TestLateNowIsNoClockStep(t *testing.T) {
+	base := time.Now() // carries a monotonic reading, as the server's clock does
+	l, _, _ := newTestLedger(t, testGate())
+	mustAdmit(t, l, base.Add(10*time.Second), req(300))
+	mustAdmit(t, l, base.Add(8*time.Second), req(300))
+	if got := l.BucketStatus(base.Add(69*time.Second), "p", "m"); got.WindowTokens != 800 {
+		t.Fatalf("window %d at +69s, want 800 (both stamped at +10s)", got.WindowTokens)
+	}
+	if got := l.BucketStatus(base.Add(70*time.Second), "p", "m"); got.WindowTokens != 0 {
+		t.Fatalf("window %d at +70s, want 0", got.WindowTokens)
+	}
+}
