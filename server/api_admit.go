@@ -400,7 +400,7 @@ func (a *api) handleSent(w http.ResponseWriter, r *http.Request) {
 	}
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
-	tk, first := a.tickets.markSent(req.Ticket)
+	tk, first := a.tickets.markSent(now, req.Ticket)
 	if tk == nil && a.sentElsewhere(w, now, req.Ticket) {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/retry"
@@ -105,6 +106,11 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	resp := apiFailureResponse{}
+	// What the ticket knows of the refused call: when it counted from (its
+	// send, when the harness reported it) and what it reserved — for the
+	// gate's measured count delay and its reading of the 429.
+	var admitted time.Time
+	var reserved int64
 	if req.Ticket != "" {
 		tk := a.tickets.take(req.Ticket)
 		if tk == nil {
@@ -113,6 +119,10 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = a.s.ledger.Release(now, tk.t)
 		resp.TicketReleased = true
+		admitted, reserved = tk.issued, tk.t.Reserved
+		if !tk.sentAt.IsZero() {
+			admitted = tk.sentAt
+		}
 	}
 
 	f := &engine.Failure{Status: req.Status, Headers: req.Headers, Body: req.Body, Provider: req.Provider, Model: req.Model, ErrorKind: req.ErrorKind}
@@ -126,7 +136,7 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	act := a.s.planner.Plan(r.Context(), now, retry.Request{Verdict: v, Provider: req.Provider, Model: req.Model,
-		Session: req.Session, Turn: req.Turn, Step: req.Step, Failure: f})
+		Session: req.Session, Turn: req.Turn, Step: req.Step, Failure: f, Admitted: admitted, Reserved: reserved})
 	a.s.metrics.Upstream(req.Provider, req.Status)
 	a.s.metrics.Failure(v.Class)
 	a.s.metrics.Action(string(act.Kind))

@@ -30,7 +30,8 @@ type apiTicket struct {
 	session  string
 	issued   time.Time
 	expires  time.Time
-	sent     bool // the harness reported the call sent (POST /gate/v1/sent); guarded by the table's mutex
+	sent     bool      // the harness reported the call sent (POST /gate/v1/sent); guarded by the table's mutex
+	sentAt   time.Time // when it did (zero: not reported)
 }
 
 // apiTickets maps the opaque ticket strings of the decision API to the ledger's
@@ -54,7 +55,14 @@ func newAPITickets(ttl time.Duration, max int) *apiTickets {
 func (ts *apiTickets) add(now time.Time, t gate.Ticket, provider, model, session string) (tk *apiTicket, evicted []*apiTicket) {
 	id := newTicketID()
 	if t.Shared != "" {
-		id = sharedTicketID(provider, model, t.Shared)
+		// The key the shared entry is under: a model past gate.maxModels is
+		// counted under its provider's (other), and another instance settling
+		// the ticket looks there.
+		p, m := t.Model()
+		if p == "" {
+			p, m = provider, model
+		}
+		id = sharedTicketID(p, m, t.Shared)
 	}
 	tk = &apiTicket{id: id, t: t, provider: provider, model: model, session: session, issued: now, expires: now.Add(ts.ttl)}
 	ts.mu.Lock()
@@ -84,7 +92,7 @@ func (ts *apiTickets) take(id string) *apiTicket {
 // markSent returns the ticket by id without taking it, and whether this is
 // the first report of its send; nil when unknown, expired (and swept) or
 // already taken.
-func (ts *apiTickets) markSent(id string) (tk *apiTicket, first bool) {
+func (ts *apiTickets) markSent(now time.Time, id string) (tk *apiTicket, first bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	e := ts.byID[id]
@@ -93,6 +101,9 @@ func (ts *apiTickets) markSent(id string) (tk *apiTicket, first bool) {
 	}
 	tk = e.Value.(*apiTicket)
 	first, tk.sent = !tk.sent, true
+	if first {
+		tk.sentAt = now
+	}
 	return tk, first
 }
 

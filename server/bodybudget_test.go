@@ -288,3 +288,62 @@ func (r *zeroes) Read(p []byte) (int, error) {
 	r.n -= n
 	return n, nil
 }
+
+// TestBodyBudget429WithoutRoom: a 429 whose error body finds no room in the
+// budget is answered 503 like any answer without room, and still reaches the
+// gate: its status and Retry-After carry the model's cooldown. Dropped, the
+// model got none, and every other session kept sending into the limit. Two
+// answers held by clients that read only their headers (60 and 35.5 MiB of 96)
+// leave less than the error body's MiB when the 429 comes.
+func TestBodyBudget429WithoutRoom(t *testing.T) {
+	answer := func(size int) http.HandlerFunc {
+		big := bytes.Repeat([]byte(" "), size)
+		copy(big, `{"id":"c1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			_, _ = w.Write(big)
+		}
+	}
+	release := make(chan struct{})
+	up := newFakeUpstream(t,
+		func(w http.ResponseWriter, r *http.Request) { // the 429, once the answers hold the budget
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "7")
+			w.Header().Set("Content-Length", strconv.Itoa(1<<20))
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write(bytes.Repeat([]byte(" "), 1<<20))
+		},
+		answer(60<<20), answer(71<<19))
+	f := newPxFixture(t, fmt.Sprintf("providers:\n  p: {kind: openai, baseURL: %s/v1}\nserver: {maxBufferedBytes: %d}\n", up.URL, 96<<20), false)
+	type result struct {
+		status int
+		body   string
+	}
+	limited := make(chan result, 1)
+	go func() {
+		r, body := f.call("/v1/chat/completions", chatReq("p/x"))
+		limited <- result{r.StatusCode, body}
+	}()
+	waitFor(t, "the call the upstream holds", func() bool { return up.n() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, m := range []string{"p/a", "p/c"} {
+		held := f.post(ctx, "/v1/chat/completions", chatReq(m))
+		defer held.Body.Close()
+		if held.StatusCode != 200 {
+			t.Fatalf("%s: status %d", m, held.StatusCode)
+		}
+	}
+	close(release)
+	r := <-limited
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "server.maxBufferedBytes") {
+		t.Fatalf("the 429's call: status %d: %.300s", r.status, r.body)
+	}
+	if st := f.status("p", "x"); st.CooldownMs <= 0 || st.RateLimited != 1 {
+		t.Fatalf("cooldown %dms, 429s %d after the unread 429: want its 7 s cooldown", st.CooldownMs, st.RateLimited)
+	}
+	cancel()
+	waitFor(t, "the budget to empty", func() bool { return f.srv.bodies.inUse() == 0 })
+}

@@ -281,9 +281,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
 		if rerr != nil && ctx.Err() != nil {
+			x.unreadRateLimit(route, resp)
 			return nil, true
 		}
 		if errors.Is(rerr, errBudgetFull) {
+			x.unreadRateLimit(route, resp)
 			x.budgetFull()
 			return nil, true
 		}
@@ -361,6 +363,40 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
 }
 
+// unreadRateLimit tells the gate of a 429 whose body was not read (the body
+// budget was full, the client went away), which no retry plan will see: its
+// status and headers carry the cooldown and the limits it states. Without it
+// the model got no cooldown, and every other session kept sending into the
+// limit.
+func (x *exchange) unreadRateLimit(route engine.Route, resp *http.Response) {
+	if resp.StatusCode != http.StatusTooManyRequests {
+		return
+	}
+	fail := x.httpFailure(route, resp, nil)
+	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(x.r.Context()), &fail.f)
+	x.s.metrics.Failure(v.Class)
+	x.gateRateLimit(route, &fail.f, v, x.countedFrom())
+}
+
+// gateRateLimit records a rate limit the retry planner does not see in the
+// gate (the planner records those it plans for): the model's cooldown (the
+// provider's hint, clamped, else the gate's fallback), the axis and the limits
+// it states. admitted is when the refused call counted from (zero: unknown).
+func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine.Verdict, admitted time.Time) {
+	if v.Class != engine.ClassRateLimit {
+		return
+	}
+	var cooldown time.Duration // 0: the gate's fallback
+	if hint, ok := v.RetryAfter(); ok {
+		pol := x.s.planner.Policy()
+		cooldown = pol.ClampHint(hint)
+	}
+	statedT, statedR := engine.StatedLimits(f)
+	x.s.ledger.RateLimitedBy(x.s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
+		RetryAfter: cooldown, Axis: engine.RateLimitAxis(f), Admitted: admitted, Tokens: x.reserved,
+		StatedTokens: statedT, StatedRequests: statedR})
+}
+
 // budgetFull answers 503 with Retry-After: the body budget had no room for the
 // upstream's answer within bufferWait. Retrying at once would download it again
 // into the same full budget, so the client is asked to come back shortly.
@@ -419,7 +455,10 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 		ms := since.Milliseconds()
 		fail.f.SinceCapacityMs = &ms
 	}
-	v, _, _ := x.snap.Chain.Classify(ctx, &fail.f)
+	// Not the request's context: a client gone by now must not make the
+	// provider's 429 UNKNOWN, which would start no cooldown (plugins have
+	// deadlines of their own).
+	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(ctx), &fail.f)
 	s.metrics.Failure(v.Class)
 	if fail.f.Status == http.StatusTooManyRequests && v.Class != engine.ClassRateLimit {
 		// Not a rate limit after all (a call larger than the limit, spent

@@ -62,6 +62,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	if err := write(&ev, usageOnly); err != nil {
 		clean = false
 	}
+	// A failure after the first byte is classified once the call is settled:
+	// a rate limit reported while the call still held its reservation
+	// (max_tokens) would be read as spent, a level above the refusal's.
+	var failed func()
 	for clean {
 		ev, err = rd.next()
 		if err != nil {
@@ -70,7 +74,8 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 			}
 			clean = false
 			if ctx.Err() == nil {
-				x.midStreamError(route, err, nil)
+				readErr := err
+				failed = func() { x.midStreamError(route, readErr, nil) }
 			}
 			break
 		}
@@ -85,13 +90,17 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 		if isErr {
 			clean = false
-			x.midStreamError(route, nil, ev.data)
+			data := append([]byte(nil), ev.data...)
+			failed = func() { x.midStreamError(route, nil, data) }
 			break
 		}
 	}
 	x.upstream += time.Since(u0)
 	x.usage = su.settleUsage(t)
 	_ = s.ledger.Settle(s.clock.Now(), t, x.usage)
+	if failed != nil {
+		failed()
+	}
 	if clean {
 		s.quota.OnSuccess(pr.session)
 	}
@@ -118,19 +127,9 @@ func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr
 	}
 	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(x.r.Context()), &f)
 	s.metrics.Failure(v.Class)
-	if v.Class == engine.ClassRateLimit {
-		var cooldown time.Duration // 0: the gate's fallback
-		if hint, ok := v.RetryAfter(); ok {
-			pol := s.planner.Policy()
-			cooldown = pol.ClampHint(hint)
-		}
-		statedT, statedR := engine.StatedLimits(&f)
-		s.ledger.RateLimitedBy(s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
-			// No Admitted: the stream ran for a while, so the time since admission
-			// says nothing about how late the provider counts.
-			RetryAfter: cooldown, Axis: engine.RateLimitAxis(&f), Tokens: x.reserved,
-			StatedTokens: statedT, StatedRequests: statedR})
-	}
+	// No admission time: the stream ran for a while, so the time since
+	// admission says nothing about how late the provider counts.
+	x.gateRateLimit(route, &f, v, time.Time{})
 	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

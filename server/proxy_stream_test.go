@@ -293,3 +293,51 @@ func TestProxyStreamEventBounded(t *testing.T) {
 		t.Fatalf("reserved %d after the cut", st.Reserved)
 	}
 }
+
+// TestProxyStreamCutSettlesWhatWasWritten: an Anthropic stream cut after
+// message_start and some content (a client that hung up, an error mid-way)
+// stated its input and one output token, not what it wrote since: it settles
+// at one token per content event at least, as the provider counted what was
+// written; settled at message_start's one token, the window read lighter than
+// the provider's and let the next calls into a 429.
+func TestProxyStreamCutSettlesWhatWasWritten(t *testing.T) {
+	events := []string{anthropicEvent("message_start", map[string]any{"type": "message_start",
+		"message": map[string]any{"usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})}
+	for range 5 {
+		events = append(events, anthropicEvent("content_block_delta", map[string]any{"type": "content_block_delta",
+			"delta": map[string]any{"type": "text_delta", "text": "word"}}))
+	}
+	up := newFakeUpstream(t, cutAfter(events...))
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	if resp, body := f.call("/v1/messages", chatReq("anth/cut", "stream", true, "max_tokens", 100)); resp.StatusCode != 200 {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	waitFor(t, "the settle", func() bool { return f.status("anth", "cut").InFlight == 0 })
+	if st := f.status("anth", "cut"); st.WindowTokens != 12+5 {
+		t.Fatalf("window %d, want 17: the input and one token per content event", st.WindowTokens)
+	}
+}
+
+// TestProxyResponsesFailedIsAFailure: a Responses stream that ends in
+// response.failed failed, whatever came before: its error is classified (a
+// rate limit starts the model's cooldown) and the call is no success.
+func TestProxyResponsesFailedIsAFailure(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w,
+			anthropicEvent("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "delta": "hi"}),
+			anthropicEvent("response.failed", map[string]any{"type": "response.failed", "response": map[string]any{
+				"status": "failed",
+				"error":  map[string]any{"code": "rate_limit_exceeded", "message": "Rate limit reached for requests. Please try again in 20s."},
+				"usage":  map[string]any{"input_tokens": 20, "output_tokens": 1}}}))
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	resp, body := f.call("/v1/responses", map[string]any{"model": "po/resp", "input": "hi", "stream": true})
+	if resp.StatusCode != 200 || !strings.Contains(body, "response.failed") {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	waitFor(t, "the settle", func() bool { return f.status("po", "resp").InFlight == 0 })
+	if st := f.status("po", "resp"); st.CooldownMs <= 0 || st.RateLimited != 1 {
+		t.Fatalf("cooldown %dms, 429s %d: want the rate limit in response.failed to cool the model down", st.CooldownMs, st.RateLimited)
+	}
+}

@@ -181,9 +181,13 @@ func (s *sseReader) next() (sseEvent, error) {
 
 // streamUsage follows the usage a stream reports, per API.
 type streamUsage struct {
-	kind  apiKind
-	u     gate.Usage
-	seen  bool
+	kind apiKind
+	u    gate.Usage
+	seen bool
+	// final: the usage read is the stream's last word (Anthropic's
+	// message_start states the input and one output token; its message_delta
+	// the output written).
+	final bool
 	chunk int64 // content events passed on, for settling a cut stream without usage
 }
 
@@ -229,7 +233,7 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 				s.u.InputTokens = max(s.u.InputTokens, d.InputTokens)
 				s.u.CacheReadTokens = max(s.u.CacheReadTokens, d.CacheReadTokens)
 				s.u.CacheWriteTokens = max(s.u.CacheWriteTokens, d.CacheWriteTokens)
-				s.seen = true
+				s.seen, s.final = true, true
 			}
 		default:
 			s.chunk++
@@ -249,8 +253,11 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 				} `json:"response"`
 			}
 			if json.Unmarshal(ev.data, &m) == nil && m.Response.Usage != nil {
-				s.u, s.seen = m.Response.Usage.toEngine(kindOpenAI), true
+				s.u, s.seen, s.final = m.Response.Usage.toEngine(kindOpenAI), true, true
 			}
+			// A response that failed is an error event too, classified as any
+			// (its error may be a rate limit: the model then cools down).
+			return bytes.Equal(ev.name, evResponseFailed), false
 		default:
 			s.chunk++
 		}
@@ -277,7 +284,7 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 		return true, false
 	}
 	if m.Usage != nil {
-		s.u, s.seen = m.Usage.toEngine(kindOpenAI), true
+		s.u, s.seen, s.final = m.Usage.toEngine(kindOpenAI), true, true
 		return false, len(m.Choices) == 0
 	}
 	s.chunk++
@@ -286,10 +293,18 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 
 // settleUsage is what to settle a stream with: the usage it reported, else (a
 // stream cut before its usage) the input estimate plus one token per content
-// event passed on.
+// event passed on. An Anthropic stream cut after message_start (a client that
+// hung up, an error mid-way) reported its input but not what it wrote: at
+// least one token per content event then. Settled at message_start's one
+// token, the window read lighter than the provider's, which counted what was
+// written, and let the next calls into a 429.
 func (s *streamUsage) settleUsage(t gate.Ticket) gate.Usage {
 	if s.seen {
-		return s.u
+		u := s.u
+		if !s.final {
+			u.OutputTokens = max(u.OutputTokens, s.chunk)
+		}
+		return u
 	}
 	return gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk}
 }
