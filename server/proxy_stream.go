@@ -39,7 +39,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	if isErr {
 		x.upstream += time.Since(u0)
 		_ = s.ledger.Release(s.clock.Now(), t)
-		return x.httpFailure(route, resp, append([]byte(nil), ev.data...)), false
+		return x.httpFailure(route, resp, append([]byte(nil), failureBodyOf(&ev)...)), false
 	}
 	if !x.sseStarted { // a held stream's headers are out already
 		h := x.w.Header()
@@ -90,7 +90,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 		if isErr {
 			clean = false
-			data := append([]byte(nil), ev.data...)
+			data := append([]byte(nil), failureBodyOf(&ev)...)
 			failed = func() { x.midStreamError(route, nil, data) }
 			break
 		}
@@ -115,7 +115,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 // the failure is classified, so a rate limit still starts the model's cooldown.
 func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr []byte) {
 	s := x.s
-	f := engine.Failure{Status: http.StatusOK, Body: string(upstreamErr), Provider: route.Provider, Model: route.Model}
+	f := engine.Failure{Status: http.StatusOK, Body: string(upstreamErr[:min(len(upstreamErr), failureBodyMax)]), Provider: route.Provider, Model: route.Model}
 	if upstreamErr == nil {
 		text := transportText(readErr)
 		code := http.StatusBadGateway

@@ -340,4 +340,25 @@ func TestProxyResponsesFailedIsAFailure(t *testing.T) {
 	if st := f.status("po", "resp"); st.CooldownMs <= 0 || st.RateLimited != 1 {
 		t.Fatalf("cooldown %dms, 429s %d: want the rate limit in response.failed to cool the model down", st.CooldownMs, st.RateLimited)
 	}
+
+	// Its error is what is classified, not the response it repeats: the
+	// caller's instructions and the output so far are not the provider's words.
+	up = newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w,
+			anthropicEvent("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "delta": "the API returns 429 Too Many Requests"}),
+			anthropicEvent("response.failed", map[string]any{"type": "response.failed", "response": map[string]any{
+				"status":       "failed",
+				"instructions": "When you hit a rate limit, wait and retry.",
+				"output":       []any{map[string]any{"type": "message", "content": []any{map[string]any{"type": "output_text", "text": "the API returns 429 Too Many Requests"}}}},
+				"error":        map[string]any{"code": "server_error", "message": "The server had an error while processing your request."}}}))
+	})
+	f = newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	if resp, body := f.call("/v1/responses", map[string]any{"model": "po/resp", "input": "hi", "stream": true}); resp.StatusCode != 200 {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	waitFor(t, "the settle", func() bool { return f.status("po", "resp").InFlight == 0 })
+	if st := f.status("po", "resp"); st.CooldownMs != 0 || st.RateLimited != 0 {
+		t.Fatalf("cooldown %dms, 429s %d: a server error whose response mentions rate limits cooled the model down", st.CooldownMs, st.RateLimited)
+	}
 }

@@ -291,6 +291,26 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 	return false, false
 }
 
+// failureBodyOf is what a stream's error event is classified on. OpenAI's
+// response.failed repeats the whole response — the caller's instructions, the
+// output so far — whose words are not the provider's ("…if you hit a rate
+// limit, wait" read as a rate limit, and its cooldown and learning would
+// follow): only its error goes, as {"error": …}. Any other error event whole.
+func failureBodyOf(ev *sseEvent) []byte {
+	if !bytes.Equal(ev.name, evResponseFailed) {
+		return ev.data
+	}
+	var m struct {
+		Response struct {
+			Error json.RawMessage `json:"error"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(ev.data, &m) != nil || len(m.Response.Error) == 0 {
+		return []byte(`{}`)
+	}
+	return append(append([]byte(`{"error":`), m.Response.Error...), '}')
+}
+
 // settleUsage is what to settle a stream with: the usage it reported, else (a
 // stream cut before its usage) the input estimate plus one token per content
 // event passed on. An Anthropic stream cut after message_start (a client that
