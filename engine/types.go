@@ -156,6 +156,10 @@ type RateLimit struct {
 	// in its headers or its words (StatedLimits); 0: not stated. The gate adopts them as it
 	// adopts the rate-limit headers' limits.
 	StatedTokens, StatedRequests int64
+	// Unread: nothing of the 429 was read but its status and headers (its body
+	// found no room, its client left). It cools the model down and teaches the
+	// learner nothing: it may be spent quota or a gateway's refusal.
+	Unread bool
 }
 
 // Route is one provider/model pair a session can run on.

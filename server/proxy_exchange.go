@@ -375,14 +375,15 @@ func (x *exchange) unreadRateLimit(route engine.Route, resp *http.Response) {
 	fail := x.httpFailure(route, resp, nil)
 	v, _, _ := x.snap.Chain.Classify(context.WithoutCancel(x.r.Context()), &fail.f)
 	x.s.metrics.Failure(v.Class)
-	x.gateRateLimit(route, &fail.f, v, x.countedFrom())
+	x.gateRateLimit(route, &fail.f, v, x.countedFrom(), true)
 }
 
 // gateRateLimit records a rate limit the retry planner does not see in the
 // gate (the planner records those it plans for): the model's cooldown (the
 // provider's hint, clamped, else the gate's fallback), the axis and the limits
-// it states. admitted is when the refused call counted from (zero: unknown).
-func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine.Verdict, admitted time.Time) {
+// it states. admitted is when the refused call counted from (zero: unknown);
+// unread, that only its status and headers were read (engine.RateLimit.Unread).
+func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine.Verdict, admitted time.Time, unread bool) {
 	if v.Class != engine.ClassRateLimit {
 		return
 	}
@@ -394,7 +395,7 @@ func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine
 	statedT, statedR := engine.StatedLimits(f)
 	x.s.ledger.RateLimitedBy(x.s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
 		RetryAfter: cooldown, Axis: engine.RateLimitAxis(f), Admitted: admitted, Tokens: x.reserved,
-		StatedTokens: statedT, StatedRequests: statedR})
+		StatedTokens: statedT, StatedRequests: statedR, Unread: unread})
 }
 
 // budgetFull answers 503 with Retry-After: the body budget had no room for the

@@ -129,7 +129,7 @@ func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr
 	s.metrics.Failure(v.Class)
 	// No admission time: the stream ran for a while, so the time since
 	// admission says nothing about how late the provider counts.
-	x.gateRateLimit(route, &f, v, time.Time{})
+	x.gateRateLimit(route, &f, v, time.Time{}, false)
 	s.proxyLog.Warn("stream failed after it started", "route", route.String(), "class", v.Class, "by", v.By)
 	s.bus.Publish(Event{Type: "giveup", At: s.clock.Now(), Data: map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

@@ -1141,6 +1141,15 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.stepHeld = 0 // the step, if one was tried, is answered (the request step below)
 	b.lastUsed = now
 	cfg := b.l.conf()
+	if sig.Unread {
+		// The cooldown, and no lesson; the window is not clean and the next
+		// probe waits a window, as for a 429 about another limit.
+		e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
+		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, engine.AxisUnknown.String()
+		b.l.emit(e)
+		b.learn.noteOther429(now, cfg.Window)
+		return
+	}
 	b.observeStatedWaitLocked(now, sig.Admitted, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells
 	if b.learn.enabled && !sig.Admitted.IsZero() && now.After(sig.Admitted) {
 		b.delays[b.nDelay%len(b.delays)] = now.Sub(sig.Admitted)

@@ -732,3 +732,23 @@ func TestReloadKeepsATriggerUnderAStatedLimit(t *testing.T) {
 		t.Fatalf("after the reload and the figure restated: quota %v trigger %v, want the trigger %v (half of %v) kept", q, got, trig/2, trig)
 	}
 }
+
+// A 429 of which only the status and headers were read (its body found no
+// room, its client left) cools the model down and teaches nothing: unread, it
+// may be spent quota or a gateway's refusal, not this model's limit.
+func TestUnreadRateLimitCoolsDownOnly(t *testing.T) {
+	for _, unread := range []bool{false, true} {
+		l, _, _ := newTestLedger(t, learnGate())
+		for range 4 {
+			mustAdmit(t, l, t0, req(100)) // 800 in the window
+		}
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: 5 * time.Second, Axis: engine.AxisTokens, Unread: unread})
+		st := l.BucketStatus(t0, "p", "m")
+		if st.CooldownMs != 5000 || st.RateLimited != 1 {
+			t.Fatalf("unread %v: cooldown %dms, 429s %d; want 5 s, 1", unread, st.CooldownMs, st.RateLimited)
+		}
+		if learned := st.Trigger != 0 || st.Quota != 1000; learned == unread {
+			t.Fatalf("unread %v: trigger %v quota %v; a read 429 teaches the window's 800, an unread one nothing", unread, st.Trigger, st.Quota)
+		}
+	}
+}
