@@ -62,7 +62,8 @@ type LearnedQuota struct {
 }
 
 // inWindow is q's token figures converted to a window of to, at the same rate
-// (q unchanged when it does not say its window, or says this one).
+// (q unchanged when it does not say its window, or says this one): the record's
+// share of what learner.rescale converts on a reload.
 func (q LearnedQuota) inWindow(to time.Duration) LearnedQuota {
 	if q.Window <= 0 || to <= 0 || q.Window == to {
 		return q

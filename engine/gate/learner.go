@@ -624,7 +624,9 @@ func (l *learner) forgetReadings() {
 // rescale converts what was learned of the tokens to a window r times as
 // long: the same rate. The start, the floor, a stated limit and the user's cap
 // are the configuration's, in its units already — and so is a quota still at
-// the start with no trigger: nothing was learned of it.
+// the start with no trigger: nothing was learned of it. The figures a learned
+// record carries are converted the same way by LearnedQuota.inWindow: a field
+// added to one belongs in the other.
 func (l *learner) rescale(r float64) {
 	if r <= 0 || r == 1 {
 		return
