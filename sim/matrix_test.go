@@ -5,10 +5,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 func TestMatrix(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	t.Parallel() // short runs: the matrix's goroutines are checked under the race detector too
 	base := DefaultScenario()
 	base.Duration = Duration(5 * time.Minute)
 	rows, err := Matrix(base)
@@ -72,9 +74,10 @@ var atTruthFloor = map[string]float64{
 // built-in scenario, seeds 1–3 (docs/benchmarks.md, "The matrix against the
 // issue's targets"). A change that loses them must say why.
 func TestMatrixFloors(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("three whole matrices: about ten seconds of CPU, many minutes under the race detector")
+	if testing.Short() {
+		t.Skip("three whole matrices: about ten seconds of CPU")
 	}
+	testenv.LongSimulation(t)
 	met, runs := 0, 0
 	rateLimited := map[string]int{}
 	atTruth := map[string][]float64{}

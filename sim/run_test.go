@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // small is a quick scenario: 10 minutes, every call the same size.
@@ -167,7 +169,7 @@ func TestRPMBound(t *testing.T) {
 // requests paced, tried) moved it to 0.909: the bound there is the ceiling's,
 // not the lucky point's.
 func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for _, model := range []string{LimitSlidingArrival, LimitFixedWindow} {
 		t.Run(model, func(t *testing.T) {
 			floor := 0.95
@@ -198,7 +200,7 @@ func TestRPMBoundLearnsTheRequestLimit(t *testing.T) {
 // the limit on a sliding window (seeds 1–6), 0.52–0.79 at completion; read
 // again, 0.96–0.97 and 0.91–0.98.
 func TestUnnamedRPMBoundIsReadAgainAsRequests(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for _, c := range []struct {
 		model string
 		floor float64
@@ -247,7 +249,7 @@ func TestEveryLimitModelRuns(t *testing.T) {
 // rateCap). Read as a bucket's rate, it held these runs at 0.557 and 0.597 of
 // what the other client left for the hour.
 func TestAnotherClientIsNoDrainedBucket(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for _, c := range []struct {
 		model string
 		seed  uint64

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 func loadScenario(t *testing.T, name string) Scenario {
@@ -253,7 +254,7 @@ func TestTokenBucketFromTwiceTheRate(t *testing.T) {
 // spend after the first 429: mean 0.878, and the one run left below 0.80
 // (seed 6) is a view switch, not the rate.
 func TestShortSpendIsNoRate(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	base := loadScenario(t, "fixed-window-2x-outside.yaml")
 	mean, low := 0.0, 0
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -286,7 +287,7 @@ func TestShortSpendIsNoRate(t *testing.T) {
 // the trigger the previous one set, lifted back to the clean record each time
 // (seeds 3 and 12), and a rate read from the spend replaced by it (seed 24).
 func TestTokenBucketAtTheRate(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	base := loadScenario(t, "token-bucket-1x.yaml")
 	total := 0
 	for seed := uint64(1); seed <= 24; seed++ {
@@ -482,9 +483,7 @@ func TestScenarioCountsAt(t *testing.T) {
 // 1–12: 25 429s without it, 19 with it. (Twelve hours of simulation: not under
 // the race detector, which slows the simulator forty times.)
 func TestCompletionKeepsRoomForUnseenCompletions(t *testing.T) {
-	if raceEnabled {
-		t.Skip("twelve simulated hours; the step without the race detector runs it")
-	}
+	testenv.LongSimulation(t) // twelve simulated hours
 	total := 0
 	for seed := uint64(1); seed <= 12; seed++ {
 		base := DefaultScenario()
@@ -515,7 +514,7 @@ func TestCompletionKeepsRoomForUnseenCompletions(t *testing.T) {
 // for a window; with them, 2, 6 and 2, for the same requests served (1.2 of
 // the limit: calls in flight are not counted).
 func TestCompletionKeepsRequestsForUnseenCompletions(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	total := 0
 	for _, seed := range []uint64{4, 8, 11} {
 		s := DefaultScenario()
@@ -546,7 +545,7 @@ func TestCompletionKeepsRequestsForUnseenCompletions(t *testing.T) {
 // which never lets a minute straddling an edge hold more than one budget).
 func TestScenarioFixedWindows(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4}
-	if raceEnabled {
+	if testenv.RaceEnabled {
 		seeds = seeds[:1] // the race detector slows the simulator forty times
 	}
 	for _, seed := range seeds {
@@ -586,7 +585,7 @@ func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
 func onlyFixedLearnsFixed(t *testing.T, set func(*Scenario), check func(t *testing.T, model string, seed uint64, g Metrics)) {
 	t.Helper()
 	seeds := []uint64{1, 2, 3, 4}
-	if raceEnabled {
+	if testenv.RaceEnabled {
 		seeds = seeds[:1]
 	}
 	for _, model := range LimitModels {
@@ -712,7 +711,7 @@ func TestGateToldKnownCountsAnOutputFromWhenItWasWritten(t *testing.T) {
 // Over the matrix with headers only the sliding window counted on arrival
 // decides (docs/gate.md): the others keep the safe default.
 func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for _, seed := range []uint64{1, 2, 3} {
 		s := DefaultScenario()
 		s.Seed = seed
@@ -753,7 +752,7 @@ func TestGateLearnsFromHeadersWhatTheProviderDecidesOn(t *testing.T) {
 // readings after it says whose the trigger is (the readings before it were
 // taken on arrival): kept, seeds 2 and 3 read 0.871 and 0.832 there.
 func TestGateTakesBackWhatAnotherClientStoppedSpending(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for _, tc := range []struct {
 		model   string
 		max429s int
@@ -814,7 +813,7 @@ func TestGateTakesTheArrivalViewBackFromTheHeaders(t *testing.T) {
 // is, the trigger held the gate at 0.947 of the limit to the end (see
 // engine/gate/landing.go, unseenLandingLocked).
 func TestSlowStartFromHalfTheLimit(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	for seed := uint64(1); seed <= 8; seed++ {
 		s := DefaultScenario()
 		s.Seed, s.Duration = seed, Duration(time.Hour)
@@ -835,7 +834,7 @@ func TestSlowStartFromHalfTheLimit(t *testing.T) {
 // without latency took 22 429s before; 17 with the room at the others' mean,
 // 7 with it half a deviation under the mean.
 func TestOthersRoomSparesThe429s(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	total, runs := 0, 0
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		base := DefaultScenario()

@@ -3,11 +3,13 @@ package sim
 import (
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/internal/testenv"
 )
 
 // A sweep row is its seed's matrix summed: the same runs, 429s and misses.
 func TestSweepSumsTheMatrix(t *testing.T) {
-	t.Parallel() // 4–31 s under -race: beside the package's other long tests (docs/benchmarks.md, "The simulator's tests side by side")
+	testenv.LongSimulation(t)
 	base := DefaultScenario()
 	base.Duration = Duration(10 * time.Minute)
 	seeded := base

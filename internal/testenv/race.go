@@ -2,4 +2,5 @@
 
 package testenv
 
-const raceEnabled = true
+// RaceEnabled reports whether the tests were built with the race detector.
+const RaceEnabled = true

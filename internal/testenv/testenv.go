@@ -45,7 +45,21 @@ func Tool(t testing.TB, name, install string) string {
 // without -race, after `go test -race ./...`.
 func RealTiming(t testing.TB) {
 	t.Helper()
-	if raceEnabled {
+	if RaceEnabled {
 		t.Skip("real-timing figures are measured without the race detector: go test -run " + t.Name() + " (CI runs it in its own step)")
 	}
+}
+
+// LongSimulation marks a test of long simulated runs (hours of virtual time, or
+// many seeds): the race detector slows the simulator some forty times, so under
+// it the test is skipped, saying how to run it, and t runs in parallel with the
+// package's other long tests otherwise. CI runs the simulator's package without
+// -race in a step of its own, after `go test -race ./...`. Keep one short run
+// of the concurrent code (the matrix's goroutines) under the race detector.
+func LongSimulation(t *testing.T) {
+	t.Helper()
+	if RaceEnabled {
+		t.Skip("long simulated runs are checked without the race detector, which slows the simulator forty times: go test -run " + t.Name() + " ./sim/ (CI runs the package in its own step)")
+	}
+	t.Parallel()
 }
