@@ -360,7 +360,11 @@ func (a *api) readAnswerHeaders(now time.Time, tk *apiTicket, headers map[string
 		return
 	}
 	get := (&engine.Failure{Headers: headers}).Header // one value each, looked up case-insensitively
-	a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, get)
+	sent := tk.issued
+	if !tk.sentAt.IsZero() { // taken from the table: no send is marked after
+		sent = tk.sentAt
+	}
+	a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
 }
 
 // apiSentRequest is the body of POST /gate/v1/sent.

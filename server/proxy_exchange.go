@@ -273,7 +273,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// cooldown (or, a 429 classified as something else, in decide); any other
 	// answer's here.
 	if resp.StatusCode != http.StatusTooManyRequests {
-		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, resp.Header.Get)
+		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
 	}
 	if resp.StatusCode >= 400 {
 		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
@@ -421,17 +421,19 @@ func (x *exchange) noteSent(sent *atomic.Int64, t gate.Ticket) {
 }
 
 // readAnswerLimits gives the gate the rate-limit headers of an answer (not a
-// 429's: those go to the gate with the 429) to a call admitted at admitted,
-// read through get: the stated limits and remaining tokens (Calibrate), and
-// the token reset. The reset's span starts at the admission, which comes
-// before the provider can have seen the call; a send is reported once the
-// request is written, possibly after the provider read it.
-func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitted time.Time, get func(string) string) {
+// 429's: those go to the gate with the 429) to a call admitted at admitted
+// and sent at sent (its admission when no send was reported), read through
+// get: the stated limits and remaining tokens (CalibrateAnswer: a provider
+// may state them as of the call's arrival), and the token reset. The reset's
+// span starts at the admission, which comes before the provider can have seen
+// the call; a send is reported once the request is written, possibly after
+// the provider read it.
+func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitted, sent time.Time, get func(string) string) {
 	lim := engine.ReadRateLimitHeaders(get)
 	if !lim.Any() {
 		return
 	}
-	s.ledger.Calibrate(now, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+	s.ledger.CalibrateAnswer(now, sent, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 	if r, ok := engine.ReadTokenReset(get); ok {
 		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
 	}

@@ -129,7 +129,7 @@ func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax ax
 // x-ratelimit-limit-tokens and friends carry them, and the token reset) on
 // the answer to a call sent at sent to the gate.
 func (g *gateAdapter) calibrate(now, sent time.Time, h headers) {
-	g.l.Calibrate(now, simProvider, simModel, h.limitTokens, h.remainingTokens, h.limitRequests, h.remainingRequests)
+	g.l.CalibrateAnswer(now, sent, simProvider, simModel, h.limitTokens, h.remainingTokens, h.limitRequests, h.remainingRequests)
 	if h.tokensReset > 0 {
 		g.l.ObserveTokensReset(now, simProvider, simModel, sent, engine.TokenReset{In: h.tokensReset})
 	}

@@ -38,6 +38,17 @@ const (
 	DecidesKnown = "known"
 )
 
+// When an answer's rate-limit headers are stated (scenario key
+// provider.headersAt); the answer carries them back either way.
+const (
+	// HeadersAtCompletion: as the call completes.
+	HeadersAtCompletion = "completion"
+	// HeadersAtArrival: as the provider admits the call, this call counted —
+	// OpenAI reserves a call's tokens when it creates the response and states
+	// the limits reflecting that reservation.
+	HeadersAtArrival = "arrival"
+)
+
 // cost is a call's cost to a limiter: decide is what the provider knows when
 // it arrives, whole what it costs once answered. They are equal unless the
 // provider decides on what it knows.

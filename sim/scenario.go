@@ -34,6 +34,8 @@ import (
 //	                         #   rounded up to whole seconds (≥ 1 s); retryAfter when it never fits
 //	  headers: false         # true: each successful answer carries x-ratelimit-limit/remaining-tokens/-requests
 //	                         #   (per minute); the gate calibrates from them as the proxy does
+//	  headersAt: completion  # or arrival: the figures are stated as the call completes, or as the
+//	                         #   provider admits it (OpenAI's reservation), carried back with the answer
 //	  namesLimit: false      # true: a 429 says which limit refused (tokens or requests); false: the gate
 //	                         #   is told nothing about the axis
 //	  statesLimit: false     # true: a 429 states the limit that refused, per minute, in OpenAI's words;
@@ -111,6 +113,9 @@ type ProviderSpec struct {
 	Headers           bool     `yaml:"headers" json:"headers"`
 	NamesLimit        bool     `yaml:"namesLimit" json:"namesLimit"`
 	StatesLimit       bool     `yaml:"statesLimit" json:"statesLimit"`
+	// HeadersAt is when the headers' figures are stated: HeadersAtCompletion
+	// ("") or HeadersAtArrival.
+	HeadersAt string `yaml:"headersAt" json:"headersAt,omitempty"`
 	// Decides is what decides a call at arrival: DecidesWhole (""; its whole
 	// cost) or DecidesKnown (its input and max_tokens).
 	Decides string `yaml:"decides" json:"decides,omitempty"`
@@ -323,6 +328,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.gate.decides: %q is invalid; choices are [%s %s]", s.Gate.Decides, gate.DecidesKnown, gate.DecidesWhole)
 	case s.Provider.Decides != "" && s.Provider.Decides != DecidesWhole && s.Provider.Decides != DecidesKnown:
 		return fmt.Errorf("scenario.provider.decides: %q is invalid; choices are [%s %s]", s.Provider.Decides, DecidesWhole, DecidesKnown)
+	case s.Provider.HeadersAt != "" && s.Provider.HeadersAt != HeadersAtCompletion && s.Provider.HeadersAt != HeadersAtArrival:
+		return fmt.Errorf("scenario.provider.headersAt: %q is invalid; choices are [%s %s]", s.Provider.HeadersAt, HeadersAtCompletion, HeadersAtArrival)
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
 	}

@@ -412,10 +412,15 @@ func (r *runner) handle(e event) {
 			s.pending = ref
 			return
 		}
+		if r.s.Provider.HeadersAt == HeadersAtArrival {
+			s.hdr = r.provider.headers(now)
+		}
 		r.push(now.Add(r.s.responseTime(s.cur.output)), evDone, s)
 	case evDone:
 		r.provider.done(now, r.cost(s.cur), s.held, fromSessions)
-		s.hdr = r.provider.headers(now)
+		if r.s.Provider.HeadersAt != HeadersAtArrival {
+			s.hdr = r.provider.headers(now)
+		}
 		r.push(now.Add(r.oneWay()), evAnswer, s)
 	case evAnswer:
 		if r.gate != nil {

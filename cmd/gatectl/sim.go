@@ -23,7 +23,7 @@ func simCommand() *cli.Command {
 			"Without --scenario it runs the built-in scenario: 32 sessions offering 1.5× a 200k TPM limit on a\n" +
 			"sliding window counted at arrival, 5–15 ms of network delay each way, 10% of calls sending max_tokens,\n" +
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
-			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, namesLimit, statesLimit, decides},\n" +
+			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, headersAt, namesLimit, statesLimit, decides},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm, until},\n" +
 			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt, decides, windows}, promptTokens {median, p99},\n" +
 			"outputTokens {median, p99}, maxTokensShare, maxTokens.",

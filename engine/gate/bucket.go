@@ -158,9 +158,11 @@ type bucket struct {
 
 	// What the rate-limit headers say the provider decides a call on, while
 	// the user has not said (decides.go).
-	decides             decidesEvidence
-	outside             outsideSpend // the others' spend on the key, read from the headers (outside.go)
-	headersFitAt        time.Time    // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
+	decides             decidesEvidence // the answers read against the window as they arrive
+	decidesAtSend       decidesEvidence // the same answers read against the window as their calls were sent
+	sends               *sendReadings   // the window as calls were sent (nil until headers state what is left)
+	outside             outsideSpend    // the others' spend on the key, read from the headers (outside.go)
+	headersFitAt        time.Time       // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
 	decidesLearnedKnown bool
 
 	// What the calls admitted so far cost, all told (at their reservation while
@@ -242,7 +244,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	if lim.Decides != "" || !cfg.Learn || b.l.shared != nil {
 		// The user says now, or nothing is read from the headers any more:
 		// what they taught goes with what it was read from.
-		b.decidesLearnedKnown, b.decides = false, decidesEvidence{}
+		b.decidesLearnedKnown = false
+		b.forgetDecidesEvidenceLocked()
 	}
 	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != was {
 		// The calls in flight are read in other units from now on: what was
@@ -294,8 +297,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// Levels served in the old window's units refute nothing in the new.
 		b.servedArrival, b.servedDone = servedLevel{}, servedLevel{}
 		b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
-		b.decides = decidesEvidence{} // counts of the old window's length
-		b.outside = outsideSpend{}    // and readings
+		b.forgetDecidesEvidenceLocked() // counts of the old window's length
+		b.outside = outsideSpend{}      // and readings
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
 		b.spentFromIdle, b.rateCap = false, rateBound{}
@@ -1016,6 +1019,9 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	if b.perSession != nil {
 		b.perSession[req.Session]++
 	}
+	if !req.Sends {
+		b.readAtSendLocked(now) // at the provider from now (else: Sent)
+	}
 	return Ticket{b: b, slot: idx, gen: s.gen, Reserved: res, ReservedOutput: out, Waited: waited, Reason: reason}
 }
 
@@ -1311,7 +1317,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	if b.decidesLearnedKnown {
 		b.switchDecidesLocked(now, false, 0) // read again from the headers
 	}
-	b.decides = decidesEvidence{}
+	b.forgetDecidesEvidenceLocked()
 	b.outside, b.headersFitAt = outsideSpend{}, time.Time{}
 	b.forgetTokenReadLocked()
 	b.stepHeld = 0

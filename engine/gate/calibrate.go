@@ -38,6 +38,14 @@ const rateLimitPeriod = time.Minute
 // others leave moves the budget without one: the status shows it as
 // othersSpend). It is safe for concurrent use.
 func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, remainingTokens, limitRequests, remainingRequests int64) {
+	l.CalibrateAnswer(now, time.Time{}, provider, model, limitTokens, remainingTokens, limitRequests, remainingRequests)
+}
+
+// CalibrateAnswer is Calibrate for an answer to a call sent at sent (as Sent
+// returned it, or admitted then; zero: unknown). A provider may state what is
+// left as of the call's arrival rather than as it answers, and the window is
+// read as of both (decides.go).
+func (l *Ledger) CalibrateAnswer(now, sent time.Time, provider, model string, limitTokens, remainingTokens, limitRequests, remainingRequests int64) {
 	if provider == "" || model == "" {
 		return
 	}
@@ -54,7 +62,7 @@ func (l *Ledger) Calibrate(now time.Time, provider, model string, limitTokens, r
 	}
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
 	if limitTokens > 0 && remainingTokens >= 0 {
-		b.observeDecidesLocked(now, limitTokens, remainingTokens)
+		b.observeDecidesLocked(now, sent, limitTokens, remainingTokens)
 		b.observeOutsideLocked(now, limitTokens, remainingTokens)
 	}
 	// An answer's headers: every answer restates them.

@@ -38,6 +38,20 @@ import (
 // first window and the one after a 429 are not read: a queue released at once
 // fills the window with calls of one age, whose expected output the age model
 // overstates. The user's `decides` is never overridden.
+//
+// When does a provider state what is left? OpenAI reserves a call's tokens
+// when it creates the response and states the limits "reflecting that
+// reservation": as of the call's arrival, though the answer carries them back
+// a whole call later (a streamed one, at its first byte). A provider may as
+// well state them as it answers. Read against the window as the answer
+// arrives, figures stated at the arrival miss the calls admitted and settled
+// in between: over real sockets (10 s windows, calls of one to two seconds)
+// the fit left 3.5–5% of the budget unexplained and I's slope read +0.5, so it
+// never decided — where read against the window as each call was sent it
+// leaves under 0.5%. So each answer is read both ways — against the window
+// now, and against the window as its call was sent (readAtSendLocked keeps a
+// few hundred such readings a window) — and the fit that explains the
+// answers better, the smaller residual, is the one that decides.
 
 // decidesEvidence is the recent answers' D, I and r, as decayed sums.
 type decidesEvidence struct {
@@ -75,9 +89,12 @@ const (
 // observeDecidesLocked reads one answer's remaining tokens (per minute, as the
 // headers state them, with the stated limit) as evidence of what the provider
 // decides on, and switches the bucket's mode when the evidence is clear.
-func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingTokens int64) {
+func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainingTokens int64) {
 	if b.limits.Decides != "" || b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
 		return // the user said, or the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
+	}
+	if b.sends == nil {
+		b.sends = &sendReadings{} // the calls sent from now are read as they leave
 	}
 	mean := b.est.meanOutput()
 	if mean < 0 {
@@ -110,10 +127,15 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	d, in, unaskedOutput := b.inFlightCountsLocked(now, mean)
 	known := float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput
 	e.add(d, in, counted-known)
+	if !sent.IsZero() {
+		if r, ok := b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow)); ok {
+			b.decidesAtSend.add(r.d, r.in, counted-r.known)
+		}
+	}
 	if e.n < decidesMinAnswers {
 		return
 	}
-	slopeD, slopeI, resid, ok := e.slopes(decidesMinSpread * float64(b.learnedTokenBudget()))
+	slopeD, slopeI, resid, ok := b.decidesFitLocked()
 	if !ok {
 		return
 	}
@@ -142,6 +164,104 @@ func (b *bucket) observeDecidesLocked(now time.Time, limitTokens, remainingToken
 	}
 }
 
+// decidesFitLocked fits the answers read as they arrived and, once as many
+// were read against the window as their calls were sent, those too; the fit
+// that leaves less unexplained is the moment the provider states its figures.
+func (b *bucket) decidesFitLocked() (slopeD, slopeI, resid float64, ok bool) {
+	minSpread := decidesMinSpread * float64(b.learnedTokenBudget())
+	slopeD, slopeI, resid, ok = b.decides.slopes(minSpread)
+	if b.decidesAtSend.n < decidesMinAnswers {
+		return slopeD, slopeI, resid, ok
+	}
+	if sd, si, r, sok := b.decidesAtSend.slopes(minSpread); sok && (!ok || r < resid) {
+		return sd, si, r, true
+	}
+	return slopeD, slopeI, resid, ok
+}
+
+// forgetDecidesEvidenceLocked drops the answers read so far and the readings
+// taken as calls were sent: the mode they were read in, or the window's
+// length, changed.
+func (b *bucket) forgetDecidesEvidenceLocked() {
+	b.decides, b.decidesAtSend, b.sends = decidesEvidence{}, decidesEvidence{}, nil
+}
+
+// readAtSendLocked keeps, as a call leaves for the provider at now, what the
+// window holds then — the known count, D and I — so that the remaining
+// tokens its answer states as of its arrival are read against it
+// (observeDecidesLocked). A few hundred a window, only once the headers have
+// stated what is left.
+func (b *bucket) readAtSendLocked(now time.Time) {
+	r := b.sends
+	if r == nil {
+		return
+	}
+	mean := b.est.meanOutput()
+	if mean < 0 {
+		return
+	}
+	at := now.UnixNano()
+	if last, ok := r.newest(); ok && at >= last.at && at-last.at < int64(b.l.conf().Window/decidesPerWindow) {
+		return
+	}
+	d, in, unaskedOutput := b.inFlightCountsLocked(now, mean)
+	r.add(sendReading{at: at, known: float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput, d: d, in: in})
+}
+
+// sendReadings is a ring of the window's known count, D and I as calls were
+// sent, newest last. 256 readings, at most decidesPerWindow a window, reach
+// back most of a window when calls are many, further when they are fewer:
+// an answer whose call's reading has gone is read as it arrives only.
+type sendReadings struct {
+	r    [256]sendReading
+	next int // where the next reading goes
+	n    int // readings held, up to len(r)
+}
+
+type sendReading struct {
+	at           int64 // unix nanos of the send
+	known, d, in float64
+}
+
+func (s *sendReadings) add(x sendReading) {
+	s.r[s.next] = x
+	s.next = (s.next + 1) % len(s.r)
+	s.n = min(s.n+1, len(s.r))
+}
+
+func (s *sendReadings) newest() (sendReading, bool) {
+	if s == nil || s.n == 0 {
+		return sendReading{}, false
+	}
+	return s.r[(s.next-1+len(s.r))%len(s.r)], true
+}
+
+// near returns the reading taken nearest to at, if one was within gap of it.
+func (s *sendReadings) near(at, gap int64) (sendReading, bool) {
+	if s == nil {
+		return sendReading{}, false
+	}
+	var best sendReading
+	found := false
+	for k := 1; k <= s.n; k++ {
+		x := s.r[(s.next-k+len(s.r))%len(s.r)]
+		if diff := abs64(x.at - at); diff <= gap && (!found || diff < abs64(best.at-at)) {
+			best, found = x, true
+		}
+		if x.at < at-gap {
+			break // older ones are further still
+		}
+	}
+	return best, found
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
 // arrivalByHeadersLocked takes the arrival view back when the headers read as a
 // sliding window that counts the calls in flight: the 429s had voted the
 // completion view in (another client's calls on the key refute the arrival
@@ -154,7 +274,7 @@ func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	b.atCompletion = false
 	b.clearVotesLocked()
 	b.forgetReadingsLocked()
-	b.decides.n = 0
+	b.decides.n, b.decidesAtSend.n = 0, 0
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
@@ -175,7 +295,7 @@ func (b *bucket) headersSayArrivalLocked(now time.Time) bool {
 // keep what they reserved.
 func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 	b.decidesLearnedKnown = known
-	b.decides.n = 0
+	b.decides.n, b.decidesAtSend.n = 0, 0
 	b.forgetReadingsLocked()
 	b.resizeWaitersLocked()
 	if b.l.quotas != nil {

@@ -174,3 +174,35 @@ func TestHeadersKeepTheVotesFromTakingTheCompletionView(t *testing.T) {
 		}
 	}
 }
+
+// The readings taken as calls were sent: an answer finds the one nearest its
+// call's send within the gap, across the ring's wrap, and none once the
+// readings of that time were written over.
+func TestSendReadingsNear(t *testing.T) {
+	var s sendReadings
+	for i := range 300 { // wraps: the first 44 are written over
+		s.add(sendReading{at: int64(i) * 100, known: float64(i)})
+	}
+	for _, tc := range []struct {
+		at, gap int64
+		want    float64
+		ok      bool
+	}{
+		{29_940, 100, 299, true}, // the newest
+		{15_030, 100, 150, true}, // nearest: 15,000, not 15,100
+		{15_070, 100, 151, true},
+		{15_050, 10, 0, false},  // none within 10
+		{4_400, 100, 44, true},  // the oldest held
+		{4_200, 100, 0, false},  // written over
+		{40_000, 100, 0, false}, // after them all
+	} {
+		r, ok := s.near(tc.at, tc.gap)
+		if ok != tc.ok || (ok && r.known != tc.want) {
+			t.Errorf("near(%d, %d) = %v, %v; want %v, %v", tc.at, tc.gap, r.known, ok, tc.want, tc.ok)
+		}
+	}
+	var none *sendReadings
+	if _, ok := none.near(0, 100); ok {
+		t.Error("no readings kept: found one")
+	}
+}

@@ -450,6 +450,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		return time.Time{}
 	}
 	s.admitted = at // the call writes from its send: its age counts from there
+	b.readAtSendLocked(now)
 	if ss, ok := l.shared.(SharedSends); ok && s.shared != "" && time.Duration(at-admitted) > b.win.span-b.win.inner {
 		// Later than the count guard: the other instances would free it
 		// before the provider does. A store that fails counts its own
