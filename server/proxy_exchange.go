@@ -468,7 +468,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 		// quota): no 429 reaches the gate to carry its headers' limits, so
 		// they are calibrated as any other answer's.
 		if lim := engine.ReadRateLimitHeaders(fail.f.Header); lim.Any() {
-			s.ledger.Calibrate(now, route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+			s.ledger.CalibrateAnswer(now, x.countedFrom(), route.Provider, route.Model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
 		}
 	}
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,

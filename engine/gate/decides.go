@@ -57,6 +57,7 @@ import (
 type decidesEvidence struct {
 	w, d, i, r, dd, ii, di, dr, ir, rr float64
 	n                                  int       // answers since the last switch (or the bucket's birth)
+	withSent                           int       // of them, answers that named their call's send
 	since                              time.Time // the first answer read
 	last                               time.Time // the last answer read
 }
@@ -128,6 +129,7 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	known := float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput
 	e.add(d, in, counted-known)
 	if !sent.IsZero() {
+		e.withSent++
 		if r, ok := b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow)); ok {
 			b.decidesAtSend.add(r.d, r.in, counted-r.known)
 		}
@@ -169,6 +171,13 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 // that leaves less unexplained is the moment the provider states its figures.
 func (b *bucket) decidesFitLocked() (slopeD, slopeI, resid float64, ok bool) {
 	minSpread := decidesMinSpread * float64(b.learnedTokenBudget())
+	if b.decidesAtSend.n < decidesMinAnswers && 2*b.decides.withSent > b.decides.n {
+		// Most answers named their send, and too few of them found its
+		// reading yet (calls longer than the ring reaches): not the fit as
+		// they arrive alone, which swings if the figures are stated at the
+		// arrival.
+		return 0, 0, 0, false
+	}
 	slopeD, slopeI, resid, ok = b.decides.slopes(minSpread)
 	if b.decidesAtSend.n < decidesMinAnswers {
 		return slopeD, slopeI, resid, ok
@@ -193,8 +202,8 @@ func (b *bucket) forgetDecidesEvidenceLocked() {
 // stated what is left.
 func (b *bucket) readAtSendLocked(now time.Time) {
 	r := b.sends
-	if r == nil {
-		return
+	if r == nil || b.fixedWindowsLocked() {
+		return // (at fixed windows the answers are not read: observeDecidesLocked)
 	}
 	mean := b.est.meanOutput()
 	if mean < 0 {
@@ -209,7 +218,11 @@ func (b *bucket) readAtSendLocked(now time.Time) {
 }
 
 // sendReadings is a ring of the window's known count, D and I as calls were
-// sent, newest last. 256 readings, at most decidesPerWindow a window, reach
+// sent, newest last. Its stamps are wall-clock nanoseconds as the callers name
+// the sends (Sent's answer) and, unlike the window's, are not moved on a clock
+// step (followClockLocked): an answer names its send in the frame it was
+// taken in. After a step back, a call in flight across it may miss its reading
+// (near stops at the first older one) and is read as it arrives only. 256 readings, at most decidesPerWindow a window, reach
 // back most of a window when calls are many, further when they are fewer:
 // an answer whose call's reading has gone is read as it arrives only.
 type sendReadings struct {
@@ -274,7 +287,7 @@ func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	b.atCompletion = false
 	b.clearVotesLocked()
 	b.forgetReadingsLocked()
-	b.decides.n, b.decidesAtSend.n = 0, 0
+	b.decides.n, b.decides.withSent, b.decidesAtSend.n = 0, 0, 0
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
@@ -295,7 +308,7 @@ func (b *bucket) headersSayArrivalLocked(now time.Time) bool {
 // keep what they reserved.
 func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 	b.decidesLearnedKnown = known
-	b.decides.n, b.decidesAtSend.n = 0, 0
+	b.decides.n, b.decides.withSent, b.decidesAtSend.n = 0, 0, 0
 	b.forgetReadingsLocked()
 	b.resizeWaitersLocked()
 	if b.l.quotas != nil {

@@ -206,3 +206,38 @@ func TestSendReadingsNear(t *testing.T) {
 		t.Error("no readings kept: found one")
 	}
 }
+
+// While most answers name their call's send and too few of them found the
+// window's reading then, the fit as the answers arrive does not decide alone:
+// figures stated at the arrival make it swing. Answers that name no send
+// (a library caller) are read as they arrive, as before.
+func TestDecidesWaitsForTheFitAtTheSend(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		tk := mustAdmit(t, l, now, req(10))
+		if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
+			t.Fatal(err)
+		}
+		now = now.Add(3 * time.Minute)
+		b := l.lockedBucketFor("p", "m", now)
+		b.decides.since = now.Add(-2 * time.Minute)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range 200 { // what the provider counted past the known count follows neither D nor I: known
+			n := float64(rng.IntN(20))
+			b.decides.add(n*6+rng.NormFloat64()*15, n*40+rng.NormFloat64()*60, 30+rng.NormFloat64()*5)
+		}
+		if named {
+			b.decides.withSent = b.decides.n // and none found its reading (decidesAtSend.n is 0)
+		}
+		b.mu.Unlock()
+		l.Calibrate(now, "p", "m", 1000, 1000-30, -1, -1)
+		want := DecidesKnown
+		if named {
+			want = DecidesWhole
+		}
+		if st := l.BucketStatus(now, "p", "m"); st.Decides != want {
+			t.Fatalf("answers named their sends: %v; decides %q, want %q", named, st.Decides, want)
+		}
+	}
+}

@@ -447,10 +447,11 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		b.observeAdmitLocked(now, reading)
 	}
 	if at == 0 {
+		b.readAtSendLocked(now)
 		return time.Time{}
 	}
-	s.admitted = at // the call writes from its send: its age counts from there
-	b.readAtSendLocked(now)
+	s.admitted = at                      // the call writes from its send: its age counts from there
+	b.readAtSendLocked(time.Unix(0, at)) // stamped as the caller will name the send
 	if ss, ok := l.shared.(SharedSends); ok && s.shared != "" && time.Duration(at-admitted) > b.win.span-b.win.inner {
 		// Later than the count guard: the other instances would free it
 		// before the provider does. A store that fails counts its own
