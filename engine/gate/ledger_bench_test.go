@@ -179,24 +179,29 @@ func BenchmarkAdmitSettleAging(b *testing.B) {
 }
 
 // BenchmarkAdmitSettleCalibrate: admit + settle + the answer's headers read
-// (Calibrate with the same figures each time, as every answer restates them),
-// one bucket, 32 calls in flight: the headers' reading of what the provider
-// decides on walks the calls in flight once per answer.
+// (CalibrateAnswer with the same figures each time, as every answer restates
+// them, and the call's send), one bucket, 32 calls in flight: the headers'
+// reading of what the provider decides on walks the calls in flight once per
+// answer, and once per admission (the window as the call leaves) — at most a
+// few hundred times a window each, here every time.
 func BenchmarkAdmitSettleCalibrate(b *testing.B) {
 	l, _ := NewLedger(benchGate(), engine.NewFakeClock(t0))
 	r := Request{Provider: "deepseek", Model: "deepseek-chat", Session: "s", InputTokens: 1000}
 	u := Usage{InputTokens: 900, OutputTokens: 200}
 	now := t0
 	var open [32]Ticket
+	var sent [32]time.Time
 	for i := range open {
 		open[i], _ = l.Submit(now, r)
+		sent[i] = now
 	}
 	cycle := func(i int) {
 		now = now.Add(time.Millisecond)
 		k := i % len(open)
 		l.Settle(now, open[k], u)
-		l.Calibrate(now, "deepseek", "deepseek-chat", 1<<40, 1<<40-50000, -1, -1)
+		l.CalibrateAnswer(now, sent[k], "deepseek", "deepseek-chat", 1<<40, 1<<40-50000, -1, -1)
 		open[k], _ = l.Submit(now, r)
+		sent[k] = now
 	}
 	for i := range 64 {
 		cycle(i)
@@ -210,9 +215,9 @@ func BenchmarkAdmitSettleCalibrate(b *testing.B) {
 	}
 	b.StopTimer()
 	bk := l.lockedBucketFor("deepseek", "deepseek-chat", now)
-	read := bk.decides.n
+	read, atSend := bk.decides.n, bk.decidesAtSend.n
 	bk.mu.Unlock()
-	if read == 0 {
-		b.Fatal("no answer was read: the benchmark measured the early return")
+	if read == 0 || atSend == 0 {
+		b.Fatalf("answers read %d, against the window as sent %d: the benchmark measured an early return", read, atSend)
 	}
 }
