@@ -133,6 +133,7 @@ func TestParseScenario(t *testing.T) {
 		{"Sizes", "promptTokens: {median: 10, p99: 5}\n", "scenario.promptTokens"},
 		{"LimitModel", "provider: {model: leaky}\n", "choices are [sliding-arrival"},
 		{"Decides", "provider: {decides: later}\n", "scenario.provider.decides:"},
+		{"HeadersAt", "provider: {headers: true, headersAt: later}\n", "scenario.provider.headersAt: \"later\" is invalid; choices are [completion arrival]"},
 		{"OutsidePattern", "outside: {share: 0.1, pattern: waves}\n", "scenario.outside.pattern"},
 		{"OutsideShare", "outside: {share: 1}\n", "scenario.outside.share"},
 		{"OutsideUntil", "outside: {share: 0.1, until: -1m}\n", "scenario.outside.until"},
