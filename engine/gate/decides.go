@@ -123,10 +123,7 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 		counted = 0
 	}
 	b.expireLocked(now)
-	// The calls in flight without max_tokens hold their reserved output in
-	// the whole mode and none in the known one: it comes off either way.
-	d, in, unaskedOutput := b.inFlightCountsLocked(now, mean)
-	known := float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput
+	known, d, in := b.knownCountLocked(now, mean)
 	e.add(d, in, counted-known)
 	if !sent.IsZero() {
 		e.withSent++
@@ -213,8 +210,18 @@ func (b *bucket) readAtSendLocked(now time.Time) {
 	if last, ok := r.newest(); ok && at >= last.at && at-last.at < int64(b.l.conf().Window/decidesPerWindow) {
 		return
 	}
+	known, d, in := b.knownCountLocked(now, mean)
+	r.add(sendReading{at: at, known: known, d: d, in: in})
+}
+
+// knownCountLocked is the gate's window at now as a provider deciding on what
+// it knows counts it — each call in flight at its input and max_tokens — with
+// D and I of the calls in flight (inFlightCountsLocked). The calls in flight
+// without max_tokens hold their reserved output in the whole mode and none in
+// the known one: it comes off either way.
+func (b *bucket) knownCountLocked(now time.Time, mean int64) (known, d, in float64) {
 	d, in, unaskedOutput := b.inFlightCountsLocked(now, mean)
-	r.add(sendReading{at: at, known: float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput, d: d, in: in})
+	return float64(b.win.tokens-b.unsent-b.win.tail()) - unaskedOutput, d, in
 }
 
 // sendReadings is a ring of the window's known count, D and I as calls were
@@ -258,7 +265,7 @@ func (s *sendReadings) near(at, gap int64) (sendReading, bool) {
 	found := false
 	for k := 1; k <= s.n; k++ {
 		x := s.r[(s.next-k+len(s.r))%len(s.r)]
-		if diff := abs64(x.at - at); diff <= gap && (!found || diff < abs64(best.at-at)) {
+		if diff := abs(x.at - at); diff <= gap && (!found || diff < abs(best.at-at)) {
 			best, found = x, true
 		}
 		if x.at < at-gap {
@@ -266,13 +273,6 @@ func (s *sendReadings) near(at, gap int64) (sendReading, bool) {
 		}
 	}
 	return best, found
-}
-
-func abs64(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // arrivalByHeadersLocked takes the arrival view back when the headers read as a

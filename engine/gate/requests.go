@@ -406,7 +406,7 @@ func (b *bucket) forgetRequestLearningLocked(now time.Time) {
 	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
 }
 
-func abs(x int) int {
+func abs[T ~int | ~int64](x T) T {
 	if x < 0 {
 		return -x
 	}
