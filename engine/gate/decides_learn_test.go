@@ -106,22 +106,8 @@ func TestHeadersTakeTheArrivalViewBack(t *testing.T) {
 			cfg := testGate()
 			cfg.Defaults.CountsAt = tc.countsAt
 			l, clk, ev := newTestLedger(t, cfg)
-			now := clk.Now()
-			tk := mustAdmit(t, l, now, req(10))
-			if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
-				t.Fatal(err)
-			}
-			now = now.Add(3 * time.Minute)
-			b := l.lockedBucketFor("p", "m", now)
+			b, now := answersRead(t, l, clk.Now(), tc.slopeD, tc.slopeI, tc.noise)
 			b.atCompletion, b.learn.trigger = true, 500 // voted in; a trigger read there
-			rng := rand.New(rand.NewPCG(1, 2))
-			b.decides.since = now.Add(-2 * time.Minute)
-			for range 200 {
-				n := float64(rng.IntN(20))
-				d := n*6 + rng.NormFloat64()*15
-				i := n*40 + rng.NormFloat64()*60
-				b.decides.add(d, i, 30+tc.slopeD*d+tc.slopeI*i+rng.NormFloat64()*tc.noise)
-			}
 			b.mu.Unlock()
 			l.Calibrate(now, "p", "m", 1000, 1000-30, -1, -1)
 			st := l.BucketStatus(now, "p", "m")
@@ -214,19 +200,7 @@ func TestSendReadingsNear(t *testing.T) {
 func TestDecidesWaitsForTheFitAtTheSend(t *testing.T) {
 	for _, named := range []bool{false, true} {
 		l, clk, _ := newTestLedger(t, testGate())
-		now := clk.Now()
-		tk := mustAdmit(t, l, now, req(10))
-		if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
-			t.Fatal(err)
-		}
-		now = now.Add(3 * time.Minute)
-		b := l.lockedBucketFor("p", "m", now)
-		b.decides.since = now.Add(-2 * time.Minute)
-		rng := rand.New(rand.NewPCG(1, 2))
-		for range 200 { // what the provider counted past the known count follows neither D nor I: known
-			n := float64(rng.IntN(20))
-			b.decides.add(n*6+rng.NormFloat64()*15, n*40+rng.NormFloat64()*60, 30+rng.NormFloat64()*5)
-		}
+		b, now := answersRead(t, l, clk.Now(), 0, 0, 5) // what the provider counted past the known count follows neither D nor I: known
 		if named {
 			b.decides.withSent = b.decides.n // and none found its reading (decidesAtSend.n is 0)
 		}
@@ -240,4 +214,27 @@ func TestDecidesWaitsForTheFitAtTheSend(t *testing.T) {
 			t.Fatalf("answers named their sends: %v; decides %q, want %q", named, st.Decides, want)
 		}
 	}
+}
+
+// answersRead gives model p/m of l an output seen at now and, three minutes
+// on, 200 answers read as they arrived: what the provider counted past the
+// known count is 30 + slopeD·D + slopeI·I + noise. It returns the bucket,
+// locked, and the time then.
+func answersRead(t *testing.T, l *Ledger, now time.Time, slopeD, slopeI, noise float64) (*bucket, time.Time) {
+	t.Helper()
+	tk := mustAdmit(t, l, now, req(10))
+	if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
+		t.Fatal(err)
+	}
+	now = now.Add(3 * time.Minute)
+	b := l.lockedBucketFor("p", "m", now)
+	b.decides.since = now.Add(-2 * time.Minute)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n := float64(rng.IntN(20))
+		d := n*6 + rng.NormFloat64()*15
+		i := n*40 + rng.NormFloat64()*60
+		b.decides.add(d, i, 30+slopeD*d+slopeI*i+rng.NormFloat64()*noise)
+	}
+	return b, now
 }
