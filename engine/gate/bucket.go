@@ -112,6 +112,10 @@ type bucket struct {
 	rpmRun      int
 	rpmPreStep  int
 	rpmStepHeld int
+	// A trigger relaxation that raised the request budget is spaced the same
+	// way (relaxRPMLocked): the budget that held before it, and until when.
+	rpmRelaxHeld  int
+	rpmRelaxUntil time.Time
 	// rpmFreshAt: when the request axis last started from nothing (the
 	// bucket's birth, a reset, a reload that changed rpm — not one that only
 	// forgot what the axis learned); requests are paced for a window after it
@@ -1235,8 +1239,8 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	var steps []learnStep
 	switch {
 	case axis == engine.AxisRequests:
-		b.rpmBoundAt, b.rpmStepHeld = now, 0 // a request step, if one was tried, is answered
-		unnamed := 0.0                       // the token reading of an unnamed 429 (countFellLocked)
+		b.rpmBoundAt, b.rpmStepHeld, b.rpmRelaxHeld = now, 0, 0 // a request step, if one was tried, is answered
+		unnamed := 0.0                                          // the token reading of an unnamed 429 (countFellLocked)
 		if sig.Axis == engine.AxisUnknown {
 			unnamed = b.providerViewLocked()
 		}

@@ -168,7 +168,8 @@ const (
 // refused then (not another client's dip), sets the ceiling the trigger
 // relaxes to: the count, when it is the count refused before (a sliding window
 // refuses at its limit, exactly); when it is not, rpmStepDown below the lower
-// of the two. A token bucket refuses where its lent reserve runs out, higher
+// of the two. Counted at completion the first 429 sets it already: that count
+// bounds what the key leaves this instance from above. A token bucket refuses where its lent reserve runs out, higher
 // after a cooldown refilled it and lower as it drains, and a provider that
 // counts at completion at counts the calls in flight blur: a served count
 // there is no lower bound of the limit. A 429 never raises the limit; never
@@ -219,6 +220,16 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 		switch {
 		case learns && answered:
 			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, held)), true, "rpm-ceiling")
+		case learns && b.atCompletion && b.rpmRefusedAt.IsZero():
+			// The axis's first RPM 429, counted at completion: the count is
+			// every call this instance had in flight or completed within a
+			// window, so the provider's count, which the refusal put at its
+			// limit, was at most this (plus another client's): what the key
+			// leaves this instance is at most the count. It is the ceiling at
+			// once. Taken as a trigger, it relaxed a request a window, and the
+			// step above the count was refused a few windows later: a second
+			// 429, and its cooldown, inside the windows after learning.
+			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), held), true, "rpm-ceiling")
 		case learns && again:
 			ceiling := n
 			if abs(n-b.rpmRefused) > max(1, b.rpmRefused/rpmSameCount) {
@@ -323,8 +334,10 @@ const (
 
 // relaxRPMLocked is called when the request budget holds a call back. An RPM
 // trigger rises by 5% (at least one request) for each window that happens
-// without an RPM 429, until it no longer binds: up to the request limit. Once
-// no trigger binds, the limit itself is probed (probeRPMLocked).
+// without an RPM 429, until it no longer binds: up to the request limit; the
+// calls above the budget that held go one at a time for a window, as a probe
+// step's do. Once no trigger binds, the limit itself is probed
+// (probeRPMLocked).
 func (b *bucket) relaxRPMLocked(now time.Time) {
 	span := b.l.conf().Window
 	if now.Sub(b.lastRPMRelax) < span {
@@ -333,11 +346,19 @@ func (b *bucket) relaxRPMLocked(now time.Time) {
 	switch {
 	case b.rpmTrigger > 0:
 		b.lastRPMRelax = now
+		held := b.rpm
 		b.rpmTrigger += max(1, b.rpmTrigger/20)
 		if b.rpmTrigger >= b.rpmLimitLocked() {
 			b.rpmTrigger = 0
 		}
 		b.setRPMLocked()
+		if b.rpm > held {
+			// A step above the level that held, as a probe step is: its calls
+			// above it go one at a time for a window. Unspaced, the window's
+			// drain let two calls past the count a 429 was refused at in the
+			// same millisecond, and both were refused.
+			b.rpmRelaxHeld, b.rpmRelaxUntil = held, now.Add(span)
+		}
 	case b.rpmProbeDueLocked(now, span):
 		b.probeRPMLocked(now, span)
 	}
@@ -386,9 +407,13 @@ func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
 
 // aboveHeldRequestsLocked reports whether a call now would take the window's
 // request count above the request budget that held before the last probe
-// step, while that step is tried (a window after it).
+// step or trigger relaxation, while that step is tried (a window after it).
 func (b *bucket) aboveHeldRequestsLocked(now time.Time) bool {
-	return b.requestStepTriedLocked(now) && b.requestCountLocked()+1 > b.rpmStepHeld
+	count := b.requestCountLocked() + 1
+	if now.Before(b.rpmRelaxUntil) && count > b.rpmRelaxHeld {
+		return true
+	}
+	return b.requestStepTriedLocked(now) && count > b.rpmStepHeld
 }
 
 // requestStepTriedLocked says whether a request probe step is being tried: a
@@ -404,6 +429,7 @@ func (b *bucket) forgetRequestLearningLocked(now time.Time) {
 	b.rpmLearned, b.rpmLearnedRead, b.rpmRefused, b.rpmRefusedAt = 0, false, 0, time.Time{}
 	b.rpmRefusedTokens = 0
 	b.rpmStepAt, b.rpmRun, b.rpmPreStep, b.rpmStepHeld = now, 0, 0, 0
+	b.rpmRelaxHeld, b.rpmRelaxUntil = 0, time.Time{}
 }
 
 func abs[T ~int | ~int64](x T) T {

@@ -142,6 +142,49 @@ func TestRateLimitAxes(t *testing.T) {
 	})
 }
 
+// Counted at completion, the window's request count at an RPM 429 is every
+// call this instance had in flight or completed within a window, and the
+// refusal put the provider's count at its limit: what the key leaves this
+// instance is at most the count. The first such 429 sets the ceiling at once;
+// on arrival (the count may miss calls the provider still holds) it is a
+// trigger that relaxes. Taken as a trigger at completion, the step above the
+// count was refused a few windows later: over real sockets a second 429 at
+// 35 s, whose cooldown took a fifth of the windows after learning.
+func TestFirstRPM429CountedAtCompletionIsTheCeiling(t *testing.T) {
+	told := func(c *Config) { c.Defaults.CountsAt = CountsAtCompletion }
+	_, refused, served := requestRun{rpm: 40, prov: atCompletion(), config: told, d: 30 * time.Minute}.run(t)
+	t.Logf("429s at %v; served a window %v", refused, served)
+	if len(refused) != 1 || servedFrom5(served) < 18*25 {
+		t.Fatalf("429s at %v, %d served in windows 5–29: want the first only, and at least 90%% of 20 a window", refused, servedFrom5(served))
+	}
+}
+
+// A relaxed RPM trigger raises the request budget above the level that held,
+// as a probe step does, and its calls above that level go one at a time for a
+// window: a gap apart, so that a refused step costs one call. Unspaced, over
+// real sockets the window's drain let two calls past the count refused before
+// in the same millisecond, and both were refused.
+func TestRelaxedRequestStepGoesOneCallAtATime(t *testing.T) {
+	l, _, _ := newTestLedger(t, rpmGate(100))
+	fillRequests(t, l, t0, 50)
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
+	at := t0.Add(61 * time.Second)
+	held := l.BucketStatus(at, "p", "m").RPMBudget
+	fillRequests(t, l, at, held)
+	heldBack(l, at, req(1)) // relaxes the trigger; the held-back call goes at once, the first above
+	st := l.BucketStatus(at, "p", "m")
+	if st.RPMBudget < held+2 || st.WindowRequests != held+1 {
+		t.Fatalf("rpm budget %d, window %d after the relaxation from %d: want two or more above it, one call let through", st.RPMBudget, st.WindowRequests, held)
+	}
+	w := mustWait(t, l, at, req(1), "pace", at.Sub(t0)+stepGapMin)
+	w.Cancel(at)
+	at = at.Add(stepGapMin)
+	mustAdmit(t, l, at, req(1))
+	// a window after the relaxation the calls are no longer spaced
+	at = t0.Add(122*time.Second + time.Millisecond)
+	fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget-1)
+}
+
 // fillRequests admits one-token calls at at until the window holds n requests.
 func fillRequests(t *testing.T, l *Ledger, at time.Time, n int) {
 	t.Helper()
