@@ -93,8 +93,9 @@ type bucket struct {
 	// rpmLearned is the request limit learned (0: none, the configured RPM
 	// stands). Probe steps raise it while the request budget binds (the
 	// configured RPM is a start, like the configured TPM); an RPM 429 that
-	// answers a step, or a second burst near the last one's count, sets it (see
-	// rpmLimitedLocked). A limit the provider states overrides it.
+	// answers a step, a second burst near the last one's count, or, counted at
+	// completion, the axis's first 429 that names the request limit sets it
+	// (see rpmLimitedLocked). A limit the provider states overrides it.
 	rpmLearned int
 	// rpmLearnedRead: rpmLearned was read at a 429 (a ceiling, or the level a
 	// refused step set), not set by a probe step (see setRPMLocked).
@@ -1239,13 +1240,14 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	var steps []learnStep
 	switch {
 	case axis == engine.AxisRequests:
-		b.rpmBoundAt, b.rpmStepHeld, b.rpmRelaxHeld = now, 0, 0 // a request step, if one was tried, is answered
-		unnamed := 0.0                                          // the token reading of an unnamed 429 (countFellLocked)
+		// a request step or relaxation, if one was tried, is answered
+		b.rpmBoundAt, b.rpmStepHeld, b.rpmRelaxHeld, b.rpmRelaxUntil = now, 0, 0, time.Time{}
+		unnamed := 0.0 // the token reading of an unnamed 429 (countFellLocked)
 		if sig.Axis == engine.AxisUnknown {
 			unnamed = b.providerViewLocked()
 		}
 		b.voteRequestsLocked(now, sig.Admitted)
-		b.rpmLimitedLocked(now, sig.Admitted, unnamed)
+		b.rpmLimitedLocked(now, sig.Admitted, sig.Axis == engine.AxisRequests, unnamed)
 		b.learn.noteOther429(now, cfg.Window) // not the token axis: teaches tokens nothing
 	case !byRate && b.learn.suspect(now, reading, b.typicalCallLocked(), cfg.Window):
 		steps = b.learn.onSuspect(now, reading, cfg.Window)

@@ -106,7 +106,8 @@ func (b *bucket) adoptStatedLocked(now time.Time, limitTokens, limitRequests int
 		b.limits.RPM = int(rpm)
 		b.rpmLearned, b.rpmLearnedRead, b.rpmRefused = 0, false, 0 // the provider said: what was learned goes
 		b.rpmRefusedAt, b.rpmRefusedTokens = time.Time{}, 0
-		b.rpmPreStep, b.rpmStepHeld, b.rpmRelaxHeld = 0, 0, 0
+		b.rpmPreStep, b.rpmStepHeld = 0, 0
+		b.rpmRelaxHeld, b.rpmRelaxUntil = 0, time.Time{}
 		b.setRPMLocked()
 	}
 	if limitTokens <= 0 {

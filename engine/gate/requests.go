@@ -168,15 +168,16 @@ const (
 // refused then (not another client's dip), sets the ceiling the trigger
 // relaxes to: the count, when it is the count refused before (a sliding window
 // refuses at its limit, exactly); when it is not, rpmStepDown below the lower
-// of the two. Counted at completion the first 429 sets it already: that count
-// bounds what the key leaves this instance from above. A token bucket refuses where its lent reserve runs out, higher
+// of the two. Counted at completion the first 429 that names the request
+// limit sets it already: that count bounds what the key leaves this instance
+// from above. A token bucket refuses where its lent reserve runs out, higher
 // after a cooldown refilled it and lower as it drains, and a provider that
 // counts at completion at counts the calls in flight blur: a served count
 // there is no lower bound of the limit. A 429 never raises the limit; never
 // below 1/learnFloorDivisor of the configured RPM, and re-probed like a
 // trigger (relaxRPMLocked). Not with a shared window: the count is this
 // instance's, the provider's limit everyone's.
-func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float64) {
+func (b *bucket) rpmLimitedLocked(now, admitted time.Time, named bool, unnamedReading float64) {
 	if !b.learn.enabled {
 		return
 	}
@@ -220,7 +221,7 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 		switch {
 		case learns && answered:
 			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, held)), true, "rpm-ceiling")
-		case learns && b.atCompletion && b.rpmRefusedAt.IsZero():
+		case learns && named && b.atCompletion && b.rpmRefusedAt.IsZero():
 			// The axis's first RPM 429, counted at completion: the count is
 			// every call this instance had in flight or completed within a
 			// window, so the provider's count, which the refusal put at its
@@ -228,7 +229,9 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 			// leaves this instance is at most the count. It is the ceiling at
 			// once. Taken as a trigger, it relaxed a request a window, and the
 			// step above the count was refused a few windows later: a second
-			// 429, and its cooldown, inside the windows after learning.
+			// 429, and its cooldown, inside the windows after learning. Only
+			// when the 429 named the request limit: an unnamed one read as
+			// requests may be a token 429, whose trigger must relax.
 			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), held), true, "rpm-ceiling")
 		case learns && again:
 			ceiling := n
@@ -264,7 +267,8 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, unnamedReading float6
 // requests', or its count was near one refused before) would otherwise set
 // each later one's count as the request ceiling, lower and lower; read as
 // tokens, it sets the token trigger, and the request trigger the first one
-// set relaxes as any (5% a window while it binds). Not within a window of the
+// set relaxes as any (5% a window while it binds; an unnamed 429 never sets
+// the ceiling at once). Not within a window of the
 // first (its burst's later 429s read a window its refusals changed), nor with
 // a shared window (the count is this instance's, the tokens everyone's).
 func (b *bucket) countFellLocked(now time.Time, n int, reading float64) bool {
@@ -410,7 +414,7 @@ func (b *bucket) probeRPMLocked(now time.Time, span time.Duration) {
 // step or trigger relaxation, while that step is tried (a window after it).
 func (b *bucket) aboveHeldRequestsLocked(now time.Time) bool {
 	count := b.requestCountLocked() + 1
-	if now.Before(b.rpmRelaxUntil) && count > b.rpmRelaxHeld {
+	if b.rpmRelaxHeld > 0 && now.Before(b.rpmRelaxUntil) && count > b.rpmRelaxHeld {
 		return true
 	}
 	return b.requestStepTriedLocked(now) && count > b.rpmStepHeld

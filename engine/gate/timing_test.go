@@ -183,6 +183,24 @@ func TestRelaxedRequestStepGoesOneCallAtATime(t *testing.T) {
 	// a window after the relaxation the calls are no longer spaced
 	at = t0.Add(122*time.Second + time.Millisecond)
 	fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget-1)
+
+	t.Run("AnsweredByA429", func(t *testing.T) {
+		// A request 429 answers the step: the calls are not spaced after it,
+		// though the window the step was tried in has not passed.
+		l, _, _ := newTestLedger(t, rpmGate(100))
+		named := engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests}
+		fillRequests(t, l, t0, 50)
+		l.RateLimitedBy(t0, "p", "m", named)
+		fillRequests(t, l, t0.Add(61*time.Second), 25)
+		at := t0.Add(100 * time.Second)
+		fillRequests(t, l, at, l.BucketStatus(at, "p", "m").RPMBudget)
+		heldBack(l, at, req(1)) // relaxed: spaced until 160 s
+		l.RateLimitedBy(at.Add(500*time.Millisecond), "p", "m", named)
+		at = t0.Add(122 * time.Second) // the calls of 61 s have left the window
+		for range 3 {
+			mustAdmit(t, l, at, req(1))
+		}
+	})
 }
 
 // fillRequests admits one-token calls at at until the window holds n requests.
