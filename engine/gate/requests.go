@@ -169,8 +169,9 @@ const (
 // relaxes to: the count, when it is the count refused before (a sliding window
 // refuses at its limit, exactly); when it is not, rpmStepDown below the lower
 // of the two. Counted at completion the first 429 that names the request
-// limit sets it already: that count bounds what the key leaves this instance
-// from above. A token bucket refuses where its lent reserve runs out, higher
+// limit sets it already (not far below a count served lately): the count of
+// completions the provider refused at bounds what the key leaves this
+// instance from above. A token bucket refuses where its lent reserve runs out, higher
 // after a cooldown refilled it and lower as it drains, and a provider that
 // counts at completion at counts the calls in flight blur: a served count
 // there is no lower bound of the limit. A 429 never raises the limit; never
@@ -221,17 +222,19 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, named bool, unnamedRe
 		switch {
 		case learns && answered:
 			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), max(b.rpmPreStep, held)), true, "rpm-ceiling")
-		case learns && named && b.atCompletion && b.rpmRefusedAt.IsZero():
-			// The axis's first RPM 429, counted at completion: the count is
-			// every call this instance had in flight or completed within a
-			// window, so the provider's count, which the refusal put at its
-			// limit, was at most this (plus another client's): what the key
-			// leaves this instance is at most the count. It is the ceiling at
-			// once. Taken as a trigger, it relaxed a request a window, and the
-			// step above the count was refused a few windows later: a second
-			// 429, and its cooldown, inside the windows after learning. Only
-			// when the 429 named the request limit: an unnamed one read as
-			// requests may be a token 429, whose trigger must relax.
+		case learns && named && b.atCompletion && b.rpmRefusedAt.IsZero() && !b.servedFarAboveLocked(now, held):
+			// The axis's first RPM 429, counted at completion: the provider
+			// refused because the completions in its window (this instance's,
+			// and any other client's) had reached its limit, and the count is
+			// this instance's completions as the gate saw them, a window
+			// each. So what the key leaves this instance is at most about the
+			// count: it is the ceiling at once. Taken as a trigger, it relaxed
+			// a request a window, and the step above the count was refused a
+			// few windows later: a second 429, and its cooldown, inside the
+			// windows after learning. Only when the 429 named the request
+			// limit (an unnamed one read as requests may be a token 429, whose
+			// trigger must relax), and not far below a count the provider
+			// served within two windows (another client's passing burst).
 			b.setRPMLearnedLocked(now, min(b.rpmLimitLocked(), held), true, "rpm-ceiling")
 		case learns && again:
 			ceiling := n
@@ -255,6 +258,14 @@ func (b *bucket) rpmLimitedLocked(now, admitted time.Time, named bool, unnamedRe
 	}
 	b.lastRPMRelax = now
 	b.setRPMLocked()
+}
+
+// servedFarAboveLocked says whether the provider served, within the last two
+// windows, a request count in the view counted in that held is under
+// suspectRatio of: a 429 at held is then another client's passing burst, not
+// the limit.
+func (b *bucket) servedFarAboveLocked(now time.Time, held int) bool {
+	return float64(held) < suspectRatio*float64(b.servedRequestsLocked().max(now, b.l.conf().Window))
 }
 
 // countFellLocked says whether an unnamed 429 at n requests and a token

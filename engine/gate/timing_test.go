@@ -142,10 +142,11 @@ func TestRateLimitAxes(t *testing.T) {
 	})
 }
 
-// Counted at completion, the window's request count at an RPM 429 is every
-// call this instance had in flight or completed within a window, and the
-// refusal put the provider's count at its limit: what the key leaves this
-// instance is at most the count. The first such 429 sets the ceiling at once;
+// Counted at completion, the window's request count at an RPM 429 is the
+// completions the gate saw within a window, and the provider refused because
+// the completions in its window had reached its limit: what the key leaves
+// this instance is at most about the count. The first such 429 sets the
+// ceiling at once (not far below a count served lately);
 // on arrival (the count may miss calls the provider still holds) it is a
 // trigger that relaxes. Taken as a trigger at completion, the step above the
 // count was refused a few windows later: over real sockets a second 429 at
@@ -157,6 +158,37 @@ func TestFirstRPM429CountedAtCompletionIsTheCeiling(t *testing.T) {
 	if len(refused) != 1 || servedFrom5(served) < 18*25 {
 		t.Fatalf("429s at %v, %d served in windows 5–29: want the first only, and at least 90%% of 20 a window", refused, servedFrom5(served))
 	}
+
+	t.Run("NotFarBelowALevelServed", func(t *testing.T) {
+		// The provider served 60 requests counted at completion a window ago;
+		// refused now at 30, the key held another client's burst: a trigger,
+		// which relaxes, not a ceiling for the next 180 windows.
+		c := rpmGate(100)
+		c.Defaults.CountsAt = CountsAtCompletion
+		l, _, _ := newTestLedger(t, c)
+		fillDone := func(at time.Time, n int) { // calls admitted and answered at at
+			for l.BucketStatus(at, "p", "m").WindowRequests < n {
+				if err := l.Settle(at, mustAdmit(t, l, at, req(1)), Usage{InputTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fillDone(t0, 60)
+		at := t0.Add(61 * time.Second) // the 60 have left the window
+		fillDone(at, 30)
+		l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisRequests})
+		first := l.BucketStatus(at, "p", "m").RPMBudget
+		last := first
+		for range 4 { // windows that hold calls back
+			at = at.Add(61 * time.Second)
+			fillDone(at, last)
+			heldBack(l, at, req(1))
+			last = l.BucketStatus(at, "p", "m").RPMBudget
+		}
+		if first > 30 || last <= first {
+			t.Fatalf("rpm budget %d at the 429, %d four windows on: want the count 30 relaxing", first, last)
+		}
+	})
 }
 
 // A relaxed RPM trigger raises the request budget above the level that held,
