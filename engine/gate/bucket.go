@@ -1285,8 +1285,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		}
 		// A rate says the levels served above it were the reserve lent: the
 		// clean record may not lift the trigger back to them.
+		b.learn.onArrival = !b.atCompletion && !byRate
 		steps = b.learn.on429(now, reading, slack, refuted || byRate, inDoubt, cfg.Window)
-		b.learn.servedInView, b.learn.unseen = 0, 0 // they describe this 429 only
+		b.learn.servedInView, b.learn.unseen, b.learn.onArrival = 0, 0, false // they describe this 429 only
 		if byRate && inBurst {
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}

@@ -696,7 +696,7 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 	}{
 		{"not within two windows", 3 * span, 850, 150, false},
 		{"a probe step refused", span + span/2, 850, 150, true},   // reverted, not stepped
-		{"a narrow bracket", span + span/2, 850, 40, false},       // 40 < 5% of 850
+		{"a narrow bracket", span + span/2, 850, 40, false},       // 40 < 5% of 850, not read on arrival (see TestTriggerLoweredAgainAtTheRefillEdge)
 		{"at the level refused", span + span/2, 1000, 150, false}, // steps down to 970: a step would go above 1,000
 		{"not clearly lower", span + span/2, 930, 150, false},     // 930 × 1.05 is above 0.97 × 1,000
 	} {
@@ -711,6 +711,60 @@ func TestTriggerLoweredAgainGetsOneProbe(t *testing.T) {
 				if st, moved := l.onTokenBlocked(at.Add(time.Duration(w)*span), span, true); moved {
 					t.Fatalf("window %d: moved (%+v), trigger %v", w, st, l.trigger)
 				}
+			}
+		})
+	}
+}
+
+// A trigger lowered again at the refill edge, counted on arrival: the second
+// 429 comes as the gate refills the window its cooldown drained, with another
+// client's backlog landing at the same edge. Its bracket is that edge, not the
+// refused call and the spread, so a narrow one (a refused call of 30 tokens on
+// a reading of 760) still gets the one step two windows on. Counted at
+// completion the same readings get none: a narrow bracket there is narrow.
+func TestTriggerLoweredAgainAtTheRefillEdge(t *testing.T) {
+	for _, view := range []string{CountsAtArrival, CountsAtCompletion} {
+		t.Run(view, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.CountsAt = view
+			l, _, _ := newTestLedger(t, c)
+			withOutputHistory(t, l)
+			served := func(at time.Time, calls int) { // calls of 90 + 100 tokens
+				for range calls {
+					tk := mustAdmit(t, l, at, req(90))
+					if view == CountsAtCompletion {
+						if err := l.Settle(at, tk, Usage{InputTokens: 90, OutputTokens: 100}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			refused := func(at time.Time) {
+				l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Tokens: 30, Axis: engine.AxisTokens})
+			}
+			first := t0.Add(61 * time.Second)
+			served(first, 5)
+			refused(first) // reading 950
+			second := first.Add(75 * time.Second)
+			served(second, 4)
+			refused(second) // within two windows, reading 760: 760 × 1.05 stays under 0.97 × 950
+			if _, trig := quota(l, second); trig != 760 {
+				t.Fatalf("trigger %v after the second 429, want its reading 760", trig)
+			}
+			blocked := Request{Provider: "p", Model: "m", Session: "b", InputTokens: 900, MaxTokens: 1}
+			heldBack(l, second.Add(61*time.Second), blocked) // a window on: not yet
+			if _, trig := quota(l, second.Add(61*time.Second)); trig != 760 {
+				t.Fatalf("trigger %v a window after the 429, want 760", trig)
+			}
+			at := second.Add(121 * time.Second)
+			heldBack(l, at, blocked)
+			_, trig := quota(l, at)
+			want := 760.0
+			if view == CountsAtArrival {
+				want = 760 * learnProbeFactor
+			}
+			if math.Abs(trig-want) > 1e-9 {
+				t.Fatalf("trigger %v two windows after the second 429, want %v", trig, want)
 			}
 		})
 	}

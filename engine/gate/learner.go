@@ -184,6 +184,11 @@ type learner struct {
 	// view's first reading, with the refused call, brackets the limit in the
 	// view that explains the 429.
 	toCompletion bool
+	// onArrival is set by the bucket for one on429 call: the reading counts
+	// the calls on arrival (the arrival view; not a rate, nor a count of
+	// completions). Such a reading, taken again within two windows and lower,
+	// gets its one step however narrow its bracket (see on429).
+	onArrival bool
 }
 
 func newLearner(start int, enabled bool, now time.Time) learner {
@@ -425,7 +430,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// reach less than one step above the reading, the step would overshoot.
 		// After a refused probe step, see revertMayStep.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
-	case hadTrigger && repeated && !probing && l.trigger*learnProbeFactor < stepDown*prevTrigger && slack >= (learnProbeFactor-1)*reading &&
+	case hadTrigger && repeated && !probing && l.trigger*learnProbeFactor < stepDown*prevTrigger && (l.onArrival || slack >= (learnProbeFactor-1)*reading) &&
 		(l.againProbeAt.IsZero() || now.Sub(l.againProbeAt) >= againProbeWindows*span):
 		// Refused again within two windows, and read lower: the second 429
 		// comes while the gate refills the window its cooldown drained, with
@@ -437,6 +442,14 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		// one step as the first trigger gets, when it stays clearly under the
 		// trigger refused before (not a 429 at the level, which steps down
 		// only stepDown); a 429 answering it takes it back.
+		//
+		// Counted on arrival, the bracket the refill edge leaves is not the
+		// refused call and the spread: another client refused all through
+		// the cooldown sends its backlog as the gate refills, and the room it
+		// leaves then is less than it leaves on average. So the step needs no
+		// slack there. A count of completions or a rate has no such edge: a
+		// narrow bracket is narrow (docs/RATIONALE.md, "A trigger lowered
+		// again at the refill edge").
 		l.firstProbe, l.againProbeAt = firstProbeArmed, now
 	default:
 		l.firstProbe = firstProbeDone

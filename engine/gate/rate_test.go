@@ -156,6 +156,32 @@ func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
 	}
 }
 
+// A rate read at a second 429 within two windows of the first is no count at
+// the refill edge: it is what the gate spent between two drains, and nothing
+// brackets it. It gets no step, however much lower than the trigger before it
+// (the step a window count read again there gets: countview_test.go,
+// TestTriggerLoweredAgainAtTheRefillEdge).
+func TestRateReadAgainGetsNoStep(t *testing.T) {
+	l, _, now := relaxedBeforeADrainedReserve(t, true)
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	b.learn.prevCut, b.learn.burstStart = now.Add(-90*time.Second), now.Add(-90*time.Second) // the first 429, a window and a half before
+	b.mu.Unlock()
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+	_, rate := quota(l, now)
+	if math.Abs(rate-24000) > 500 {
+		t.Fatalf("trigger %.0f, want the rate the spend implies, 24,000", rate)
+	}
+	for w := 1; w <= 4; w++ { // each window loaded under the rate, and a call held back
+		at := now.Add(time.Duration(w)*time.Minute + time.Second)
+		mustAdmit(t, l, at, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 20000, MaxTokens: 1})
+		heldBack(l, at, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 10000, MaxTokens: 1})
+		if _, trig := quota(l, at); trig != rate {
+			t.Fatalf("window %d after the 429: trigger %.0f, want the rate %.0f", w, trig, rate)
+		}
+	}
+}
+
 // phase is calls of size tokens, one a second, each settled a second later.
 type phase struct{ calls, size int }
 
