@@ -43,6 +43,7 @@ type bucket struct {
 	// (voteRequestsLocked; the view counted in: samecount.go).
 	servedReqArrival, servedReqDone servedLevel
 	doneRefutedAt                   time.Time // the last 429 that refuted the completion view
+	rateViewAt                      time.Time // when a rate moved the view to completion (rate.go)
 	learn                           learner
 	est                             estimator
 	cooldownUntil                   time.Time
@@ -1258,6 +1259,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
+		if byRate && b.rateCountsAtCompletionLocked() {
+			b.switchViewLocked(now, true)
+			b.rateViewAt = now
+		}
 		if byRate {
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
 			reading = rate
@@ -1271,10 +1276,10 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		inDoubt := b.modeVotes > 0 && !b.atCompletion && !byRate
 		inBurst := b.learn.inBurst(now, cfg.Window)
 		// In the arrival view the calls in flight are estimates, and on a token
-		// bucket or fixed windows (which the arrival view is kept for) a served
-		// level describes a lent reserve or a burst at a window's edge: only the
-		// completion view's served levels bound the limit — and not at a 429
-		// that refutes it (refused below what it served).
+		// bucket or fixed windows (which the arrival view is kept for until a
+		// rate is read) a served level describes a lent reserve or a burst at a
+		// window's edge: only the completion view's served levels bound the
+		// limit — and not at a 429 that refutes it (refused below what it served).
 		if b.atCompletion && !byRate && !refuted {
 			b.learn.servedInView = float64(b.servedDone.max(now, cfg.Window))
 		}
@@ -1333,7 +1338,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
 	b.fixedLearned, b.fixedEv = false, fixedEvidence{} // read again from the stated waits and resets
-	b.servedArrival, b.servedDone, b.doneRefutedAt = servedLevel{}, servedLevel{}, time.Time{}
+	b.servedArrival, b.servedDone, b.doneRefutedAt, b.rateViewAt = servedLevel{}, servedLevel{}, time.Time{}, time.Time{}
 	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it

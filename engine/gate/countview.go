@@ -153,11 +153,16 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	if _, set := b.limits.countView(); set {
 		return // the user said how the provider counts
 	}
+	if b.rateViewHoldsLocked(now) {
+		return // a lone bucket's rate moved the view: rate.go
+	}
 	// A provider that a sliding window does not describe (a token bucket, fixed
 	// windows) refutes each view in turn. Arrival, the default, counts the calls in
 	// flight and is the safe one there: completion is adopted only if no 429 of
 	// the last refuteMemory windows refuted it — or if, since one did, the arrival
 	// view alone was refuted arrivalAloneSwitch times, a window or more apart.
+	// (A 429 read by the rate, a lone bucket's, moves the view to completion
+	// itself: rate.go, rateCountsAtCompletionLocked.)
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
 	case arrivalRefuted && doneRecentlyRefuted && b.arrivalAlone < arrivalAloneSwitch:

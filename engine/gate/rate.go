@@ -295,3 +295,34 @@ func (b *bucket) refillShareLocked(now time.Time) float64 {
 	d := float64(now.UnixNano() - fullAt)
 	return d / (d + float64(b.l.conf().Window))
 }
+
+// rateCountsAtCompletionLocked reports whether a 429 read by the rate moves the
+// bucket to the completion view. The rate says the provider is a lone token
+// bucket, and a bucket's limit is a rate: what bounds the spend is the cost of
+// the calls per window, which the completion view counts exactly once they
+// settle. The arrival view also holds the calls in flight at their expected
+// output and keeps a margin for its spread, which the bucket's reserve absorbs
+// (a reserve is a window's worth): kept in it, the gate left a twentieth of the
+// rate unused (docs/RATIONALE.md, "Why does a rate move the view to
+// completion?"). Not when the view is already completion, nor when the user set
+// it, nor when the provider decides on what it knows (the arrival view books
+// that cost exactly). (Fixed windows read no rate: rateLimitedLocked.)
+//
+// The view it moves to holds for as long as a rate bound stands
+// (rateCapWindows): a bucket refutes each view in turn as its reserve lends and
+// runs dry, and a later drain's vote for the arrival view would take back the
+// estimates' margin the bucket never needed — and the arrival reading there, a
+// window of calls the reserve lent, as the trigger.
+func (b *bucket) rateCountsAtCompletionLocked() bool {
+	if _, set := b.limits.countView(); set {
+		return false
+	}
+	return !b.atCompletion && !b.decidesKnown()
+}
+
+// rateViewHoldsLocked reports whether a rate moved the view to completion
+// within rateCapWindows: the votes do not move it back (see
+// rateCountsAtCompletionLocked).
+func (b *bucket) rateViewHoldsLocked(now time.Time) bool {
+	return b.atCompletion && !b.rateViewAt.IsZero() && now.Sub(b.rateViewAt) < rateCapWindows*b.l.conf().Window
+}

@@ -109,9 +109,19 @@ func TestRateSpentNeedsTwoWindowsAfterA429(t *testing.T) {
 // relax, or a probe step or re-probe after it.
 func relaxedBeforeADrainedReserve(t *testing.T, relaxed bool) (*Ledger, *eventLog, time.Time) {
 	t.Helper()
+	return relaxedBeforeADrainedReserveWith(t, relaxed, nil)
+}
+
+// relaxedBeforeADrainedReserveWith is relaxedBeforeADrainedReserve with the
+// model's limits set by limits first.
+func relaxedBeforeADrainedReserveWith(t *testing.T, relaxed bool, limits func(*ModelLimits)) (*Ledger, *eventLog, time.Time) {
+	t.Helper()
 	c := testGate()
 	c.Defaults.TPM, c.Defaults.RPM = 100000, 1<<20
 	c.Learn = true
+	if limits != nil {
+		limits(&c.Defaults)
+	}
 	l, _, ev := newTestLedger(t, c)
 	now := settledCalls(t, l, t0, 240, 500)
 	b := l.bucketFor("p", "m", now)
@@ -153,6 +163,66 @@ func TestRelaxedTriggerRefusedReadsTheRate(t *testing.T) {
 		if e.Step == "rate" {
 			t.Fatalf("a 429 within a window of a probe step was read by the rate (%.0f)", e.To)
 		}
+	}
+}
+
+// A 429 read by the rate says the provider is a lone token bucket, whose limit
+// is a rate: the gate counts at completion from then on, where the calls in
+// flight and the margin for their outputs no longer hold back what the reserve
+// absorbs. Not when the user set the view, nor when the provider decides on
+// what it knows (the arrival view books that exactly).
+func TestARateMovesTheViewToCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits func(*ModelLimits)
+		want   string
+	}{
+		{"learned", nil, CountsAtCompletion},
+		{"told arrival", func(m *ModelLimits) { m.CountsAt = CountsAtArrival }, CountsAtArrival},
+		{"decides known", func(m *ModelLimits) { m.Decides = DecidesKnown }, CountsAtArrival},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, ev, now := relaxedBeforeADrainedReserveWith(t, true, tc.limits)
+			l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+			if got := rateSteps(ev); len(got) != 1 {
+				t.Fatalf("rate steps %v, want one", got)
+			}
+			st := l.BucketStatus(now, "p", "m")
+			if st.CountsAt != tc.want {
+				t.Fatalf("counts at %q after the rate, want %q", st.CountsAt, tc.want)
+			}
+			if math.Abs(st.Trigger-24000) > 500 {
+				t.Fatalf("trigger %.0f, want the rate, 24,000, in either view", st.Trigger)
+			}
+		})
+	}
+}
+
+// The completion view a rate moved to holds while a rate bound stands: a later
+// drain that refutes it (the bucket served more than it now reads: a reserve
+// it lent) does not vote the arrival view back. Past rateCapWindows it may.
+func TestARatesViewHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		want  string
+	}{
+		{"within", 5 * time.Minute, CountsAtCompletion},
+		{"past rateCapWindows", (rateCapWindows + 1) * time.Minute, CountsAtArrival},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, now := relaxedBeforeADrainedReserve(t, true)
+			l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+			later := settledCalls(t, l, now.Add(tc.after-30*time.Second), 20, 1000) // 20k in both views
+			b := l.bucketFor("p", "m", later)
+			b.mu.Lock()
+			b.servedDone = servedLevel{cur: 90000, curStart: later.Add(-time.Second)} // far above the window now
+			b.mu.Unlock()
+			l.RateLimitedBy(later, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+			if got := l.BucketStatus(later, "p", "m").CountsAt; got != tc.want {
+				t.Fatalf("counts at %q after a 429 that refutes the completion view %v on, want %q", got, later.Sub(now), tc.want)
+			}
+		})
 	}
 }
 
