@@ -43,7 +43,7 @@ type bucket struct {
 	// (voteRequestsLocked; the view counted in: samecount.go).
 	servedReqArrival, servedReqDone servedLevel
 	doneRefutedAt                   time.Time // the last 429 that refuted the completion view
-	rateViewAt                      time.Time // when a rate moved the view to completion (rate.go)
+	rateViewAt                      time.Time // the last rate read that holds the completion view (rate.go)
 	learn                           learner
 	est                             estimator
 	cooldownUntil                   time.Time
@@ -272,6 +272,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	if atCompletion, set := lim.countView(); set {
 		b.clearVotesLocked() // the user says how the provider counts: no votes
+		b.rateViewAt = time.Time{}
 		if atCompletion != b.atCompletion {
 			b.atCompletion = atCompletion
 			b.forgetReadingsLocked() // read in the other view
@@ -307,7 +308,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.outside = outsideSpend{}      // and readings
 		// A pause of the old window is no refill of the new one.
 		b.lastGrantAt, b.refilledAt, b.refilledSpent = 0, 0, 0
-		b.spentFromIdle, b.rateCap = false, rateBound{}
+		b.spentFromIdle, b.rateCap, b.rateViewAt = false, rateBound{}, time.Time{}
 	}
 	b.setSpanLocked(now, cfg)
 	b.learn.enabled = cfg.Learn
@@ -585,6 +586,7 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 		b.atCompletion = stored
 		b.clearVotesLocked()
 	}
+	b.rateViewAt = time.Time{} // the store keeps the view, not why it was taken
 }
 
 // roundTripLocked is the longest recent admission→429 delay: a refused call's
@@ -1259,12 +1261,9 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		if !b.atCompletion {
 			slack += float64(b.marginOf(b.openVar))
 		}
-		if byRate && b.rateCountsAtCompletionLocked() {
-			b.switchViewLocked(now, true)
-			b.rateViewAt = now
-		}
 		if byRate {
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
+			b.rateViewLocked(now) // a lone bucket's: count at completion (rate.go)
 			reading = rate
 			b.learn.rateAt = now
 			// Not a window reading: no refused call or calls in flight bracket

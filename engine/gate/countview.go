@@ -3,7 +3,8 @@ package gate
 import "time"
 
 // When the provider counts a call: on arrival (the default, and the safe view
-// for token buckets and fixed windows) or at completion. The bucket reads its
+// for fixed windows, and for token buckets until a rate is read: rate.go) or at
+// completion. The bucket reads its
 // window in one view, and each token 429 votes on which view explains it.
 
 // providerViewLocked estimates what the provider counted in the window: settled
@@ -153,16 +154,13 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 	if _, set := b.limits.countView(); set {
 		return // the user said how the provider counts
 	}
-	if b.rateViewHoldsLocked(now) {
-		return // a lone bucket's rate moved the view: rate.go
-	}
 	// A provider that a sliding window does not describe (a token bucket, fixed
 	// windows) refutes each view in turn. Arrival, the default, counts the calls in
 	// flight and is the safe one there: completion is adopted only if no 429 of
 	// the last refuteMemory windows refuted it — or if, since one did, the arrival
 	// view alone was refuted arrivalAloneSwitch times, a window or more apart.
 	// (A 429 read by the rate, a lone bucket's, moves the view to completion
-	// itself: rate.go, rateCountsAtCompletionLocked.)
+	// itself, and no vote moves it back for a while: rate.go, rateViewLocked.)
 	doneRecentlyRefuted := !b.doneRefutedAt.IsZero() && now.Sub(b.doneRefutedAt) < refuteMemory*span
 	switch {
 	case arrivalRefuted && doneRecentlyRefuted && b.arrivalAlone < arrivalAloneSwitch:
@@ -187,6 +185,10 @@ func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUs
 // countVotesLocked switches the view when the votes reached switchVotes for
 // the other one.
 func (b *bucket) countVotesLocked(now time.Time) {
+	if b.rateViewHoldsLocked(now) {
+		b.modeVotes = 0 // a lone bucket's rate moved the view: rate.go
+		return
+	}
 	if b.modeVotes >= switchVotes && !b.atCompletion && b.headersSayArrivalLocked(now) {
 		// The remaining tokens read as a window that counts the calls in
 		// flight (decides.go): another client's calls vote as the gate's own.
@@ -202,6 +204,9 @@ func (b *bucket) countVotesLocked(now time.Time) {
 // in the other view (the run of 429s read as tokens stays: samecount.go).
 func (b *bucket) switchViewLocked(now time.Time, atCompletion bool) {
 	b.atCompletion = atCompletion
+	if !atCompletion {
+		b.rateViewAt = time.Time{}
+	}
 	b.clearVotesLocked()
 	// The others' windows of readings: outside429Locked started them over.
 	// Their moving mean was read in the other view: it starts over too.

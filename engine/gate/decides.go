@@ -284,7 +284,7 @@ func (s *sendReadings) near(at, gap int64) (sendReading, bool) {
 // refuteMemory windows after (headersSayArrivalLocked). The fit needs its
 // hundred answers again before it decides anything more.
 func (b *bucket) arrivalByHeadersLocked(now time.Time) {
-	b.atCompletion = false
+	b.atCompletion, b.rateViewAt = false, time.Time{}
 	b.clearVotesLocked()
 	b.forgetReadingsLocked()
 	b.decides.n, b.decides.withSent, b.decidesAtSend.n = 0, 0, 0

@@ -296,33 +296,39 @@ func (b *bucket) refillShareLocked(now time.Time) float64 {
 	return d / (d + float64(b.l.conf().Window))
 }
 
-// rateCountsAtCompletionLocked reports whether a 429 read by the rate moves the
-// bucket to the completion view. The rate says the provider is a lone token
-// bucket, and a bucket's limit is a rate: what bounds the spend is the cost of
-// the calls per window, which the completion view counts exactly once they
-// settle. The arrival view also holds the calls in flight at their expected
-// output and keeps a margin for its spread, which the bucket's reserve absorbs
-// (a reserve is a window's worth): kept in it, the gate left a twentieth of the
-// rate unused (docs/RATIONALE.md, "Why does a rate move the view to
-// completion?"). Not when the view is already completion, nor when the user set
-// it, nor when the provider decides on what it knows (the arrival view books
-// that cost exactly). (Fixed windows read no rate: rateLimitedLocked.)
+// rateViewLocked moves the bucket to the completion view at a 429 read by
+// the rate. The rate says the provider is a lone token bucket, and a bucket's
+// limit is a rate: what bounds the spend is the cost of the calls per window,
+// which the completion view counts exactly once they settle. The arrival view
+// also holds the calls in flight at their expected output and keeps a margin
+// for its spread, which the bucket's reserve absorbs (a reserve is a window's
+// worth): kept in it, the gate left a twentieth of the rate unused
+// (docs/RATIONALE.md, "Why does a rate move the view to completion?"). Not
+// when the user set the view, nor when the provider decides on what it knows
+// (the arrival view books that cost exactly), nor while the headers take the
+// arrival view back (decides.go). (Fixed windows read no rate:
+// rateLimitedLocked.)
 //
-// The view it moves to holds for as long as a rate bound stands
-// (rateCapWindows): a bucket refutes each view in turn as its reserve lends and
-// runs dry, and a later drain's vote for the arrival view would take back the
-// estimates' margin the bucket never needed — and the arrival reading there, a
-// window of calls the reserve lent, as the trigger.
-func (b *bucket) rateCountsAtCompletionLocked() bool {
-	if _, set := b.limits.countView(); set {
-		return false
+// Each rate read renews rateViewAt, and for rateCapWindows after it no vote
+// moves the view back (countVotesLocked): a bucket refutes each view in turn
+// as its reserve lends and runs dry, and a later drain's vote for the arrival
+// view would take back the margin the bucket never needed — with the arrival
+// reading there, a window of calls the reserve lent, as the trigger.
+func (b *bucket) rateViewLocked(now time.Time) {
+	if _, set := b.limits.countView(); set || b.decidesKnown() || b.headersSayArrivalLocked(now) {
+		return
 	}
-	return !b.atCompletion && !b.decidesKnown()
+	if !b.atCompletion {
+		b.switchViewLocked(now, true)
+		// The readings go as at any switch; but the 429 is the rate's, not a
+		// completion count's first (learner.toCompletion).
+		b.learn.toCompletion = false
+	}
+	b.rateViewAt = now
 }
 
-// rateViewHoldsLocked reports whether a rate moved the view to completion
-// within rateCapWindows: the votes do not move it back (see
-// rateCountsAtCompletionLocked).
+// rateViewHoldsLocked reports whether a rate read within rateCapWindows keeps
+// the completion view (see rateViewLocked).
 func (b *bucket) rateViewHoldsLocked(now time.Time) bool {
 	return b.atCompletion && !b.rateViewAt.IsZero() && now.Sub(b.rateViewAt) < rateCapWindows*b.l.conf().Window
 }

@@ -226,13 +226,53 @@ func TestARatesViewHolds(t *testing.T) {
 	}
 }
 
+// The hold is the votes' (token and request votes alike go through
+// countVotesLocked), each rate read renews it, and a run of 429s read again as
+// requests takes back the view its rate moved.
+func TestARatesViewHoldEdges(t *testing.T) {
+	l, _, now := relaxedBeforeADrainedReserve(t, true)
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{Axis: engine.AxisTokens, Tokens: 500})
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	span := b.l.conf().Window
+	if !b.atCompletion || !b.rateViewAt.Equal(now) {
+		t.Fatalf("after the rate: at completion %v, held since %v", b.atCompletion, b.rateViewAt)
+	}
+	renewed := now.Add(50 * span)
+	b.rateViewLocked(renewed) // a later rate read, the view completion already
+	if !b.rateViewAt.Equal(renewed) {
+		t.Fatalf("a later rate read left the hold at %v", b.rateViewAt)
+	}
+	b.modeVotes = -switchVotes // a request vote for arrival, say
+	b.countVotesLocked(now.Add(100 * span))
+	if !b.atCompletion || b.modeVotes != 0 {
+		t.Fatalf("a vote moved the view within the renewed hold (at completion %v, votes %d)", b.atCompletion, b.modeVotes)
+	}
+	b.modeVotes = -switchVotes
+	b.countVotesLocked(renewed.Add((rateCapWindows + 1) * span))
+	if b.atCompletion || !b.rateViewAt.IsZero() {
+		t.Fatalf("past the hold: at completion %v, held since %v; want arrival and no hold", b.atCompletion, b.rateViewAt)
+	}
+
+	// Read again as requests, a run whose rate moved the view takes it back.
+	b.tokenRead = tokenReadCount{firstAt: now, before: b.learn, atCompletion: false}
+	b.switchViewLocked(now, true)
+	b.rateViewAt = now
+	b.rereadAsRequestsLocked(now)
+	if b.atCompletion || !b.rateViewAt.IsZero() {
+		t.Fatalf("read again as requests: at completion %v, held since %v; want the view before the run", b.atCompletion, b.rateViewAt)
+	}
+}
+
 // A rate read at a second 429 within two windows of the first is no count at
 // the refill edge: it is what the gate spent between two drains, and nothing
 // brackets it. It gets no step, however much lower than the trigger before it
 // (the step a window count read again there gets: countview_test.go,
 // TestTriggerLoweredAgainAtTheRefillEdge).
 func TestRateReadAgainGetsNoStep(t *testing.T) {
-	l, _, now := relaxedBeforeADrainedReserve(t, true)
+	// Told the arrival view: a rate read in it stays there (rateViewLocked).
+	l, _, now := relaxedBeforeADrainedReserveWith(t, true, func(m *ModelLimits) { m.CountsAt = CountsAtArrival })
 	b := l.bucketFor("p", "m", now)
 	b.mu.Lock()
 	b.learn.prevCut, b.learn.burstStart = now.Add(-90*time.Second), now.Add(-90*time.Second) // the first 429, a window and a half before

@@ -78,6 +78,10 @@ type tokenReadCount struct {
 	// The lone bucket's rate bound before the run's first (rate.go): the run's
 	// 429s bounded it as tokens, and read again they were not about tokens.
 	rateCap rateBound
+	// The view before the run's first, and the rate read that held it: a rate
+	// the run read moved the view (rateViewLocked), which goes back with it.
+	atCompletion bool
+	rateViewAt   time.Time
 }
 
 // sameCountLocked says whether an unnamed 429 at count requests and a token
@@ -112,7 +116,7 @@ func (b *bucket) noteTokenReadLocked(now time.Time, count int, reading float64) 
 		return // a burst's later 429s read a window its refusals changed
 	}
 	if b.tokenRead.firstAt.IsZero() || now.Sub(b.tokenRead.firstAt) >= sameCountWindows*span {
-		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn, rateCap: b.rateCap}
+		b.tokenRead = tokenReadCount{firstAt: now, before: b.learn, rateCap: b.rateCap, atCompletion: b.atCompletion, rateViewAt: b.rateViewAt}
 		b.tokenRead.underBudget = reading < suspectRatio*float64(b.tokenBudget(now))
 	}
 	b.tokenRead.count, b.tokenRead.reading = count, reading
@@ -127,6 +131,9 @@ func (b *bucket) rereadAsRequestsLocked(now time.Time) {
 	from := b.learn.budget()
 	b.learn = r.before // its figures are the present ones: what moves them ends the run
 	b.rateCap = r.rateCap
+	if !b.rateViewAt.Equal(r.rateViewAt) {
+		b.atCompletion, b.rateViewAt = r.atCompletion, r.rateViewAt // the run's rate moved the view
+	}
 	// The pair is the evidence, however far apart it came: the run's last is
 	// the burst refused before, now, and rpmLimitedLocked sets the ceiling
 	// from the two counts as from two RPM 429s — the count when they are
