@@ -132,6 +132,10 @@ type timingCase struct {
 	// learnsKnown: the provider decides on what it knows and the gate is not
 	// told; with headers, what the gate took from them is logged.
 	learnsKnown bool
+	// learnsCompletion: the provider's remaining tokens read as a count of
+	// completions or a refill (a token bucket); the gate, not told, should
+	// take the completion view from the answers. What it took is logged.
+	learnsCompletion bool
 	// learnsFixed: the provider counts in fixed windows and states its token
 	// reset (the next edge) on every answer; the gate, not told, must take
 	// fixed windows from the answers.
@@ -335,6 +339,13 @@ var timingCases = []timingCase{
 	// build took `known` in 5 of 6 local runs, 48–61 s in). The targets of
 	// AtTruth hold either way; which it took is logged.
 	{name: "AtTruthKnownHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, free: true, learnsKnown: true},
+	// A token bucket that states what is left on every answer, the gate at
+	// its stated rate: no 429 comes to read a rate from, and the remaining
+	// tokens — far more than either of the gate's views holds — say it
+	// refills. The gate takes the completion view from them
+	// (engine/gate/headersview.go); which view it took is logged. Its
+	// utilization counts what the reserve lends, as Start2xBucket's does.
+	{name: "AtTruthBucketHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, limit: fakeprovider.TokenBucket, learnsCompletion: true},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each
@@ -728,6 +739,12 @@ func (run *timingRun) report(t *testing.T) {
 		t.Logf("%s: target missed: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
 	case tc.learnsKnown:
 		t.Logf("%s: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
+	}
+	if tc.learnsCompletion {
+		t.Logf("%s: the provider's remaining tokens read as a refill; the gate took the view %q", tc.name, bs.CountsAt)
+		if bs.CountsAt != "completion" {
+			reportMisses(t, tc.name, []string{fmt.Sprintf("the gate took the view %q, not completion", bs.CountsAt)})
+		}
 	}
 	if tc.learnsFixed {
 		// A target, logged as the others are: engine/gate's and sim's tests

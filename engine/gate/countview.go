@@ -195,6 +195,12 @@ func (b *bucket) countVotesLocked(now time.Time) {
 		b.modeVotes = 0
 		return
 	}
+	if b.modeVotes <= -switchVotes && b.atCompletion && b.headersSayCompletionLocked() {
+		// The remaining tokens read as a count of completions, or a refill
+		// (headersview.go): a 429 there is the limit's, not the view's.
+		b.modeVotes = 0
+		return
+	}
 	if (b.modeVotes >= switchVotes) != b.atCompletion && (b.modeVotes >= switchVotes || b.modeVotes <= -switchVotes) {
 		b.switchViewLocked(now, b.modeVotes >= switchVotes)
 	}

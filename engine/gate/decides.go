@@ -91,8 +91,8 @@ const (
 // headers state them, with the stated limit) as evidence of what the provider
 // decides on, and switches the bucket's mode when the evidence is clear.
 func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainingTokens int64) {
-	if b.limits.Decides != "" || b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
-		return // the user said, or the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
+	if b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
+		return // the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
 	}
 	if b.sends == nil {
 		b.sends = &sendReadings{} // the calls sent from now are read as they leave
@@ -123,12 +123,23 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 		counted = 0
 	}
 	b.expireLocked(now)
+	var atSend sendReading
+	found := false
+	if !sent.IsZero() {
+		atSend, found = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
+	}
+	if found {
+		b.observeViewsLocked(now, counted, atSend) // which view holds what it counted (headersview.go)
+	}
+	if b.limits.Decides != "" {
+		return // the user said what it decides on
+	}
 	known, d, in := b.knownCountLocked(now, mean)
 	e.add(d, in, counted-known)
 	if !sent.IsZero() {
 		e.withSent++
-		if r, ok := b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow)); ok {
-			b.decidesAtSend.add(r.d, r.in, counted-r.known)
+		if found {
+			b.decidesAtSend.add(atSend.d, atSend.in, counted-atSend.known)
 		}
 	}
 	if e.n < decidesMinAnswers {
@@ -150,7 +161,7 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	// whose D took what I's slope left.
 	if fits && slopeD > -decidesKnownBelow && slopeD < 1+decidesKnownBelow {
 		b.headersFitAt = now
-		if _, set := b.limits.countView(); b.atCompletion && !set {
+		if _, set := b.limits.countView(); b.atCompletion && !set && !b.headersSayCompletionLocked() {
 			b.arrivalByHeadersLocked(now)
 			return
 		}
@@ -190,6 +201,7 @@ func (b *bucket) decidesFitLocked() (slopeD, slopeI, resid float64, ok bool) {
 // length, changed.
 func (b *bucket) forgetDecidesEvidenceLocked() {
 	b.decides, b.decidesAtSend, b.sends = decidesEvidence{}, decidesEvidence{}, nil
+	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
 }
 
 // readAtSendLocked keeps, as a call leaves for the provider at now, what the
@@ -211,7 +223,7 @@ func (b *bucket) readAtSendLocked(now time.Time) {
 		return
 	}
 	known, d, in := b.knownCountLocked(now, mean)
-	r.add(sendReading{at: at, known: known, d: d, in: in})
+	r.add(sendReading{at: at, known: known, d: d, in: in, arrival: b.arrivalViewLocked(), done: float64(b.done.tokens)})
 }
 
 // knownCountLocked is the gate's window at now as a provider deciding on what
@@ -239,8 +251,9 @@ type sendReadings struct {
 }
 
 type sendReading struct {
-	at           int64 // unix nanos of the send
-	known, d, in float64
+	at            int64 // unix nanos of the send
+	known, d, in  float64
+	arrival, done float64 // the two views then (headersview.go)
 }
 
 func (s *sendReadings) add(x sendReading) {

@@ -1,0 +1,130 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// seedViews gives b's view evidence n answers that read c and a (the stated
+// count less the completion view and less the arrival view, as shares of the
+// budget) now, and cs and as read against the views as their calls were sent.
+func seedViews(b *bucket, n int, c, a, cs, as float64) {
+	for range n {
+		b.byViews.add(c, a)
+		b.byViewsAtSend.add(cs, as)
+	}
+}
+
+// The headers move the view to completion when the provider counted no more
+// than the completion view holds and clearly less than the arrival view (a
+// count of completions), or far less than either (a refill) — read so both
+// against the views now and as the calls were sent. Not another client's
+// spend, a sliding window counted on arrival, a provider that decides on what
+// it knows, a view the user set, or fewer than a hundred answers.
+func TestHeadersMoveTheViewToCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		n              int
+		c, a, cs, as   float64
+		countsAt       string
+		decidesKnown   bool
+		wantCompletion bool
+	}{
+		{"a refill (a token bucket)", 200, -0.7, -0.68, -0.7, -0.68, "", false, true},
+		{"a count of completions", 200, -0.01, -0.08, -0.01, -0.08, "", false, true},
+		{"a sliding window on arrival", 200, -0.02, -0.01, -0.02, -0.01, "", false, false},
+		{"another client on the key", 200, 0.09, 0.10, 0.09, 0.10, "", false, false},
+		{"a count of completions only as the answers arrive", 200, -0.01, -0.08, -0.02, -0.01, "", false, false},
+		{"a refill only as the calls were sent", 200, 0.09, 0.10, -0.7, -0.68, "", false, false},
+		{"too few answers", decidesMinAnswers - 2, -0.7, -0.68, -0.7, -0.68, "", false, false},
+		{"the user says arrival", 200, -0.7, -0.68, -0.7, -0.68, "arrival", false, false},
+		{"it decides on what it knows", 200, -0.7, -0.68, -0.7, -0.68, "", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testGate()
+			cfg.Defaults.CountsAt = tc.countsAt
+			l, clk, ev := newTestLedger(t, cfg)
+			now := clk.Now()
+			b := l.lockedBucketFor("p", "m", now)
+			b.decidesLearnedKnown = tc.decidesKnown
+			b.learn.trigger = 800 // read in the arrival view
+			seedViews(b, tc.n, tc.c, tc.a, tc.cs, tc.as)
+			// One more answer, as the window stands (empty: it reads 0 against
+			// both views now), its call sent when the views read as the case.
+			budget := float64(b.learnedTokenBudget())
+			b.observeViewsLocked(now, 0, sendReading{done: -tc.cs * budget, arrival: -tc.as * budget})
+			b.mu.Unlock()
+			st := l.BucketStatus(now, "p", "m")
+			moved := false
+			for _, e := range ev.kinds(EventLearn) {
+				moved = moved || (e.Step == "count-mode" && e.Reason == "at-completion")
+			}
+			if got := st.CountsAt == "completion"; got != tc.wantCompletion || moved != tc.wantCompletion {
+				t.Fatalf("view %q, event %v; want completion %v", st.CountsAt, moved, tc.wantCompletion)
+			}
+			if tc.wantCompletion && st.Trigger != 0 {
+				t.Fatalf("trigger %v read in the arrival view kept", st.Trigger)
+			}
+		})
+	}
+}
+
+// While the headers read as a count of completions or a refill, 429s that
+// vote for the arrival view do not take it; without that reading they do. A
+// reset forgets the reading.
+func TestHeadersKeepTheVotesFromTakingTheArrivalView(t *testing.T) {
+	for _, headersSay := range []bool{false, true} {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		b := l.lockedBucketFor("p", "m", now)
+		b.atCompletion = true
+		if headersSay {
+			seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+		}
+		b.modeVotes = -switchVotes
+		b.countVotesLocked(now)
+		if b.atCompletion != headersSay {
+			t.Fatalf("headers read as a refill: %v; at completion %v", headersSay, b.atCompletion)
+		}
+		b.mu.Unlock()
+		if headersSay {
+			l.Reset(now.Add(time.Second), "p", "m")
+			b = l.lockedBucketFor("p", "m", now.Add(time.Second))
+			if b.byViews.n != 0 || b.byViewsAtSend.n != 0 || b.headersSayCompletionLocked() {
+				t.Fatalf("a reset kept the headers' reading: %+v %+v", b.byViews, b.byViewsAtSend)
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// The answers are read for the view through CalibrateAnswer, against the
+// reading taken as the call was sent — also when the user set `decides:
+// whole`, not when `decides: known`.
+func TestAnswersReadForTheView(t *testing.T) {
+	for _, tc := range []struct {
+		decides        string
+		wantCompletion bool
+	}{{"", true}, {DecidesWhole, true}, {DecidesKnown, false}} {
+		cfg := testGate()
+		cfg.Defaults.Decides = tc.decides
+		l, clk, _ := newTestLedger(t, cfg)
+		now := clk.Now()
+		tk := mustAdmit(t, l, now, req(10))
+		if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil { // an output seen
+			t.Fatal(err)
+		}
+		now = now.Add(3 * time.Minute)
+		sent := now.Add(-2 * time.Second)
+		b := l.lockedBucketFor("p", "m", now)
+		b.decides.since = now.Add(-2 * time.Minute)
+		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+		b.sends = &sendReadings{}
+		b.sends.add(sendReading{at: sent.UnixNano()})
+		b.mu.Unlock()
+		l.CalibrateAnswer(now, sent, "p", "m", 1000, 1000, -1, -1) // all of it left: a full bucket
+		if st := l.BucketStatus(now, "p", "m"); (st.CountsAt == "completion") != tc.wantCompletion {
+			t.Fatalf("decides %q: view %q, want completion %v", tc.decides, st.CountsAt, tc.wantCompletion)
+		}
+	}
+}
