@@ -24,8 +24,9 @@ type bucket struct {
 	win    slidingWindow // calls keyed by admission: what a provider that counts on arrival holds
 	// done holds settled calls keyed by when they settled: what a provider that
 	// counts a call when it completes holds. atCompletion says which of the two
-	// the provider behaves like (configured as countsAt, or learned from 429s:
-	// see voteLocked); the admission check and the learner's readings use that one.
+	// the provider behaves like (configured as countsAt, or learned from 429s —
+	// voteLocked, rateViewLocked — or from the remaining tokens: headersview.go);
+	// the admission check and the learner's readings use that one.
 	done         slidingWindow
 	atCompletion bool
 	// arrivalAlone counts the 429s, a window or more apart, that refuted the
@@ -248,11 +249,21 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.rpmFreshAt = now // a limit the gate has not seen: its first window is paced
 	}
 	was := b.decidesKnown()
-	if lim.Decides != "" || !cfg.Learn || b.l.shared != nil {
-		// The user says now, or nothing is read from the headers any more:
-		// what they taught goes with what it was read from.
+	switch {
+	case !cfg.Learn || b.l.shared != nil:
+		// Nothing is read from the headers any more: what they taught goes
+		// with what it was read from.
 		b.decidesLearnedKnown = false
 		b.forgetDecidesEvidenceLocked()
+	case lim.Decides != "":
+		// The user says what it decides on: the fit goes; the answers read
+		// for the view stay (headersview.go), unless the user said known.
+		b.decidesLearnedKnown = false
+		b.decides, b.decidesAtSend = decidesEvidence{}, decidesEvidence{}
+		if lim.Decides == DecidesKnown {
+			b.forgetViewsLocked()
+			b.sends = nil // nothing reads them
+		}
 	}
 	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != was {
 		// The calls in flight are read in other units from now on: what was

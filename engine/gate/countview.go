@@ -3,9 +3,10 @@ package gate
 import "time"
 
 // When the provider counts a call: on arrival (the default, and the safe view
-// for fixed windows, and for token buckets until a rate is read: rate.go) or at
-// completion. The bucket reads its
-// window in one view, and each token 429 votes on which view explains it.
+// for fixed windows, and for token buckets until a rate is read — rate.go — or
+// the remaining tokens read as a refill: headersview.go) or at completion. The
+// bucket reads its window in one view, and each token 429 votes on which view
+// explains it.
 
 // providerViewLocked estimates what the provider counted in the window: settled
 // usage as is, and for calls still in flight their input plus the output the model

@@ -94,8 +94,8 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	if b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
 		return // the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
 	}
-	if b.sends == nil {
-		b.sends = &sendReadings{} // the calls sent from now are read as they leave
+	if b.sends == nil && (b.limits.Decides == "" || b.viewsReadLocked()) {
+		b.sends = &sendReadings{} // the calls sent from now are read as they leave (near and readAtSendLocked take nil)
 	}
 	mean := b.est.meanOutput()
 	if mean < 0 {
@@ -167,7 +167,9 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 		}
 	}
 	switch {
-	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown:
+	case fits && slopeD < decidesKnownBelow && !b.decidesLearnedKnown && !b.headersSayCompletionLocked():
+		// (Not while the answers read as a count of completions or a refill:
+		// no window that counts the calls in flight at their input.)
 		b.switchDecidesLocked(now, true, slopeD)
 	case b.decidesLearnedKnown && (!fits || slopeD > decidesWholeAbove):
 		b.switchDecidesLocked(now, false, slopeD) // no longer clear: the safe default
@@ -201,7 +203,7 @@ func (b *bucket) decidesFitLocked() (slopeD, slopeI, resid float64, ok bool) {
 // length, changed.
 func (b *bucket) forgetDecidesEvidenceLocked() {
 	b.decides, b.decidesAtSend, b.sends = decidesEvidence{}, decidesEvidence{}, nil
-	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
+	b.forgetViewsLocked()
 }
 
 // readAtSendLocked keeps, as a call leaves for the provider at now, what the
@@ -223,7 +225,8 @@ func (b *bucket) readAtSendLocked(now time.Time) {
 		return
 	}
 	known, d, in := b.knownCountLocked(now, mean)
-	r.add(sendReading{at: at, known: known, d: d, in: in, arrival: b.arrivalViewLocked(), done: float64(b.done.tokens)})
+	done, arrival := b.viewsLocked()
+	r.add(sendReading{at: at, known: known, d: d, in: in, arrival: arrival, done: done})
 }
 
 // knownCountLocked is the gate's window at now as a provider deciding on what
@@ -301,6 +304,7 @@ func (b *bucket) arrivalByHeadersLocked(now time.Time) {
 	b.clearVotesLocked()
 	b.forgetReadingsLocked()
 	b.decides.n, b.decides.withSent, b.decidesAtSend.n = 0, 0, 0
+	b.forgetViewsLocked() // they read the other way: a hundred answers again before they move it back
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}
@@ -322,6 +326,7 @@ func (b *bucket) headersSayArrivalLocked(now time.Time) bool {
 func (b *bucket) switchDecidesLocked(now time.Time, known bool, slope float64) {
 	b.decidesLearnedKnown = known
 	b.decides.n, b.decides.withSent, b.decidesAtSend.n = 0, 0, 0
+	b.forgetViewsLocked() // read in the other units
 	b.forgetReadingsLocked()
 	b.resizeWaitersLocked()
 	if b.l.quotas != nil {

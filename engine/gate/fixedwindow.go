@@ -290,6 +290,7 @@ func (b *bucket) switchWindowsLocked(now time.Time, fixed bool) {
 	b.setSpanLocked(now, b.l.conf())
 	b.forgetReadingsLocked() // read in the other window
 	b.clearVotesLocked()
+	b.forgetViewsLocked() // read against a sliding window
 	if b.l.quotas != nil {
 		b.l.quotas.Save(b.provider, b.model, b.snapshotLocked())
 	}

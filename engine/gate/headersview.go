@@ -5,24 +5,39 @@ import "time"
 // The count view, read from the rate-limit headers.
 //
 // What a provider states is left of its limit says what it counted: the limit
-// less the remainder. A provider that counts a call only once it completes
-// never counted more than the completion view holds (the calls settled within
-// the window); one that counts the calls in flight counted more, by about what
-// they hold. A token bucket, which refills as it goes, counts less than
-// either. So when the answers say, over a hundred of them, that the provider
-// counted no more than the completion view holds, and clearly less than the
-// arrival view, the completion view is the one that holds it — and the
-// arrival view's margin for the calls in flight is room the gate leaves
-// unused (0.93 of the limit against 0.96–0.97 told each view, in the
-// simulator, at both of these providers).
+// less the remainder. Each answer's count is compared with the gate's two
+// views of the window — the calls settled within it (completion) and the
+// calls sent within it, those in flight at their expected cost (arrival) —
+// as shares of the budget. In the steady state the two views hold about the
+// same (the calls that left the arrival window but completed within the
+// window make up for the calls in flight), so what tells providers apart is
+// where the stated count sits:
 //
-// Another client on the key adds its spend to what the provider counted, so
-// the evidence then leans to the arrival view, the safe one. A provider that
-// decides on what it knows counts the calls in flight at their input, so it
-// never reads as completion. The user's countsAt is never overridden.
+//   - a sliding window counted on arrival counts about what either view holds
+//     (in the simulator, 0.02 under the completion view, 0.01 under the
+//     arrival view), another client's spend on top of that;
+//   - one that counts a call once it completes counts what the completion view
+//     holds, and the arrival view holds several percent more (0.02 and 0.08
+//     under them);
+//   - a token bucket, which refills as it goes, counts far less than either:
+//     at the gate's pace it is nearly full (0.7 under both).
+//
+// When a hundred or so answers read as one of the last two — against the
+// views both as the answer came and as its call was sent, since a provider
+// may state its figures as of either moment — the model counts at
+// completion. The arrival view's margin for the calls in flight is room such
+// a provider never needed: 0.93 of a bucket's limit against 0.96 at
+// completion in the simulator. No 429 votes the arrival view back while the
+// answers read so (countVotesLocked).
+//
+// Not when the user set countsAt, nor when the provider decides on what it
+// knows (arrival books that exactly: rate.go), nor at fixed windows, with a
+// shared window or with learning off. Only answers that name their call's
+// send (CalibrateAnswer), while its reading is still kept, are read.
 
 // viewEvidence is the recent answers' stated count less the completion view
-// and less the arrival view, each a share of the budget, as decayed sums.
+// (c) and less the arrival view (a), each a share of the budget, as decayed
+// sums.
 type viewEvidence struct {
 	w, c, a float64
 	n       int
@@ -34,53 +49,82 @@ func (v *viewEvidence) add(c, a float64) {
 	v.n++
 }
 
+func (v *viewEvidence) enough() bool { return v.n >= decidesMinAnswers && v.w > 0 }
+
+// counts reports whether the answers read as a count of completions.
+func (v *viewEvidence) counts() bool {
+	c, a := v.c/v.w, v.a/v.w
+	return v.enough() && c <= headersCompletionOver && a <= c-headersArrivalOver
+}
+
+// refills reports whether the answers read as a refill.
+func (v *viewEvidence) refills() bool {
+	return v.enough() && v.c/v.w <= -headersRefillUnder
+}
+
 const (
 	// headersCompletionOver: the stated count may exceed the completion view
 	// by this share of the budget on average (the answers' timing) and still
 	// read as a count of completions.
 	headersCompletionOver = 0.01
-	// headersArrivalOver: the arrival view must hold at least this share of the
-	// budget more than the completion view does, past the stated count: calls
-	// in flight the provider did not count.
+	// headersArrivalOver: for a count of completions, the arrival view must
+	// hold at least this share of the budget more than the completion view
+	// does — calls in flight the provider did not count.
 	headersArrivalOver = 0.02
 	// headersRefillUnder: a stated count this share of the budget or more
-	// below the completion view is no window's: the provider refills (a token
-	// bucket).
+	// under the completion view is no window's: the provider refills.
 	headersRefillUnder = 0.2
 )
 
+// viewsReadLocked reports whether the headers may move the view: the user
+// did not set it, the provider is not taken to decide on what it knows, the
+// windows slide, and the gate learns on its own window.
+func (b *bucket) viewsReadLocked() bool {
+	_, set := b.limits.countView()
+	return !set && !b.decidesKnown() && !b.fixedWindowsLocked() && b.l.shared == nil && b.learn.enabled
+}
+
 // observeViewsLocked weighs one answer's stated count (in the window's units)
 // against both views, now and as its call was sent (sent), and moves the view
-// to completion when the answers say so read either way.
+// to completion when the answers read so both ways. The views are read as the
+// provider's own window holds them: without what the count guard keeps past it.
 func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendReading) {
-	if _, set := b.limits.countView(); set || b.decidesKnown() {
+	if !b.viewsReadLocked() {
 		return
 	}
 	budget := float64(b.learnedTokenBudget())
 	if budget <= 0 {
 		return
 	}
-	b.byViews.add((counted-float64(b.done.tokens))/budget, (counted-b.arrivalViewLocked())/budget)
+	done, arrival := b.viewsLocked()
+	b.byViews.add((counted-done)/budget, (counted-arrival)/budget)
 	b.byViewsAtSend.add((counted-sent.done)/budget, (counted-sent.arrival)/budget)
-	if !b.atCompletion && b.headersSayCompletionLocked() {
+	if !b.atCompletion && b.headersSayCompletionLocked() && !b.headersSayArrivalLocked(now) {
 		b.completionByHeadersLocked(now)
 	}
 }
 
-// headersSayCompletionLocked reports whether the answers read as a provider
-// that counts the calls as they complete (see above), against the views both
-// now and as the calls were sent: a provider may state its figures as of
-// either moment.
-func (b *bucket) headersSayCompletionLocked() bool {
-	return b.byViews.sayCompletion() && b.byViewsAtSend.sayCompletion()
+// viewsLocked is the completion and the arrival view without the count
+// guard's tail, as observeViewsLocked and readAtSendLocked compare them.
+func (b *bucket) viewsLocked() (done, arrival float64) {
+	return float64(b.done.tokens - b.done.tail()), b.arrivalViewLocked() - float64(b.win.tail())
 }
 
-func (v *viewEvidence) sayCompletion() bool {
-	if v.n < decidesMinAnswers || v.w <= 0 {
+// headersSayCompletionLocked reports whether the answers read, both ways, as a
+// count of completions or as a refill (see above).
+func (b *bucket) headersSayCompletionLocked() bool {
+	if !b.viewsReadLocked() {
 		return false
 	}
-	c, a := v.c/v.w, v.a/v.w
-	return c <= -headersRefillUnder || (c <= headersCompletionOver && a <= c-headersArrivalOver)
+	v, s := &b.byViews, &b.byViewsAtSend
+	return (v.counts() && s.counts()) || (v.refills() && s.refills())
+}
+
+// forgetViewsLocked drops the answers read for the view: they were read
+// against views that no longer describe the provider (another window, fixed
+// windows, another way to decide), or the headers read the other way.
+func (b *bucket) forgetViewsLocked() {
+	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
 }
 
 // completionByHeadersLocked adopts the completion view the headers read as.

@@ -128,3 +128,80 @@ func TestAnswersReadForTheView(t *testing.T) {
 		}
 	}
 }
+
+// What the answers read for the view goes when it no longer describes the
+// provider — fixed windows learned, `decides: known` learned, the headers
+// reading the arrival view back — and no longer holds the votes off then; a
+// reload that keeps `decides: whole` keeps it, one that sets `known` does not.
+func TestHeadersViewReadingGoesWithWhatItWasReadIn(t *testing.T) {
+	refill := func(b *bucket) { seedViews(b, 200, -0.7, -0.68, -0.7, -0.68) }
+	for _, tc := range []struct {
+		name     string
+		decides  string
+		change   func(l *Ledger, b *bucket, now time.Time) // b locked
+		wantHeld bool
+	}{
+		{"nothing changed", "", func(*Ledger, *bucket, time.Time) {}, true},
+		{"fixed windows learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchWindowsLocked(now, true) }, false},
+		{"known learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchDecidesLocked(now, true, 0) }, false},
+		{"the arrival view read back", "", func(_ *Ledger, b *bucket, now time.Time) { b.arrivalByHeadersLocked(now) }, false},
+		{"a reload keeping decides: whole", DecidesWhole, func(l *Ledger, b *bucket, now time.Time) {
+			cfg := testGate()
+			cfg.Defaults.Decides = DecidesWhole
+			b.mu.Unlock()
+			if err := l.Reconfigure(now, cfg); err != nil {
+				t.Fatal(err)
+			}
+			b.mu.Lock()
+		}, true},
+		{"a reload to decides: known", DecidesWhole, func(l *Ledger, b *bucket, now time.Time) {
+			cfg := testGate()
+			cfg.Defaults.Decides = DecidesKnown
+			b.mu.Unlock()
+			if err := l.Reconfigure(now, cfg); err != nil {
+				t.Fatal(err)
+			}
+			b.mu.Lock()
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testGate()
+			cfg.Defaults.Decides = tc.decides
+			l, clk, _ := newTestLedger(t, cfg)
+			now := clk.Now()
+			b := l.lockedBucketFor("p", "m", now)
+			refill(b)
+			tc.change(l, b, now)
+			b.atCompletion = true
+			b.modeVotes = -switchVotes
+			b.countVotesLocked(now)
+			held := b.atCompletion
+			b.mu.Unlock()
+			if held != tc.wantHeld {
+				t.Fatalf("the votes for arrival held off: %v, want %v", held, tc.wantHeld)
+			}
+		})
+	}
+}
+
+// While the decides fit reads the answers as a sliding window counting the
+// calls in flight (headersSayArrivalLocked), the view reading does not take
+// the completion view.
+func TestHeadersReadingArrivalKeepTheViewReadingOff(t *testing.T) {
+	for _, fitSays := range []bool{false, true} {
+		l, clk, _ := newTestLedger(t, testGate())
+		now := clk.Now()
+		b := l.lockedBucketFor("p", "m", now)
+		if fitSays {
+			b.headersFitAt = now
+		}
+		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+		budget := float64(b.learnedTokenBudget())
+		b.observeViewsLocked(now, 0, sendReading{done: 0.7 * budget, arrival: 0.68 * budget})
+		got := b.atCompletion
+		b.mu.Unlock()
+		if got == fitSays {
+			t.Fatalf("the fit read a sliding window counting the calls in flight: %v; at completion %v", fitSays, got)
+		}
+	}
+}
