@@ -248,6 +248,13 @@ var timingCases = []timingCase{
 	// it (docs/benchmarks.md); its cooldown is a whole window, up to a third of
 	// the learned windows, hence the floor.
 	{name: "AtTruthCompletion", start: timingLimit, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.SlidingCompletion},
+	// The same provider with its headers on. It states what is left as of the
+	// call's arrival — what the completed calls leave — so in the first window
+	// the stated count is the completion view as each call was sent, while the
+	// arrival view holds the calls in flight: the gate takes the completion
+	// view from the answers before a 429 (engine/gate/headersview.go). Which
+	// view it took is logged as a target; the floor is AtTruthCompletion's.
+	{name: "AtTruthCompletionHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.SlidingCompletion, learnsCompletion: true},
 	// Bound by requests (timingRPM a window, about half the token limit's worth of
 	// calls), the request limit configured at twice it: the targets of
 	// Start2xNoHeaders, on the request axis. The 429s name the request limit
@@ -741,7 +748,7 @@ func (run *timingRun) report(t *testing.T) {
 		t.Logf("%s: the provider decides on what it knows, the gate not told took it to decide on %q", tc.name, bs.Decides)
 	}
 	if tc.learnsCompletion {
-		t.Logf("%s: the provider's remaining tokens read as a refill; the gate took the view %q", tc.name, bs.CountsAt)
+		t.Logf("%s: the provider's remaining tokens read as a count of completions or a refill; the gate took the view %q", tc.name, bs.CountsAt)
 		if bs.CountsAt != "completion" {
 			reportMisses(t, tc.name, []string{fmt.Sprintf("the gate took the view %q, not completion", bs.CountsAt)})
 		}

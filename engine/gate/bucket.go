@@ -165,13 +165,14 @@ type bucket struct {
 
 	// What the rate-limit headers say the provider decides a call on, while
 	// the user has not said (decides.go).
-	decides                decidesEvidence // the answers read against the window as they arrive
-	decidesAtSend          decidesEvidence // the same answers read against the window as their calls were sent
-	sends                  *sendReadings   // the window as calls were sent (nil until headers state what is left)
-	outside                outsideSpend    // the others' spend on the key, read from the headers (outside.go)
-	headersFitAt           time.Time       // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
-	byViews, byViewsAtSend viewEvidence    // what the headers say was counted, less each view now and as the call was sent (headersview.go)
-	decidesLearnedKnown    bool
+	decides                      decidesEvidence // the answers read against the window as they arrive
+	decidesAtSend                decidesEvidence // the same answers read against the window as their calls were sent
+	sends                        *sendReadings   // the window as calls were sent (nil until headers state what is left)
+	outside                      outsideSpend    // the others' spend on the key, read from the headers (outside.go)
+	headersFitAt                 time.Time       // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
+	byViews, byViewsAtSend       viewEvidence    // what the headers say was counted, less each view now and as the call was sent (headersview.go)
+	firstViews, firstViewsAtSend viewEvidence    // the same, of the first window's answers
+	decidesLearnedKnown          bool
 
 	// What the calls admitted so far cost, all told (at their reservation while
 	// in flight), and samples of it over the last windows: see rateSpentLocked.

@@ -110,26 +110,25 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	if e.since.IsZero() {
 		e.since = now
 	}
-	if now.Sub(e.since) < decidesSettle*span || (!b.last429.IsZero() && now.Sub(b.last429) < decidesSettle*span) {
+	first := now.Sub(e.since) < decidesSettle*span
+	if first || (!b.last429.IsZero() && now.Sub(b.last429) < decidesSettle*span) {
 		// The first window, and a 429's cooldown and the queue its end
 		// releases at once, fill the window with calls of one age: the
 		// expected output of a young call (a mean over the calls in flight,
 		// where long ones are many) overstates what such a cohort writes.
-		// Read the steady state only.
+		// Read the steady state only — but for the view, the first window
+		// (headersview.go: a count of completions reads plainly there).
+		if first {
+			if r, ok := b.answerAtSendLocked(now, sent, limitTokens, remainingTokens); ok {
+				b.observeViewsLocked(now, r.counted, r.sendReading, true)
+			}
+		}
 		return
 	}
-	counted := float64(scaleLimit(limitTokens-remainingTokens, span))
-	if limitTokens == remainingTokens {
-		counted = 0
-	}
-	b.expireLocked(now)
-	var atSend sendReading
-	found := false
-	if !sent.IsZero() {
-		atSend, found = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
-	}
+	r, found := b.answerAtSendLocked(now, sent, limitTokens, remainingTokens)
+	counted, atSend := r.counted, r.sendReading
 	if found {
-		b.observeViewsLocked(now, counted, atSend) // which view holds what it counted (headersview.go)
+		b.observeViewsLocked(now, counted, atSend, false) // which view holds what it counted (headersview.go)
 	}
 	if b.limits.Decides != "" {
 		return // the user said what it decides on
@@ -174,6 +173,31 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	case b.decidesLearnedKnown && (!fits || slopeD > decidesWholeAbove):
 		b.switchDecidesLocked(now, false, slopeD) // no longer clear: the safe default
 	}
+}
+
+// statedAnswer is an answer's stated count (in the window's units) with the
+// reading taken as its call was sent.
+type statedAnswer struct {
+	counted float64
+	sendReading
+}
+
+// answerAtSendLocked reads an answer's stated count, the window brought up
+// to now, and finds the reading taken as its call was sent (ok: one was kept
+// within the gap). The count is set either way.
+func (b *bucket) answerAtSendLocked(now, sent time.Time, limitTokens, remainingTokens int64) (statedAnswer, bool) {
+	span := b.l.conf().Window
+	a := statedAnswer{counted: float64(scaleLimit(limitTokens-remainingTokens, span))}
+	if limitTokens == remainingTokens {
+		a.counted = 0
+	}
+	b.expireLocked(now)
+	if sent.IsZero() {
+		return a, false
+	}
+	var ok bool
+	a.sendReading, ok = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
+	return a, ok
 }
 
 // decidesFitLocked fits the answers read as they arrived and, once as many

@@ -1,6 +1,9 @@
 package gate
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The count view, read from the rate-limit headers.
 //
@@ -52,9 +55,13 @@ func (v *viewEvidence) add(c, a float64) {
 func (v *viewEvidence) enough() bool { return v.n >= decidesMinAnswers && v.w > 0 }
 
 // counts reports whether the answers read as a count of completions.
-func (v *viewEvidence) counts() bool {
+func (v *viewEvidence) counts() bool { return v.enough() && v.countsAt() }
+
+// countsAt reports whether the means read as a count of completions, however
+// many answers they hold (at least one).
+func (v *viewEvidence) countsAt() bool {
 	c, a := v.c/v.w, v.a/v.w
-	return v.enough() && c <= headersCompletionOver && a <= c-headersArrivalOver
+	return v.w > 0 && c <= headersCompletionOver && a <= c-headersArrivalOver
 }
 
 // refills reports whether the answers read as a refill.
@@ -74,6 +81,12 @@ const (
 	// headersRefillUnder: a stated count this share of the budget or more
 	// under the completion view is no window's: the provider refills.
 	headersRefillUnder = 0.2
+	// headersFirstAnswers: answers of the first window read before it
+	// decides (firstWindowSaysCompletion); headersFirstNear: how far the
+	// stated count may lie from the completion view, at the moment it was
+	// stated, as a share of the budget.
+	headersFirstAnswers = 20
+	headersFirstNear    = 0.01
 )
 
 // viewsReadLocked reports whether the headers may move the view: the user
@@ -87,8 +100,10 @@ func (b *bucket) viewsReadLocked() bool {
 // observeViewsLocked weighs one answer's stated count (in the window's units)
 // against both views, now and as its call was sent (sent), and moves the view
 // to completion when the answers read so both ways. The views are read as the
-// provider's own window holds them: without what the count guard keeps past it.
-func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendReading) {
+// provider's own window holds them: without what the count guard keeps past
+// it. first: the answer came in the first window the headers were read
+// (firstWindowSaysCompletion).
+func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendReading, first bool) {
 	if !b.viewsReadLocked() {
 		return
 	}
@@ -96,12 +111,38 @@ func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendRea
 	if budget <= 0 {
 		return
 	}
+	v, s := &b.byViews, &b.byViewsAtSend
+	if first {
+		v, s = &b.firstViews, &b.firstViewsAtSend
+	}
 	done, arrival := b.viewsLocked()
-	b.byViews.add((counted-done)/budget, (counted-arrival)/budget)
-	b.byViewsAtSend.add((counted-sent.done)/budget, (counted-sent.arrival)/budget)
-	if !b.atCompletion && b.headersSayCompletionLocked() && !b.headersSayArrivalLocked(now) {
+	v.add((counted-done)/budget, (counted-arrival)/budget)
+	s.add((counted-sent.done)/budget, (counted-sent.arrival)/budget)
+	says := b.headersSayCompletionLocked()
+	if first {
+		says = firstWindowSaysCompletion(v, s)
+	}
+	if !b.atCompletion && says && !b.headersSayArrivalLocked(now) {
 		b.completionByHeadersLocked(now)
 	}
+}
+
+// firstWindowSaysCompletion reports whether the answers of the first window
+// (now: v, at the send: s) read as a count of completions. There the views
+// are far apart — calls sent, few completed — and the completion view is
+// exact: a provider that counts at completion states what it holds, at the
+// moment it states it. So that moment's reading must lie within
+// headersFirstNear of it, and both read as a count of completions. A
+// sliding window counted on arrival counts the calls in flight, far over
+// the completion view at the moment it states; fixed windows, not learned
+// yet, restart at an edge, far under both; a bucket's refill is read from
+// the steady state only.
+func firstWindowSaysCompletion(v, s *viewEvidence) bool {
+	if v.n < headersFirstAnswers || s.n < headersFirstAnswers {
+		return false
+	}
+	near := math.Min(math.Abs(v.c/v.w), math.Abs(s.c/s.w)) <= headersFirstNear
+	return near && v.countsAt() && s.countsAt()
 }
 
 // viewsLocked is the completion and the arrival view without the count
@@ -125,6 +166,7 @@ func (b *bucket) headersSayCompletionLocked() bool {
 // windows, another way to decide), or the headers read the other way.
 func (b *bucket) forgetViewsLocked() {
 	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
+	b.firstViews, b.firstViewsAtSend = viewEvidence{}, viewEvidence{}
 }
 
 // completionByHeadersLocked adopts the completion view the headers read as.

@@ -52,7 +52,7 @@ func TestHeadersMoveTheViewToCompletion(t *testing.T) {
 			// One more answer, as the window stands (empty: it reads 0 against
 			// both views now), its call sent when the views read as the case.
 			budget := float64(b.learnedTokenBudget())
-			b.observeViewsLocked(now, 0, sendReading{done: -tc.cs * budget, arrival: -tc.as * budget})
+			b.observeViewsLocked(now, 0, sendReading{done: -tc.cs * budget, arrival: -tc.as * budget}, false)
 			b.mu.Unlock()
 			st := l.BucketStatus(now, "p", "m")
 			moved := false
@@ -197,11 +197,65 @@ func TestHeadersReadingArrivalKeepTheViewReadingOff(t *testing.T) {
 		}
 		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
 		budget := float64(b.learnedTokenBudget())
-		b.observeViewsLocked(now, 0, sendReading{done: 0.7 * budget, arrival: 0.68 * budget})
+		b.observeViewsLocked(now, 0, sendReading{done: 0.7 * budget, arrival: 0.68 * budget}, false)
 		got := b.atCompletion
 		b.mu.Unlock()
 		if got == fitSays {
 			t.Fatalf("the fit read a sliding window counting the calls in flight: %v; at completion %v", fitSays, got)
 		}
+	}
+}
+
+// The first window's answers move the view when, at the moment the provider
+// stated its figures, they match the completion view (within 1% of the
+// budget) and both moments read as a count of completions: a provider that
+// counts at completion and states as of the call's arrival. Not a sliding
+// window counted on arrival (far over the completion view as it states), nor
+// fixed windows after an edge (far under both), nor before 20 answers. They
+// hold no vote off.
+func TestFirstWindowReadsACountOfCompletions(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		n            int
+		c, a, cs, as float64
+		want         bool
+	}{
+		{"counted at completion, stated at arrival", 25, -0.17, -0.36, 0.0005, -0.17, true},
+		{"the same, 19 answers", 19, -0.17, -0.36, 0.0005, -0.17, false},
+		{"the stated moment off the completion view", 25, -0.17, -0.36, -0.02, -0.19, false},
+		{"counted on arrival, stated at arrival", 25, 0.005, -0.05, 0.12, 0.0, false},
+		{"counted on arrival, stated as it answers", 25, 0.10, 0.0, 0.15, 0.04, false},
+		{"fixed windows after an edge", 25, -0.4, -0.45, -0.35, -0.4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, clk, ev := newTestLedger(t, testGate())
+			now := clk.Now()
+			b := l.lockedBucketFor("p", "m", now)
+			for range tc.n - 1 {
+				b.firstViews.add(tc.c, tc.a)
+				b.firstViewsAtSend.add(tc.cs, tc.as)
+			}
+			// The last answer, as the window stands (empty: it reads 0 against
+			// both views now, which moves the means a little), sent when the
+			// views read as the case.
+			budget := float64(b.learnedTokenBudget())
+			b.observeViewsLocked(now, 0, sendReading{done: -tc.cs * budget, arrival: -tc.as * budget}, true)
+			got := b.atCompletion
+			// The first window's reading holds no vote off.
+			b.modeVotes = -switchVotes
+			b.countVotesLocked(now)
+			after := b.atCompletion
+			b.mu.Unlock()
+			moved := false
+			for _, e := range ev.kinds(EventLearn) {
+				moved = moved || (e.Step == "count-mode" && e.Reason == "at-completion")
+			}
+			if got != tc.want || moved != tc.want {
+				t.Fatalf("at completion %v (event %v), want %v", got, moved, tc.want)
+			}
+			if after {
+				t.Fatal("a vote for arrival was held off by the first window's reading")
+			}
+		})
 	}
 }
