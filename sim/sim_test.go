@@ -905,6 +905,7 @@ func TestOthersRoomSparesThe429s(t *testing.T) {
 // holds, say the provider refills: the gate counts at completion and uses
 // 0.951–0.969, still without a 429.
 func TestBucketHeadersMoveTheViewToCompletion(t *testing.T) {
+	testenv.LongSimulation(t)
 	for _, seed := range []uint64{1, 3} {
 		s := DefaultScenario()
 		s.Seed = seed
@@ -925,6 +926,7 @@ func TestBucketHeadersMoveTheViewToCompletion(t *testing.T) {
 // the arrival view's reading: over seeds 1–6, 0.883–0.921 of the limit with
 // 2–4 429s before; 0.952–0.970 with 0–2 now.
 func TestFirstWindowHeadersTakeTheCompletionView(t *testing.T) {
+	testenv.LongSimulation(t)
 	for _, seed := range []uint64{1, 2} {
 		s := DefaultScenario()
 		s.Seed = seed

@@ -260,7 +260,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// The user says what it decides on: the fit goes; the answers read
 		// for the view stay (headersview.go), unless the user said known.
 		b.decidesLearnedKnown = false
-		b.decides, b.decidesAtSend = decidesEvidence{}, decidesEvidence{}
+		// (The answers keep their first window: decides.since stays.)
+		b.decides, b.decidesAtSend = decidesEvidence{since: b.decides.since, last: b.decides.last}, decidesEvidence{}
 		if lim.Decides == DecidesKnown {
 			b.forgetViewsLocked()
 			b.sends = nil // nothing reads them

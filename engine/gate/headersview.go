@@ -28,7 +28,8 @@ import (
 // When a hundred or so answers read as one of the last two — against the
 // views both as the answer came and as its call was sent, since a provider
 // may state its figures as of either moment — the model counts at
-// completion. The arrival view's margin for the calls in flight is room such
+// completion. The first window's answers are read on their own, and twenty
+// may move it (firstWindowSaysCompletion). The arrival view's margin for the calls in flight is room such
 // a provider never needed: 0.93 of a bucket's limit against 0.96 at
 // completion in the simulator. No 429 votes the arrival view back while the
 // answers read so (countVotesLocked).
@@ -83,8 +84,8 @@ const (
 	headersRefillUnder = 0.2
 	// headersFirstAnswers: answers of the first window read before it
 	// decides (firstWindowSaysCompletion); headersFirstNear: how far the
-	// stated count may lie from the completion view, at the moment it was
-	// stated, as a share of the budget.
+	// stated count's mean may lie from the completion view, at whichever of
+	// the two moments is nearer, as a share of the budget.
 	headersFirstAnswers = 20
 	headersFirstNear    = 0.01
 )
@@ -128,15 +129,21 @@ func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendRea
 }
 
 // firstWindowSaysCompletion reports whether the answers of the first window
-// (now: v, at the send: s) read as a count of completions. There the views
-// are far apart — calls sent, few completed — and the completion view is
-// exact: a provider that counts at completion states what it holds, at the
-// moment it states it. So that moment's reading must lie within
-// headersFirstNear of it, and both read as a count of completions. A
-// sliding window counted on arrival counts the calls in flight, far over
-// the completion view at the moment it states; fixed windows, not learned
-// yet, restart at an edge, far under both; a bucket's refill is read from
-// the steady state only.
+// (now: v, at the send: s) read as a count of completions — the first window
+// since the answers were last forgotten (the first answer, a reset, a change
+// of the window's length). There the views are far apart (calls sent, few
+// completed) and the completion view is exact: a provider that counts at
+// completion states what it holds, at the moment it states it. So the mean at
+// the nearer moment must lie within headersFirstNear of it, and both moments
+// read as a count of completions. A sliding window counted on arrival states
+// the calls in flight, far over the completion view then; fixed windows, not
+// learned yet, restart at an edge, far under it. (One that decides on what
+// it knows counts a call without max_tokens at its input alone, and with long
+// outputs might read so; the decides fit takes the arrival view back once it
+// reads that window plainly. Six hours of such a provider in the simulator,
+// either moment, moved nothing.) A bucket may read so too — another client's
+// spend can offset its refill — and completion suits a bucket. It is one
+// window's reading: it holds no vote off.
 func firstWindowSaysCompletion(v, s *viewEvidence) bool {
 	if v.n < headersFirstAnswers || s.n < headersFirstAnswers {
 		return false

@@ -80,6 +80,8 @@ func TestHeadersKeepTheVotesFromTakingTheArrivalView(t *testing.T) {
 		b.atCompletion = true
 		if headersSay {
 			seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+			b.firstViews.add(-0.1, -0.3)
+			b.firstViewsAtSend.add(0, -0.1)
 		}
 		b.modeVotes = -switchVotes
 		b.countVotesLocked(now)
@@ -90,7 +92,7 @@ func TestHeadersKeepTheVotesFromTakingTheArrivalView(t *testing.T) {
 		if headersSay {
 			l.Reset(now.Add(time.Second), "p", "m")
 			b = l.lockedBucketFor("p", "m", now.Add(time.Second))
-			if b.byViews.n != 0 || b.byViewsAtSend.n != 0 || b.headersSayCompletionLocked() {
+			if b.byViews.n != 0 || b.byViewsAtSend.n != 0 || b.firstViews.n != 0 || b.firstViewsAtSend.n != 0 || b.headersSayCompletionLocked() {
 				t.Fatalf("a reset kept the headers' reading: %+v %+v", b.byViews, b.byViewsAtSend)
 			}
 			b.mu.Unlock()
