@@ -147,24 +147,8 @@ func TestHeadersViewReadingGoesWithWhatItWasReadIn(t *testing.T) {
 		{"fixed windows learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchWindowsLocked(now, true) }, false},
 		{"known learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchDecidesLocked(now, true, 0) }, false},
 		{"the arrival view read back", "", func(_ *Ledger, b *bucket, now time.Time) { b.arrivalByHeadersLocked(now) }, false},
-		{"a reload keeping decides: whole", DecidesWhole, func(l *Ledger, b *bucket, now time.Time) {
-			cfg := testGate()
-			cfg.Defaults.Decides = DecidesWhole
-			b.mu.Unlock()
-			if err := l.Reconfigure(now, cfg); err != nil {
-				t.Fatal(err)
-			}
-			b.mu.Lock()
-		}, true},
-		{"a reload to decides: known", DecidesWhole, func(l *Ledger, b *bucket, now time.Time) {
-			cfg := testGate()
-			cfg.Defaults.Decides = DecidesKnown
-			b.mu.Unlock()
-			if err := l.Reconfigure(now, cfg); err != nil {
-				t.Fatal(err)
-			}
-			b.mu.Lock()
-		}, false},
+		{"a reload keeping decides: whole", DecidesWhole, reloadTo(t, DecidesWhole), true},
+		{"a reload to decides: known", DecidesWhole, reloadTo(t, DecidesKnown), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testGate()
@@ -183,6 +167,20 @@ func TestHeadersViewReadingGoesWithWhatItWasReadIn(t *testing.T) {
 				t.Fatalf("the votes for arrival held off: %v, want %v", held, tc.wantHeld)
 			}
 		})
+	}
+}
+
+// reloadTo is a change that reloads the configuration with decides set; the
+// bucket stays locked around it.
+func reloadTo(t *testing.T, decides string) func(l *Ledger, b *bucket, now time.Time) {
+	return func(l *Ledger, b *bucket, now time.Time) {
+		cfg := testGate()
+		cfg.Defaults.Decides = decides
+		b.mu.Unlock()
+		defer b.mu.Lock()
+		if err := l.Reconfigure(now, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
