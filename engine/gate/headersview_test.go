@@ -9,10 +9,26 @@ import (
 // count less the completion view and less the arrival view, as shares of the
 // budget) now, and cs and as read against the views as their calls were sent.
 func seedViews(b *bucket, n int, c, a, cs, as float64) {
+	seedEvidence(&b.byViews, &b.byViewsAtSend, n, c, a, cs, as)
+}
+
+// seedEvidence adds n such answers to the pair (now, at the send).
+func seedEvidence(now, atSend *viewEvidence, n int, c, a, cs, as float64) {
 	for range n {
-		b.byViews.add(c, a)
-		b.byViewsAtSend.add(cs, as)
+		now.add(c, a)
+		atSend.add(cs, as)
 	}
+}
+
+// movedToCompletion reports whether the events hold the headers' move to
+// the completion view.
+func movedToCompletion(ev *eventLog) bool {
+	for _, e := range ev.kinds(EventLearn) {
+		if e.Step == "count-mode" && e.Reason == "at-completion" {
+			return true
+		}
+	}
+	return false
 }
 
 // The headers move the view to completion when the provider counted no more
@@ -55,10 +71,7 @@ func TestHeadersMoveTheViewToCompletion(t *testing.T) {
 			b.observeViewsLocked(now, 0, sendReading{done: -tc.cs * budget, arrival: -tc.as * budget}, false)
 			b.mu.Unlock()
 			st := l.BucketStatus(now, "p", "m")
-			moved := false
-			for _, e := range ev.kinds(EventLearn) {
-				moved = moved || (e.Step == "count-mode" && e.Reason == "at-completion")
-			}
+			moved := movedToCompletion(ev)
 			if got := st.CountsAt == "completion"; got != tc.wantCompletion || moved != tc.wantCompletion {
 				t.Fatalf("view %q, event %v; want completion %v", st.CountsAt, moved, tc.wantCompletion)
 			}
@@ -231,10 +244,7 @@ func TestFirstWindowReadsACountOfCompletions(t *testing.T) {
 			l, clk, ev := newTestLedger(t, testGate())
 			now := clk.Now()
 			b := l.lockedBucketFor("p", "m", now)
-			for range tc.n - 1 {
-				b.firstViews.add(tc.c, tc.a)
-				b.firstViewsAtSend.add(tc.cs, tc.as)
-			}
+			seedEvidence(&b.firstViews, &b.firstViewsAtSend, tc.n-1, tc.c, tc.a, tc.cs, tc.as)
 			// The last answer, as the window stands (empty: it reads 0 against
 			// both views now, which moves the means a little), sent when the
 			// views read as the case.
@@ -246,10 +256,7 @@ func TestFirstWindowReadsACountOfCompletions(t *testing.T) {
 			b.countVotesLocked(now)
 			after := b.atCompletion
 			b.mu.Unlock()
-			moved := false
-			for _, e := range ev.kinds(EventLearn) {
-				moved = moved || (e.Step == "count-mode" && e.Reason == "at-completion")
-			}
+			moved := movedToCompletion(ev)
 			if got != tc.want || moved != tc.want {
 				t.Fatalf("at completion %v (event %v), want %v", got, moved, tc.want)
 			}
