@@ -136,6 +136,9 @@ type timingCase struct {
 	// completions or a refill (a token bucket); the gate, not told, should
 	// take the completion view from the answers. What it took is logged.
 	learnsCompletion bool
+	// headersAtAnswer: the provider (SlidingCompletion) states its headers as
+	// each answer is written, that call counted, not as the call arrived.
+	headersAtAnswer bool
 	// learnsFixed: the provider counts in fixed windows and states its token
 	// reset (the next edge) on every answer; the gate, not told, must take
 	// fixed windows from the answers.
@@ -255,6 +258,11 @@ var timingCases = []timingCase{
 	// view from the answers before a 429 (engine/gate/headersview.go). Which
 	// view it took is logged as a target; the floor is AtTruthCompletion's.
 	{name: "AtTruthCompletionHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.SlidingCompletion, learnsCompletion: true},
+	// The same provider stating its headers as each answer is written, that
+	// call counted: the stated count is then the completion view to the
+	// token, answer by answer, where a window counted on arrival lies several
+	// percent from it either way (engine/gate/headersview.go, exact).
+	{name: "AtTruthCompletionHeadersAtAnswer", start: timingLimit, headers: true, headersAtAnswer: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.SlidingCompletion, learnsCompletion: true},
 	// Bound by requests (timingRPM a window, about half the token limit's worth of
 	// calls), the request limit configured at twice it: the targets of
 	// Start2xNoHeaders, on the request axis. The 429s name the request limit
@@ -502,6 +510,7 @@ func newTimingRun(t *testing.T, tc timingCase) *timingRun {
 		pc.OutputSigma, pc.PerOutputToken = timingFreeOutputSigma, timingSlowPerToken
 	}
 	pc.Unstated, pc.Limit, pc.DecidesKnown = !tc.stated, tc.limit, tc.known || tc.learnsKnown
+	pc.HeadersAtAnswer = tc.headersAtAnswer
 	startRPM := 100000
 	if tc.rpm > 0 {
 		pc.Requests, startRPM = int64(tc.rpm), tc.startRPM

@@ -270,11 +270,25 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	s.metrics.Upstream(route.Provider, resp.StatusCode)
 	// A 429's stated limits go to the gate with the 429 itself (StatedLimits),
 	// adopted before it is read and without letting waiters through before its
-	// cooldown (or, a 429 classified as something else, in decide); any other
-	// answer's here.
-	if resp.StatusCode != http.StatusTooManyRequests {
+	// cooldown (or, a 429 classified as something else, in decide); an
+	// error's and a streamed answer's here, as their headers come; a whole
+	// answer's once it is settled, as the decision API reads them: a provider
+	// that writes its headers with the whole answer may state its window with
+	// the call counted, and the gate's completion view then holds it too
+	// (engine/gate/headersview.go).
+	readLimits := func() {
 		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
 	}
+	whole := resp.StatusCode < 400 && !isEventStream(resp.Header)
+	if resp.StatusCode != http.StatusTooManyRequests && !whole {
+		readLimits()
+	}
+	limitsRead := !whole
+	defer func() {
+		if !limitsRead { // the body failed: its limits are read all the same
+			readLimits()
+		}
+	}()
 	if resp.StatusCode >= 400 {
 		res, rerr := s.bodies.readBudgeted(actx, bufferWait, resp.Body, resp.ContentLength, maxErrorBody, false, true, "the error body")
 		defer s.bodies.release(res.charged)
@@ -333,6 +347,8 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	readLimits()
+	limitsRead = true
 	x.usage = u
 	s.quota.OnSuccess(pr.session)
 	if x.sseStarted { // a held stream answered by a whole body: pass it on as one event

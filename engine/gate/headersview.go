@@ -28,11 +28,14 @@ import (
 // When a hundred or so answers read as one of the last two — against the
 // views both as the answer came and as its call was sent, since a provider
 // may state its figures as of either moment — the model counts at
-// completion. The first window's answers are read on their own, and twenty
-// may move it (firstWindowSaysCompletion). The arrival view's margin for the calls in flight is room such
-// a provider never needed: 0.93 of a bucket's limit against 0.96 at
-// completion in the simulator. No 429 votes the arrival view back while the
-// answers read so (countVotesLocked).
+// completion. So it does when they state the completion view to the token as
+// they come (viewEvidence.exact): a provider that counts at completion and
+// states as it answers, the call counted. The first window's answers are
+// read on their own, and twenty may move it (firstWindowSaysCompletion). The
+// arrival view's margin for the calls in flight is room such a provider never
+// needed: 0.93 of a bucket's limit against 0.96 at completion in the
+// simulator. No 429 votes the arrival view back while the answers read so
+// (countVotesLocked).
 //
 // Not when the user set countsAt, nor when the provider decides on what it
 // knows (arrival books that exactly: rate.go), nor at fixed windows, with a
@@ -44,13 +47,27 @@ import (
 // sums.
 type viewEvidence struct {
 	w, c, a float64
+	cc      float64 // c², decayed alike: how far single answers lie from the completion view
 	n       int
 }
 
 func (v *viewEvidence) add(c, a float64) {
 	k := decidesDecay
-	v.w, v.c, v.a = k*v.w+1, k*v.c+c, k*v.a+a
+	v.w, v.c, v.a, v.cc = k*v.w+1, k*v.c+c, k*v.a+a, k*v.cc+c*c
 	v.n++
+}
+
+// exact reports whether the answers, one by one, state what the completion
+// view holds: their root mean square distance from it is within
+// headersExactNear of the budget, and the arrival view holds more (calls in
+// flight the provider did not count). A provider that counts at completion
+// and states its figures as it answers does so to the token; nothing else
+// does — a window counted on arrival states the calls in flight, which the
+// answers landing since make up for only on average (0.07–0.08 of the
+// budget apart, one by one, in the simulator's first window), a bucket
+// states its refill, another client's spend sits on top.
+func (v *viewEvidence) exact() bool {
+	return v.w > 0 && math.Sqrt(v.cc/v.w) <= headersExactNear && v.countsAt()
 }
 
 func (v *viewEvidence) enough() bool { return v.n >= decidesMinAnswers && v.w > 0 }
@@ -88,6 +105,10 @@ const (
 	// the two moments is nearer, as a share of the budget.
 	headersFirstAnswers = 20
 	headersFirstNear    = 0.01
+	// headersExactNear: how far single answers may lie from the completion
+	// view (root mean square, a share of the budget) to read as stated
+	// exactly from it (viewEvidence.exact).
+	headersExactNear = 0.01
 )
 
 // viewsReadLocked reports whether the headers may move the view: the user
@@ -142,14 +163,19 @@ func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendRea
 // outputs might read so; the decides fit takes the arrival view back once it
 // reads that window plainly. Six hours of such a provider in the simulator,
 // either moment, moved nothing.) A bucket may read so too — another client's
-// spend can offset its refill — and completion suits a bucket. It is one
-// window's reading: it holds no vote off.
+// spend can offset its refill — and completion suits a bucket. A provider
+// that counts at completion and states as it answers reads, at the send,
+// the completions since over the completion view, as a window counted on
+// arrival and stating then reads the calls in flight; what tells them apart
+// is the answers as they come, to the token (viewEvidence.exact) or several
+// percent off it one by one. It is one window's reading: it holds no vote
+// off.
 func firstWindowSaysCompletion(v, s *viewEvidence) bool {
 	if v.n < headersFirstAnswers || s.n < headersFirstAnswers {
 		return false
 	}
 	near := math.Min(math.Abs(v.c/v.w), math.Abs(s.c/s.w)) <= headersFirstNear
-	return near && v.countsAt() && s.countsAt()
+	return (near && v.countsAt() && s.countsAt()) || v.exact()
 }
 
 // viewsLocked is the completion and the arrival view without the count
@@ -165,7 +191,7 @@ func (b *bucket) headersSayCompletionLocked() bool {
 		return false
 	}
 	v, s := &b.byViews, &b.byViewsAtSend
-	return (v.counts() && s.counts()) || (v.refills() && s.refills())
+	return (v.counts() && s.counts()) || (v.refills() && s.refills()) || (v.enough() && v.exact())
 }
 
 // forgetViewsLocked drops the answers read for the view: they were read

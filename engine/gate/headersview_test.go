@@ -8,14 +8,20 @@ import (
 // seedViews gives b's view evidence n answers that read c and a (the stated
 // count less the completion view and less the arrival view, as shares of the
 // budget) now, and cs and as read against the views as their calls were sent.
-func seedViews(b *bucket, n int, c, a, cs, as float64) {
-	seedEvidence(&b.byViews, &b.byViewsAtSend, n, c, a, cs, as)
+// Now, the answers lie spread above and below c and a in turn, as answers
+// do unless the provider states the completion view to the token.
+func seedViews(b *bucket, n int, c, a, cs, as, spread float64) {
+	seedEvidence(&b.byViews, &b.byViewsAtSend, n, c, a, cs, as, spread)
 }
 
 // seedEvidence adds n such answers to the pair (now, at the send).
-func seedEvidence(now, atSend *viewEvidence, n int, c, a, cs, as float64) {
-	for range n {
-		now.add(c, a)
+func seedEvidence(now, atSend *viewEvidence, n int, c, a, cs, as, spread float64) {
+	for i := range n {
+		d := spread
+		if i%2 == 1 {
+			d = -spread
+		}
+		now.add(c+d, a+d)
 		atSend.add(cs, as)
 	}
 }
@@ -36,25 +42,33 @@ func movedToCompletion(ev *eventLog) bool {
 // count of completions), or far less than either (a refill) — read so both
 // against the views now and as the calls were sent. Not another client's
 // spend, a sliding window counted on arrival, a provider that decides on what
-// it knows, a view the user set, or fewer than a hundred answers.
+// it knows, a view the user set, or fewer than a hundred answers. Answers
+// that state the completion view to the token as they come, the arrival
+// view holding more, read as a count of completions at that moment alone.
 func TestHeadersMoveTheViewToCompletion(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		n              int
 		c, a, cs, as   float64
+		spread         float64
 		countsAt       string
 		decidesKnown   bool
 		wantCompletion bool
 	}{
-		{"a refill (a token bucket)", 200, -0.7, -0.68, -0.7, -0.68, "", false, true},
-		{"a count of completions", 200, -0.01, -0.08, -0.01, -0.08, "", false, true},
-		{"a sliding window on arrival", 200, -0.02, -0.01, -0.02, -0.01, "", false, false},
-		{"another client on the key", 200, 0.09, 0.10, 0.09, 0.10, "", false, false},
-		{"a count of completions only as the answers arrive", 200, -0.01, -0.08, -0.02, -0.01, "", false, false},
-		{"a refill only as the calls were sent", 200, 0.09, 0.10, -0.7, -0.68, "", false, false},
-		{"too few answers", decidesMinAnswers - 2, -0.7, -0.68, -0.7, -0.68, "", false, false},
-		{"the user says arrival", 200, -0.7, -0.68, -0.7, -0.68, "arrival", false, false},
-		{"it decides on what it knows", 200, -0.7, -0.68, -0.7, -0.68, "", true, false},
+		{"a refill (a token bucket)", 200, -0.7, -0.68, -0.7, -0.68, 0.05, "", false, true},
+		{"a count of completions", 200, -0.01, -0.08, -0.01, -0.08, 0.05, "", false, true},
+		{"a count of completions stated as it answers, to the token", 200, 0, -0.17, 0.11, -0.01, 0, "", false, true},
+		{"the same, answers a percent or two off it", 200, 0, -0.17, 0.11, -0.01, 0.02, "", false, false},
+		{"the same, too few answers", decidesMinAnswers - 2, 0, -0.17, 0.11, -0.01, 0, "", false, false},
+		{"to the token, but nothing in flight", 200, 0, 0, 0.11, 0.11, 0, "", false, false},
+		{"a sliding window on arrival", 200, -0.02, -0.01, -0.02, -0.01, 0.05, "", false, false},
+		{"another client on the key", 200, 0.09, 0.10, 0.09, 0.10, 0.05, "", false, false},
+		{"a count of completions only as the answers arrive", 200, -0.01, -0.08, -0.02, -0.01, 0.05, "", false, false},
+		{"a refill only as the calls were sent", 200, 0.09, 0.10, -0.7, -0.68, 0.05, "", false, false},
+		{"too few answers", decidesMinAnswers - 2, -0.7, -0.68, -0.7, -0.68, 0.05, "", false, false},
+		{"the user says arrival", 200, -0.7, -0.68, -0.7, -0.68, 0.05, "arrival", false, false},
+		{"the user says arrival, to the token", 200, 0, -0.17, 0.11, -0.01, 0, "arrival", false, false},
+		{"it decides on what it knows", 200, -0.7, -0.68, -0.7, -0.68, 0.05, "", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testGate()
@@ -64,7 +78,7 @@ func TestHeadersMoveTheViewToCompletion(t *testing.T) {
 			b := l.lockedBucketFor("p", "m", now)
 			b.decidesLearnedKnown = tc.decidesKnown
 			b.learn.trigger = 800 // read in the arrival view
-			seedViews(b, tc.n, tc.c, tc.a, tc.cs, tc.as)
+			seedViews(b, tc.n, tc.c, tc.a, tc.cs, tc.as, tc.spread)
 			// One more answer, as the window stands (empty: it reads 0 against
 			// both views now), its call sent when the views read as the case.
 			budget := float64(b.learnedTokenBudget())
@@ -92,7 +106,7 @@ func TestHeadersKeepTheVotesFromTakingTheArrivalView(t *testing.T) {
 		b := l.lockedBucketFor("p", "m", now)
 		b.atCompletion = true
 		if headersSay {
-			seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+			seedViews(b, 200, -0.7, -0.68, -0.7, -0.68, 0.05)
 			b.firstViews.add(-0.1, -0.3)
 			b.firstViewsAtSend.add(0, -0.1)
 		}
@@ -133,7 +147,7 @@ func TestAnswersReadForTheView(t *testing.T) {
 		sent := now.Add(-2 * time.Second)
 		b := l.lockedBucketFor("p", "m", now)
 		b.decides.since = now.Add(-2 * time.Minute)
-		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68, 0.05)
 		b.sends = &sendReadings{}
 		b.sends.add(sendReading{at: sent.UnixNano()})
 		b.mu.Unlock()
@@ -149,7 +163,7 @@ func TestAnswersReadForTheView(t *testing.T) {
 // reading the arrival view back — and no longer holds the votes off then; a
 // reload that keeps `decides: whole` keeps it, one that sets `known` does not.
 func TestHeadersViewReadingGoesWithWhatItWasReadIn(t *testing.T) {
-	refill := func(b *bucket) { seedViews(b, 200, -0.7, -0.68, -0.7, -0.68) }
+	refill := func(b *bucket) { seedViews(b, 200, -0.7, -0.68, -0.7, -0.68, 0.05) }
 	for _, tc := range []struct {
 		name     string
 		decides  string
@@ -208,7 +222,7 @@ func TestHeadersReadingArrivalKeepTheViewReadingOff(t *testing.T) {
 		if fitSays {
 			b.headersFitAt = now
 		}
-		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68)
+		seedViews(b, 200, -0.7, -0.68, -0.7, -0.68, 0.05)
 		budget := float64(b.learnedTokenBudget())
 		b.observeViewsLocked(now, 0, sendReading{done: 0.7 * budget, arrival: 0.68 * budget}, false)
 		got := b.atCompletion
@@ -224,27 +238,34 @@ func TestHeadersReadingArrivalKeepTheViewReadingOff(t *testing.T) {
 // budget) and both moments read as a count of completions: a provider that
 // counts at completion and states as of the call's arrival. Not a sliding
 // window counted on arrival (far over the completion view as it states), nor
-// fixed windows after an edge (far under both), nor before 20 answers. They
+// fixed windows after an edge (far under both), nor before 20 answers. Or
+// when, answer by answer, they state the completion view to the token as they
+// come: a provider that counts at completion and states as it answers; not a
+// window counted on arrival whose answers lie near it only on average. They
 // hold no vote off.
 func TestFirstWindowReadsACountOfCompletions(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		n            int
 		c, a, cs, as float64
+		spread       float64
 		want         bool
 	}{
-		{"counted at completion, stated at arrival", 25, -0.17, -0.36, 0.0005, -0.17, true},
-		{"the same, 19 answers", 19, -0.17, -0.36, 0.0005, -0.17, false},
-		{"the stated moment off the completion view", 25, -0.17, -0.36, -0.02, -0.19, false},
-		{"counted on arrival, stated at arrival", 25, 0.005, -0.05, 0.12, 0.0, false},
-		{"counted on arrival, stated as it answers", 25, 0.10, 0.0, 0.15, 0.04, false},
-		{"fixed windows after an edge", 25, -0.4, -0.45, -0.35, -0.4, false},
+		{"counted at completion, stated at arrival", 25, -0.17, -0.36, 0.0005, -0.17, 0.08, true},
+		{"the same, 19 answers", 19, -0.17, -0.36, 0.0005, -0.17, 0.08, false},
+		{"the stated moment off the completion view", 25, -0.17, -0.36, -0.02, -0.19, 0.08, false},
+		{"counted at completion, stated as it answers", 25, 0, -0.17, 0.11, -0.01, 0, true},
+		{"the same, 19 answers", 19, 0, -0.17, 0.11, -0.01, 0, false},
+		{"counted on arrival, stated at arrival", 25, 0.005, -0.05, 0.12, 0.0, 0.07, false},
+		{"the same, answers nearer the completion view", 25, 0.005, -0.05, 0.12, 0.0, 0.015, false},
+		{"counted on arrival, stated as it answers", 25, 0.10, 0.0, 0.15, 0.04, 0.07, false},
+		{"fixed windows after an edge", 25, -0.4, -0.45, -0.35, -0.4, 0.07, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, clk, ev := newTestLedger(t, testGate())
 			now := clk.Now()
 			b := l.lockedBucketFor("p", "m", now)
-			seedEvidence(&b.firstViews, &b.firstViewsAtSend, tc.n-1, tc.c, tc.a, tc.cs, tc.as)
+			seedEvidence(&b.firstViews, &b.firstViewsAtSend, tc.n-1, tc.c, tc.a, tc.cs, tc.as, tc.spread)
 			// The last answer, as the window stands (empty: it reads 0 against
 			// both views now, which moves the means a little), sent when the
 			// views read as the case.

@@ -46,8 +46,9 @@
 // request headers only when Requests is set. They state the limit as the call
 // left it on arrival: what is left once the call was counted or refused (with
 // SlidingCompletion the call counts only later, so what the completed calls
-// leave), and when the window empties, the reserve is full or the fixed window
-// ends.
+// leave; with HeadersAtAnswer, what is left once it was counted as its answer
+// is written), and when the window empties, the reserve is full or the fixed
+// window ends.
 //
 // The provider records what it served, per fixed window counted from its epoch
 // (see SetEpoch): tokens, requests and 429s, plus the times of the latest 429s.
@@ -109,6 +110,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// Headers sends the OpenAI x-ratelimit-* headers on every answer.
 	Headers bool
+	// HeadersAtAnswer states them as the answer is written rather than as the
+	// call arrived: with SlidingCompletion, the window this call now counts
+	// in. New panics when it is set with another Limit.
+	HeadersAtAnswer bool
 	// Limit is how the provider counts (see the package comment); "" is
 	// SlidingArrival, and New panics on a value it does not know.
 	Limit Limit
@@ -209,6 +214,9 @@ func New(c Config) *Provider {
 	case SlidingArrival, SlidingCompletion, TokenBucket, FixedWindow:
 	default:
 		panic(fmt.Sprintf("fakeprovider: Limit %q is not one of %s, %s, %s, %s", c.Limit, SlidingArrival, SlidingCompletion, TokenBucket, FixedWindow))
+	}
+	if c.HeadersAtAnswer && c.Limit != SlidingCompletion {
+		panic(fmt.Sprintf("fakeprovider: HeadersAtAnswer is for Limit %s, not %s", SlidingCompletion, c.Limit))
 	}
 	if c.Tokens <= 0 {
 		c.Tokens = DefaultTokens
@@ -341,15 +349,7 @@ func (p *Provider) admit(now time.Time, decide, whole int64) (verdict, held) {
 	if p.c.Limit == FixedWindow {
 		return p.admitFixedLocked(now, decide, whole), held{fixed: p.fixedIndex}
 	}
-	for p.head < len(p.entries) && !now.Before(p.entries[p.head].at.Add(p.c.Window)) {
-		p.used -= p.entries[p.head].tokens
-		p.head++
-	}
-	if p.head > 0 && p.head >= len(p.entries)/2 { // compact: the window stays bounded by the limit
-		n := copy(p.entries, p.entries[p.head:])
-		clear(p.entries[n:])
-		p.entries, p.head = p.entries[:n], 0
-	}
+	p.expireLocked(now)
 	v := verdict{used: p.used, requests: int64(len(p.entries) - p.head)}
 	if p.c.Limit == TokenBucket {
 		return p.admitBucketLocked(now, decide, whole, v), held{}
@@ -372,6 +372,19 @@ func (p *Provider) admit(now time.Time, decide, whole int64) (verdict, held) {
 	}
 	p.stateLocked(now, &v)
 	return p.recordLocked(now, whole, v), h
+}
+
+// expireLocked drops the sliding window's entries a window old at now.
+func (p *Provider) expireLocked(now time.Time) {
+	for p.head < len(p.entries) && !now.Before(p.entries[p.head].at.Add(p.c.Window)) {
+		p.used -= p.entries[p.head].tokens
+		p.head++
+	}
+	if p.head > 0 && p.head >= len(p.entries)/2 { // compact: the window stays bounded by the limit
+		n := copy(p.entries, p.entries[p.head:])
+		clear(p.entries[n:])
+		p.entries, p.head = p.entries[:n], 0
+	}
 }
 
 // settle counts the rest of a call's whole cost once its answer is written
@@ -412,14 +425,18 @@ func (p *Provider) stateLocked(now time.Time, v *verdict) {
 }
 
 // complete counts a call admitted by SlidingCompletion when its answer is
-// written. The clock is read under the lock, so the window stays in time order.
-func (p *Provider) complete(tokens int64) {
+// written, and states the window it leaves. The clock is read under the lock,
+// so the window stays in time order.
+func (p *Provider) complete(tokens int64) verdict {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.c.Now()
+	p.expireLocked(now)
 	p.entries = append(p.entries, entry{now, tokens, 0})
 	p.used += tokens
-	p.recordLocked(now, tokens, verdict{ok: true})
+	v := verdict{ok: true}
+	p.stateLocked(now, &v)
+	return p.recordLocked(now, tokens, v)
 }
 
 // admitFixedLocked is admit for clock-aligned fixed windows; the request limit
@@ -591,8 +608,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.c.Limit == SlidingCompletion {
 		// Counted now at its whole cost — when the client went away, at the
-		// moment it left. The headers state the window as the call found it.
-		p.complete(prompt + completion)
+		// moment it left. The headers state the window as the call found it,
+		// or, HeadersAtAnswer, as it leaves it.
+		if v := p.complete(prompt + completion); p.c.Headers && p.c.HeadersAtAnswer {
+			p.rateLimitHeaders(w.Header(), v)
+		}
 	} else {
 		p.settle(h, prompt+completion-decide) // nothing unless DecidesKnown
 	}

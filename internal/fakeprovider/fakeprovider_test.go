@@ -3,6 +3,7 @@ package fakeprovider
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -238,6 +239,36 @@ func TestAtCompletion(t *testing.T) {
 	if st.Served != 4 || st.Refused != 2 || len(st.Windows) != 2 || st.Windows[0] != want[0] || st.Windows[1] != want[1] {
 		t.Fatalf("stats: served %d, refused %d, windows %+v; want 4, 2, %+v", st.Served, st.Refused, st.Windows, want)
 	}
+}
+
+// TestHeadersAtAnswer: with SlidingCompletion and HeadersAtAnswer the headers
+// state the window as the answer leaves it — this call counted — where by
+// default they state it as the call arrived, before it counted.
+func TestHeadersAtAnswer(t *testing.T) {
+	for _, atAnswer := range []bool{false, true} {
+		c := &clock{now: t0}
+		p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, PerOutputToken: time.Millisecond,
+			Limit: SlidingCompletion, Headers: true, HeadersAtAnswer: atAnswer, Now: c.Now,
+			Sleep: func(_ context.Context, d time.Duration) { c.Set(c.Now().Add(d)) }})
+		body := bodyOf(t, 1200, "")              // 400, answered in 100 ms
+		want := []string{"6000", "3600", "3600"} // per minute: nothing, then 400 completed, as each call arrived
+		if atAnswer {
+			want = []string{"3600", "1200", "1200"} // 400, 800, 800 counted as each leaves: the first gone by the third
+		}
+		for i, at := range []time.Duration{0, time.Second, 10*time.Second + 500*time.Millisecond} {
+			c.Set(t0.Add(at))
+			w := send(p, body)
+			if got := w.Header().Get("X-Ratelimit-Remaining-Tokens"); w.Code != http.StatusOK || got != want[i] {
+				t.Fatalf("HeadersAtAnswer %v, call %d at +%s: status %d, remaining %s; want 200, %s", atAnswer, i, at, w.Code, got, want[i])
+			}
+		}
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "HeadersAtAnswer") {
+			t.Fatalf("HeadersAtAnswer on a sliding window counted on arrival: %v, want a panic naming it", r)
+		}
+	}()
+	New(Config{Limit: SlidingArrival, Headers: true, HeadersAtAnswer: true})
 }
 
 // TestRefusal: a 429 states Retry-After and OpenAI's wording, per minute.
