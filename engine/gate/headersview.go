@@ -63,8 +63,8 @@ func (v *viewEvidence) add(c, a float64) {
 // flight the provider did not count). A provider that counts at completion
 // and states its figures as it answers does so to the token; nothing else
 // does — a window counted on arrival states the calls in flight, which the
-// answers landing since make up for only on average (0.07–0.08 of the
-// budget apart, one by one, in the simulator's first window), a bucket
+// answers landing since make up for only on average (0.07–0.13 of the
+// budget from it, root mean square, in the simulator's first window), a bucket
 // states its refill, another client's spend sits on top.
 func (v *viewEvidence) exact() bool {
 	return v.w > 0 && math.Sqrt(v.cc/v.w) <= headersExactNear && v.countsAt()
