@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // routingConfig: two openai-kind providers with keys, an anthropic-kind one, a
@@ -226,5 +229,83 @@ func TestProxyCalibrates(t *testing.T) {
 	f.call("/v1/messages", chatReq("anth/cal"))
 	if st := f.status("anth", "cal"); st.Quota != 80000 || st.RPMBudget != 50 {
 		t.Fatalf("anthropic headers: quota %v rpm %d; want 80000 50 (a stated request limit's 1%% is kept in whole requests: none under a hundred)", st.Quota, st.RPMBudget)
+	}
+}
+
+// TestProxyReadsAWholeAnswersLimitsOnceSettled: a provider that counts a call
+// as it completes and states its window as it writes the whole answer, the
+// call counted, states what the gate's completion view holds to the token —
+// once the proxy has settled the call before it reads the headers. Read as
+// the headers come, every answer lay its own call's size over that view and
+// the gate kept counting on arrival (engine/gate/headersview.go, exact).
+func TestProxyReadsAWholeAnswersLimitsOnceSettled(t *testing.T) {
+	t.Setenv("GATECTL_TEST_KEY_PA", "sk-test-pa")
+	t.Setenv("GATECTL_TEST_KEY_PB", "sk-test-pb")
+	const (
+		limit     = 9000 // a minute, the gate's window: one call (120) is 1.3% of the budget
+		callCost  = 120  // chatOK(100, 20, 0)
+		inFlight  = 10
+		answers   = 35 // the first ten's sends were before the first answer, and are not read
+		perAnswer = time.Second
+	)
+	var (
+		mu        sync.Mutex
+		completed int
+	)
+	arrived := make(chan chan struct{}, inFlight+1)
+	stop := make(chan struct{}) // the test is over: nothing waits any more
+	ok := chatOK(100, 20, 0)
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		release := make(chan struct{})
+		select {
+		case arrived <- release:
+			select {
+			case <-release:
+			case <-stop:
+			}
+		case <-stop:
+		}
+		mu.Lock()
+		completed += callCost
+		remaining := limit - completed
+		mu.Unlock()
+		w.Header().Set("x-ratelimit-limit-tokens", strconv.Itoa(limit))
+		w.Header().Set("x-ratelimit-remaining-tokens", strconv.Itoa(remaining))
+		ok(w, r)
+	})
+	f := newPxFixture(t, routingConfig(up.URL, up.URL, up.URL), true)
+	codes := make(chan int, answers+inFlight)
+	send := func() {
+		go func() {
+			resp, _ := f.call("/v1/chat/completions", chatReq("pa/exact", "max_tokens", 40, "messages", []any{map[string]any{"role": "user", "content": strings.Repeat("word ", 80)}}))
+			codes <- resp.StatusCode
+		}()
+	}
+	var held []chan struct{}
+	t.Cleanup(func() { close(stop) }) // before the servers close
+	arrive := func(i int) {
+		select {
+		case h := <-arrived:
+			held = append(held, h)
+		case <-time.After(10 * time.Second): // a hang's bound, not a wait for time to pass
+			t.Fatalf("call %d never reached the provider: %+v\n%s", i, f.status("pa", "exact"), f.logs.String())
+		}
+	}
+	for i := range inFlight {
+		send()
+		arrive(i)
+	}
+	for i := range answers {
+		f.clock.Advance(perAnswer) // the gate reads a few hundred answers a window, not more
+		close(held[0])
+		held = held[1:]
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("answer %d: status %d", i, code)
+		}
+		send()
+		arrive(inFlight + i)
+	}
+	if st := f.status("pa", "exact"); st.CountsAt != "completion" || st.Quota != limit {
+		t.Fatalf("after %d answers stating the completed calls to the token: view %q, quota %v; want completion, %d", answers, st.CountsAt, st.Quota, limit)
 	}
 }
