@@ -257,10 +257,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
-		_ = s.ledger.Release(s.clock.Now(), t)
 		if ctx.Err() != nil {
+			x.clientGone(t)
 			return nil, true
 		}
+		_ = s.ledger.Release(s.clock.Now(), t)
 		s.metrics.Upstream(route.Provider, 0)
 		return &upstreamFailure{route: route, f: engine.Failure{Body: transportText(err), Provider: route.Provider,
 			Model: route.Model, ErrorKind: transportKind(err)}}, false
@@ -331,10 +332,11 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return nil, true
 	}
 	if err != nil {
-		_ = s.ledger.Release(s.clock.Now(), t)
 		if ctx.Err() != nil {
+			x.clientGone(t)
 			return nil, true
 		}
+		_ = s.ledger.Release(s.clock.Now(), t)
 		return &upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: transportText(err),
 			Provider: route.Provider, Model: route.Model, ErrorKind: orReset(transportKind(err))}}, false
 	}
@@ -453,6 +455,19 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 	if r, ok := engine.ReadTokenReset(get); ok {
 		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
 	}
+}
+
+// clientGone closes the attempt's ticket when the client went away before its
+// answer: a call the provider had (its send was reported) stays counted at
+// what a call in flight counts (Ledger.Abandon), since the provider counts it
+// all the same; one it never had is released.
+func (x *exchange) clientGone(t gate.Ticket) {
+	now := x.s.clock.Now()
+	if x.sent != nil && x.sent.Load() != 0 {
+		_ = x.s.ledger.Abandon(now, t)
+		return
+	}
+	_ = x.s.ledger.Release(now, t)
 }
 
 // countedFrom is when the gate's entry for the current attempt counts from:

@@ -461,10 +461,33 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	return time.Unix(0, at)
 }
 
-// Release gives t's whole reservation back: no usage ever arrived (the call
-// failed before the provider counted tokens, or the client went away).
+// Release gives t's whole reservation back: no usage ever arrived, and the
+// provider counted nothing (the call failed before it was sent, or was
+// refused). A client gone after the send is Abandon's.
 func (l *Ledger) Release(now time.Time, t Ticket) error {
 	return l.close(now, t, 0, nil)
+}
+
+// Abandon closes t for a call whose client went away after it was sent: no
+// usage will come, but the provider counted the call as it arrived (or counts
+// it as it completes), so it stays in the window at what the provider is
+// expected to count of a call in flight (providerCostLocked). Released, its
+// room would let the waiters through into a window the provider still holds:
+// when a batch is cancelled, a burst of 429s. A call not sent yet is released.
+func (l *Ledger) Abandon(now time.Time, t Ticket) error {
+	if t.b == nil {
+		return l.close(now, t, 0, nil)
+	}
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tokens int64
+	if int(t.slot) < len(b.slots) {
+		if s := &b.slots[t.slot]; s.open && s.gen == t.gen && !s.sendPending {
+			tokens = b.providerCostLocked(s.reserved, s.output)
+		}
+	}
+	return b.closeLocked(now, t, tokens, nil)
 }
 
 func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {

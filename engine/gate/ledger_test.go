@@ -751,3 +751,51 @@ func TestUnreadRateLimitCoolsDownOnly(t *testing.T) {
 		}
 	}
 }
+
+// A call whose client went away after it was sent stays counted at what a
+// call in flight counts: the provider had it. Released, its room let the
+// waiter through into a window the provider still held. Not sent, it is
+// released.
+func TestAbandonedCallStaysCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sent      bool
+		abandon   bool
+		wantGrant bool
+	}{
+		{"sent, abandoned", true, true, false},
+		{"sent, released", true, false, true},
+		{"never sent, abandoned", false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, _ := newTestLedger(t, fairGate())
+			r := req(300)
+			r.Sends = true
+			gone := mustAdmit(t, l, t0, r) // 300 + 100 of output reserve
+			if tc.sent {
+				l.Sent(t0, gone)
+			}
+			mustAdmit(t, l, t0, req(300))
+			_, w := l.Submit(t0, req(300)) // 1,200 > 1,000: waits
+			if w == nil {
+				t.Fatal("setup: the third call was admitted")
+			}
+			at := t0.Add(time.Second)
+			closeTicket := l.Release
+			if tc.abandon {
+				closeTicket = l.Abandon
+			}
+			if err := closeTicket(at, gone); err != nil {
+				t.Fatal(err)
+			}
+			_, granted := w.Poll(at)
+			st := l.BucketStatus(at, "p", "m")
+			if granted != tc.wantGrant {
+				t.Fatalf("the waiter granted %v, want %v (window %d)", granted, tc.wantGrant, st.WindowTokens)
+			}
+			if tc.sent && tc.abandon && st.WindowTokens != 800 {
+				t.Fatalf("window %d, want 800: the abandoned call at its 400, the other call's 400", st.WindowTokens)
+			}
+		})
+	}
+}
