@@ -338,33 +338,29 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := apiSettleResponse{Ticket: tk.id, ReservedTokens: tk.t.Reserved, Provider: tk.provider, Model: tk.model}
+	// The rate-limit headers of the answer, read as the proxy reads its own:
+	// a settled call's with its settling (settleAnswer), a released one's after.
+	get := (&engine.Failure{Headers: req.Headers}).Header // one value each, looked up case-insensitively
+	sent := tk.issued
+	if !tk.sentAt.IsZero() { // taken from the table: no send is marked after
+		sent = tk.sentAt
+	}
 	var err error
 	if req.Release {
 		err, resp.Released = a.s.ledger.Release(now, tk.t), true
+		if err == nil && len(req.Headers) > 0 {
+			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
+		}
 	} else {
-		err, resp.Settled, resp.UsedTokens = a.s.ledger.Settle(now, tk.t, u), true, u.Total()
+		resp.Settled, resp.UsedTokens = true, u.Total()
+		err = a.s.settleAnswer(now, tk.t, u, tk.provider, tk.model, tk.issued, sent, get)
 	}
 	if err != nil { // the table hands each ticket out once: the ledger refusing it is a bug
 		a.s.apiLog.Error("the ledger refused a ticket", "provider", tk.provider, "model", tk.model, "error", err)
 		writeError(w, http.StatusConflict, "ticket", err.Error())
 		return
 	}
-	a.readAnswerHeaders(now, tk, req.Headers)
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// readAnswerHeaders gives the gate the rate-limit headers of the answer a
-// settled ticket's call got, as the proxy does with its own answers.
-func (a *api) readAnswerHeaders(now time.Time, tk *apiTicket, headers map[string]string) {
-	if len(headers) == 0 {
-		return
-	}
-	get := (&engine.Failure{Headers: headers}).Header // one value each, looked up case-insensitively
-	sent := tk.issued
-	if !tk.sentAt.IsZero() { // taken from the table: no send is marked after
-		sent = tk.sentAt
-	}
-	a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
 }
 
 // apiSentRequest is the body of POST /gate/v1/sent.

@@ -333,6 +333,14 @@ func TestAPIAdmitEvictionReleases(t *testing.T) {
 	if status != http.StatusNotFound {
 		t.Fatalf("evicted ticket settled: %d", status)
 	}
+	// A ticket whose call the harness reported sent stays counted when it is
+	// evicted: the provider had the call (Ledger.Abandon).
+	sent := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":10}`, http.StatusOK)["ticket"].(string)
+	e.post("/gate/v1/sent", `{"ticket":"`+sent+`"}`, http.StatusOK)
+	last := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":100,"maxTokens":10}`, http.StatusOK)
+	if b := e.bucket("alpha", "small"); b.InFlight != 1 || b.WindowTokens <= int64(apiNum(t, last, "reservedTokens")) {
+		t.Fatalf("the evicted sent call: in flight %d, window %d; want 1 and more than the open call's %v", b.InFlight, b.WindowTokens, last["reservedTokens"])
+	}
 }
 
 // POST /gate/v1/sent: a harness that sends its call late after the admission

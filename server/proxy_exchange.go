@@ -257,11 +257,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
+		x.unanswered(t) // the client gone, the attempt's deadline, a broken connection
 		if ctx.Err() != nil {
-			x.clientGone(t)
 			return nil, true
 		}
-		_ = s.ledger.Release(s.clock.Now(), t)
 		s.metrics.Upstream(route.Provider, 0)
 		return &upstreamFailure{route: route, f: engine.Failure{Body: transportText(err), Provider: route.Provider,
 			Model: route.Model, ErrorKind: transportKind(err)}}, false
@@ -273,9 +272,9 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// adopted before it is read and without letting waiters through before its
 	// cooldown (or, a 429 classified as something else, in decide); an
 	// error's and a streamed answer's here, as their headers come; a whole
-	// answer's once it is settled, as the decision API reads them: a provider
-	// that writes its headers with the whole answer may state its window with
-	// the call counted, and the gate's completion view then holds it too
+	// answer's with its settling (settleAnswer): a provider that writes its
+	// headers with the whole answer may state its window with the call
+	// counted, and the gate's completion view then holds it too
 	// (engine/gate/headersview.go).
 	readLimits := func() {
 		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
@@ -327,29 +326,30 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if errors.Is(err, errBudgetFull) && ctx.Err() == nil {
 		// gatectl's own memory was full (even if the attempt's deadline passed
 		// while it waited for room): not the upstream's failure, and not retried.
-		_ = s.ledger.Release(s.clock.Now(), t)
+		// The provider answered: it counted the call.
+		x.unanswered(t)
 		x.budgetFull()
 		return nil, true
 	}
 	if err != nil {
+		x.unanswered(t) // the provider answered: it counted the call
 		if ctx.Err() != nil {
-			x.clientGone(t)
 			return nil, true
 		}
-		_ = s.ledger.Release(s.clock.Now(), t)
 		return &upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: transportText(err),
 			Provider: route.Provider, Model: route.Model, ErrorKind: orReset(transportKind(err))}}, false
 	}
 	u, hasUsage, isErr := inspectBody(pr.ep.kind, b)
-	if isErr {
+	if isErr { // an error's limits, as its headers came
+		readLimits()
+		limitsRead = true
 		_ = s.ledger.Release(s.clock.Now(), t)
 		return x.httpFailure(route, resp, b), false
 	}
 	if !hasUsage {
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
-	_ = s.ledger.Settle(s.clock.Now(), t, u)
-	readLimits()
+	_ = s.settleAnswer(s.clock.Now(), t, u, route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
 	limitsRead = true
 	x.usage = u
 	s.quota.OnSuccess(pr.session)
@@ -457,17 +457,27 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 	}
 }
 
-// clientGone closes the attempt's ticket when the client went away before its
-// answer: a call the provider had (its send was reported) stays counted at
-// what a call in flight counts (Ledger.Abandon), since the provider counts it
-// all the same; one it never had is released.
-func (x *exchange) clientGone(t gate.Ticket) {
-	now := x.s.clock.Now()
-	if x.sent != nil && x.sent.Load() != 0 {
-		_ = x.s.ledger.Abandon(now, t)
-		return
+// unanswered closes the attempt's ticket when no usable answer came (the
+// client went away, the attempt's deadline passed, the connection or the
+// body broke): a call the provider had — its send was recorded — stays
+// counted at what a call in flight counts, since the provider counts it all
+// the same; one it never had is released (Ledger.Abandon).
+func (x *exchange) unanswered(t gate.Ticket) {
+	_ = x.s.ledger.Abandon(x.s.clock.Now(), t)
+}
+
+// settleAnswer settles a whole answer's call with its usage and reads its
+// rate-limit headers with it (Ledger.SettleAnswer), then its token reset, as
+// readAnswerLimits does.
+func (s *Server) settleAnswer(now time.Time, t gate.Ticket, u gate.Usage, provider, model string, admitted, sent time.Time, get func(string) string) error {
+	lim := engine.ReadRateLimitHeaders(get)
+	if err := s.ledger.SettleAnswer(now, t, u, provider, model, sent, lim); err != nil || !lim.Any() {
+		return err
 	}
-	_ = x.s.ledger.Release(now, t)
+	if r, ok := engine.ReadTokenReset(get); ok {
+		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
+	}
+	return nil
 }
 
 // countedFrom is when the gate's entry for the current attempt counts from:

@@ -329,7 +329,8 @@ func TestProxyQuotaFailsOver(t *testing.T) {
 }
 
 // TestProxyClientDisconnect: a client that goes away cancels its wait or its
-// upstream request, and its reservation is released.
+// upstream request. A wait's reservation is released; a call the provider
+// already had stays counted as a call in flight is.
 func TestProxyClientDisconnect(t *testing.T) {
 	t.Run("while waiting for admission", func(t *testing.T) {
 		up := newFakeUpstream(t, chatOK(1, 1, 0))
@@ -352,6 +353,11 @@ func TestProxyClientDisconnect(t *testing.T) {
 	t.Run("while the upstream works", func(t *testing.T) {
 		started, cancelled := make(chan struct{}), make(chan struct{})
 		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			// The headers first: the proxy has the answer's start, so the
+			// call's send is recorded however its write was reported.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
 			close(started)
 			select {
 			case <-r.Context().Done():

@@ -24,11 +24,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	ev, err := rd.next()
 	if err != nil {
 		x.upstream += time.Since(u0)
+		x.unanswered(t) // the provider answered: it counted the call
 		if ctx.Err() != nil {
-			x.clientGone(t)
 			return nil, true
 		}
-		_ = s.ledger.Release(s.clock.Now(), t)
 		text := "the stream ended before its first event"
 		if !errors.Is(err, io.EOF) {
 			text = transportText(err)

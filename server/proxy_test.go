@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -275,9 +277,19 @@ func TestProxyReadsAWholeAnswersLimitsOnceSettled(t *testing.T) {
 	})
 	f := newPxFixture(t, routingConfig(up.URL, up.URL, up.URL), true)
 	codes := make(chan int, answers+inFlight)
+	body, err := json.Marshal(chatReq("pa/exact", "max_tokens", 40, "messages", []any{map[string]any{"role": "user", "content": strings.Repeat("word ", 80)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	send := func() {
-		go func() {
-			resp, _ := f.call("/v1/chat/completions", chatReq("pa/exact", "max_tokens", 40, "messages", []any{map[string]any{"role": "user", "content": strings.Repeat("word ", 80)}}))
+		go func() { // no t.Fatal here: the status (0 for a failed call) goes to the test
+			resp, err := http.Post(f.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
 			codes <- resp.StatusCode
 		}()
 	}

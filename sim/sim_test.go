@@ -926,7 +926,7 @@ func TestBucketHeadersMoveTheViewToCompletion(t *testing.T) {
 // the arrival view's reading: over seeds 1–6, 0.883–0.921 of the limit with
 // 2–4 429s before; 0.952–0.970 with 0–2 now. Stating as it answers, this call
 // counted, it states the completion view to the token, answer by answer:
-// the same figures before, 0.952–0.970 with 0–2 429s now.
+// 0.883–0.921 with 2–4 429s before, 0.952–0.970 with 0–2 now.
 func TestFirstWindowHeadersTakeTheCompletionView(t *testing.T) {
 	testenv.LongSimulation(t)
 	for _, at := range []string{HeadersAtArrival, HeadersAtCompletion} {

@@ -796,6 +796,9 @@ func TestAbandonedCallStaysCounted(t *testing.T) {
 			if tc.sent && tc.abandon && st.WindowTokens != 800 {
 				t.Fatalf("window %d, want 800: the abandoned call at its 400, the other call's 400", st.WindowTokens)
 			}
+			if err := l.Abandon(at, gone); err != ErrTicketClosed {
+				t.Fatalf("abandoned again: %v, want ErrTicketClosed", err)
+			}
 		})
 	}
 }
