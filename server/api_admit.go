@@ -339,7 +339,8 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := apiSettleResponse{Ticket: tk.id, ReservedTokens: tk.t.Reserved, Provider: tk.provider, Model: tk.model}
 	// The rate-limit headers of the answer, read as the proxy reads its own:
-	// a settled call's with its settling (settleAnswer), a released one's after.
+	// a settled call's right after its settling, a released one's before the
+	// release lets waiters through.
 	get := (&engine.Failure{Headers: req.Headers}).Header // one value each, looked up case-insensitively
 	sent := tk.issued
 	if !tk.sentAt.IsZero() { // taken from the table: no send is marked after
@@ -347,13 +348,15 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if req.Release {
+		if len(req.Headers) > 0 { // before the release lets waiters through
+			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
+		}
 		err, resp.Released = a.s.ledger.Release(now, tk.t), true
+	} else {
+		err, resp.Settled, resp.UsedTokens = a.s.ledger.Settle(now, tk.t, u), true, u.Total()
 		if err == nil && len(req.Headers) > 0 {
 			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
 		}
-	} else {
-		resp.Settled, resp.UsedTokens = true, u.Total()
-		err = a.s.settleAnswer(now, tk.t, u, tk.provider, tk.model, tk.issued, sent, get)
 	}
 	if err != nil { // the table hands each ticket out once: the ledger refusing it is a bug
 		a.s.apiLog.Error("the ledger refused a ticket", "provider", tk.provider, "model", tk.model, "error", err)

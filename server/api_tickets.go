@@ -148,19 +148,20 @@ func (a *api) sweepTickets(now time.Time) {
 }
 
 // dropTicket closes a ticket the harness never settled: released, or, when
-// the harness reported its call sent, kept counted as a call in flight is —
-// the provider had it (Ledger.Abandon). The decision API's tickets do not
-// report sends to the ledger, so the report decides.
+// the harness reported its call sent within the window, kept counted as a
+// call in flight is — the provider had it (Ledger.Abandon). The decision
+// API's tickets are admitted without Request.Sends, so the harness's report
+// decides.
 func (a *api) dropTicket(now time.Time, tk *apiTicket, why string) {
 	if tk.sent {
 		_ = a.s.ledger.Abandon(now, tk.t)
 	} else {
 		_ = a.s.ledger.Release(now, tk.t)
 	}
-	a.s.apiLog.Warn("ticket released unsettled", "why", why, "provider", tk.provider, "model", tk.model,
-		"session", tk.session, "age", now.Sub(tk.issued))
+	a.s.apiLog.Warn("ticket closed unsettled", "why", why, "provider", tk.provider, "model", tk.model,
+		"session", tk.session, "age", now.Sub(tk.issued), "sent", tk.sent)
 	a.s.bus.Publish(Event{Type: "ticket-" + why, At: now, Data: map[string]any{
 		"provider": tk.provider, "model": tk.model, "session": tk.session,
-		"reservedTokens": tk.t.Reserved, "ageMs": now.Sub(tk.issued).Milliseconds(),
+		"reservedTokens": tk.t.Reserved, "ageMs": now.Sub(tk.issued).Milliseconds(), "sent": tk.sent,
 	}})
 }

@@ -15,7 +15,7 @@ import (
 //     memory and in the state file (retry.Planner.Prune);
 //   - the pools' session routes and finished long-term entries idle as long
 //     (pool.Router.Sweep), and the sessions GET /gate/v1/sessions lists;
-//   - decision-API tickets past their time (released, "ticket-expired").
+//   - decision-API tickets past their time (closed, "ticket-expired").
 //
 // Before, the prunes had no caller and tickets were swept only when another API
 // call arrived.

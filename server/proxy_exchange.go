@@ -257,7 +257,15 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	err = dl.explain(err)
 	if err != nil {
 		x.upstream += time.Since(u0)
-		x.unanswered(t) // the client gone, the attempt's deadline, a broken connection
+		if ctx.Err() != nil || transportKind(err) == "timeout" {
+			// The client gone, or the attempt's deadline passed: the provider
+			// had the call (when it was sent) and counts it.
+			x.unanswered(t)
+		} else {
+			// Refused, reset, cut before any answer: most likely never
+			// processed, and the retry sends it again.
+			_ = s.ledger.Release(s.clock.Now(), t)
+		}
 		if ctx.Err() != nil {
 			return nil, true
 		}
@@ -272,10 +280,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	// adopted before it is read and without letting waiters through before its
 	// cooldown (or, a 429 classified as something else, in decide); an
 	// error's and a streamed answer's here, as their headers come; a whole
-	// answer's with its settling (settleAnswer): a provider that writes its
-	// headers with the whole answer may state its window with the call
-	// counted, and the gate's completion view then holds it too
-	// (engine/gate/headersview.go).
+	// answer's right after its settling, as the simulator and the decision
+	// API read them: a provider that writes its headers with the whole answer
+	// may state its window with the call counted, and the gate's completion
+	// view then holds it too (engine/gate/headersview.go).
 	readLimits := func() {
 		s.readAnswerLimits(s.clock.Now(), route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
 	}
@@ -285,7 +293,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	limitsRead := !whole
 	defer func() {
-		if !limitsRead { // the body failed: its limits are read all the same
+		if !limitsRead { // a path above that did not read them: read all the same
 			readLimits()
 		}
 	}()
@@ -326,12 +334,17 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if errors.Is(err, errBudgetFull) && ctx.Err() == nil {
 		// gatectl's own memory was full (even if the attempt's deadline passed
 		// while it waited for room): not the upstream's failure, and not retried.
-		// The provider answered: it counted the call.
+		// The provider answered: it counted the call. Its limits first, before
+		// the close lets waiters through.
+		readLimits()
+		limitsRead = true
 		x.unanswered(t)
 		x.budgetFull()
 		return nil, true
 	}
 	if err != nil {
+		readLimits()
+		limitsRead = true
 		x.unanswered(t) // the provider answered: it counted the call
 		if ctx.Err() != nil {
 			return nil, true
@@ -349,7 +362,8 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if !hasUsage {
 		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
 	}
-	_ = s.settleAnswer(s.clock.Now(), t, u, route.Provider, route.Model, x.admitted, x.countedFrom(), resp.Header.Get)
+	_ = s.ledger.Settle(s.clock.Now(), t, u)
+	readLimits()
 	limitsRead = true
 	x.usage = u
 	s.quota.OnSuccess(pr.session)
@@ -452,6 +466,11 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 		return
 	}
 	s.ledger.CalibrateAnswer(now, sent, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
+	s.readTokenReset(now, provider, model, admitted, get)
+}
+
+// readTokenReset gives the gate an answer's token reset (Ledger.ObserveTokensReset).
+func (s *Server) readTokenReset(now time.Time, provider, model string, admitted time.Time, get func(string) string) {
 	if r, ok := engine.ReadTokenReset(get); ok {
 		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
 	}
@@ -464,20 +483,6 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 // the same; one it never had is released (Ledger.Abandon).
 func (x *exchange) unanswered(t gate.Ticket) {
 	_ = x.s.ledger.Abandon(x.s.clock.Now(), t)
-}
-
-// settleAnswer settles a whole answer's call with its usage and reads its
-// rate-limit headers with it (Ledger.SettleAnswer), then its token reset, as
-// readAnswerLimits does.
-func (s *Server) settleAnswer(now time.Time, t gate.Ticket, u gate.Usage, provider, model string, admitted, sent time.Time, get func(string) string) error {
-	lim := engine.ReadRateLimitHeaders(get)
-	if err := s.ledger.SettleAnswer(now, t, u, provider, model, sent, lim); err != nil || !lim.Any() {
-		return err
-	}
-	if r, ok := engine.ReadTokenReset(get); ok {
-		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
-	}
-	return nil
 }
 
 // countedFrom is when the gate's entry for the current attempt counts from:

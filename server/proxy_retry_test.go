@@ -232,6 +232,9 @@ func TestProxyUnreachableUpstreamFailsFast(t *testing.T) {
 		t.Fatalf("status %d body %s", r.resp.StatusCode, r.body)
 	}
 	checkNoRetryAdvice(t, r.resp)
+	if st := f.status("pa", "dead"); st.WindowTokens != 0 || st.InFlight != 0 {
+		t.Errorf("a refused connection left %d tokens (%d in flight) in the window: the provider never had the call", st.WindowTokens, st.InFlight)
+	}
 	if n := dials.count(); n < 1 || n > 2 { // 1 + retry.transport.refused
 		t.Errorf("the upstream was dialled %d times, want at most 2", n)
 	}
@@ -394,6 +397,32 @@ func TestProxyClientDisconnect(t *testing.T) {
 		// waiters through into a window the provider still held.
 		if st := f.status("pa", "dc2"); st.WindowTokens <= 0 || st.WindowTokens > held {
 			t.Fatalf("after the client went away: window %d tokens (in flight it held %d); want it still counted", st.WindowTokens, held)
+		}
+	})
+	t.Run("while the request is being sent", func(t *testing.T) {
+		// Gone before any byte of the answer: whether the send was recorded
+		// by then is a race, so either close is right — the ticket closes.
+		started := make(chan struct{})
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			<-r.Context().Done()
+		})
+		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc4")))
+			done <- err
+		}()
+		<-started
+		cancel()
+		<-done
+		waitFor(t, "the close", func() bool {
+			st := f.status("pa", "dc4")
+			return st.InFlight == 0 && st.Reserved == 0
+		})
+		if up.n() != 1 {
+			t.Fatalf("the upstream was called %d times, want once: a gone client is not retried", up.n())
 		}
 	})
 	t.Run("while sleeping before a retry", func(t *testing.T) {

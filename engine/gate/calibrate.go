@@ -49,7 +49,10 @@ func (l *Ledger) CalibrateAnswer(now, sent time.Time, provider, model string, li
 	if provider == "" || model == "" {
 		return
 	}
-	if !statedUsable(engine.HeaderLimits{LimitTokens: limitTokens, RemainingTokens: remainingTokens, LimitRequests: limitRequests, RemainingRequests: remainingRequests}) {
+	if (limitTokens > 0 && remainingTokens > limitTokens) || (limitRequests > 0 && remainingRequests > limitRequests) {
+		return
+	}
+	if limitTokens <= 0 && limitRequests <= 0 {
 		return
 	}
 	b := l.lockedBucketFor(provider, model, now)
@@ -57,62 +60,19 @@ func (l *Ledger) CalibrateAnswer(now, sent time.Time, provider, model string, li
 	if b.model != model { // folded into OtherModel: one model's stated limits are not the others'
 		return
 	}
-	b.calibrateLocked(now, sent, engine.HeaderLimits{LimitTokens: limitTokens, RemainingTokens: remainingTokens, LimitRequests: limitRequests, RemainingRequests: remainingRequests})
-	b.dispatchLocked(now) // a larger budget may let waiters through
-}
-
-// statedUsable reports whether an answer's stated limits are worth reading:
-// one at least is stated, and no remainder exceeds its limit (the set is then
-// inconsistent, and ignored whole).
-func statedUsable(lim engine.HeaderLimits) bool {
-	if (lim.LimitTokens > 0 && lim.RemainingTokens > lim.LimitTokens) || (lim.LimitRequests > 0 && lim.RemainingRequests > lim.LimitRequests) {
-		return false
-	}
-	return lim.LimitTokens > 0 || lim.LimitRequests > 0
-}
-
-// calibrateLocked reads one answer's stated limits (CalibrateAnswer). The
-// caller dispatches.
-func (b *bucket) calibrateLocked(now, sent time.Time, lim engine.HeaderLimits) {
-	b.adoptStatedLocked(now, lim.LimitTokens, lim.LimitRequests)
-	if lim.LimitTokens > 0 && lim.RemainingTokens >= 0 {
-		b.observeDecidesLocked(now, sent, lim.LimitTokens, lim.RemainingTokens)
-		b.observeOutsideLocked(now, lim.LimitTokens, lim.RemainingTokens)
+	b.adoptStatedLocked(now, limitTokens, limitRequests)
+	if limitTokens > 0 && remainingTokens >= 0 {
+		b.observeDecidesLocked(now, sent, limitTokens, remainingTokens)
+		b.observeOutsideLocked(now, limitTokens, remainingTokens)
 	}
 	// An answer's headers: every answer restates them.
-	if lim.LimitTokens > 0 {
+	if limitTokens > 0 {
 		b.tokensStatedAt, b.tokensBy429 = now, false
 	}
-	if lim.LimitRequests > 0 {
+	if limitRequests > 0 {
 		b.requestsStatedAt, b.requestsBy429 = now, false
 	}
-}
-
-// SettleAnswer settles t with u (Settle) and reads the stated limits of its
-// answer (lim, as CalibrateAnswer reads them; sent as there) in one step:
-// the window then holds the call as settled, as a provider that states its
-// window as it answers counted it (headersview.go), and a stated limit is
-// adopted before the refund lets waiters through. provider/model name the
-// answer's route: a model folded into OtherModel reads no stated limits.
-func (l *Ledger) SettleAnswer(now time.Time, t Ticket, u Usage, provider, model string, sent time.Time, lim engine.HeaderLimits) error {
-	u.InputTokens, u.CacheReadTokens = max(u.InputTokens, 0), max(u.CacheReadTokens, 0)
-	u.CacheWriteTokens, u.OutputTokens = max(u.CacheWriteTokens, 0), max(u.OutputTokens, 0)
-	if t.b == nil { // failed open: no bucket holds the call
-		err := l.close(now, t, u.Total(), &u)
-		if statedUsable(lim) {
-			l.CalibrateAnswer(now, sent, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
-		}
-		return err
-	}
-	b := t.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	err := b.closeSlotLocked(now, t, u.Total(), &u)
-	if err == nil && statedUsable(lim) && provider != "" && b.provider == provider && b.model == model {
-		b.calibrateLocked(now, sent, lim)
-	}
-	b.dispatchLocked(now)
-	return err
+	b.dispatchLocked(now) // a larger budget may let waiters through
 }
 
 // ObserveTokensReset weighs the token reset an answer for provider/model

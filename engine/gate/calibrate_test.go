@@ -431,36 +431,3 @@ func TestStatedIn429(t *testing.T) {
 		}
 	})
 }
-
-// SettleAnswer adopts an answer's stated limit before the refund of its
-// settling lets waiters through; settled first and calibrated after, the
-// waiter went in under the old quota.
-func TestSettleAnswerAdoptsTheStatedLimitFirst(t *testing.T) {
-	for _, together := range []bool{false, true} {
-		l, clk, _ := newTestLedger(t, fairGate())
-		now := clk.Now()
-		answered := mustAdmit(t, l, now, req(300)) // 400 with its output reserve
-		mustAdmit(t, l, now, req(300))             // 800
-		_, w := l.Submit(now, req(300))            // 1,200 > 1,000: waits
-		if w == nil {
-			t.Fatal("setup: the third call was admitted")
-		}
-		u := Usage{InputTokens: 100} // a refund of 300: 500, room for the waiter under 1,000
-		if together {
-			lim := engine.HeaderLimits{LimitTokens: 700, RemainingTokens: 200, LimitRequests: -1, RemainingRequests: -1}
-			if err := l.SettleAnswer(now, answered, u, "p", "m", now, lim); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			if err := l.Settle(now, answered, u); err != nil {
-				t.Fatal(err)
-			}
-			l.CalibrateAnswer(now, now, "p", "m", 700, 200, -1, -1)
-		}
-		_, granted := w.Poll(now)
-		st := l.BucketStatus(now, "p", "m")
-		if granted == together || st.Quota != 700 {
-			t.Fatalf("settled with its answer's limits %v: the waiter granted %v (window %d), quota %v; want granted %v, 700", together, granted, st.WindowTokens, st.Quota, !together)
-		}
-	}
-}

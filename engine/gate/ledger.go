@@ -468,12 +468,14 @@ func (l *Ledger) Release(now time.Time, t Ticket) error {
 	return l.close(now, t, 0, nil)
 }
 
-// Abandon closes t for a call whose client went away after it was sent: no
-// usage will come, but the provider counted the call as it arrived (or counts
-// it as it completes), so it stays in the window at what the provider is
-// expected to count of a call in flight (providerCostLocked). Released, its
-// room would let the waiters through into a window the provider still holds:
-// when a batch is cancelled, a burst of 429s. A call not sent yet is released.
+// Abandon closes t for a call that got no usable answer after it was sent
+// (its client went away, its deadline passed, its answer broke): no usage will
+// come, but the provider counted the call as it arrived (or counts it as it
+// completes), so it stays in the window at what the provider is expected to
+// count of a call in flight (providerCostLocked). Released, its room would let
+// the waiters through into a window the provider still holds: when a batch is
+// cancelled, a burst of 429s. A call not sent yet is released, and so is one
+// sent a window ago or more: the provider no longer holds it.
 func (l *Ledger) Abandon(now time.Time, t Ticket) error {
 	if t.b == nil {
 		return l.close(now, t, 0, nil)
@@ -483,7 +485,8 @@ func (l *Ledger) Abandon(now time.Time, t Ticket) error {
 	defer b.mu.Unlock()
 	var tokens int64
 	if int(t.slot) < len(b.slots) {
-		if s := &b.slots[t.slot]; s.open && s.gen == t.gen && !s.sendPending {
+		s := &b.slots[t.slot]
+		if s.open && s.gen == t.gen && !s.sendPending && now.UnixNano()-s.admitted < int64(b.l.conf().Window) {
 			tokens = b.providerCostLocked(s.reserved, s.output)
 		}
 	}

@@ -752,6 +752,32 @@ func TestUnreadRateLimitCoolsDownOnly(t *testing.T) {
 	}
 }
 
+// A call sent a window ago or more and abandoned now adds nothing: the
+// provider no longer holds it (counted at completion, the window would hold it
+// from now).
+func TestAbandonedLongAgoIsReleased(t *testing.T) {
+	for _, ago := range []time.Duration{time.Second, 61 * time.Second} {
+		cfg := fairGate()
+		cfg.Defaults.CountsAt = "completion"
+		l, _, _ := newTestLedger(t, cfg)
+		r := req(300)
+		r.Sends = true
+		gone := mustAdmit(t, l, t0, r)
+		l.Sent(t0, gone)
+		at := t0.Add(ago)
+		if err := l.Abandon(at, gone); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(400) // 300 and the output expected of it (the reserve: nothing settled yet)
+		if ago > time.Minute {
+			want = 0
+		}
+		if got := l.BucketStatus(at, "p", "m").WindowTokens; got != want {
+			t.Fatalf("abandoned %s after its send: the completion window holds %d, want %d", ago, got, want)
+		}
+	}
+}
+
 // A call whose client went away after it was sent stays counted at what a
 // call in flight counts: the provider had it. Released, its room let the
 // waiter through into a window the provider still held. Not sent, it is
