@@ -339,12 +339,7 @@ func TestProxyClientDisconnect(t *testing.T) {
 		up := newFakeUpstream(t, chatOK(1, 1, 0))
 		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
 		f.srv.Ledger().RateLimited(f.clock.Now(), "pa", "dc", 30*time.Second)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc")))
-			done <- err
-		}()
+		cancel, done := cancellableCall(t, f, chatReq("pa/dc"))
 		waitFor(t, "the wait", func() bool { return f.status("pa", "dc").Waiting == 1 })
 		cancel()
 		<-done
@@ -369,12 +364,7 @@ func TestProxyClientDisconnect(t *testing.T) {
 			}
 		})
 		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc2")))
-			done <- err
-		}()
+		cancel, done := cancellableCall(t, f, chatReq("pa/dc2"))
 		<-started
 		st := f.status("pa", "dc2")
 		if st.InFlight != 1 {
@@ -408,12 +398,7 @@ func TestProxyClientDisconnect(t *testing.T) {
 			<-r.Context().Done()
 		})
 		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc4")))
-			done <- err
-		}()
+		cancel, done := cancellableCall(t, f, chatReq("pa/dc4"))
 		<-started
 		cancel()
 		<-done
@@ -428,12 +413,7 @@ func TestProxyClientDisconnect(t *testing.T) {
 	t.Run("while sleeping before a retry", func(t *testing.T) {
 		up := newFakeUpstream(t, jsonAnswer(500, `{"error":{"message":"boom"}}`))
 		f := newPxFixture(t, retryConfig(up.URL, "  rounds: 3"), true)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := http.DefaultClient.Do(mustRequest(t, ctx, f.url+"/v1/chat/completions", chatReq("pa/dc3")))
-			done <- err
-		}()
+		cancel, done := cancellableCall(t, f, chatReq("pa/dc3"))
 		waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
 		cancel()
 		<-done
@@ -443,6 +423,21 @@ func TestProxyClientDisconnect(t *testing.T) {
 			t.Fatalf("calls %d in flight %d", up.n(), f.status("pa", "dc3").InFlight)
 		}
 	})
+}
+
+// cancellableCall sends body to f's chat completions in the background; cancel
+// is the client going away, done gets the client's error.
+func cancellableCall(t *testing.T, f *pxFixture, body any) (cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req := mustRequest(t, ctx, f.url+"/v1/chat/completions", body)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := http.DefaultClient.Do(req)
+		errs <- err
+	}()
+	return cancel, errs
 }
 
 func mustJSON(t *testing.T, v any) string {
