@@ -466,11 +466,6 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 		return
 	}
 	s.ledger.CalibrateAnswer(now, sent, provider, model, lim.LimitTokens, lim.RemainingTokens, lim.LimitRequests, lim.RemainingRequests)
-	s.readTokenReset(now, provider, model, admitted, get)
-}
-
-// readTokenReset gives the gate an answer's token reset (Ledger.ObserveTokensReset).
-func (s *Server) readTokenReset(now time.Time, provider, model string, admitted time.Time, get func(string) string) {
 	if r, ok := engine.ReadTokenReset(get); ok {
 		s.ledger.ObserveTokensReset(now, provider, model, admitted, r)
 	}
