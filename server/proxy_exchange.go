@@ -471,11 +471,11 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 	}
 }
 
-// unanswered closes the attempt's ticket when no usable answer came (the
-// client went away, the attempt's deadline passed, the connection or the
-// body broke): a call the provider had — its send was recorded — stays
-// counted at what a call in flight counts, since the provider counts it all
-// the same; one it never had is released (Ledger.Abandon).
+// unanswered closes the attempt's ticket when no usable answer came though
+// the provider had the call (the client went away, the attempt's deadline
+// passed, the answer broke after its headers): sent, it stays counted at what
+// a call in flight counts, since the provider counts it all the same; never
+// sent, it is released (Ledger.Abandon).
 func (x *exchange) unanswered(t gate.Ticket) {
 	_ = x.s.ledger.Abandon(x.s.clock.Now(), t)
 }
