@@ -259,15 +259,21 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	}
 }
 
-// apiSettleRequest is the body of POST /gate/v1/settle: usage, or release;
-// and, optionally, the headers of the provider's answer (not a 429: those go
+// apiSettleRequest is the body of POST /gate/v1/settle: usage, release or
+// abandon; and, optionally, the headers of the provider's answer (not a 429: those go
 // to /gate/v1/failure), whose rate-limit headers the gate reads as the proxy
 // reads them (x-ratelimit-*, anthropic-ratelimit-*: the stated limits, the
 // remaining tokens, the token reset).
 type apiSettleRequest struct {
-	Ticket  string            `json:"ticket"`
-	Usage   *apiUsage         `json:"usage"`
-	Release bool              `json:"release"`
+	Ticket  string    `json:"ticket"`
+	Usage   *apiUsage `json:"usage"`
+	Release bool      `json:"release"`
+	// Abandon: the call was sent, and no usable answer came (the harness
+	// cancelled it, its deadline passed, the connection broke after the
+	// send). The provider had it, so it stays counted as a call in flight
+	// (Ledger.Abandon); release would let the waiters into a window the
+	// provider still holds.
+	Abandon bool              `json:"abandon"`
 	Headers map[string]string `json:"headers"`
 }
 
@@ -282,14 +288,36 @@ type apiUsage struct {
 
 // apiSettleResponse is the answer of POST /gate/v1/settle.
 type apiSettleResponse struct {
-	Ticket   string `json:"ticket"`
-	Settled  bool   `json:"settled"`  // usage recorded
-	Released bool   `json:"released"` // reservation given back whole
-	// ReservedTokens was held; UsedTokens replaces it in the window (0 on release).
+	Ticket    string `json:"ticket"`
+	Settled   bool   `json:"settled"`   // usage recorded
+	Released  bool   `json:"released"`  // reservation given back whole
+	Abandoned bool   `json:"abandoned"` // kept counted as a call in flight
+	// ReservedTokens was held; UsedTokens replaces it in the window (0 on
+	// release; on abandon, what the provider is expected to count of it, or 0
+	// when it was admitted a window ago or more).
 	ReservedTokens int64  `json:"reservedTokens"`
 	UsedTokens     int64  `json:"usedTokens"`
 	Provider       string `json:"provider"`
 	Model          string `json:"model"`
+}
+
+// settleKind is how a settle request closes its ticket.
+type settleKind uint8
+
+const (
+	settleUsage   settleKind = iota // the real usage replaces the reservation
+	settleRelease                   // given back whole
+	settleAbandon                   // kept counted as a call in flight
+)
+
+func closing(req apiSettleRequest) settleKind {
+	switch {
+	case req.Release:
+		return settleRelease
+	case req.Abandon:
+		return settleAbandon
+	}
+	return settleUsage
 }
 
 func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
@@ -301,11 +329,18 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	case req.Ticket == "":
 		writeError(w, http.StatusBadRequest, "ticket", "ticket is required")
 		return
-	case req.Usage == nil && !req.Release:
-		writeError(w, http.StatusBadRequest, "usage", "give usage, or release: true")
+	case req.Usage == nil && !req.Release && !req.Abandon:
+		writeError(w, http.StatusBadRequest, "usage", "give usage, release: true or abandon: true")
 		return
-	case req.Usage != nil && req.Release:
-		writeError(w, http.StatusBadRequest, "release", "give usage or release: true, not both")
+	case req.Usage != nil && req.Release, req.Usage != nil && req.Abandon:
+		field := "release"
+		if req.Abandon {
+			field = "abandon"
+		}
+		writeError(w, http.StatusBadRequest, field, fmt.Sprintf("give usage or %s: true, not both", field))
+		return
+	case req.Release && req.Abandon:
+		writeError(w, http.StatusBadRequest, "abandon", "give release: true (never reached the provider) or abandon: true (sent, no answer), not both")
 		return
 	}
 	var u gate.Usage
@@ -330,7 +365,7 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk := a.tickets.take(req.Ticket)
-	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), req.Release) {
+	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), closing(req)) {
 		return
 	}
 	if tk == nil {
@@ -347,12 +382,19 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 		sent = tk.sentAt
 	}
 	var err error
-	if req.Release {
+	switch {
+	case req.Release:
 		if len(req.Headers) > 0 { // before the release lets waiters through
 			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
 		}
 		err, resp.Released = a.s.ledger.Release(now, tk.t), true
-	} else {
+	case req.Abandon:
+		resp.UsedTokens, err = a.s.ledger.Abandon(now, tk.t)
+		resp.Abandoned = true
+		if err == nil && len(req.Headers) > 0 {
+			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)
+		}
+	default:
 		err, resp.Settled, resp.UsedTokens = a.s.ledger.Settle(now, tk.t, u), true, u.Total()
 		if err == nil && len(req.Headers) > 0 {
 			a.s.readAnswerLimits(now, tk.provider, tk.model, tk.issued, sent, get)

@@ -53,6 +53,45 @@ func TestAPIAdmitSettle(t *testing.T) {
 	}
 }
 
+// abandon: true closes a ticket whose call was sent and got no answer (the
+// harness cancelled it): the provider had the call, so it stays counted as a
+// call in flight and a waiter is not let into the room a release would give.
+// A window after its admission the provider holds it no more: nothing stays.
+func TestAPISettleAbandon(t *testing.T) {
+	for _, how := range []string{"release", "abandon"} {
+		t.Run(how, func(t *testing.T) {
+			e := newAPIEnv(t, apiTestConfig)
+			tk := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)["ticket"].(string) // 6,000 of 10,000
+			e.clock.Advance(time.Second)
+			s := e.post("/gate/v1/settle", `{"ticket":"`+tk+`","`+how+`":true}`, http.StatusOK)
+			abandoned := how == "abandon"
+			if s["abandoned"] != abandoned || s["released"] != !abandoned || s["settled"] != false || apiNum(t, s, "reservedTokens") != 6000 {
+				t.Fatalf("%s: %v", how, s)
+			}
+			kept := int64(apiNum(t, s, "usedTokens"))
+			if abandoned != (kept > 5000) { // the input and what the output is expected to be
+				t.Fatalf("%s: %d tokens kept", how, kept)
+			}
+			if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.WindowTokens != kept {
+				t.Fatalf("after %s: %+v, want %d in the window", how, b, kept)
+			}
+			second := e.post("/gate/v1/admit", apiBig+`,"wait":false}`, http.StatusOK)
+			if second["admitted"] == abandoned {
+				t.Fatalf("after %s, a second call admitted %v: %v", how, second["admitted"], second)
+			}
+		})
+	}
+	e := newAPIEnv(t, apiTestConfig)
+	tk := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)["ticket"].(string)
+	e.clock.Advance(61 * time.Second)
+	if s := e.post("/gate/v1/settle", `{"ticket":"`+tk+`","abandon":true}`, http.StatusOK); s["abandoned"] != true || apiNum(t, s, "usedTokens") != 0 {
+		t.Fatalf("abandoned a window after its admission: %v", s)
+	}
+	if b := e.bucket("alpha", "small"); b.WindowTokens != 0 {
+		t.Fatalf("a window after: %+v", b)
+	}
+}
+
 func TestAPIAdmitBlocksUntilSettle(t *testing.T) {
 	e := newAPIEnv(t, apiTestConfig)
 	first := e.post("/gate/v1/admit", apiBig+`}`, http.StatusOK)
@@ -239,8 +278,10 @@ func TestAPISettleValidation(t *testing.T) {
 	tk := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","inputTokens":10}`, http.StatusOK)["ticket"].(string)
 	cases := []struct{ name, body, field, msg string }{
 		{"NoTicket", `{"release":true}`, "ticket", "ticket is required"},
-		{"Neither", `{"ticket":"` + tk + `"}`, "usage", "give usage, or release"},
+		{"Neither", `{"ticket":"` + tk + `"}`, "usage", "give usage, release: true or abandon: true"},
 		{"Both", `{"ticket":"` + tk + `","release":true,"usage":{}}`, "release", "not both"},
+		{"UsageAndAbandon", `{"ticket":"` + tk + `","abandon":true,"usage":{}}`, "abandon", "not both"},
+		{"ReleaseAndAbandon", `{"ticket":"` + tk + `","abandon":true,"release":true}`, "abandon", "not both"},
 		{"NestedUnknown", `{"ticket":"` + tk + `","usage":{"inputTokens":1,"reasoningTokens":2}}`, "usage.reasoningTokens", "fields: inputTokens, cacheReadTokens, cacheWriteTokens, outputTokens"},
 		{"NestedType", `{"ticket":"` + tk + `","usage":{"outputTokens":1.5}}`, "usage.outputTokens", "must be an integer"},
 		{"NegativeUsage", `{"ticket":"` + tk + `","usage":{"outputTokens":-1}}`, "usage.outputTokens", "must not be negative"},

@@ -41,8 +41,9 @@ func parseSharedTicket(id string) (provider, model, shared string, ok bool) {
 
 // settleElsewhere settles, through the shared store, a ticket another instance
 // issued. handled is false when id is not such a ticket (or there is no store):
-// the caller answers 404 as for any unknown ticket.
-func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, release bool) (handled bool) {
+// the caller answers 404 as for any unknown ticket. An abandoned call keeps its
+// entry's reservation.
+func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, how settleKind) (handled bool) {
 	if a.s.shared == nil {
 		return false
 	}
@@ -50,7 +51,14 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, re
 	if !ok {
 		return false
 	}
-	reserved, err := a.s.shared.SettleFor(provider, model, shared, tokens, id)
+	var reserved int64
+	var err error
+	if how == settleAbandon {
+		reserved, err = a.s.shared.AbandonFor(provider, model, shared, id)
+		tokens = reserved
+	} else {
+		reserved, err = a.s.shared.SettleFor(provider, model, shared, tokens, id)
+	}
 	switch {
 	case errors.Is(err, redisstore.ErrNotOpen):
 		return false
@@ -59,9 +67,12 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, re
 		return true
 	}
 	resp := apiSettleResponse{Ticket: id, ReservedTokens: reserved, Provider: provider, Model: model}
-	if release {
+	switch how {
+	case settleRelease:
 		resp.Released = true
-	} else {
+	case settleAbandon:
+		resp.Abandoned, resp.UsedTokens = true, tokens
+	default:
 		resp.Settled, resp.UsedTokens = true, tokens
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -154,7 +154,7 @@ func (a *api) sweepTickets(now time.Time) {
 // decides.
 func (a *api) dropTicket(now time.Time, tk *apiTicket, why string) {
 	if tk.sent {
-		_ = a.s.ledger.Abandon(now, tk.t)
+		_, _ = a.s.ledger.Abandon(now, tk.t)
 	} else {
 		_ = a.s.ledger.Release(now, tk.t)
 	}

@@ -477,7 +477,7 @@ func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitte
 // a call in flight counts, since the provider counts it all the same; never
 // sent, it is released (Ledger.Abandon).
 func (x *exchange) unanswered(t gate.Ticket) {
-	_ = x.s.ledger.Abandon(x.s.clock.Now(), t)
+	_, _ = x.s.ledger.Abandon(x.s.clock.Now(), t)
 }
 
 // countedFrom is when the gate's entry for the current attempt counts from:

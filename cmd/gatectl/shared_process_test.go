@@ -331,7 +331,8 @@ func TestSharedGateProcesses(t *testing.T) {
 // crossSettle admits a call through the decision API on the first instance,
 // reports its send and settles it on the last: the send is recorded on the
 // shared entry, the entry is settled once, the issuing instance lets go of it,
-// and a second settle or a send report anywhere is refused.
+// and a second settle or a send report anywhere is refused. A second call,
+// abandoned on the last, keeps its reservation.
 func crossSettle(t *testing.T) func(bases []string) {
 	return func(bases []string) {
 		t.Helper()
@@ -375,6 +376,28 @@ func crossSettle(t *testing.T) func(bases []string) {
 			if code := postJSONTo(t, base+"/gate/v1/sent", sentBody, nil); code != 404 {
 				t.Fatalf("sent on %s after the settle: %d, want 404", base, code)
 			}
+		}
+		// A call sent and abandoned (its harness cancelled it) on another
+		// instance keeps its reservation: the provider had it. The issuing
+		// instance lets go of its record.
+		code = postJSONTo(t, a+"/gate/v1/admit", `{"provider":"local","model":"echo-1","session":"cross","inputTokens":100,"maxTokens":100,"maxWaitMs":20000}`, &adm)
+		if code != 200 || !adm.Admitted {
+			t.Fatalf("second admit on %s: %d %+v", a, code, adm)
+		}
+		var ab struct {
+			Abandoned      bool  `json:"abandoned"`
+			ReservedTokens int64 `json:"reservedTokens"`
+			UsedTokens     int64 `json:"usedTokens"`
+		}
+		if code := postJSONTo(t, b+"/gate/v1/settle", `{"ticket":"`+adm.Ticket+`","abandon":true}`, &ab); code != 200 || !ab.Abandoned || ab.UsedTokens != 200 || ab.ReservedTokens != 200 {
+			t.Fatalf("abandon on %s of a ticket %s issued: %d %+v, want the 200 reserved kept", b, a, code, ab)
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for inFlight(t, a) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds the ticket %s abandoned", a, b)
+			}
+			time.Sleep(20 * time.Millisecond) // polling a real process
 		}
 	}
 }

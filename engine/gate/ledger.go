@@ -475,22 +475,25 @@ func (l *Ledger) Release(now time.Time, t Ticket) error {
 // count of a call in flight (providerCostLocked). Released, its room would let
 // the waiters through into a window the provider still holds: when a batch is
 // cancelled, a burst of 429s. A call not sent yet is released, and so is one
-// sent a window ago or more: the provider no longer holds it.
-func (l *Ledger) Abandon(now time.Time, t Ticket) error {
+// sent a window ago or more: the provider no longer holds it. kept is what
+// stays in the window (0 when released).
+func (l *Ledger) Abandon(now time.Time, t Ticket) (kept int64, err error) {
 	if t.b == nil {
-		return l.close(now, t, 0, nil)
+		return 0, l.close(now, t, 0, nil)
 	}
 	b := t.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var tokens int64
 	if int(t.slot) < len(b.slots) {
 		s := &b.slots[t.slot]
 		if s.open && s.gen == t.gen && !s.sendPending && now.UnixNano()-s.admitted < int64(b.l.conf().Window) {
-			tokens = b.providerCostLocked(s.reserved, s.output)
+			kept = b.providerCostLocked(s.reserved, s.output)
 		}
 	}
-	return b.closeLocked(now, t, tokens, nil)
+	if err := b.closeLocked(now, t, kept, nil); err != nil {
+		return 0, err
+	}
+	return kept, nil
 }
 
 func (l *Ledger) close(now time.Time, t Ticket, tokens int64, u *Usage) error {

@@ -765,12 +765,12 @@ func TestAbandonedLongAgoIsReleased(t *testing.T) {
 		gone := mustAdmit(t, l, t0, r)
 		l.Sent(t0, gone)
 		at := t0.Add(ago)
-		if err := l.Abandon(at, gone); err != nil {
-			t.Fatal(err)
-		}
 		want := int64(400) // 300 and the output expected of it (the reserve: nothing settled yet)
 		if ago > time.Minute {
 			want = 0
+		}
+		if kept, err := l.Abandon(at, gone); err != nil || kept != want {
+			t.Fatalf("abandoned %s after its send: kept %d, %v; want %d", ago, kept, err, want)
 		}
 		if got := l.BucketStatus(at, "p", "m").WindowTokens; got != want {
 			t.Fatalf("abandoned %s after its send: the completion window holds %d, want %d", ago, got, want)
@@ -807,11 +807,13 @@ func TestAbandonedCallStaysCounted(t *testing.T) {
 				t.Fatal("setup: the third call was admitted")
 			}
 			at := t0.Add(time.Second)
-			closeTicket := l.Release
+			var err error
 			if tc.abandon {
-				closeTicket = l.Abandon
+				_, err = l.Abandon(at, gone)
+			} else {
+				err = l.Release(at, gone)
 			}
-			if err := closeTicket(at, gone); err != nil {
+			if err != nil {
 				t.Fatal(err)
 			}
 			_, granted := w.Poll(at)
@@ -822,7 +824,7 @@ func TestAbandonedCallStaysCounted(t *testing.T) {
 			if tc.sent && tc.abandon && st.WindowTokens != 800 {
 				t.Fatalf("window %d, want 800: the abandoned call at its 400, the other call's 400", st.WindowTokens)
 			}
-			if err := l.Abandon(at, gone); err != ErrTicketClosed {
+			if _, err := l.Abandon(at, gone); err != ErrTicketClosed {
 				t.Fatalf("abandoned again: %v, want ErrTicketClosed", err)
 			}
 		})

@@ -99,6 +99,9 @@ return {tostring(id), 0, '', sum}
 // waiting instances try again; note, when not empty, is announced too (a
 // ticket settled on another instance than its own). Returns the tokens
 // refunded, or -1 when the entry is closed already or left the window.
+// tokens -1 keeps the reservation (an abandoned call: the provider had it):
+// note is then the ticket alone, announced as "s <kept> <ticket>", and the
+// return is the tokens kept.
 var closeScript = redis.NewScript(`
 local held = redis.call('HGET', KEYS[4], ARGV[1])
 if held ~= ARGV[5] and held ~= ARGV[5] .. ':sent' then return -1 end
@@ -107,6 +110,10 @@ local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return -1 end
 cur = tonumber(cur)
 local tokens = tonumber(ARGV[2])
+if tokens < 0 then
+  if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], 's ' .. cur .. ' ' .. ARGV[4]) end
+  return cur
+end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 1000 then ttl = 1000 end
 local sum = tonumber(redis.call('GET', KEYS[3]) or '0') + tokens - cur

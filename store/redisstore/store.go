@@ -355,6 +355,18 @@ func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket strin
 	return refund + tokens, err
 }
 
+// AbandonFor closes the entry of a ticket another instance issued whose call
+// was sent and got no answer: the entry keeps its reservation (the provider
+// had the call), and that instance is told as SettleFor tells it, with the
+// tokens kept. It returns them.
+func (s *Store) AbandonFor(provider, model, id, ticket string) (kept int64, err error) {
+	kept, err = s.settle(provider, model, id, -1, ticket)
+	if err == nil && kept < 0 {
+		return 0, ErrNotOpen
+	}
+	return kept, err
+}
+
 func (s *Store) settle(provider, model, id string, tokens int64, note string) (int64, error) {
 	entry, nonce, ok := strings.Cut(id, "-")
 	if !ok {

@@ -202,6 +202,52 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	}
 }
 
+// AbandonFor closes an entry another instance issued whose call was sent and
+// got no answer: the entry keeps its reservation (the provider had the call),
+// no refund is announced, and the issuing instance is told with the tokens
+// kept. A closed entry answers ErrNotOpen.
+func TestAbandonForKeepsTheEntry(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	type note struct {
+		ticket string
+		tokens int64
+	}
+	settled, released := make(chan note, 4), make(chan struct{}, 4)
+	a.Notify(Handlers{
+		Settled:  func(ticket string, tokens int64) { settled <- note{ticket, tokens} },
+		Released: func(p, m string) { released <- struct{}{} },
+	})
+	waitSubscribed(t, srv)
+	g := reserve(t, a, t0, 600, 1000)
+	kept, err := b.AbandonFor("p", "m", g.ID, "gts_abandoned")
+	if err != nil || kept != 600 {
+		t.Fatalf("AbandonFor: %d, %v; want the 600 reserved kept", kept, err)
+	}
+	if v, err := b.View("p", "m"); err != nil || v.WindowTokens != 600 || v.Requests != 1 {
+		t.Fatalf("view %+v (%v), want the 600 still in the window", v, err)
+	}
+	select {
+	case n := <-settled:
+		if n != (note{"gts_abandoned", 600}) {
+			t.Fatalf("the issuing instance was told %+v", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the issuing instance was not told within 5s")
+	}
+	select {
+	case <-released:
+		t.Fatal("a refund was announced: waiters would go into a window the provider still holds")
+	default:
+	}
+	if _, err := b.AbandonFor("p", "m", g.ID, "gts_abandoned"); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("abandoned twice: %v, want ErrNotOpen", err)
+	}
+	if _, err := b.SettleFor("p", "m", g.ID, 10, "gts_abandoned"); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("settled after the abandon: %v, want ErrNotOpen", err)
+	}
+}
+
 func TestLearnedSharedAndNotified(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
