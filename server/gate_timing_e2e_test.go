@@ -361,6 +361,9 @@ var timingCases = []timingCase{
 	// (engine/gate/headersview.go); which view it took is logged. Its
 	// utilization counts what the reserve lends, as Start2xBucket's does.
 	{name: "AtTruthBucketHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 1, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0}, limit: fakeprovider.TokenBucket, learnsCompletion: true},
+	// That bucket with another client spending a tenth of it (AtTruthOutside's
+	// targets, of what it leaves).
+	{name: "BucketOutsideHeaders", start: timingLimit, headers: true, target: timingTarget{max429: 4, max429Learned: -1, minUtil: -1, minUtilLearned: 0.90, maxLost: 0, floorUtilLearned: 0.6}, limit: fakeprovider.TokenBucket, outside: true, duration: 110 * time.Second},
 }
 
 // The late sends of the AtTruthLateSends case: a share of the calls, each

@@ -942,3 +942,27 @@ func TestFirstWindowHeadersTakeTheCompletionView(t *testing.T) {
 		}
 	}
 }
+
+// A token bucket that states its reserve, another client spending a tenth of
+// it: the gate reads that client's spend from how the reserve falls (engine/
+// gate/refillspend.go) and keeps its budget under what the client leaves.
+// Read as a window's count, the reserve said nothing of it: the gate spent
+// the whole stated rate on top, the reserve ran dry some ten windows on, and
+// the 429 there (one to five an hour) set a trigger below what was left.
+func TestBucketReadsTheOthersFromItsReserve(t *testing.T) {
+	testenv.LongSimulation(t)
+	for _, at := range []string{HeadersAtCompletion, HeadersAtArrival} {
+		for _, seed := range []uint64{1, 4} {
+			s := DefaultScenario()
+			s.Seed = seed
+			s.Provider.Model, s.Provider.Headers, s.Provider.HeadersAt = LimitTokenBucket, true, at
+			s.Outside.Share = 0.1
+			s.Duration = Duration(time.Hour)
+			g := run(t, s).Modes[ModeGate]
+			if g.RateLimited != 0 || g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 || g.RemainingUtilization < 0.93 || g.Lost != 0 {
+				t.Errorf("headers at %s, seed %d: %d 429s, converged after %s windows, %.3f of what the other client left, %d lost: want none, ≤ 10, ≥ 0.93, none",
+					at, seed, g.RateLimited, windows(g.ConvergedAfterWindows), g.RemainingUtilization, g.Lost)
+			}
+		}
+	}
+}

@@ -171,6 +171,7 @@ type bucket struct {
 	outside                      outsideSpend    // the others' spend on the key, read from the headers (outside.go)
 	headersFitAt                 time.Time       // the remaining tokens last read as a sliding window counting the calls in flight (decides.go)
 	byViews, byViewsAtSend       viewEvidence    // what the headers say was counted, less each view now and as the call was sent (headersview.go)
+	refillRead                   bool            // the headers read as a refill: the others' spend is read from the reserve's slope
 	firstViews, firstViewsAtSend viewEvidence    // the same, of the first window's answers
 	decidesLearnedKnown          bool
 

@@ -63,7 +63,7 @@ func (l *Ledger) CalibrateAnswer(now, sent time.Time, provider, model string, li
 	b.adoptStatedLocked(now, limitTokens, limitRequests)
 	if limitTokens > 0 && remainingTokens >= 0 {
 		b.observeDecidesLocked(now, sent, limitTokens, remainingTokens)
-		b.observeOutsideLocked(now, limitTokens, remainingTokens)
+		b.observeOutsideLocked(now, sent, limitTokens, remainingTokens)
 	}
 	// An answer's headers: every answer restates them.
 	if limitTokens > 0 {

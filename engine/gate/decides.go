@@ -250,7 +250,7 @@ func (b *bucket) readAtSendLocked(now time.Time) {
 	}
 	known, d, in := b.knownCountLocked(now, mean)
 	done, arrival := b.viewsLocked()
-	r.add(sendReading{at: at, known: known, d: d, in: in, arrival: arrival, done: done})
+	r.add(sendReading{at: at, known: known, d: d, in: in, arrival: arrival, done: done, own: b.ownSpentLocked()})
 }
 
 // knownCountLocked is the gate's window at now as a provider deciding on what
@@ -281,6 +281,7 @@ type sendReading struct {
 	at            int64 // unix nanos of the send
 	known, d, in  float64
 	arrival, done float64 // the two views then (headersview.go)
+	own           float64 // the gate's spend so far then (refillspend.go)
 }
 
 func (s *sendReadings) add(x sendReading) {

@@ -140,6 +140,11 @@ func (b *bucket) observeViewsLocked(now time.Time, counted float64, sent sendRea
 	done, arrival := b.viewsLocked()
 	v.add((counted-done)/budget, (counted-arrival)/budget)
 	s.add((counted-sent.done)/budget, (counted-sent.arrival)/budget)
+	if !b.refillRead && b.byViews.refills() && b.byViewsAtSend.refills() {
+		// The others' spend is read from the reserve's slope from now
+		// (refillspend.go); what was read as a window's count goes.
+		b.refillRead, b.outside.others = true, othersSpend{}
+	}
 	says := b.headersSayCompletionLocked()
 	if first {
 		says = firstWindowSaysCompletion(v, s)
@@ -200,6 +205,7 @@ func (b *bucket) headersSayCompletionLocked() bool {
 func (b *bucket) forgetViewsLocked() {
 	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
 	b.firstViews, b.firstViewsAtSend = viewEvidence{}, viewEvidence{}
+	b.refillRead = false
 }
 
 // completionByHeadersLocked adopts the completion view the headers read as.

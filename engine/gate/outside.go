@@ -50,7 +50,8 @@ type outsideSpend struct {
 	before429           float64 // the others' spend read until the last token 429
 	at429Pending        bool    // at429 is the next window's mean (outsideTriggerSetLocked)
 	liftedAt, refutedAt time.Time
-	others              othersSpend // the same readings, tracked answer by answer for the room they leave
+	others              othersSpend    // the same readings, tracked answer by answer for the room they leave
+	refill              *refillReserve // a bucket's reserve since it was last full (refillspend.go); nil until headers state one
 }
 
 const (
@@ -79,7 +80,7 @@ const (
 // per-minute limit and remainder) as the others' spend: into the moving mean
 // that sets the room they leave, and into the window's readings, at whose end
 // it lifts a trigger that spend no longer explains.
-func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingTokens int64) {
+func (b *bucket) observeOutsideLocked(now, sent time.Time, limitTokens, remainingTokens int64) {
 	if !b.learn.enabled || b.l.shared != nil || b.learn.stated <= 0 {
 		return // not learning, or the window is shared: its reading is everyone's
 	}
@@ -107,7 +108,16 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 	r := counted - (b.providerViewLocked() - float64(tail))
 	o.n++
 	o.sum, o.sumSq = o.sum+r, o.sumSq+r*r
-	o.others.add(now, r, span, b.learn.stated)
+	switch x, ok := b.refillReadingLocked(now, sent, counted, b.learn.stated); {
+	case !b.refillRead:
+		o.others.add(now, r, span, b.learn.stated)
+	case ok:
+		o.others.add(now, x, refillStale*span, b.learn.stated) // a bucket's reserve: refillspend.go
+	case counted <= (1-refillFull)*b.learn.stated:
+		b.refillQuietLocked(now)
+	default:
+		b.refillHoldLocked(now)
+	}
 	if o.n == 1 || r > o.max {
 		o.max = r
 	}
@@ -119,7 +129,9 @@ func (b *bucket) observeOutsideLocked(now time.Time, limitTokens, remainingToken
 func (b *bucket) forgetReadingsLocked() {
 	b.learn.forgetReadings()
 	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{} // the request levels served go with them
-	b.outside = outsideSpend{refutedAt: b.outside.refutedAt}           // a rise refused stays refused
+	// A rise refused stays refused, and a reserve followed stays: it is read
+	// in no view.
+	b.outside = outsideSpend{refutedAt: b.outside.refutedAt, refill: b.outside.refill}
 }
 
 // roll closes the current window of readings.
@@ -351,7 +363,11 @@ func (s *othersSpend) add(now time.Time, r float64, span time.Duration, stated f
 // said the other client spent a tenth.
 func (b *bucket) othersSpendingLocked(now time.Time) bool {
 	s, stated := &b.outside.others, b.learn.stated
-	if stated <= 0 || b.l.shared != nil || !b.learn.enabled || s.weight == 0 || now.Sub(s.at) >= b.l.conf().Window {
+	stale := b.l.conf().Window
+	if b.refillRead {
+		stale *= refillStale // a reserve is read only while drained: refillspend.go
+	}
+	if stated <= 0 || b.l.shared != nil || !b.learn.enabled || s.weight == 0 || now.Sub(s.at) >= stale {
 		return false
 	}
 	return s.mean > othersMinShare*stated
