@@ -332,6 +332,9 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	case req.Usage == nil && !req.Release && !req.Abandon:
 		writeError(w, http.StatusBadRequest, "usage", "give usage, release: true or abandon: true")
 		return
+	case req.Usage != nil && req.Release && req.Abandon:
+		writeError(w, http.StatusBadRequest, "abandon", "give one of usage, release: true or abandon: true")
+		return
 	case req.Usage != nil && req.Release, req.Usage != nil && req.Abandon:
 		field := "release"
 		if req.Abandon {
@@ -374,8 +377,8 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := apiSettleResponse{Ticket: tk.id, ReservedTokens: tk.t.Reserved, Provider: tk.provider, Model: tk.model}
 	// The rate-limit headers of the answer, read as the proxy reads its own:
-	// a settled call's right after its settling, a released one's before the
-	// release lets waiters through.
+	// a settled or abandoned call's right after it closes (it stays in the
+	// window), a released one's before the release lets waiters through.
 	get := (&engine.Failure{Headers: req.Headers}).Header // one value each, looked up case-insensitively
 	sent := tk.issued
 	if !tk.sentAt.IsZero() { // taken from the table: no send is marked after

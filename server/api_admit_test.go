@@ -282,6 +282,7 @@ func TestAPISettleValidation(t *testing.T) {
 		{"Both", `{"ticket":"` + tk + `","release":true,"usage":{}}`, "release", "not both"},
 		{"UsageAndAbandon", `{"ticket":"` + tk + `","abandon":true,"usage":{}}`, "abandon", "not both"},
 		{"ReleaseAndAbandon", `{"ticket":"` + tk + `","abandon":true,"release":true}`, "abandon", "not both"},
+		{"AllThree", `{"ticket":"` + tk + `","abandon":true,"release":true,"usage":{}}`, "abandon", "give one of usage, release: true or abandon: true"},
 		{"NestedUnknown", `{"ticket":"` + tk + `","usage":{"inputTokens":1,"reasoningTokens":2}}`, "usage.reasoningTokens", "fields: inputTokens, cacheReadTokens, cacheWriteTokens, outputTokens"},
 		{"NestedType", `{"ticket":"` + tk + `","usage":{"outputTokens":1.5}}`, "usage.outputTokens", "must be an integer"},
 		{"NegativeUsage", `{"ticket":"` + tk + `","usage":{"outputTokens":-1}}`, "usage.outputTokens", "must not be negative"},

@@ -464,6 +464,7 @@ func (b *bucket) followClockLocked(now time.Time) {
 	for i := range min(b.nSpent, spentSamples) {
 		b.spentAt[i].at += step
 	}
+	b.outside.refill = nil // the reserve's points, against sends stamped in the old frame: read afresh
 }
 
 // setSpanLocked sets both windows to the window plus the count guard, and

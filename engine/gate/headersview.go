@@ -205,7 +205,9 @@ func (b *bucket) headersSayCompletionLocked() bool {
 func (b *bucket) forgetViewsLocked() {
 	b.byViews, b.byViewsAtSend = viewEvidence{}, viewEvidence{}
 	b.firstViews, b.firstViewsAtSend = viewEvidence{}, viewEvidence{}
-	b.refillRead = false
+	if b.refillRead {
+		b.refillRead, b.outside.others = false, othersSpend{} // read from the reserve: not a window's
+	}
 }
 
 // completionByHeadersLocked adopts the completion view the headers read as.

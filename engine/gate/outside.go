@@ -157,7 +157,9 @@ func (b *bucket) liftForOutsideLocked(now time.Time) {
 		o.at429, o.at429Pending = o.prevMean, false
 	}
 	switch {
-	case l.trigger <= 0 || room < outsideMinRoom*stated || o.prevN < outsideMinReadings:
+	case l.trigger <= 0 || room < outsideMinRoom*stated || o.prevN < outsideMinReadings || b.refillRead:
+		// (A bucket's window readings say nothing of the others: its room
+		// follows their spend read from the reserve, refillspend.go.)
 		o.quiet = 0
 		return
 	case !o.refutedAt.IsZero() && now.Sub(o.refutedAt) < triggerReprobeWindows*span:
@@ -286,7 +288,7 @@ func (o *outsideSpend) recentMean() float64 {
 type othersSpend struct {
 	mean, variance, weight float64
 	on                     bool      // the spend reads plainly
-	at                     time.Time // the last reading
+	at                     time.Time // the last reading (or answer that held it: refillHoldLocked)
 }
 
 const (

@@ -30,9 +30,12 @@ import (
 // full starts the span over, and so does one later than the last by as long
 // as its deficit took to refill: the reserve may have filled unseen. While the
 // reserve reads full the others spend at most what refills past the gate's
-// own spend, and the mean decays by refillQuietDecay a window, so the room
-// rises back toward the stated limit and a reserve that drains again reads
-// them anew.
+// own spend — what it cannot say is how much less — so the mean decays by
+// refillQuietDecay a window, the room rises back toward the stated limit, and
+// a reserve that drains again reads them anew. While it reads drawn but no
+// span is long enough the mean stands (refillHoldLocked). Not when the user
+// set countsAt or decides (the headers' view is not read then, and neither
+// is whether they read as a refill), nor with a shared window.
 
 const (
 	refillSpan       = 1.0      // the least span a reading covers, in windows
@@ -52,8 +55,9 @@ type refillPoint struct {
 // refillTrack follows the reserve at one moment of the answers.
 type refillTrack struct {
 	pts         [refillSamples]refillPoint
-	n           int   // samples held (the newest at (n-1) % refillSamples)
-	lastAt      int64 // the last answer read
+	n           int // samples held (the newest at (n-1) % refillSamples)
+	seen        bool
+	lastAt      int64 // the last answer read in order
 	lastDeficit float64
 	// The readings' moving mean and variance: the moment read is the one
 	// whose readings vary less.
@@ -65,8 +69,17 @@ type refillTrack struct {
 // calls were sent.
 type refillReserve struct {
 	now, sent      refillTrack
-	answers, named int // answers read, and of them those that named their send
+	answers, named int  // answers read, and of them those that named their send (halved past refillCounted)
+	useSent        bool // the moment read: as the calls were sent
 }
+
+// refillCounted bounds the answers counted for which moment they name: the
+// recent ones decide.
+const refillCounted = 1000
+
+// refillSwitch: the other moment is read once its readings vary this much
+// less (a ratio of variances), so the two do not take turns on noise.
+const refillSwitch = 1.5
 
 // ownSpentLocked is the gate's spend so far: the calls in flight at what they
 // are expected to cost, not their reservation.
@@ -77,12 +90,13 @@ func (b *bucket) ownSpentLocked() float64 {
 // read adds an answer's deficit at at (own: the gate's spend then) and returns
 // the others' spend a window it reads, if the span allows one.
 func (t *refillTrack) read(at int64, deficit, own, stated float64, w int64) (float64, bool) {
-	if t.lastAt == 0 || at >= t.lastAt {
+	switch full := deficit <= (1-refillFull)*stated; {
+	case !t.seen || at >= t.lastAt:
 		// The reserve may have filled unseen only if that long refilled
 		// the deficit last read.
-		gap := t.lastAt == 0 || float64(at-t.lastAt) >= t.lastDeficit/stated*float64(w)
-		t.lastAt, t.lastDeficit = at, deficit
-		if deficit <= (1-refillFull)*stated {
+		gap := !t.seen || float64(at-t.lastAt) >= t.lastDeficit/stated*float64(w)
+		t.seen, t.lastAt, t.lastDeficit = true, at, deficit
+		if full {
 			t.n = 0
 			return 0, false
 		}
@@ -93,9 +107,12 @@ func (t *refillTrack) read(at int64, deficit, own, stated float64, w int64) (flo
 			t.pts[t.n%refillSamples] = refillPoint{at: at, deficit: deficit, own: own}
 			t.n++
 		}
-	} else if deficit <= (1-refillFull)*stated {
+	case full:
+		// An answer to a call sent before the last one read, the reserve
+		// full then: a span across it wasted its refill.
+		t.n = 0
 		return 0, false
-	} // else an answer to a call older than the last read: read against the points before it
+	} // else such an answer is read against the points before its send
 	for i := t.n - 1; i >= max(0, t.n-refillSamples); i-- {
 		p := t.pts[i%refillSamples]
 		if d := at - p.at; d >= int64(refillSpan*float64(w)) {
@@ -121,7 +138,7 @@ func (t *refillTrack) read(at int64, deficit, own, stated float64, w int64) (flo
 // reads full, or the span is too short.
 func (b *bucket) refillReadingLocked(now, sent time.Time, deficit, stated float64) (others float64, ok bool) {
 	if b.outside.refill == nil {
-		b.outside.refill = new(refillReserve) // 2 KiB, for the models whose answers state a reserve
+		b.outside.refill = new(refillReserve) // 2 KiB, for the models whose answers state a limit
 	}
 	r := b.outside.refill
 	w := int64(b.l.conf().Window)
@@ -133,33 +150,58 @@ func (b *bucket) refillReadingLocked(now, sent time.Time, deficit, stated float6
 			y, okSent = r.sent.read(s.at, deficit, s.own, stated, w)
 		}
 	}
-	r.answers++
-	if !sent.IsZero() {
+	if r.answers++; !sent.IsZero() {
 		r.named++
 	}
-	// Which moment: the one whose readings vary less, once both have enough
-	// of them; the answer's own when most do not name their send.
-	nowReady, sentReady := r.now.readings >= refillVarSpan, r.sent.readings >= refillVarSpan
-	if 2*r.named <= r.answers {
-		sentReady = false
+	if r.answers > refillCounted {
+		r.answers, r.named = r.answers/2, r.named/2
+	}
+	// Which moment: the one whose readings vary less, once each has enough
+	// of them — the answers' own alone while most do not name their send,
+	// and none while most do and those have too few.
+	named := 2*r.named > r.answers
+	nowReady, sentReady := r.now.readings >= refillVarSpan, named && r.sent.readings >= refillVarSpan
+	switch vNow, vSent := r.now.varianceRead(), r.sent.varianceRead(); {
+	case named && !sentReady:
+		return 0, false
+	case !sentReady:
+		r.useSent = false
+	case !nowReady:
+		r.useSent = true
+	case r.useSent && vSent > refillSwitch*vNow:
+		r.useSent = false
+	case !r.useSent && vNow > refillSwitch*vSent:
+		r.useSent = true
 	}
 	switch {
-	case 2*r.named > r.answers && !sentReady:
-		return 0, false
-	case okSent && sentReady && (!nowReady || r.sent.variance < r.now.variance):
+	case r.useSent && okSent:
 		return y, true
-	case okNow && nowReady && (!sentReady || r.now.variance <= r.sent.variance):
+	case !r.useSent && okNow && nowReady:
 		return x, true
 	}
 	return 0, false
 }
 
-// refillHoldLocked keeps the others' mean as it is: the reserve reads drawn,
-// but the span since it was last seen full is too short for a reading.
+// refillHoldLocked keeps the others' mean as it is and current: the reserve
+// reads drawn, but the span since it was last seen full is too short for a
+// reading. Held, the mean is as of now, so the next reading moves it by the
+// least step (othersMinStep) rather than by the time since the last: the
+// readings come in bursts between such spans, and weighing each burst's pause
+// moved the room with every burst (the matrices with headers: 387 and 332
+// runs meeting every target against 395 and 341).
 func (b *bucket) refillHoldLocked(now time.Time) {
 	if s := &b.outside.others; s.weight > 0 && now.After(s.at) {
 		s.at = now
 	}
+}
+
+// varianceRead is the readings' variance, less the weight of the zero it
+// started from (the moving variance's first reading is its own mean).
+func (t *refillTrack) varianceRead() float64 {
+	if t.readings <= 1 {
+		return 0
+	}
+	return t.variance / (1 - math.Pow(1-1.0/refillVarSpan, float64(t.readings-1)))
 }
 
 // refillQuietLocked decays the others' mean while the reserve reads full:

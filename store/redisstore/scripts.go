@@ -110,7 +110,7 @@ local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return -1 end
 cur = tonumber(cur)
 local tokens = tonumber(ARGV[2])
-if tokens < 0 then
+if tokens == -1 then
   if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], 's ' .. cur .. ' ' .. ARGV[4]) end
   return cur
 end

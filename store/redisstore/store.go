@@ -348,6 +348,9 @@ var ErrNotOpen = errors.New("redisstore: the entry is settled already or left th
 // its own record of the call without settling it twice. It returns the tokens
 // the entry had reserved.
 func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket string) (reserved int64, err error) {
+	if tokens < 0 {
+		return 0, fmt.Errorf("redisstore: settle with %d tokens (-1 is AbandonFor's)", tokens)
+	}
 	refund, err := s.settle(provider, model, id, tokens, "s "+strconv.FormatInt(tokens, 10)+" "+ticket)
 	if err == nil && refund < 0 {
 		return 0, ErrNotOpen
