@@ -931,11 +931,7 @@ func TestFirstWindowHeadersTakeTheCompletionView(t *testing.T) {
 	testenv.LongSimulation(t)
 	for _, at := range []string{HeadersAtArrival, HeadersAtCompletion} {
 		for _, seed := range []uint64{1, 2} {
-			s := DefaultScenario()
-			s.Seed = seed
-			s.Provider.Model, s.Provider.Headers, s.Provider.HeadersAt = LimitSlidingCompletion, true, at
-			s.Duration = Duration(time.Hour)
-			r := run(t, s)
+			r := run(t, headersHour(seed, LimitSlidingCompletion, at))
 			if g := r.Modes[ModeGate]; g.Utilization < 0.94 || g.RateLimited > 1 || g.Lost != 0 {
 				t.Errorf("headers at %s, seed %d: gate utilization %.3f of the true limit, %d 429s, %d lost: want ≥ 0.94, ≤ 1, none", at, seed, g.Utilization, g.RateLimited, g.Lost)
 			}
@@ -953,11 +949,8 @@ func TestBucketReadsTheOthersFromItsReserve(t *testing.T) {
 	testenv.LongSimulation(t)
 	for _, at := range []string{HeadersAtCompletion, HeadersAtArrival} {
 		for _, seed := range []uint64{1, 4} {
-			s := DefaultScenario()
-			s.Seed = seed
-			s.Provider.Model, s.Provider.Headers, s.Provider.HeadersAt = LimitTokenBucket, true, at
+			s := headersHour(seed, LimitTokenBucket, at)
 			s.Outside.Share = 0.1
-			s.Duration = Duration(time.Hour)
 			g := run(t, s).Modes[ModeGate]
 			if g.RateLimited != 0 || g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 || g.RemainingUtilization < 0.93 || g.Lost != 0 {
 				t.Errorf("headers at %s, seed %d: %d 429s, converged after %s windows, %.3f of what the other client left, %d lost: want none, ≤ 10, ≥ 0.93, none",
@@ -965,4 +958,13 @@ func TestBucketReadsTheOthersFromItsReserve(t *testing.T) {
 			}
 		}
 	}
+}
+
+// headersHour is the default scenario for an hour against the limit model,
+// its rate-limit headers stated at at.
+func headersHour(seed uint64, model, at string) Scenario {
+	s := DefaultScenario()
+	s.Seed, s.Duration = seed, Duration(time.Hour)
+	s.Provider.Model, s.Provider.Headers, s.Provider.HeadersAt = model, true, at
+	return s
 }
