@@ -43,7 +43,7 @@ const (
 	refillSamples    = 48       // 3 windows of them
 	refillFull       = 0.995    // a reserve this full reads full
 	refillQuietDecay = 0.05     // of the others' mean a window, while full
-	refillStale      = 5        // windows a reading of the reserve stays good
+	refillStale      = 5        // windows a reading stays good; the mean's time constant, as many times a window count's
 	refillVarSpan    = 50       // readings the variances of the two moments weigh
 )
 
