@@ -204,7 +204,7 @@ func (b *bucket) knownFullLocked() (at int64, spent float64, ok bool) {
 func (b *bucket) rateBoundsLocked(now time.Time, refused int64) (lb, ub float64, full bool) {
 	at := now.UnixNano()
 	w := float64(b.l.conf().Window)
-	spent := b.spent - max(0, float64(b.reservedOpen)-b.land.cost)
+	spent := b.ownSpentLocked()
 	fullAt, fullSpent, full := b.knownFullLocked()
 	full = full && at > fullAt
 	bound := func(since int64, before float64) {
