@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -168,6 +169,30 @@ func TestEventsStream(t *testing.T) {
 	// The stream ends with the client.
 	sse.close()
 	apiEventually(t, "the subscription to end", func() bool { return e.srv.Bus().Subscribers() == 0 })
+}
+
+// A failure rides in its pool events (entered, failover) as the
+// unclassified list keeps it: credential headers blanked and credentials in
+// the body masked — the stream and the console are not for keys.
+func TestEventsFailureRedacted(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	sse := e.openEvents(t, "?types=entered,failover")
+	sse.next(t) // the opening comment
+	quota := `"status":429,"headers":{"Authorization":"Bearer sk-live-SECRET0123456789","x-request-id":"r1"},` +
+		`"body":"{\"error\":{\"code\":\"insufficient_quota\",\"message\":\"api_key=SECRETSECRET123\"}}"`
+	for _, provider := range []string{"alpha", "beta"} { // failover, then entered
+		e.post("/gate/v1/failure", `{"provider":"`+provider+`","model":"m1","session":"q",`+quota+`}`, http.StatusOK)
+		typ, d := sse.nextEvent(t)
+		raw, _ := json.Marshal(d)
+		if strings.Contains(string(raw), "SECRET") {
+			t.Errorf("%s event carries a credential: %s", typ, raw)
+		}
+		f, _ := d["failure"].(map[string]any)
+		h, _ := f["headers"].(map[string]any)
+		if h["Authorization"] != redacted || h["x-request-id"] != "r1" || !strings.Contains(fmt.Sprint(f["body"]), "insufficient_quota") {
+			t.Errorf("%s event's failure %v: want the credential blanked and the rest kept", typ, f)
+		}
+	}
 }
 
 func TestEventsFilterAndEntered(t *testing.T) {

@@ -94,6 +94,9 @@ func (x *exchange) run() {
 		v, a := x.decide(ctx, fail, route)
 		lastVerdict = v
 		if ctx.Err() != nil {
+			if dec, ok := a.Quota.(pool.Decision); ok {
+				s.quota.Cancel(dec) // the client left before the wait began
+			}
 			return
 		}
 		if a.Kind != retry.ActionWaitLongTerm && attempts+1 >= budget {

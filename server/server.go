@@ -168,6 +168,7 @@ func New(o Options) (*Server, error) {
 		Events: pool.EventFunc(func(e pool.Event) {
 			poolsLog.Info("pool event", "kind", e.Kind, "session", e.Session)
 			s.metrics.PoolEvent(string(e.Kind))
+			e.Failure = redactFailure(e.Failure) // the stream and the console are not for credentials
 			s.bus.Publish(Event{Type: string(e.Kind), At: s.clock.Now(), Data: e})
 		}),
 	})

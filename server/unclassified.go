@@ -149,6 +149,19 @@ func redactHeaders(h map[string]string) map[string]string {
 	return out
 }
 
+// redactFailure copies f for an event: credential headers blanked, credentials
+// in the body masked, both bounded as the unclassified list keeps them. nil
+// stays nil.
+func redactFailure(f *engine.Failure) *engine.Failure {
+	if f == nil {
+		return nil
+	}
+	c := *f
+	c.Headers = redactHeaders(f.Headers)
+	c.Body, _ = redactBody(f.Body, unclassifiedExcerpt)
+	return &c
+}
+
 // secretRE finds what looks like a credential in a body: OpenAI/Anthropic/
 // DeepSeek-style sk- keys, bearer tokens, Google API keys, and key=value pairs
 // whose key says it holds a key or a token.

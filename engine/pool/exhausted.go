@@ -119,7 +119,6 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	if opened {
 		e = &quotaEntry{session: f.Session, enteredAt: now, done: make(chan struct{})}
 		q.entries[f.Session] = e
-		q.noteAdd(now)
 	}
 	e.lastArmed = now
 	e.attempts++
@@ -128,6 +127,9 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	e.provider, e.turn, e.step = f.Route.Provider, f.Turn, f.Step
 	dec.Attempts = e.attempts
 	dec.entry = e
+	if opened {
+		q.noteAdd(now) // armed first: a sweep it sets off must see the entry as it is
+	}
 	q.mu.Unlock()
 	if opened {
 		q.emit([]Event{{Kind: EventEntered, Session: f.Session, Failure: f.Failure, Provider: f.Route.Provider, Turn: f.Turn, Step: f.Step,
@@ -179,6 +181,11 @@ func (q *Router) endedErr(e *quotaEntry) error {
 	}
 	return nil
 }
+
+// Cancel gives up a ActionWait decision that will not be slept out (its
+// request was cancelled before Wait): the entry stays, unarmed, as when Wait
+// is cancelled.
+func (q *Router) Cancel(d Decision) { q.disarm(d.entry) }
 
 // disarm clears an entry's pending flag (its wait is over or cancelled).
 func (q *Router) disarm(e *quotaEntry) {

@@ -1,15 +1,18 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gatectl/gatectl/engine"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Settings are the deployment's quota-response settings (config `quota:`).
@@ -552,10 +555,17 @@ func (q *Router) addRoute(session string, st *sessionRoute, now time.Time) {
 // sweepEvery is how many insertions into routes and entries trigger a sweep.
 const sweepEvery = 4096
 
-// noteAdd counts an insertion and, every sweepEvery of them, sweeps (see Sweep).
-// q.mu must be held.
+// maxTracked bounds the session routes and the entries each. Session names are
+// the client's (a header, a hashed key, the decision API's field), so a
+// client inventing one per request must not grow them for the day the idle
+// sweep waits: past the bound, the least recently used go until an eighth of
+// it is free.
+const maxTracked = 1 << 16
+
+// noteAdd counts an insertion and, every sweepEvery of them or past
+// maxTracked, sweeps (see Sweep). q.mu must be held.
 func (q *Router) noteAdd(now time.Time) {
-	if q.adds++; q.adds < sweepEvery {
+	if q.adds++; q.adds < sweepEvery && len(q.routes) <= maxTracked && len(q.entries) <= maxTracked {
 		return
 	}
 	q.sweepLocked(now)
@@ -563,8 +573,10 @@ func (q *Router) noteAdd(now time.Time) {
 
 // Sweep drops what has been idle for a day (or two long-term delays, when
 // longer): session routes with no entry, and entries with no wait armed (a
-// cancelled turn whose session never came back). A dropped session simply
-// starts afresh. The server's janitor calls it on its clock; insertions call it
+// cancelled turn whose session never came back) or whose wait is over (a wait
+// the decision API told a harness of, which nobody here sleeps on). A dropped
+// session simply starts afresh. Past maxTracked it drops the least recently
+// used too. The server's janitor calls it on its clock; insertions call it
 // too, so a burst of new sessions cannot outgrow one sweep interval.
 func (q *Router) Sweep(now time.Time) {
 	q.mu.Lock()
@@ -583,9 +595,13 @@ func (q *Router) sweepLocked(now time.Time) {
 	q.adds = 0
 	idle := q.idleAfter()
 	for id, e := range q.entries {
+		if e.pending && !now.Before(e.nextAttemptAt) {
+			// Its wait is over: a proxy's Wait has woken (and disarms it
+			// itself); a harness told to wait by the decision API has no Wait.
+			e.pending, e.nextAttemptAt = false, time.Time{}
+		}
 		if !e.pending && now.Sub(e.lastArmed) > idle {
-			delete(q.entries, id)
-			close(e.done)
+			q.dropEntryLocked(id, e)
 		}
 	}
 	for id, r := range q.routes {
@@ -593,6 +609,42 @@ func (q *Router) sweepLocked(now time.Time) {
 			delete(q.routes, id)
 		}
 	}
+	if len(q.entries) > maxTracked {
+		// Unarmed ones first, then the longest armed: a dropped wait's sleeper
+		// wakes and retries, as when its session recovers.
+		ids := slices.Collect(maps.Keys(q.entries))
+		slices.SortFunc(ids, func(a, b string) int {
+			ea, eb := q.entries[a], q.entries[b]
+			if ea.pending != eb.pending {
+				return cmp.Compare(b2i(ea.pending), b2i(eb.pending))
+			}
+			return ea.lastArmed.Compare(eb.lastArmed)
+		})
+		for _, id := range ids[:len(ids)-maxTracked*7/8] {
+			q.dropEntryLocked(id, q.entries[id])
+		}
+	}
+	if len(q.routes) > maxTracked {
+		ids := slices.Collect(maps.Keys(q.routes))
+		slices.SortFunc(ids, func(a, b string) int { return q.routes[a].lastUsed.Compare(q.routes[b].lastUsed) })
+		for _, id := range ids[:len(ids)-maxTracked*7/8] {
+			delete(q.routes, id)
+		}
+	}
+}
+
+// dropEntryLocked forgets an entry without announcing it: its session is idle
+// or one of too many. A Wait on it returns nil (retry now).
+func (q *Router) dropEntryLocked(id string, e *quotaEntry) {
+	delete(q.entries, id)
+	close(e.done)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // idleAfter is how long a session may be idle before its state is dropped: a

@@ -475,7 +475,10 @@ func TestQuotaIdleSweep(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	f.q.Wait(cctx, d) // the turn is cancelled: the entry stays, unarmed
-	f.q.OnQuota(ctx, QuotaFailure{Session: "waiting", Route: rX})
+	// A wait the decision API told a harness of: armed, and nobody here ever
+	// calls Wait on it.
+	f.q.OnQuota(ctx, QuotaFailure{Session: "told", Route: rX})
+	f.q.ArmLongTerm(QuotaFailure{Session: "waiting", Route: rX}, 48*time.Hour)
 	f.clock.Advance(25 * time.Hour)
 	for i := range sweepEvery {
 		f.q.RouteFor(ctx, fmt.Sprintf("new-%d", i), rA)
@@ -486,11 +489,67 @@ func TestQuotaIdleSweep(t *testing.T) {
 	if f.q.IsRetrying("gone") {
 		t.Error("an idle, unarmed entry survived the sweep")
 	}
+	if f.q.IsRetrying("told") {
+		t.Error("an entry whose wait ended a day ago survived the sweep")
+	}
 	if !f.q.IsRetrying("waiting") {
-		t.Error("the sweep dropped an armed wait")
+		t.Error("the sweep dropped a wait that is not over")
 	}
 	if _, ok := f.q.CurrentRoute(fmt.Sprintf("new-%d", sweepEvery-1)); !ok {
 		t.Error("the sweep dropped a fresh session")
+	}
+}
+
+// The insertion that sets off a sweep is swept with the others: an entry it
+// opens must be armed by then, or the sweep takes it for an idle one.
+func TestQuotaSweepSparesTheEntryThatSetItOff(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	ctx := context.Background()
+	for i := range sweepEvery - 1 {
+		f.q.RouteFor(ctx, fmt.Sprintf("s-%d", i), rA)
+	}
+	f.q.OnQuota(ctx, QuotaFailure{Session: "last", Route: rX}) // the sweepEvery-th insertion
+	if !f.q.IsRetrying("last") {
+		t.Fatal("the sweep dropped the entry just opened")
+	}
+}
+
+// Session names are the client's: a client that invents one per request must
+// not grow the routes or the entries for the day the idle sweep waits.
+func TestQuotaTrackedSessionsBounded(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	ctx := context.Background()
+	f.q.RouteFor(ctx, "kept", rA)
+	for i := range maxTracked + 10 {
+		f.clock.Advance(time.Millisecond) // distinct last uses: the oldest go first
+		if i == maxTracked/2 {
+			f.q.RouteFor(ctx, "kept", rA) // used again: among the newest now
+		}
+		f.q.RouteFor(ctx, fmt.Sprintf("s-%d", i), rA)
+	}
+	routes, _ := f.q.Tracked()
+	if routes > maxTracked {
+		t.Errorf("%d session routes, want at most %d", routes, maxTracked)
+	}
+	if _, ok := f.q.CurrentRoute("s-0"); ok {
+		t.Error("the least recently used route survived")
+	}
+	if _, ok := f.q.CurrentRoute("kept"); !ok {
+		t.Error("a route used since went before older ones")
+	}
+	if _, ok := f.q.CurrentRoute(fmt.Sprintf("s-%d", maxTracked+9)); !ok {
+		t.Error("the newest route went")
+	}
+
+	for i := range maxTracked + 10 {
+		f.clock.Advance(time.Millisecond)
+		f.q.ArmLongTerm(QuotaFailure{Session: fmt.Sprintf("e-%d", i), Route: rX}, 48*time.Hour)
+	}
+	if _, entries := f.q.Tracked(); entries > maxTracked {
+		t.Errorf("%d entries, want at most %d", entries, maxTracked)
+	}
+	if f.q.IsRetrying("e-0") || !f.q.IsRetrying(fmt.Sprintf("e-%d", maxTracked+9)) {
+		t.Error("the entries did not go oldest first")
 	}
 }
 

@@ -201,6 +201,9 @@ func (b *retryStatsBook) record(ev *Event, hintless bool) (added bool) {
 	}
 	t := b.turns[ev.Session]
 	if t == nil {
+		if len(b.turns) >= maxTurnBooks {
+			b.dropOldestLocked(maxTurnBooks / 8)
+		}
 		t = &retryTurnBook{turn: ev.Turn}
 		b.turns[ev.Session] = t
 		added = true
@@ -239,6 +242,21 @@ func (b *retryStatsBook) session(sess string) (TurnStats, bool) {
 		return TurnStats{}, false
 	}
 	return TurnStats{Session: sess, Turn: t.turn, Stats: t.stats.clone()}, true
+}
+
+// maxTurnBooks bounds the sessions whose turn counters are kept. Session names
+// are the client's, and the idle sweep (Planner.Prune) waits a day: a client
+// inventing one per request must not grow the book for that long. Past the
+// bound, the eighth of them with the oldest decisions go.
+const maxTurnBooks = 1 << 16
+
+// dropOldestLocked forgets the n sessions with the oldest last decision.
+func (b *retryStatsBook) dropOldestLocked(n int) {
+	ids := slices.Collect(maps.Keys(b.turns))
+	slices.SortFunc(ids, func(x, y string) int { return b.turns[x].seen.Compare(b.turns[y].seen) })
+	for _, id := range ids[:min(n, len(ids))] {
+		delete(b.turns, id)
+	}
 }
 
 // prune forgets the turn counters of sessions with no decision since before.

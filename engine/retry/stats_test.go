@@ -162,3 +162,31 @@ func TestPlannerSweepsIdleSessions(t *testing.T) {
 			len(st.Turns), store.Len(), st.Lifetime.Retries)
 	}
 }
+
+// Session names are the client's: the turn counters keep at most maxTurnBooks
+// sessions, the oldest decisions going first, however many a day brings.
+func TestStatsSessionsBounded(t *testing.T) {
+	var b retryStatsBook
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range maxTurnBooks + 100 {
+		b.record(&Event{At: t0.Add(time.Duration(i) * time.Millisecond), Session: fmt.Sprintf("s-%d", i)}, true)
+		if i == maxTurnBooks/2 {
+			b.record(&Event{At: t0.Add(time.Duration(i) * time.Millisecond), Session: "s-0"}, true) // decided again
+		}
+	}
+	if n := len(b.snapshot().Turns); n > maxTurnBooks {
+		t.Errorf("%d sessions kept, want at most %d", n, maxTurnBooks)
+	}
+	if _, ok := b.session("s-1"); ok {
+		t.Error("the session with the oldest decision was kept")
+	}
+	if _, ok := b.session("s-0"); !ok {
+		t.Error("a session decided since went before older ones")
+	}
+	if _, ok := b.session(fmt.Sprintf("s-%d", maxTurnBooks+99)); !ok {
+		t.Error("the newest session went")
+	}
+	if life := b.lifetime(); life.HintlessCapacity != maxTurnBooks+101 {
+		t.Errorf("lifetime count %d, want every decision counted", life.HintlessCapacity)
+	}
+}
