@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -123,6 +124,20 @@ func apiDecode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
 		return false
 	}
+	if !utf8.Valid(body) {
+		// encoding/json would turn the bad bytes into U+FFFD, and two different
+		// names into one session or model: JSON between systems is UTF-8.
+		at := 0
+		for rest := body; len(rest) > 0; {
+			r, n := utf8.DecodeRune(rest)
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			at, rest = at+n, rest[n:]
+		}
+		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("the request body is not valid UTF-8 (at byte %d): JSON is UTF-8", at))
+		return false
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -152,7 +167,12 @@ func apiDecodeError(err error, body []byte, t reflect.Type) (field, msg string) 
 		if typ.Field == "" {
 			return "", fmt.Sprintf("expected a JSON object (got %s)", typ.Value)
 		}
-		return typ.Field, fmt.Sprintf("%s must be %s (got %s)", typ.Field, apiTypeName(typ.Type), typ.Value)
+		field := typ.Field
+		var raw any
+		if json.Unmarshal(body, &raw) == nil {
+			field = apiMapValueField(raw, t, field) // encoding/json leaves a map's key out of the path
+		}
+		return field, fmt.Sprintf("%s must be %s (got %s)", field, apiTypeName(typ.Type), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strings.CutPrefix(err.Error(), "json: unknown field ")
 		name = strings.Trim(name, `"`)
@@ -230,6 +250,57 @@ func apiUnknownField(raw any, t reflect.Type, prefix string) (string, []string) 
 		}
 	}
 	return "", nil
+}
+
+// apiMapValueField completes field, the dotted path encoding/json gives a type
+// error at, when it names a map (such as headers): with the key of the first
+// value, in key order, that is not of the map's value type ("headers.retry-after").
+// Anything else comes back as it was.
+func apiMapValueField(raw any, t reflect.Type, field string) string {
+	for _, name := range strings.Split(field, ".") {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		obj, ok := raw.(map[string]any)
+		if !ok || t.Kind() != reflect.Struct {
+			return field
+		}
+		ft, found := reflect.Type(nil), false
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if tag == "" {
+				tag = f.Name
+			}
+			if f.IsExported() && strings.EqualFold(tag, name) {
+				ft, found = f.Type, true
+				break
+			}
+		}
+		if !found {
+			return field
+		}
+		var v any
+		for k, x := range obj { // encoding/json matches names case-insensitively
+			if strings.EqualFold(k, name) {
+				v = x
+			}
+		}
+		raw, t = v, ft
+	}
+	obj, ok := raw.(map[string]any)
+	if !ok || t.Kind() != reflect.Map {
+		return field
+	}
+	keys := slices.Sorted(maps.Keys(obj))
+	for _, k := range keys {
+		var probe = reflect.New(t.Elem())
+		b, _ := json.Marshal(obj[k])
+		if json.Unmarshal(b, probe.Interface()) != nil {
+			return field + "." + k
+		}
+	}
+	return field
 }
 
 // apiCheckName validates an identifier from a request (provider, model, session,

@@ -84,7 +84,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	er.Provider, er.Model = tgt.Route.Provider, tgt.Route.Model
-	if err := a.checkReservation(er); err != nil {
+	if err := a.checkReservation(a.s.clock.Now(), er); err != nil {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
@@ -180,9 +180,18 @@ func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, ma
 // harness that only declares numbers gets told instead. The configured budget,
 // not the learned one, is the bound: a learner that lowers a model's quota must
 // not start refusing calls the operator said fit.
-func (a *api) checkReservation(er gate.Request) error {
+//
+// A call that gives inputBytes instead of inputTokens is bounded by the input
+// the gate estimates from them, as the reservation would hold it.
+func (a *api) checkReservation(now time.Time, er gate.Request) error {
 	budget := int64(a.s.ledger.Config().Limits(er.Provider + "/" + er.Model).TPM)
 	in, out := int64(er.InputTokens), int64(er.MaxTokens)
+	if in == 0 && er.InputBytes > 0 && in+out <= budget {
+		if est := a.s.ledger.EstimatedInput(now, er); est+out > budget {
+			return apiFieldError{"inputBytes", fmt.Sprintf("inputBytes %d (about %d tokens) + maxTokens %d exceeds the whole budget of %s/%s (%d tokens a window): it could never fit, and reserving it would hold every other caller",
+				er.InputBytes, est, out, er.Provider, er.Model, budget)}
+		}
+	}
 	switch {
 	case in+out <= budget:
 		return nil

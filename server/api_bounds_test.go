@@ -16,6 +16,8 @@ func TestAPIAdmitRefusesReservationAboveBudget(t *testing.T) {
 		{"Sum", `{"provider":"alpha","model":"small","session":"hog","inputTokens":6000,"maxTokens":4001}`, "maxTokens", "inputTokens 6000 + maxTokens 4001"},
 		{"InputAlone", `{"provider":"alpha","model":"small","session":"hog","inputTokens":10001}`, "inputTokens", "10001"},
 		{"DefaultBudget", `{"provider":"alpha","model":"other","session":"hog","maxTokens":2147483647}`, "maxTokens", "1000000"},
+		// the input the gate estimates from the bytes is what it would reserve
+		{"Bytes", `{"provider":"alpha","model":"small","session":"hog","inputBytes":2000000000,"maxTokens":10}`, "inputBytes", "inputBytes 2000000000 (about"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -30,6 +32,11 @@ func TestAPIAdmitRefusesReservationAboveBudget(t *testing.T) {
 	a := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s1","inputTokens":5000,"maxTokens":1000,"wait":false}`, http.StatusOK)
 	if a["admitted"] != true || apiNum(t, a, "waitedMs") != 0 {
 		t.Fatalf("a fitting call after the refused ones: %v", a)
+	}
+	e.post("/gate/v1/settle", `{"ticket":"`+a["ticket"].(string)+`","release":true}`, http.StatusOK)
+	a = e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s1","inputBytes":4000,"maxTokens":1000,"wait":false}`, http.StatusOK)
+	if a["admitted"] != true {
+		t.Fatalf("a call of a few bytes: %v", a)
 	}
 	// The whole budget exactly is still a reservation (it fits an empty window).
 	e.post("/gate/v1/settle", `{"ticket":"`+a["ticket"].(string)+`","release":true}`, http.StatusOK)

@@ -37,7 +37,11 @@ func (a *api) handleModel(w http.ResponseWriter, r *http.Request) {
 	}
 	model, ok := strings.CutSuffix(rest, apiResetSuffix)
 	if !ok {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no endpoint %s (did you mean %s%s?)", r.URL.Path, strings.TrimSuffix(r.URL.Path, "/"), apiResetSuffix))
+		want := strings.TrimSuffix(r.URL.Path, "/")
+		if !strings.HasSuffix(want, apiResetSuffix) { // a trailing slash alone is not a missing /reset
+			want += apiResetSuffix
+		}
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no endpoint %s (did you mean %s?)", r.URL.Path, want))
 		return
 	}
 	a.handleModelReset(w, provider, model)

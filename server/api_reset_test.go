@@ -90,6 +90,7 @@ func TestAPIModelReset(t *testing.T) {
 			{"UnknownProvider", http.MethodPost, "/gate/v1/models/zeta/small/reset", 404, "provider", `no provider "zeta" in the config, and the gate has no ledger for zeta/small`},
 			{"EmptyModel", http.MethodPost, "/gate/v1/models/alpha/reset", 400, "model", "the model is empty"},
 			{"NoSuffix", http.MethodPost, "/gate/v1/models/alpha/small", 404, "", "did you mean /gate/v1/models/alpha/small/reset?"},
+			{"TrailingSlash", http.MethodPost, "/gate/v1/models/alpha/small/reset/", 404, "", "did you mean /gate/v1/models/alpha/small/reset?"},
 			{"ControlCharacter", http.MethodPost, "/gate/v1/models/alpha/sm%07all/reset", 400, "model", "must not contain control characters"},
 			{"TooLong", http.MethodPost, "/gate/v1/models/" + strings.Repeat("p", 300) + "/small/reset", 400, "provider", "too long"},
 			{"Get", http.MethodGet, "/gate/v1/models/alpha/small/reset", 405, "", "allowed: POST"},

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +29,8 @@ func TestAPIErrorShapes(t *testing.T) {
 		{"NotAnObject", http.MethodPost, "/gate/v1/failure", `[1,2]`, 400, "", "expected a JSON object (got array)"},
 		{"Trailing", http.MethodPost, "/gate/v1/success", `{"provider":"alpha"} {}`, 400, "", "unexpected data after the JSON object"},
 		{"TooLarge", http.MethodPost, "/gate/v1/failure", `{"provider":"alpha","status":500,"body":"` + strings.Repeat("x", apiMaxBody) + `"}`, 413, "", "exceeds"},
-		{"HeaderType", http.MethodPost, "/gate/v1/failure", `{"provider":"alpha","status":500,"headers":{"Retry-After":20}}`, 400, "headers", "must be a string"},
+		{"NotUTF8", http.MethodPost, "/gate/v1/admit", "{\"provider\":\"alpha\",\"model\":\"m\xff1\"}", 400, "", "not valid UTF-8 (at byte 30)"},
+		{"HeaderType", http.MethodPost, "/gate/v1/failure", `{"provider":"alpha","status":500,"headers":{"Retry-After":20}}`, 400, "headers.Retry-After", "headers.Retry-After must be a string"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -342,6 +344,40 @@ func TestAPIOpenAPIDocCoversEndpoints(t *testing.T) {
 			if doc.Paths[path][m] == nil {
 				t.Errorf("docs/openapi.yaml lacks %s %s", strings.ToUpper(m), path)
 			}
+		}
+	}
+}
+
+// The failure answer's budget is one docs/openapi.yaml names, for each budget
+// a failure can spend: a 429 with a wait hint (hint), a 500 (retry), a timeout
+// (transport).
+func TestAPIFailureBudgetInOpenAPIEnum(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	enum := doc.Components.Schemas["FailureResponse"].Properties["budget"].Enum
+	e := newAPIEnv(t, apiTestConfig)
+	for _, body := range []string{
+		`{"provider":"alpha","model":"m1","session":"s1","turn":"t1","status":429,"headers":{"retry-after":"20"}}`,
+		`{"provider":"alpha","model":"m1","session":"s1","turn":"t2","status":500}`,
+		`{"provider":"alpha","model":"m1","session":"s1","turn":"t3","status":0,"errorKind":"timeout"}`,
+	} {
+		a := e.post("/gate/v1/failure", body, http.StatusOK)
+		if got, _ := a["budget"].(string); !slices.Contains(enum, got) {
+			t.Errorf("%s: budget %q is not in docs/openapi.yaml's enum %v", body, got, enum)
 		}
 	}
 }

@@ -68,8 +68,9 @@ func (a apiAuth) allows(r *http.Request) bool {
 		sum := sha256.Sum256([]byte(v))
 		ok = subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 || ok
 	}
-	if v, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found {
-		check(strings.TrimSpace(v))
+	// The scheme's name is case-insensitive (RFC 9110 §11.1): "bearer" works too.
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		check(strings.TrimSpace(h[7:]))
 	}
 	if v := r.Header.Get("X-Gate-Token"); v != "" {
 		check(v)

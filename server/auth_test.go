@@ -52,9 +52,10 @@ func TestAPITokenRequired(t *testing.T) {
 		}
 	}
 	for name, set := range map[string]func(*http.Request){
-		"bearer": func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret-token") },
-		"header": func(r *http.Request) { r.Header.Set("X-Gate-Token", "s3cret-token") },
-		"cookie": func(r *http.Request) { r.AddCookie(&http.Cookie{Name: "gatectl_token", Value: "s3cret-token"}) },
+		"bearer":      func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret-token") },
+		"bearerLower": func(r *http.Request) { r.Header.Set("Authorization", "bearer s3cret-token") }, // the scheme is case-insensitive
+		"header":      func(r *http.Request) { r.Header.Set("X-Gate-Token", "s3cret-token") },
+		"cookie":      func(r *http.Request) { r.AddCookie(&http.Cookie{Name: "gatectl_token", Value: "s3cret-token"}) },
 	} {
 		if status, body := send(http.MethodGet, "/gate/v1/status", set); status != http.StatusOK {
 			t.Fatalf("%s: %d %s", name, status, body)

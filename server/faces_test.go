@@ -37,7 +37,7 @@ func TestAnthropicFaceErrors(t *testing.T) {
 			{"NotJSON", "not an object", 400, "invalid_request_error", "the body must be a JSON object"},
 			{"UnknownModel", msg("llama-3"), 400, "invalid_request_error", `unknown model "llama-3"`},
 			{"OpenAIKindRoute", msg("gpt-4o"), 400, "invalid_request_error", `provider "openai" is openai-kind`},
-			{"BadMaxTokens", chatReq("claude-3-5-haiku-latest", "max_tokens", -1), 400, "invalid_request_error", "max_tokens must be a non-negative number"},
+			{"BadMaxTokens", chatReq("claude-3-5-haiku-latest", "max_tokens", -1), 400, "invalid_request_error", "max_tokens must be a number from 0 to 2147483647 (got -1)"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				resp, body := f.call("/v1/messages", c.body)

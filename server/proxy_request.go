@@ -71,7 +71,7 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 		}
 		var n float64
 		if err := json.Unmarshal(raw, &n); err != nil || n < 0 || n > math.MaxInt32 {
-			return nil, f, fmt.Errorf("%s must be a non-negative number", f)
+			return nil, f, fmt.Errorf("%s must be a number from 0 to %d (got %s)", f, math.MaxInt32, raw)
 		}
 		pr.maxTokens = max(pr.maxTokens, int(n))
 	}

@@ -71,6 +71,16 @@ func (l *Ledger) Status(now time.Time) []BucketStatus {
 	return out
 }
 
+// EstimatedInput is the input the gate would reserve for req now: its
+// InputTokens when given, else its estimate from InputBytes (the model's
+// learned bytes per token). The decision API bounds a declared call with it.
+func (l *Ledger) EstimatedInput(now time.Time, req Request) int64 {
+	b := l.bucketFor(req.Provider, req.Model, now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reservation(req).input
+}
+
 // BucketStatus returns one model's snapshot (a fresh bucket's when it was never used).
 func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatus {
 	return l.bucketFor(provider, model, now).status(now)

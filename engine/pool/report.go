@@ -3,9 +3,11 @@ package pool
 import (
 	"context"
 	"fmt"
-	"github.com/gatectl/gatectl/engine"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // Report is every pool, route, reading, score and mark: what `gatectl
@@ -59,7 +61,7 @@ func (q *Router) Report(ctx context.Context, refresh bool, pools ...string) (Rep
 	for _, name := range pools {
 		p := c.pools.Pool(name)
 		if p == nil {
-			return Report{}, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, name, c.pools.Names())
+			return Report{}, fmt.Errorf("%w: %q (pools: %s)", ErrNoPool, name, strings.Join(c.pools.Names(), ", "))
 		}
 		sel = append(sel, p)
 	}
@@ -146,7 +148,7 @@ func (q *Router) DrawCounts(ctx context.Context, pool string, n int) ([]int, err
 	c := q.cfg.Load()
 	p := c.pools.Pool(pool)
 	if p == nil {
-		return nil, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, pool, c.pools.Names())
+		return nil, fmt.Errorf("%w: %q (pools: %s)", ErrNoPool, pool, strings.Join(c.pools.Names(), ", "))
 	}
 	q.readings.Refresh(ctx, p.providers)
 	now := q.clock.Now()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -391,7 +392,7 @@ func (q *Router) PickRoute(ctx context.Context, pool string) (engine.Route, erro
 	c := q.cfg.Load()
 	p := c.pools.Pool(pool)
 	if p == nil {
-		return engine.Route{}, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, pool, c.pools.Names())
+		return engine.Route{}, fmt.Errorf("%w: %q (pools: %s)", ErrNoPool, pool, strings.Join(c.pools.Names(), ", "))
 	}
 	q.readings.Refresh(ctx, p.providers)
 	r, _ := q.choose(ctx, c, p, q.clock.Now(), nil, false)
@@ -687,7 +688,7 @@ func (q *Router) SetPool(session, value string) (SessionRecord, error) {
 	}
 	c := q.cfg.Load()
 	if v != SettingOff && v != SettingDefault && c.pools.Pool(v) == nil {
-		return SessionRecord{}, fmt.Errorf("%w: %q (pools: %v)", ErrNoPool, v, c.pools.Names())
+		return SessionRecord{}, fmt.Errorf("%w: %q (pools: %s)", ErrNoPool, v, strings.Join(c.pools.Names(), ", "))
 	}
 	rec, err := q.sessions.SetPool(session, v)
 	if err != nil && !errors.Is(err, ErrSessionNotSaved) {
