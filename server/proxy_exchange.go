@@ -583,8 +583,9 @@ var dropResponseHeaders = map[string]bool{
 }
 
 func copyResponseHeaders(dst, src http.Header) {
+	hop := connectionHeaders(src)
 	for k, vs := range src {
-		if !dropResponseHeaders[k] {
+		if !dropResponseHeaders[k] && !hop[k] {
 			dst[k] = vs
 		}
 	}

@@ -14,14 +14,33 @@ import (
 	"github.com/gatectl/gatectl/engine/gate"
 )
 
+// maxLeadComments bounds the comment blocks kept from before a stream's first
+// event; past it they are dropped (they dispatch nothing).
+const maxLeadComments = 4 << 10
+
 // stream passes an event stream on. The first event is read before anything is
 // sent: if it is an error, the attempt failed and can still be retried.
+// Comment blocks before it (keep-alives such as OpenRouter's ": OPENROUTER
+// PROCESSING") dispatch no event, so they do not decide that: they wait for it
+// and go out before it, or go out at once into a held stream, whose client
+// has had only comments so far, as a retry still allows.
 func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t gate.Ticket, u0 time.Time) (*upstreamFailure, bool) {
 	s, pr := x.s, x.pr
 	rd := newSSEReader(resp.Body)
 	su := &streamUsage{kind: pr.ep.kind}
 	strip := pr.ep.injectUsage && !pr.clientUsage
 	ev, err := rd.next()
+	var lead []byte
+	for err == nil && ev.name == nil && ev.data == nil {
+		if x.sseStarted {
+			if _, werr := x.w.Write(ev.raw); werr == nil {
+				_ = http.NewResponseController(x.w).Flush()
+			}
+		} else if len(lead)+len(ev.raw) <= maxLeadComments {
+			lead = append(lead, ev.raw...)
+		}
+		ev, err = rd.next()
+	}
 	if err != nil {
 		x.upstream += time.Since(u0)
 		x.unanswered(t) // the provider answered: it counted the call
@@ -58,10 +77,11 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		}
 		return rc.Flush()
 	}
-	clean := true
-	if err := write(&ev, usageOnly); err != nil {
-		clean = false
+	_, err = x.w.Write(lead) // (nothing when there were no comments)
+	if err == nil {
+		err = write(&ev, usageOnly)
 	}
+	clean := err == nil
 	// A failure after the first byte is classified once the call is settled:
 	// a rate limit reported while the call still held its reservation
 	// (max_tokens) would be read as spent, a level above the refusal's.

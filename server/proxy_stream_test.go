@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 func streamConfig(openaiURL, anthURL string) string {
@@ -210,46 +212,55 @@ func TestProxyMidStreamError(t *testing.T) {
 }
 
 // TestProxyStreamFirstEventError: a stream whose first event is an error has sent
-// nothing to the client yet: it is retried like any failure.
+// nothing to the client yet: it is retried like any failure. Comment blocks
+// before it (a keep-alive) dispatch no event and do not change that; before a
+// first event that is not an error, they go out ahead of it.
 func TestProxyStreamFirstEventError(t *testing.T) {
-	up := newFakeUpstream(t,
-		func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			sse(w, anthropicEvent("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}))
-		},
-		func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			sse(w, anthropicEvent("message_start", map[string]any{"type": "message_start",
-				"message": map[string]any{"usage": map[string]any{"input_tokens": 4, "output_tokens": 1}}}),
-				anthropicEvent("message_stop", map[string]any{"type": "message_stop"}))
-		})
-	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
-	type result struct {
-		status int
-		body   string
-	}
-	done := make(chan result, 1)
-	go func() {
-		resp, body := f.call("/v1/messages", chatReq("anth/first", "stream", true, "max_tokens", 10))
-		done <- result{resp.StatusCode, body}
-	}()
-	// The retry's delay, and (when the jittered delay is longer than
-	// proxy.holdNotice) the notice of a held stream: advance until the answer.
-	waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() > 0 })
-	var r result
-	waitFor(t, "the answer", func() bool {
-		select {
-		case r = <-done:
-			return true
-		default:
-			if f.clock.Timers() > 0 {
-				f.clock.Advance(time.Minute)
+	for _, lead := range []string{"", ": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\n"} {
+		t.Run(fmt.Sprintf("lead=%q", lead), func(t *testing.T) {
+			up := newFakeUpstream(t,
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					sse(w, lead+anthropicEvent("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}))
+				},
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					sse(w, lead+anthropicEvent("message_start", map[string]any{"type": "message_start",
+						"message": map[string]any{"usage": map[string]any{"input_tokens": 4, "output_tokens": 1}}}),
+						anthropicEvent("message_stop", map[string]any{"type": "message_stop"}))
+				})
+			f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+			type result struct {
+				status int
+				body   string
 			}
-			return false
-		}
-	})
-	if r.status != 200 || strings.Contains(r.body, "event: error") || !strings.Contains(r.body, "message_stop") || up.n() != 2 {
-		t.Fatalf("status %d calls %d body %q", r.status, up.n(), r.body)
+			done := make(chan result, 1)
+			go func() {
+				resp, body := f.call("/v1/messages", chatReq("anth/first", "stream", true, "max_tokens", 10))
+				done <- result{resp.StatusCode, body}
+			}()
+			// The retry's delay, and (when the jittered delay is longer than
+			// proxy.holdNotice) the notice of a held stream: advance until the answer.
+			waitFor(t, "the retry delay", func() bool { return up.n() == 1 && f.clock.Timers() > 0 })
+			var r result
+			waitFor(t, "the answer", func() bool {
+				select {
+				case r = <-done:
+					return true
+				default:
+					if f.clock.Timers() > 0 {
+						f.clock.Advance(time.Minute)
+					}
+					return false
+				}
+			})
+			if r.status != 200 || strings.Contains(r.body, "event: error") || !strings.Contains(r.body, "message_stop") || up.n() != 2 {
+				t.Fatalf("status %d calls %d body %q", r.status, up.n(), r.body)
+			}
+			if i := strings.Index(r.body, lead); lead != "" && (i < 0 || i > strings.Index(r.body, "message_start")) {
+				t.Fatalf("the comments before the first event did not go out ahead of it: %q", r.body)
+			}
+		})
 	}
 }
 
@@ -360,5 +371,70 @@ func TestProxyResponsesFailedIsAFailure(t *testing.T) {
 	waitFor(t, "the settle", func() bool { return f.status("po", "resp").InFlight == 0 })
 	if st := f.status("po", "resp"); st.CooldownMs != 0 || st.RateLimited != 0 {
 		t.Fatalf("cooldown %dms, 429s %d: a server error whose response mentions rate limits cooled the model down", st.CooldownMs, st.RateLimited)
+	}
+}
+
+// A field the client sends as null is as good as absent: stream_options null
+// still gets include_usage, reasoning null still gets the route's effort (a
+// nil map from the null once took the handler down with a panic).
+func TestUpstreamBodyNullFields(t *testing.T) {
+	epFor := func(path string) *endpoint {
+		for i := range endpoints {
+			if endpoints[i].path == path {
+				return &endpoints[i]
+			}
+		}
+		t.Fatalf("no endpoint %s", path)
+		return nil
+	}
+	cases := []struct {
+		path, body string
+		route      engine.Route
+		field, key string
+		want       string
+	}{
+		{"/v1/chat/completions", `{"model":"x","stream":true,"stream_options":null,"messages":[]}`, engine.Route{Provider: "p", Model: "m"}, "stream_options", "include_usage", "true"},
+		{"/v1/completions", `{"model":"x","stream":true,"stream_options":null,"prompt":"hi"}`, engine.Route{Provider: "p", Model: "m"}, "stream_options", "include_usage", "true"},
+		{"/v1/responses", `{"model":"x","stream":true,"input":"x","reasoning":null}`, engine.Route{Provider: "p", Model: "m", ReasoningEffort: "high"}, "reasoning", "effort", `"high"`},
+		{"/v1/responses", `{"model":"x","input":"x","reasoning":"odd"}`, engine.Route{Provider: "p", Model: "m", ReasoningEffort: "low"}, "reasoning", "effort", `"low"`},
+	}
+	for _, c := range cases {
+		pr, _, err := parseProxyRequest(epFor(c.path), []byte(c.body), http.Header{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		b, err := upstreamBody(pr, c.route)
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		var top, inner map[string]json.RawMessage
+		_ = json.Unmarshal(b, &top)
+		_ = json.Unmarshal(top[c.field], &inner)
+		if got := string(inner[c.key]); got != c.want {
+			t.Errorf("%s → %s: %s.%s = %q, want %q", c.body, b, c.field, c.key, got, c.want)
+		}
+	}
+}
+
+// Headers a message's Connection header names are hop-by-hop for that
+// message (RFC 9110 §7.6.1): the proxy forwards them neither way.
+func TestProxyDropsConnectionNamedHeaders(t *testing.T) {
+	ok := chatOK(3, 1, 0)
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "X-Secret-Hop")
+		w.Header().Set("X-Secret-Hop", "1")
+		w.Header().Set("X-Kept", "1")
+		ok(w, r)
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	resp, _ := f.call("/v1/chat/completions", chatReq("po/m", "max_tokens", 10), "Connection", "X-Hop-Req", "X-Hop-Req", "secret", "X-Req-Kept", "1")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if resp.Header.Get("X-Secret-Hop") != "" || resp.Header.Get("X-Kept") != "1" {
+		t.Errorf("client got %v: want X-Secret-Hop dropped, X-Kept kept", resp.Header)
+	}
+	if h := up.call(0).Header; h.Get("X-Hop-Req") != "" || h.Get("X-Req-Kept") != "1" {
+		t.Errorf("upstream got %v: want X-Hop-Req dropped, X-Req-Kept kept", h)
 	}
 }

@@ -91,7 +91,25 @@ var dropRequestHeaders = map[string]bool{
 	"Cookie": true, "Host": true, "Content-Length": true, "Connection": true, "Keep-Alive": true,
 	"Proxy-Authorization": true, "Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
 	"Upgrade": true, "Accept-Encoding": true, "Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true,
-	"X-Forwarded-Proto": true, "X-Real-Ip": true,
+	"X-Forwarded-Proto": true, "X-Real-Ip": true, "Expect": true, // the body is in hand: nothing to continue
+}
+
+// connectionHeaders are the headers h's Connection header names: hop-by-hop
+// for this message, which a proxy must not forward (RFC 9110 §7.6.1), in
+// canonical form. nil when there are none.
+func connectionHeaders(h http.Header) map[string]bool {
+	var hop map[string]bool
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				if hop == nil {
+					hop = map[string]bool{}
+				}
+				hop[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	return hop
 }
 
 // passThroughHeaders are the client's credentials, forwarded only to the
@@ -112,8 +130,9 @@ func newUpstreamRequest(ctx context.Context, in *http.Request, ep *endpoint, nam
 		return nil, err
 	}
 	h := req.Header
+	hop := connectionHeaders(in.Header)
 	for k, vs := range in.Header {
-		if dropRequestHeaders[k] || strings.HasPrefix(k, "X-Gate-") {
+		if dropRequestHeaders[k] || hop[k] || strings.HasPrefix(k, "X-Gate-") {
 			continue
 		}
 		h[k] = vs
@@ -188,18 +207,24 @@ func upstreamBody(pr *proxyRequest, route engine.Route) ([]byte, error) {
 		case "/v1/chat/completions":
 			fields["reasoning_effort"], _ = json.Marshal(e)
 		case "/v1/responses":
-			reasoning := map[string]json.RawMessage{}
+			var reasoning map[string]json.RawMessage
 			if raw, ok := pr.fields["reasoning"]; ok {
 				_ = json.Unmarshal(raw, &reasoning)
+			}
+			if reasoning == nil { // absent, null, or not an object
+				reasoning = map[string]json.RawMessage{}
 			}
 			reasoning["effort"], _ = json.Marshal(e)
 			fields["reasoning"], _ = json.Marshal(reasoning)
 		}
 	}
 	if pr.stream && pr.ep.injectUsage && !pr.clientUsage {
-		opts := map[string]json.RawMessage{}
+		var opts map[string]json.RawMessage
 		if raw, ok := pr.fields["stream_options"]; ok {
 			_ = json.Unmarshal(raw, &opts)
+		}
+		if opts == nil { // absent, null (which unmarshals to a nil map), or not an object
+			opts = map[string]json.RawMessage{}
 		}
 		opts["include_usage"] = json.RawMessage("true")
 		fields["stream_options"], _ = json.Marshal(opts)
