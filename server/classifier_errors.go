@@ -20,6 +20,9 @@ type classifierErrors struct {
 	clock   engine.Clock
 	log     hclog.Logger
 	metrics *Metrics
+	// redact masks credentials in an error's text: an expr error quotes the
+	// value it choked on, and a failure's headers and body may hold a key.
+	redact func(string) string
 
 	mu    sync.Mutex
 	links map[string]*classifierErrorLog
@@ -30,8 +33,8 @@ type classifierErrorLog struct {
 	suppressed int       // errors since then that were not logged
 }
 
-func newClassifierErrors(clock engine.Clock, log hclog.Logger, m *Metrics) *classifierErrors {
-	return &classifierErrors{clock: clock, log: log, metrics: m, links: map[string]*classifierErrorLog{}}
+func newClassifierErrors(clock engine.Clock, log hclog.Logger, m *Metrics, redact func(string) string) *classifierErrors {
+	return &classifierErrors{clock: clock, log: log, metrics: m, redact: redact, links: map[string]*classifierErrorLog{}}
 }
 
 // observe is the chain's error hook (snapshot.Manager.OnClassifierError).
@@ -52,5 +55,5 @@ func (c *classifierErrors) observe(link string, err error) {
 	suppressed := l.suppressed
 	l.logged, l.suppressed = now, 0
 	c.mu.Unlock()
-	c.log.Warn("classifier failed; the next one in the chain decided", "classifier", link, "error", err, "suppressed", suppressed)
+	c.log.Warn("classifier failed; the next one in the chain decided", "classifier", link, "error", c.redact(err.Error()), "suppressed", suppressed)
 }

@@ -60,3 +60,30 @@ classifiers:
 		t.Fatalf("%d log lines a minute later:\n%s", n, logs)
 	}
 }
+
+// The error of a rule that chokes on a value quotes the value (expr's
+// "invalid operation: int(…)"), and a failure's headers and body may hold a
+// key: what is logged has credentials masked.
+func TestClassifierErrorLogRedacted(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "boom.yaml")
+	if err := os.WriteFile(rules, []byte("name: boom\nrules:\n  - {name: boom, when: 'int(header(\"x-count\")) > 3', class: SERVER}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  alpha: {kind: openai, baseURL: "http://127.0.0.1:9/v1"}
+classifiers:
+  - rules: %q
+`, rules), true)
+	rec := httptest.NewRecorder()
+	f.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/gate/v1/failure",
+		strings.NewReader(`{"provider":"alpha","model":"m","status":503,"headers":{"x-count":"sk-proj-LEAKME0123456789"}}`)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("failure: %d %s", rec.Code, rec.Body)
+	}
+	logs := f.logs.String()
+	if !strings.Contains(logs, "classifier failed") || strings.Contains(logs, "LEAKME") {
+		t.Fatalf("want the error logged with the key masked:\n%s", logs)
+	}
+}

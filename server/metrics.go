@@ -263,6 +263,7 @@ var (
 	descPluginFailures = prometheus.NewDesc("gatectl_plugin_failures_total", "Failed plugin calls (trap, timeout, bad output, error code); they fall through to the next classifier.", []string{"plugin", "kind"}, nil)
 	descPluginSkipped  = prometheus.NewDesc("gatectl_plugin_skipped_total", "Calls refused while the plugin was quarantined.", []string{"plugin", "kind"}, nil)
 	descPluginSeconds  = prometheus.NewDesc("gatectl_plugin_call_seconds_total", "Time spent inside plugin calls; divide by calls for the mean.", []string{"plugin", "kind"}, nil)
+	descPluginInit     = prometheus.NewDesc("gatectl_plugin_init_seconds_total", "Time spent making plugin instances (instantiate, _initialize, gate_init): at load, and on a call after an instance was discarded.", []string{"plugin", "kind"}, nil)
 	descPluginQuar     = prometheus.NewDesc("gatectl_plugin_quarantined", "1 while the plugin is quarantined after repeated failures.", []string{"plugin", "kind"}, nil)
 )
 
@@ -270,7 +271,7 @@ var (
 type pluginCollector struct{ plugins PluginStats }
 
 func (pluginCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPluginCalls, descPluginFailures, descPluginSkipped, descPluginSeconds, descPluginQuar} {
+	for _, d := range []*prometheus.Desc{descPluginCalls, descPluginFailures, descPluginSkipped, descPluginSeconds, descPluginInit, descPluginQuar} {
 		ch <- d
 	}
 }
@@ -286,6 +287,7 @@ func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPluginFailures, prometheus.CounterValue, float64(st.Failures), l...)
 		ch <- prometheus.MustNewConstMetric(descPluginSkipped, prometheus.CounterValue, float64(st.Skipped), l...)
 		ch <- prometheus.MustNewConstMetric(descPluginSeconds, prometheus.CounterValue, st.CallTime.Seconds(), l...)
+		ch <- prometheus.MustNewConstMetric(descPluginInit, prometheus.CounterValue, st.InitTime.Seconds(), l...)
 		q := 0.0
 		if st.Quarantined {
 			q = 1

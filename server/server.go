@@ -201,7 +201,11 @@ func New(o Options) (*Server, error) {
 	s.registerStoreMetrics()
 	s.unclassified = newUnclassifiedLog(o.Clock, unclassifiedKeep)
 	o.Manager.OnVerdict(s.unclassified.observe)
-	o.Manager.OnClassifierError(newClassifierErrors(o.Clock, o.Logger.Named("classify"), s.metrics).observe)
+	o.Manager.OnClassifierError(newClassifierErrors(o.Clock, o.Logger.Named("classify"), s.metrics, func(msg string) string {
+		msg = string(s.redact.get(s.snap.Current().Config).bytes([]byte(msg))) // gatectl's own keys, by value
+		msg, _ = redactBody(msg, unclassifiedExcerpt)                          // and whatever looks like one
+		return msg
+	}).observe)
 
 	o.Manager.OnSwap(s.applySnapshot)
 	o.Manager.OnError(func(err error) {

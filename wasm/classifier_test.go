@@ -195,10 +195,12 @@ func TestRetainPages(t *testing.T) {
 	if st := c.Plugin().Stats(); st.Discarded != 1 || st.Instances != 0 || st.Failures != 0 {
 		t.Errorf("stats = %+v; want the swollen instance discarded, no failure", st)
 	}
+	init1 := c.Plugin().Stats().InitTime
 	if _, _, err := c.Classify(context.Background(), failureWithBody(500, "fine")); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Plugin().Stats(); st.Instances != 1 || st.Made != 2 {
+	// The call after the discard made the instance it ran on: its time shows.
+	if st := c.Plugin().Stats(); st.Instances != 1 || st.Made != 2 || st.InitTime <= init1 {
 		t.Errorf("stats = %+v", st)
 	}
 }

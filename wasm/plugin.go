@@ -49,6 +49,7 @@ type shared struct {
 
 	calls, failures, abstains, timeouts, traps, skipped, quarantines, discarded, made counter
 	busyNanos                                                                         counter // time spent in the module's entry point
+	initNanos                                                                         counter // time spent making instances
 
 	// streak counts the failures in a row; quarantinedUntil is the end of the
 	// current quarantine in Unix nanoseconds of the host clock, 0 when none.
@@ -115,6 +116,8 @@ type instance struct {
 // newInstance instantiates the module, runs _initialize and gate_init, bounded by
 // InitTimeout. A failure counts against the plugin.
 func (s *shared) newInstance(ctx context.Context) (*instance, error) {
+	began := time.Now()
+	defer func() { s.initNanos.Add(uint64(time.Since(began))) }()
 	inst := &instance{s: s, stack: make([]uint64, 1)}
 	ictx, cancel := context.WithTimeout(context.WithValue(ctx, instKey{}, inst), s.limits.InitTimeout)
 	defer cancel()
@@ -372,6 +375,11 @@ type Stats struct {
 	Made, Discarded uint64
 	// CallTime is the total time spent inside the module's entry point.
 	CallTime time.Duration
+	// InitTime is the total time spent making instances (instantiate,
+	// _initialize, gate_init): at load, and on the call that finds no idle
+	// instance after one was discarded — that call waits for it, up to
+	// InitTimeout, beyond its own deadline.
+	InitTime time.Duration
 }
 
 // Stats reports the plugin's counts.
@@ -381,7 +389,7 @@ func (p *Plugin) Stats() Stats {
 		Calls: s.calls.Load(), Failures: s.failures.Load(), Abstains: s.abstains.Load(),
 		Timeouts: s.timeouts.Load(), Traps: s.traps.Load(), Skipped: s.skipped.Load(),
 		Quarantines: s.quarantines.Load(), Instances: len(s.pool.idle), CallTime: time.Duration(s.busyNanos.Load()),
-		Made: s.made.Load(), Discarded: s.discarded.Load(),
+		InitTime: time.Duration(s.initNanos.Load()), Made: s.made.Load(), Discarded: s.discarded.Load(),
 	}
 	if u := s.quarantinedUntil.Load(); u != 0 && s.host.clock.Now().UnixNano() < u {
 		st.Quarantined, st.QuarantinedUntil = true, time.Unix(0, u)
