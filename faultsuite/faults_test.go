@@ -153,9 +153,6 @@ func (g *gate) checkAfterFaults() {
 // process under the body budget: each is answered (200, or 503 with
 // Retry-After past the budget), and peak RSS stays bounded.
 func TestBigBodies(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector slows this test's own 640 MiB of uploads past the bounds; .ci/run runs the fault suite without -race")
-	}
 	_, url := upstream(t)
 	g := startGate(t, "", suiteConfig(url, ""))
 	stop := g.healthProbe()

@@ -50,12 +50,15 @@ var gatectlBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The suite asserts wall-clock bounds (/healthz within 1 s throughout), so CI
-	// runs it in a step of its own, after `go test -race ./...`, rather than beside
-	// another package's tests on two cores: .ci/run sets GATECTL_FAULTSUITE=later
-	// for the race run. Anywhere else it runs with the rest.
-	if os.Getenv("GATECTL_FAULTSUITE") == "later" {
-		fmt.Println("faultsuite: deferred to its own step (GATECTL_FAULTSUITE=later)")
+	// The suite asserts wall-clock bounds (/healthz within 1 s throughout).
+	// Under the race detector its own clients run several times slower (the
+	// gatectl it drives is built without it, so nothing is checked for races
+	// there), and beside the other packages on two cores the bounds failed for
+	// that alone, about two runs of `go test -race ./...` in three. Like the
+	// real-timing tests, it is measured without the detector: CI runs it in a
+	// step of its own.
+	if raceEnabled {
+		fmt.Println("faultsuite: its wall-clock bounds are checked without the race detector: go test ./faultsuite/ (CI runs it in its own step)")
 		os.Exit(0)
 	}
 	dir, err := os.MkdirTemp("", "faultsuite-")
