@@ -57,8 +57,8 @@ var logSchema = &schema[Log]{
 	doc:      "the root logger",
 	defaults: func() Log { return base().Log },
 	fields: []setting[Log]{
-		choiceField("level", "lowest level logged", LogLevels, func(l *Log) *string { return &l.Level }),
-		choiceField("format", "line format", LogFormats, func(l *Log) *string { return &l.Format }),
+		choiceField("level", "lowest level logged; a reload changes it", LogLevels, func(l *Log) *string { return &l.Level }),
+		choiceField("format", "line format; read at start, a reload does not change it", LogFormats, func(l *Log) *string { return &l.Format }),
 		boolField("access", "one info line per proxied call: method, path, face, model as sent, route, status, attempts, gate wait, upstream and total time, tokens, session; never keys or bodies",
 			func(l *Log) *bool { return &l.Access }),
 	},

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/testlog"
+	"github.com/gatectl/gatectl/snapshot"
+	"github.com/hashicorp/go-hclog"
 )
 
 // A classifier that fails at run time (here a rule whose expression cannot
@@ -85,5 +91,40 @@ classifiers:
 	logs := f.logs.String()
 	if !strings.Contains(logs, "classifier failed") || strings.Contains(logs, "LEAKME") {
 		t.Fatalf("want the error logged with the key masked:\n%s", logs)
+	}
+}
+
+// log.level takes effect on a reload (the named loggers share the root's
+// level); log.format, read at start, is warned about instead of ignored.
+func TestReloadLogLevel(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gatectl.yaml")
+	write := func(log string) {
+		if err := os.WriteFile(path, []byte("log: "+log+"\nproviders:\n  alpha: {kind: openai, baseURL: \"http://127.0.0.1:9/v1\"}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("{level: info}")
+	var logs testlog.Buffer
+	root := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Info, Output: &logs})
+	clock := engine.NewFakeClock(apiT0)
+	m, err := snapshot.NewManager(context.Background(), path, snapshot.Options{Clock: clock, Logger: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Manager: m, Clock: clock, Logger: root, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	write("{level: error, format: json}")
+	if err := m.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if gate := root.Named("gate"); gate.IsWarn() || !gate.IsError() {
+		t.Errorf("after the reload a named logger logs at %v, want error", gate.GetLevel())
+	}
+	if !strings.Contains(logs.String(), "log.format is read at start") {
+		t.Errorf("no word on the format change:\n%s", logs.String())
 	}
 }

@@ -297,6 +297,16 @@ func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 		s.logger.Error("reload: the retry planner refused the new policy; keeping the old one", "error", err)
 	}
 	s.quota.Reload(next.Pools, next.Quota)
+	if o, n := old.Config.Log, next.Config.Log; o != n {
+		if o.Format != n.Format { // (said before a new level may hide it)
+			s.logger.Warn("reload: log.format is read at start; restart to apply it", "running", o.Format, "configured", n.Format)
+		}
+		if o.Level != n.Level {
+			s.logger.Info("reload: log level changes", "from", o.Level, "to", n.Level)
+			// hclog's named loggers share their root's level: this moves them all
+			s.logger.SetLevel(hclog.LevelFromString(n.Level))
+		}
+	}
 	if old.File != next.File { // the file changed (not only the runtime settings)
 		s.metrics.Reload(true)
 		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})

@@ -298,6 +298,9 @@ func windowsText(r pool.RouteReport) string {
 
 func scoreText(r pool.RouteReport) string {
 	if r.Score == nil {
+		if r.ScoreError != "" {
+			return "unscored: " + r.ScoreError
+		}
 		return "unscored"
 	}
 	return strconv.FormatFloat(*r.Score, 'f', 4, 64)

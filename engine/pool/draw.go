@@ -2,9 +2,11 @@ package pool
 
 import (
 	"context"
-	"github.com/gatectl/gatectl/engine"
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // The availability of a route and the draw (why: see docs/RATIONALE.md, "Why do
@@ -96,7 +98,7 @@ func (q *Router) Marked(provider string) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return at, q.markHolds(c, provider, at, q.clock.Now())
+	return at, q.holdsOrLift(c, provider, at, q.clock.Now())
 }
 
 // marked reports whether provider's mark holds at now.
@@ -104,7 +106,23 @@ func (q *Router) marked(c *quotaConfig, provider string, now time.Time) bool {
 	q.mu.Lock()
 	at, ok := q.marks[provider]
 	q.mu.Unlock()
-	return ok && q.markHolds(c, provider, at, now)
+	return ok && q.holdsOrLift(c, provider, at, now)
+}
+
+// holdsOrLift is markHolds for the mark set at `at`, deleting it once it no
+// longer holds (unless a newer mark replaced it): a reading that withdrew it
+// stays read, and a later failed read — a missing reading — does not bring
+// the mark back. (choose lifts the marks it draws past the same way.)
+func (q *Router) holdsOrLift(c *quotaConfig, provider string, at, now time.Time) bool {
+	if q.markHolds(c, provider, at, now) {
+		return true
+	}
+	q.mu.Lock()
+	if cur, ok := q.marks[provider]; ok && cur.Equal(at) {
+		delete(q.marks, provider)
+	}
+	q.mu.Unlock()
+	return false
 }
 
 // markHolds reports whether a mark set at `at` still holds at now.
@@ -137,7 +155,7 @@ func scoreRoute(ctx context.Context, p *Pool, i int, r *engine.Reading) (float64
 	if m := p.memo[i].Load(); m != nil && m.matches(r) {
 		return m.score, m.scored
 	}
-	s, ok := score(ctx, p, r, p.bal[i])
+	s, ok, _ := score(ctx, p, r, p.bal[i]) // (the report says why a route is unscored)
 	m := &scoreMemo{takenAt: r.TakenAt, remaining: math.NaN(), nWindows: len(r.Windows), score: s, scored: ok}
 	if r.Remaining != nil {
 		m.remaining = *r.Remaining
@@ -150,8 +168,8 @@ func scoreRoute(ctx context.Context, p *Pool, i int, r *engine.Reading) (float64
 }
 
 // score weighs a usable route's reading with the pool's scorer. A scorer error or a
-// score that is not finite leaves the route unscored.
-func score(ctx context.Context, p *Pool, r *engine.Reading, b *balance) (float64, bool) {
+// score that is not finite leaves the route unscored; the error says which.
+func score(ctx context.Context, p *Pool, r *engine.Reading, b *balance) (float64, bool, error) {
 	var s float64
 	var ok bool
 	if _, native := p.scorer.(DefaultScorer); native {
@@ -160,13 +178,13 @@ func score(ctx context.Context, p *Pool, r *engine.Reading, b *balance) (float64
 		var err error
 		s, ok, err = p.scorer.Score(ctx, *r, b.capacities, b.coefficients, b.capacity)
 		if err != nil {
-			return 0, false
+			return 0, false, err
 		}
 	}
-	if !ok || !finite(s) {
-		return 0, false
+	if ok && !finite(s) {
+		return 0, false, fmt.Errorf("the score is not finite (%g)", s)
 	}
-	return s, true
+	return s, ok, nil
 }
 
 // choose picks a route of pool p at now, leaving out the route exclude (when not

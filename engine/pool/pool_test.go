@@ -382,6 +382,14 @@ func TestPoolPluggableScorer(t *testing.T) {
 	if got := f.pick(t, "broken", 0.99); got != rA { // errors leave routes unscored: declared order
 		t.Errorf("failing scorer draw = %s, want %s", got, rA)
 	}
+	// The report says why a route is unscored: the scorer's error.
+	rep, err := f.q.Report(context.Background(), false, "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Pools[0].Routes[0]; r.Score != nil || r.ScoreError != "trap" || !r.Usable {
+		t.Errorf("report of a route the scorer failed on: %+v", r)
+	}
 }
 
 // TestPoolDrawProportions is the chi-square test: 100,000 seeded draws land on
@@ -455,5 +463,38 @@ func BenchmarkDraw16(b *testing.B) {
 		if _, err := q.PickRoute(ctx, "p"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A reading that withdrew a mark stays read: a later attempt that failed (a
+// missing reading, which failOpen takes as no word) does not bring the mark
+// back, though no draw ran in between — the report alone looked.
+func TestPoolMarkWithdrawnStaysWithdrawn(t *testing.T) {
+	s := DefaultSettings()
+	s.FailOpen = true
+	f := newPoolFixture(t, PoolsConfig{
+		Pools:    []PoolSpec{{Name: "p", Routes: []engine.Route{rA, rB}}},
+		Balances: []BalanceSpec{{Provider: "a", MinimumRemaining: 5, Refresh: time.Minute}},
+	}, s)
+	f.read("b", 1000, 0)
+	f.q.Mark("a", f.clock.Now())
+	f.clock.Advance(2 * time.Minute)
+	f.read("a", 50, 0) // a refresh after the mark, with allowance: it withdraws it
+	usableA := func() bool {
+		rep, err := f.q.Report(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Pools[0].Routes[0].Usable && !rep.Pools[0].Routes[0].Marked
+	}
+	if !usableA() {
+		t.Fatal("the reading did not withdraw the mark")
+	}
+	f.readings.Delete("a") // the next attempt failed: no reading
+	if !usableA() {
+		t.Error("a failed read brought the withdrawn mark back")
+	}
+	if _, held := f.q.Marked("a"); held {
+		t.Error("Marked(a) holds after its withdrawal")
 	}
 }

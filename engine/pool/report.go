@@ -40,6 +40,10 @@ type RouteReport struct {
 	MinimumRemaining float64  `json:"minimumRemaining"`
 	// Score is the route's score; nil when the route is unscored.
 	Score *float64 `json:"score"`
+	// ScoreError is why the pool's scorer could not score the reading (an expr
+	// that failed on it, a plugin's error): the route is then drawn as an
+	// unscored one.
+	ScoreError string `json:"scoreError,omitempty"`
 	// Marked: the provider carries an exhaustion mark that still holds.
 	Marked    bool      `json:"marked"`
 	MarkedAt  time.Time `json:"markedAt,omitzero"`
@@ -51,7 +55,7 @@ type RouteReport struct {
 
 // Report describes the named pools (every pool when none is named), after
 // refreshing their due sources when refresh is set. ErrNoPool names an unknown
-// pool. It changes no state.
+// pool. It changes no state but for lifting a mark that a reading withdrew.
 func (q *Router) Report(ctx context.Context, refresh bool, pools ...string) (Report, error) {
 	c := q.cfg.Load()
 	var sel []*Pool
@@ -108,11 +112,15 @@ func (q *Router) routeReport(ctx context.Context, c *quotaConfig, p *Pool, r eng
 	}
 	has = has && hasContent(&reading)
 	if has {
-		if s, ok := score(ctx, p, &reading, b); ok {
+		s, ok, err := score(ctx, p, &reading, b)
+		if ok {
 			rr.Score = &s
 		}
+		if err != nil {
+			rr.ScoreError = err.Error()
+		}
 	}
-	if at, ok := marks[r.Provider]; ok && now.Sub(at) < c.settings.ExhaustedCooldown && !(has && withdraws(&reading, b, at)) {
+	if at, ok := marks[r.Provider]; ok && q.holdsOrLift(c, r.Provider, at, now) {
 		rr.Marked, rr.MarkedAt, rr.MarkUntil = true, at, at.Add(c.settings.ExhaustedCooldown)
 	}
 	switch {
