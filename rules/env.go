@@ -246,9 +246,7 @@ func (st *evalState) matchOn(s string, re int) int {
 func (st *evalState) hintMs() int {
 	if !st.hintOK {
 		st.hint = -1
-		if ms, ok := hintFromHeaders(st.f.Header, st.f.Status, st.now); ok {
-			st.hint = int(ms)
-		} else if ms, ok := hintFromBody(st.f.Body, st.cands(), headerDate(st.f.Header, st.now)); ok {
+		if ms, ok := parseHint(st.f, st.cands, st.now); ok {
 			st.hint = int(ms)
 		}
 		st.hintOK = true

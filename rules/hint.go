@@ -34,10 +34,22 @@ func ParseHint(f *engine.Failure, now time.Time) (ms int64, ok bool) {
 	if f == nil {
 		return 0, false
 	}
-	if ms, ok := hintFromHeaders(f.Header, f.Status, now); ok {
+	return parseHint(f, func() []cand { return findCands(f.Body) }, now)
+}
+
+// parseHint is ParseHint with the body's hint anchors found by cands (a rule
+// evaluation has them already). The headers that state a wait come first;
+// then the body's own wait, before the reset headers: a reset names when a
+// bucket is full again (OpenAI's x-ratelimit-reset-tokens: "1m29.9s"), where
+// the body says when this call fits ("Please try again in 483ms").
+func parseHint(f *engine.Failure, cands func() []cand, now time.Time) (int64, bool) {
+	if ms, ok := hintFromWaitHeaders(f.Header, now); ok {
 		return ms, true
 	}
-	return hintFromBody(f.Body, findCands(f.Body), headerDate(f.Header, now))
+	if ms, ok := hintFromBody(f.Body, cands(), headerDate(f.Header, now)); ok {
+		return ms, true
+	}
+	return hintFromResetHeaders(f.Header, f.Status, now)
 }
 
 // ClampHint clamps a wait to [min, max]. A max below min is treated as min; a
@@ -225,26 +237,26 @@ func toFloatMs(v float64) float64 {
 // ---- headers ----
 
 // resetPair names a reset header and the remaining-count header of the same limit.
-type resetPair struct{ reset, remaining string }
+type resetPair struct{ reset, remaining, limit string }
 
 var durationResets = []resetPair{
-	{"x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"},
-	{"x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"},
-	{"x-rate-limit-reset-requests", "x-rate-limit-remaining-requests"},
-	{"x-rate-limit-reset-tokens", "x-rate-limit-remaining-tokens"},
+	{"x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", "x-ratelimit-limit-requests"},
+	{"x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens"},
+	{"x-rate-limit-reset-requests", "x-rate-limit-remaining-requests", "x-rate-limit-limit-requests"},
+	{"x-rate-limit-reset-tokens", "x-rate-limit-remaining-tokens", "x-rate-limit-limit-tokens"},
 }
 
 var anthropicResets = []resetPair{
-	{"anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"},
-	{"anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"},
-	{"anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"},
-	{"anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"},
+	{"anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-limit"},
+	{"anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
+	{"anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
+	{"anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-limit"},
 }
 
 var genericResets = []resetPair{
-	{"x-ratelimit-reset", "x-ratelimit-remaining"},
-	{"ratelimit-reset", "ratelimit-remaining"},
-	{"x-ratelimit-reset-after", "x-ratelimit-remaining"},
+	{"x-ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-limit"},
+	{"ratelimit-reset", "ratelimit-remaining", "ratelimit-limit"},
+	{"x-ratelimit-reset-after", "x-ratelimit-remaining", "x-ratelimit-limit"},
 }
 
 // headerDate is the response's Date header, or now.
@@ -257,26 +269,33 @@ func headerDate(header func(string) string, now time.Time) time.Time {
 	return now
 }
 
-// hintFromHeaders reads the hint headers. Reset headers describe when a bucket
-// refills, which is a wait only when that bucket is empty: they count when their
-// remaining header says 0, or when the status is 429.
-func hintFromHeaders(header func(string) string, status int, now time.Time) (int64, bool) {
+// hintFromWaitHeaders reads the headers that state a wait: retry-after-ms
+// (and Azure's x-ms-), then Retry-After in seconds or as an HTTP-date. A
+// negative millisecond value is no statement, not a wait of 0.
+func hintFromWaitHeaders(header func(string) string, now time.Time) (int64, bool) {
 	for _, name := range []string{"retry-after-ms", "x-ms-retry-after-ms"} {
 		if v := strings.TrimSpace(header(name)); v != "" {
-			if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) {
+			if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) && f >= 0 {
 				return toMs(f), true
 			}
 		}
 	}
-	base := headerDate(header, now)
 	if v := strings.TrimSpace(header("retry-after")); v != "" {
 		if ms, ok := ParseDuration(v); ok {
 			return ms, true
 		}
 		if t, err := http.ParseTime(v); err == nil {
-			return toMs(float64(t.Sub(base).Milliseconds())), true
+			return toMs(float64(t.Sub(headerDate(header, now)).Milliseconds())), true
 		}
 	}
+	return 0, false
+}
+
+// hintFromResetHeaders reads the rate-limit reset headers. They describe when
+// a bucket refills, which is a wait only when that bucket is empty: they count
+// when their remaining header says 0, or when the status is 429.
+func hintFromResetHeaders(header func(string) string, status int, now time.Time) (int64, bool) {
+	base := headerDate(header, now)
 	if ms, ok := pickReset(durationResets, header, status, func(v string) (int64, bool) {
 		return resetValue(v, base)
 	}); ok {
@@ -313,9 +332,13 @@ func resetValue(v string, base time.Time) (int64, bool) {
 }
 
 // pickReset returns the longest wait among the reset headers whose bucket is
-// known to be empty, or, on a 429 with no bucket known empty, among all of them.
+// known to be empty; on a 429 with none known empty, the wait of the bucket
+// with the least of its limit left (the one that refused: a per-minute token
+// bucket at 63 of 40,000, not a per-day request bucket at 57 of 200 whose
+// reset is 17 hours off), or the longest when no remaining and limit say.
 func pickReset(pairs []resetPair, header func(string) string, status int, parse func(string) (int64, bool)) (int64, bool) {
-	var best, bestAny int64 = -1, -1
+	var best, bestAny, bestLeast int64 = -1, -1, -1
+	least := math.Inf(1)
 	for _, p := range pairs {
 		v := header(p.reset)
 		if v == "" {
@@ -325,15 +348,26 @@ func pickReset(pairs []resetPair, header func(string) string, status int, parse 
 		if !ok {
 			continue
 		}
-		if rem := strings.TrimSpace(header(p.remaining)); rem == "0" {
+		rem := strings.TrimSpace(header(p.remaining))
+		if rem == "0" {
 			best = max(best, ms)
 		}
 		bestAny = max(bestAny, ms)
+		r, errR := strconv.ParseFloat(rem, 64)
+		l, errL := strconv.ParseFloat(strings.TrimSpace(header(p.limit)), 64)
+		if errR == nil && errL == nil && l > 0 && r >= 0 {
+			if share := r / l; share < least || (share == least && ms > bestLeast) {
+				least, bestLeast = share, ms
+			}
+		}
 	}
 	switch {
 	case best >= 0:
 		return best, true
-	case bestAny >= 0 && status == 429:
+	case status != 429:
+	case bestLeast >= 0:
+		return bestLeast, true
+	case bestAny >= 0:
 		return bestAny, true
 	}
 	return 0, false
