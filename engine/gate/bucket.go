@@ -349,7 +349,15 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	b.est.configuredReserve = cfg.OutputReserveTokens
 	switch {
 	case cfg.MaxInFlightPerSession > 0 && b.perSession == nil:
-		b.perSession = make(map[string]int) // calls already in flight are not counted
+		// The calls already in flight count: each will leave its session's
+		// count as it closes, and an uncounted one would take a counted one's
+		// place, letting the session past the cap.
+		b.perSession = make(map[string]int)
+		for i := range b.slots {
+			if sl := &b.slots[i]; sl.open {
+				b.perSession[sl.session]++
+			}
+		}
 	case cfg.MaxInFlightPerSession == 0:
 		b.perSession = nil
 	}
@@ -473,7 +481,8 @@ func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	guard := b.guardFor(cfg)
 	b.win.span = cfg.Window + guard
 	b.done.span = b.win.span
-	b.win.inner, b.done.inner = cfg.Window, cfg.Window
+	b.win.setInner(cfg.Window, now)
+	b.done.setInner(cfg.Window, now)
 	fixed := b.fixedWindowsLocked()
 	b.win.setFixed(fixed, cfg.Window, guard, now)
 	b.done.setFixed(fixed, cfg.Window, guard, now)

@@ -864,3 +864,26 @@ func TestViewSwitchStartsTheOthersSpendOver(t *testing.T) {
 		t.Fatalf("others' spend after the switch of view: %+v, want it started over", b.outside.others)
 	}
 }
+
+// A reload that lengthens the window takes back into it the entries the tail
+// held: the tail is counted again, not left at what the shorter window read.
+func TestWindowTailCountedAgainWhenTheWindowLengthens(t *testing.T) {
+	w := newSlidingWindow(61 * time.Second)
+	w.inner = 60 * time.Second
+	w.add(t0, 500, 0, false)
+	now := t0.Add(60500 * time.Millisecond)
+	w.expire(now)
+	if got := w.tail(); got != 500 {
+		t.Fatalf("tail %d at 60.5 s, want 500", got)
+	}
+	w.span = 122 * time.Second
+	w.setInner(120*time.Second, now)
+	w.expire(now)
+	if got := w.tail(); got != 0 {
+		t.Errorf("tail %d after the window grew to 120 s, want 0", got)
+	}
+	w.setInner(30*time.Second, now) // and a shorter one puts it back
+	if got := w.tail(); got != 500 {
+		t.Errorf("tail %d after the window shrank to 30 s, want 500", got)
+	}
+}

@@ -385,11 +385,17 @@ func (l *Ledger) Submit(now time.Time, req Request) (t Ticket, w *Waiter) {
 
 // Settle replaces t's reservation with the real usage and refunds the difference.
 func (l *Ledger) Settle(now time.Time, t Ticket, u Usage) error {
-	// A negative count is a caller's bug; it must not shrink the window.
-	u.InputTokens, u.CacheReadTokens = max(u.InputTokens, 0), max(u.CacheReadTokens, 0)
-	u.CacheWriteTokens, u.OutputTokens = max(u.CacheWriteTokens, 0), max(u.OutputTokens, 0)
+	// A negative count is a caller's bug; it must not shrink the window. An
+	// absurd one (a provider's int64 passed through) is bounded as a
+	// reservation is, so that the sums cannot wrap: four of maxReservation
+	// stay far below int64's range.
+	u.InputTokens, u.CacheReadTokens = usageCount(u.InputTokens), usageCount(u.CacheReadTokens)
+	u.CacheWriteTokens, u.OutputTokens = usageCount(u.CacheWriteTokens), usageCount(u.OutputTokens)
 	return l.close(now, t, u.Total(), &u)
 }
+
+// usageCount bounds one reported count to [0, maxReservation].
+func usageCount(n int64) int64 { return min(max(n, 0), maxReservation) }
 
 // Sent records that t's call left for the provider at now, and returns the
 // time its entry counts from (zero when nothing changed: the ticket is closed,

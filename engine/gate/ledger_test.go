@@ -830,3 +830,62 @@ func TestAbandonedCallStaysCounted(t *testing.T) {
 		})
 	}
 }
+
+// Usage is bounded as a reservation is: a provider's absurd int64 counts,
+// passed through, must not wrap the window's sums (which then read negative
+// and admit everything) nor the input estimate that calls without a count
+// reserve.
+func TestSettleBoundsAbsurdUsage(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	a := mustAdmit(t, l, t0, req(100))
+	if err := l.Settle(t0, a, Usage{InputTokens: 1 << 62, CacheReadTokens: 1 << 62, OutputTokens: 1 << 62}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Second)
+	if st := l.BucketStatus(now, "p", "m"); st.WindowTokens < 0 {
+		t.Fatalf("the window reads %d", st.WindowTokens)
+	}
+	if _, w := l.Submit(now, req(800)); w == nil {
+		t.Error("a call admitted into a window the absurd usage filled")
+	} else {
+		w.Cancel(now)
+	}
+	for i := range 3 { // the estimate: the mean of the last three inputs
+		at := t0.Add(time.Duration(i+1) * 2 * time.Minute)
+		if err := l.Settle(at, mustAdmit(t, l, at, req(10)), Usage{InputTokens: 1 << 62}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk, _ := l.Submit(t0.Add(10*time.Minute), Request{Provider: "p", Model: "m", Session: "s2"})
+	if tk.Reserved < 0 {
+		t.Errorf("a call without an input count reserves %d", tk.Reserved)
+	}
+}
+
+// A per-session cap turned on by a reload counts the calls already in flight:
+// one of them settling must not free a place a counted call holds.
+func TestSessionCapAfterReloadCountsCallsInFlight(t *testing.T) {
+	c := testGate()
+	c.Defaults.TPM = 100000
+	l, _, _ := newTestLedger(t, c)
+	old := mustAdmit(t, l, t0, req(10))
+	c.MaxInFlightPerSession = 1
+	if err := l.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, w := l.Submit(t0, req(10)); w == nil {
+		t.Fatal("a second call of the session admitted beside the one in flight, under a cap of 1")
+	} else {
+		w.Cancel(t0)
+	}
+	if err := l.Settle(t0, old, Usage{InputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	next := mustAdmit(t, l, t0, req(10)) // the place is free now
+	if _, w := l.Submit(t0.Add(time.Second), req(10)); w == nil {
+		t.Error("2 calls in flight under a cap of 1")
+	} else {
+		w.Cancel(t0)
+	}
+	_ = l.Settle(t0, next, Usage{InputTokens: 10})
+}

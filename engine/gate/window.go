@@ -123,6 +123,18 @@ func (w *slidingWindow) shift(d int64, now time.Time) {
 	}
 }
 
+// setInner sets the inner window (the provider's) to inner. Changed, the tail
+// is counted again from the oldest entry: a longer window takes back entries
+// the tail held, and advanceTail only ever moves forward.
+func (w *slidingWindow) setInner(inner time.Duration, now time.Time) {
+	if w.inner == inner {
+		return
+	}
+	w.inner = inner
+	w.tailEnd, w.tailTokens = w.headSeq, 0
+	w.advanceTail(now)
+}
+
 // advanceTail moves the entries that left the inner window at now into the tail.
 func (w *slidingWindow) advanceTail(now time.Time) {
 	if w.tailEnd < w.headSeq {
