@@ -286,6 +286,25 @@ func strField[T any](key, doc string, check func(string) string, ptr func(*T) *s
 		}}
 }
 
+// secretStrField is strField for a value that may hold a credential (a URL
+// with a password): an error names the key and what is wrong, never the
+// value, since errors reach logs and /readyz.
+func secretStrField[T any](key, doc string, check func(string) string, ptr func(*T) *string) setting[T] {
+	f := strField(key, doc, nil, ptr)
+	f.decode = func(v *validator, n *yaml.Node, path string, t *T) {
+		s, ok := v.nonEmpty(n, path)
+		if !ok {
+			return
+		}
+		if msg := check(s); msg != "" {
+			v.errorf(n, path, "%s (the value is not shown: it may hold a password)", msg)
+			return
+		}
+		*ptr(t) = s
+	}
+	return f
+}
+
 func choiceField[T any](key, doc string, choices []string, ptr func(*T) *string) setting[T] {
 	return setting[T]{key: key, kind: "string", bounds: "one of: " + strings.Join(choices, ", "), doc: doc,
 		reqHint: " (one of: " + strings.Join(choices, ", ") + ")",

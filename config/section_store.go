@@ -31,7 +31,7 @@ var redisSchema = &schema[redisstore.Options]{
 	doc:      "the shared gate on Redis: every gatectl pointed at the same url and keyPrefix admits against one window per model",
 	defaults: redisstore.DefaultOptions,
 	fields: []setting[redisstore.Options]{
-		strField("url", "redis://[user:password@]host:port[/db], or rediss:// for TLS; a password here is never logged", checkRedisURL,
+		secretStrField("url", "redis://[user:password@]host:port[/db], or rediss:// for TLS; a password here is never logged", checkRedisURL,
 			func(o *redisstore.Options) *string { return &o.URL }).req(""),
 		strField("keyPrefix", "prepended to every key and channel; instances share state only under the same prefix. No braces (the keys' hash tag is {provider/model}) nor glob characters (*?[]\\)", redisstore.CheckKeyPrefix,
 			func(o *redisstore.Options) *string { return &o.KeyPrefix }),

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,11 +21,15 @@ func TestStoreRedis(t *testing.T) {
 	for _, tc := range []errCase{
 		{"no url", "store:\n  redis:\n    keyPrefix: x\n", []string{"3: store.redis.url: is required"}},
 		{"bad scheme", "store:\n  redis:\n    url: http://x\n", []string{"3: store.redis.url: must start with redis://"}},
+		{"bad scheme hides the password", "store:\n  redis:\n    url: \"REDIS://:s3cretPW@127.0.0.1:16390/0\"\n", []string{"3: store.redis.url: must start with redis://, rediss:// or unix:// (the value is not shown"}},
 		{"bad policy", "store:\n  redis:\n    url: redis://x:1\n    onError: ignore\n", []string{"4: store.redis.onError:"}},
 		{"brace in keyPrefix", "store:\n  redis:\n    url: redis://x:1\n    keyPrefix: \"app{1}:\"\n", []string{"4: store.redis.keyPrefix: must not contain any of"}},
 		{"glob in keyPrefix", "store:\n  redis:\n    url: redis://x:1\n    keyPrefix: \"app*\"\n", []string{"4: store.redis.keyPrefix: must not contain any of"}},
 		{"bad timeout", "store:\n  redis:\n    url: redis://x:1\n    timeout: 0s\n", []string{"4: store.redis.timeout:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrs(t, tc.src, tc.want) })
+	}
+	if _, err := Parse([]byte("store:\n  redis:\n    url: \"REDIS://:s3cretPW@127.0.0.1:16390/0\"\n"), "gatectl.yaml"); err == nil || strings.Contains(err.Error(), "s3cretPW") {
+		t.Errorf("the error quotes the password: %v", err)
 	}
 }

@@ -16,6 +16,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -84,6 +85,20 @@ const learnedTTL = 24 * time.Hour
 // pingEvery is how often a degraded store tries Redis again.
 const pingEvery = 500 * time.Millisecond
 
+// connectTimeout bounds making a connection, where the call deadline
+// (Options.Timeout, 100 ms) bounds a call on one: a connection's set-up is a
+// TCP handshake, HELLO (with AUTH) and SELECT before the call, several round
+// trips. Under the call's deadline, a Redis 40 ms away never connected at all
+// (the first PING took 166 ms, later ones 41). The store's probe — at Open,
+// and while degraded — sets connections up with this deadline (minIdleConns
+// of them, pooled for the calls that follow); the client dials with it too.
+const connectTimeout = 2 * time.Second
+
+// minIdleConns is how many connections the probe sets up and the client keeps
+// ready, so that a call meets an open connection instead of making one inside
+// its deadline.
+const minIdleConns = 4
+
 // ErrDegraded is what calls return while the store waits for Redis to answer again.
 var ErrDegraded = errors.New("redisstore: Redis unavailable (degraded)")
 
@@ -105,7 +120,8 @@ type Store struct {
 	bgMu     sync.Mutex
 	stopping bool
 
-	on Handlers
+	on       Handlers
+	handlers atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
 }
 
 // Handlers receive the notifications of the other instances (Notify). Any may
@@ -156,7 +172,7 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Store{opts: opts, c: c, addr: addr, log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
-	if err := s.Ping(context.Background()); err != nil {
+	if err := s.probe(); err != nil {
 		s.fail(err)
 	}
 	return s, nil
@@ -171,20 +187,22 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseClusterURL(u); return err }))
 		}
-		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = max(opts.Timeout, connectTimeout), opts.Timeout, opts.Timeout
 		co.ContextTimeoutEnabled = true
 		co.MaxRetries, co.MaxRedirects = -1, 3
 		co.PoolSize = max(co.PoolSize, 32)
+		co.MinIdleConns = max(co.MinIdleConns, minIdleConns)
 		return redis.NewClusterClient(co), strings.Join(co.Addrs, ","), nil
 	}
 	ro, err := redis.ParseURL(opts.URL)
 	if err != nil {
 		return nil, "", fmt.Errorf("redisstore: url: %w", redactURL(err, opts.URL, func(u string) error { _, err := redis.ParseURL(u); return err }))
 	}
-	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = max(opts.Timeout, connectTimeout), opts.Timeout, opts.Timeout
 	ro.ContextTimeoutEnabled = true
 	ro.MaxRetries = -1
 	ro.PoolSize = max(ro.PoolSize, 32)
+	ro.MinIdleConns = max(ro.MinIdleConns, minIdleConns)
 	return redis.NewClient(ro), ro.Addr, nil
 }
 
@@ -269,11 +287,66 @@ func (s *Store) recover() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if err := s.Ping(context.Background()); err == nil {
+			if err := s.probe(); err == nil {
 				s.degraded.Store(false)
 				s.log.Info("shared store recovered: Redis answers again")
+				s.resync()
 				return
 			}
+		}
+	}
+}
+
+// probe asks whether Redis serves the store again: it answers, and takes a
+// write — a Redis that answers PING but refuses writes (a replica, or one out
+// of memory) fails every script, and a PING alone let the store recover and
+// degrade again on each call. The deadline is connectTimeout: a connection
+// made here is pooled for the calls that follow.
+func (s *Store) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.Timeout, connectTimeout))
+	defer cancel()
+	// minIdleConns PINGs at once: each takes a connection of its own, set up
+	// (HELLO and all) under this deadline, not a call's, and pooled after.
+	errs := make(chan error, minIdleConns)
+	for range minIdleConns {
+		go func() { errs <- s.c.Ping(ctx).Err() }()
+	}
+	var err error
+	for range minIdleConns {
+		err = cmp.Or(err, <-errs)
+	}
+	if err != nil {
+		return err
+	}
+	// The scripts too: a script Redis does not hold costs a second round
+	// trip (EVALSHA refused, then EVAL), past a call's deadline on a slow link.
+	for _, sc := range scripts {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			return err
+		}
+	}
+	return s.c.Set(ctx, s.opts.KeyPrefix+"{health}", s.instance, time.Minute).Err()
+}
+
+// scripts are every script the store runs, loaded by the probe.
+var scripts = []*redis.Script{reserveScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
+
+// resync hands the handlers what a notification lost during an outage would
+// have: the exhaustion marks and provider-wide cooldowns now in Redis (an
+// instance that started while Redis was away never read them).
+func (s *Store) resync() {
+	h := s.handlers.Load()
+	if h == nil {
+		return
+	}
+	if h.Marked != nil {
+		for p, at := range s.marks() {
+			h.Marked(p, at)
+		}
+	}
+	if h.ProviderCooldown != nil {
+		for p, until := range s.providerCooldowns() {
+			h.ProviderCooldown(p, until)
 		}
 	}
 }
@@ -471,16 +544,8 @@ var _ gate.LearnedStore = (*Store)(nil)
 // resubscribes).
 func (s *Store) Notify(h Handlers) {
 	s.on = h
-	if h.Marked != nil {
-		for p, at := range s.marks() {
-			h.Marked(p, at)
-		}
-	}
-	if h.ProviderCooldown != nil {
-		for p, until := range s.providerCooldowns() {
-			h.ProviderCooldown(p, until)
-		}
-	}
+	s.handlers.Store(&h)
+	s.resync()
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := s.c.PSubscribe(ctx, s.opts.KeyPrefix+"{*}:ev")
 	started := s.background(func() {
