@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatectl/gatectl/internal/suggest"
 	"gopkg.in/yaml.v3"
 )
 
@@ -199,7 +200,11 @@ func (d *decoder) object(n *yaml.Node, path string, valid ...string) section {
 	s.node = n
 	for _, f := range d.pairs(n, path) {
 		if !contains(valid, f.key.Value) {
-			d.errorf(f.key, join(path, f.key.Value), "unknown key %q (valid: %s)", f.key.Value, strings.Join(valid, ", "))
+			if near := suggest.Near(f.key.Value, valid); len(near) > 0 {
+				d.errorf(f.key, join(path, f.key.Value), "unknown key %q: did you mean %q? (valid: %s)", f.key.Value, near[0], strings.Join(valid, ", "))
+			} else {
+				d.errorf(f.key, join(path, f.key.Value), "unknown key %q (valid: %s)", f.key.Value, strings.Join(valid, ", "))
+			}
 			continue
 		}
 		s.fields[f.key.Value] = f

@@ -71,7 +71,7 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown top-level key", "listen: 127.0.0.1:1\nlisten_addr: x\n",
 			[]string{`2: listen_addr: unknown key "listen_addr" (valid: listen, server, upstream, api, stateDir, log, providers, gate, retry, store, classifiers, pluginsDir, pluginLimits, pools, models, balances, quota, proxy)`}},
 		{"unknown nested key", "gate:\n  window: 60s\n  maxwait: 120s\n",
-			[]string{`3: gate.maxwait: unknown key "maxwait" (valid: window, safetyFactor, countGuard, marginSigmas, pace, paceBurst, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models, maxInFlightPerSession, maxModels)`}},
+			[]string{`3: gate.maxwait: unknown key "maxwait": did you mean "maxWait"? (valid: window, safetyFactor, countGuard, marginSigmas, pace, paceBurst, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models, maxInFlightPerSession, maxModels)`}},
 		{"unknown key in route", twoProviders + "pools:\n  p:\n    routes:\n      - {provider: deepseek, model: m, effort: high}\n",
 			[]string{`7: pools.p.routes[0].effort: unknown key "effort" (valid: provider, model, reasoningEffort)`}},
 		{"duplicate key", "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n",

@@ -9,10 +9,13 @@ package sim
 import (
 	"bytes"
 	"fmt"
-	"github.com/gatectl/gatectl/engine/gate"
 	"io"
 	"math"
+	"reflect"
+	"strings"
 	"time"
+
+	"github.com/gatectl/gatectl/engine/gate"
 
 	"gopkg.in/yaml.v3"
 )
@@ -269,6 +272,18 @@ func DefaultScenario() Scenario {
 // defaults.
 func ParseScenario(data []byte) (Scenario, error) {
 	s := DefaultScenario()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return s, fmt.Errorf("scenario: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return s, fmt.Errorf("scenario: the file holds no keys (an empty scenario is the built-in one: leave --scenario out)")
+	}
+	// yaml.v3 decodes 3.99 into an int as 3: a count that is not whole is a
+	// mistake to name, not to round.
+	if err := wholeCounts(root.Content[0], reflect.TypeOf(s), "scenario"); err != nil {
+		return s, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil {
@@ -277,6 +292,44 @@ func ParseScenario(data []byte) (Scenario, error) {
 	return s, s.Validate()
 }
 
+// wholeCounts refuses a number with a fraction where t, the type n decodes
+// into, wants an integer, naming its path and line.
+func wholeCounts(n *yaml.Node, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+		return nil // decodes itself (a Duration)
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Uint32, reflect.Uint:
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!float" {
+			return fmt.Errorf("scenario: line %d: %s: must be a whole number (got %s)", n.Line, path, n.Value)
+		}
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return nil // the decoder names the mismatch
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			for j := range t.NumField() {
+				f := t.Field(j)
+				if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == key {
+					if err := wholeCounts(n.Content[i+1], f.Type, path+"."+key); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// MaxSessions bounds scenario.sessions: each session is a few hundred bytes
+// of state, and a hundred million of them ran the simulator out of memory
+// instead of answering.
+const MaxSessions = 100000
+
 // Validate names the first illegal value.
 func (s Scenario) Validate() error {
 	switch {
@@ -284,8 +337,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.duration: must be positive")
 	case s.Window <= 0:
 		return fmt.Errorf("scenario.window: must be positive")
-	case s.Sessions <= 0:
-		return fmt.Errorf("scenario.sessions: must be positive (got %d)", s.Sessions)
+	case s.Sessions <= 0 || s.Sessions > MaxSessions:
+		return fmt.Errorf("scenario.sessions: must be in [1, %d] (got %d)", MaxSessions, s.Sessions)
 	case s.Demand <= 0:
 		return fmt.Errorf("scenario.demand: must be positive (got %g)", s.Demand)
 	case s.Provider.TPM <= 0 || s.Provider.RPM <= 0:

@@ -31,6 +31,9 @@ func backoffCommand() *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text or json"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return cli.Exit(fmt.Sprintf("backoff: takes no arguments (got %q); --config FILE names a config", c.Args().Slice()), exitUsage)
+			}
 			format := c.String("format")
 			if format != "text" && format != "json" {
 				return cli.Exit(fmt.Sprintf("backoff: --format must be text or json (got %q)", format), exitUsage)

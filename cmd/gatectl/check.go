@@ -16,11 +16,20 @@ import (
 
 func checkCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "check",
-		Usage: "validate a config: decode it strictly, compile its rules, load its plugins, run every golden case",
-		Flags: []cli.Flag{configFlag()},
+		Name:      "check",
+		Usage:     "validate a config: decode it strictly, compile its rules, load its plugins, run every golden case",
+		ArgsUsage: "[FILE]",
+		Flags:     []cli.Flag{configFlag()},
 		Action: func(c *cli.Context) error {
 			path := c.String("config")
+			// `gatectl check FILE` means FILE: checking the embedded default
+			// instead, and saying ok, would pass a file nobody read.
+			switch args := c.Args().Slice(); {
+			case len(args) > 1:
+				return cli.Exit(fmt.Sprintf("check: one config at a time (got %q)", args), exitUsage)
+			case len(args) == 1:
+				path = args[0] // over --config and GATECTL_CONFIG: the one named last
+			}
 			hook := pluginHook(nil)
 			defer hook.Close(context.Background())
 			s, err := snapshot.Load(c.Context, path, snapshotOptions(nil, hook))

@@ -211,8 +211,8 @@ func classifyLines(ctx context.Context, in io.Reader, cl *classifier, report fun
 }
 
 // classifyStream reads failures as a stream of JSON values (one, usually, maybe
-// pretty-printed over many lines). A bad value ends the stream: its line is
-// reported.
+// pretty-printed over many lines). A value that is not JSON is reported with
+// its line, and reading goes on from the next line that opens an object.
 func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report func(int, error)) (int, error) {
 	data, err := io.ReadAll(in)
 	if err != nil {
@@ -221,10 +221,11 @@ func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report fu
 	if len(bytes.TrimSpace(data)) == 0 {
 		return 0, cli.Exit("classify: no failure on stdin (want a JSON object; see --help)", exitUsage)
 	}
+	base := 0 // where dec began in data
 	dec := json.NewDecoder(bytes.NewReader(data))
 	total := 0
 	for {
-		start := dec.InputOffset()
+		start := base + int(dec.InputOffset())
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
 		if err == io.EOF {
@@ -233,14 +234,24 @@ func classifyStream(ctx context.Context, in io.Reader, cl *classifier, report fu
 		total++
 		rest := data[start:]
 		skipped := len(rest) - len(bytes.TrimLeft(rest, " \t\r\n"))
-		line := 1 + bytes.Count(data[:int(start)+skipped], []byte("\n"))
+		line := 1 + bytes.Count(data[:start+skipped], []byte("\n"))
 		if err != nil {
+			at := start + skipped
 			var se *json.SyntaxError
 			if errors.As(err, &se) {
-				line = 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+				at = min(base+int(se.Offset), len(data))
+				line = 1 + bytes.Count(data[:at], []byte("\n"))
 			}
 			report(line, fmt.Errorf("not JSON: %w", err))
-			return total, nil
+			// The decoder cannot resume inside bad JSON: start again at the
+			// next line that opens an object.
+			next := bytes.Index(data[min(max(at, start+skipped+1), len(data)):], []byte("\n{"))
+			if next < 0 {
+				return total, nil
+			}
+			base = min(max(at, start+skipped+1), len(data)) + next + 1
+			dec = json.NewDecoder(bytes.NewReader(data[base:]))
+			continue
 		}
 		f, err := decodeFailureRecord(raw)
 		if err != nil {

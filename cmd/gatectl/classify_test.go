@@ -126,6 +126,12 @@ func TestClassifyBadStream(t *testing.T) {
 	if err == nil || !strings.Contains(errOut, "line 3: not JSON") {
 		t.Errorf("err = %v, stderr = %q", err, errOut)
 	}
+	// A value that is not JSON is reported, and reading goes on from the
+	// next line that opens an object: the others are still classified.
+	out, errOut, err := runClassifyCmd(t, "{\"status\":429}\n{bad}\n{\n  \"status\": 500\n}\n")
+	if vs := verdicts(t, out); err == nil || len(vs) != 2 || vs[1].Class != "SERVER" || !strings.Contains(errOut, "line 2: not JSON") || !strings.Contains(err.Error(), "1 of 3 inputs") {
+		t.Errorf("after a bad value: verdicts %+v, err %v, stderr %q", vs, err, errOut)
+	}
 	_, _, err = runClassifyCmd(t, "  \n")
 	var ec cli.ExitCoder
 	if !errors.As(err, &ec) || ec.ExitCode() != exitUsage {

@@ -122,18 +122,21 @@ func TestCheckWarnsAboutUnsetKeyVariables(t *testing.T) {
   alpha: {kind: openai, baseURL: http://127.0.0.1:9/v1, apiKeyEnv: GATECTL_TEST_ALPHA_KEY}
   beta: {kind: openai, baseURL: http://127.0.0.1:9/v1, apiKeyEnv: GATECTL_TEST_BETA_KEY}
   gamma: {kind: openai, baseURL: http://127.0.0.1:9/v1, apiKeyEnv: GATECTL_TEST_GAMMA_KEY}
+  delta: {kind: openai, baseURL: http://127.0.0.1:9/v1, headers: {Authorization: "Bearer ${GATECTL_TEST_DELTA_KEY}"}}
 `
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	os.Unsetenv("GATECTL_TEST_ALPHA_KEY")
+	os.Unsetenv("GATECTL_TEST_DELTA_KEY")
 	t.Setenv("GATECTL_TEST_BETA_KEY", "")
 	t.Setenv("GATECTL_TEST_GAMMA_KEY", "sk-set")
-	out, errOut, err := runGatectl(t, "", "check", "-c", path)
-	if err != nil || !strings.Contains(out, "ok") {
+	out, errOut, err := runGatectl(t, "", "check", path) // the file named without -c
+	if err != nil || !strings.Contains(out, "ok") || !strings.Contains(out, path) {
 		t.Fatalf("check: %v\n%s%s", err, out, errOut)
 	}
-	for _, want := range []string{`warning: provider "alpha": apiKeyEnv GATECTL_TEST_ALPHA_KEY is not set`, `warning: provider "beta": apiKeyEnv GATECTL_TEST_BETA_KEY is set but empty`} {
+	for _, want := range []string{`warning: provider "alpha": apiKeyEnv GATECTL_TEST_ALPHA_KEY is not set`, `warning: provider "beta": apiKeyEnv GATECTL_TEST_BETA_KEY is set but empty`,
+		`warning: provider "delta": header Authorization names ${GATECTL_TEST_DELTA_KEY}, which is not set`} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
@@ -146,7 +149,7 @@ func TestCheckWarnsAboutUnsetKeyVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := unsetKeyWarnings(c, os.LookupEnv); len(w) != 2 {
+	if w := unsetKeyWarnings(c, os.LookupEnv); len(w) != 3 {
 		t.Errorf("unsetKeyWarnings = %q", w)
 	}
 }
@@ -212,5 +215,20 @@ func TestVersionFromBuildInfo(t *testing.T) {
 	buildVersionOf(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true).print(&b)
 	if !strings.Contains(b.String(), "gatectl dev ") || !strings.Contains(b.String(), "commit: unknown") {
 		t.Errorf("without VCS information:\n%s", b.String())
+	}
+}
+
+// A stray argument is refused, not ignored: `check FILE` reads FILE (above),
+// and commands that take none say so.
+func TestStrayArgumentsRefused(t *testing.T) {
+	for _, args := range [][]string{{"check", "a.yaml", "b.yaml"}, {"sim", "x.yaml"}, {"backoff", "x.yaml"}, {"version", "now"}} {
+		_, errOut, err := runGatectl(t, "", args...)
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != exitUsage {
+			t.Errorf("%q: err %v (stderr %q), want a usage error", args, err, errOut)
+		}
+	}
+	if _, errOut, err := runGatectl(t, "", "check", "/nonexistent/g.yaml"); err == nil {
+		t.Errorf("check of a missing file named without -c passed: %s", errOut)
 	}
 }

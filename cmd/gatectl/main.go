@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/gatectl/gatectl/internal/suggest"
 	"github.com/urfave/cli/v2"
 )
 
@@ -132,52 +133,13 @@ func unknownCommand(c *cli.Context) error {
 // suggestCommands returns the visible command names within a small edit
 // distance of word (or that it is a prefix of), nearest first.
 func suggestCommands(cmds []*cli.Command, word string) []string {
-	type cand struct {
-		name string
-		d    int
-	}
-	var cs []cand
+	var names []string
 	for _, cmd := range cmds {
-		if cmd.Hidden {
-			continue
-		}
-		for _, name := range cmd.Names() {
-			d := editDistance(word, name)
-			if len(word) >= 2 && len(word) < len(name) && name[:len(word)] == word {
-				d = min(d, 1)
-			}
-			if d <= max(1, len(name)/3) {
-				cs = append(cs, cand{name, d})
-			}
+		if !cmd.Hidden {
+			names = append(names, cmd.Names()...)
 		}
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
-	out := make([]string, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, c.name)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes; names are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Near(word, names)
 }
 
 // quoteOr writes ["a" "b" "c"] as `"a", "b" or "c"`.

@@ -111,7 +111,7 @@ func routesFromServer(ctx context.Context, addr, poolName string, draws int) (ro
 	}
 	var rep routesOutput
 	if err := apiGet(ctx, addr, "/gate/v1/routes?"+q.Encode(), &rep); err != nil {
-		if isNotFound(err) { // the server's "no such pool: ...", as the offline mode says it
+		if isNotFound(err) && poolName != "" { // the server's "no such pool: ...", as the offline mode says it
 			return routesOutput{}, fmt.Errorf("%w: %s", pool.ErrNoPool, strings.TrimPrefix(err.Error(), pool.ErrNoPool.Error()+": "))
 		}
 		return routesOutput{}, cli.Exit("routes: "+err.Error(), exitFailure)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"regexp"
 	"sort"
 	"syscall"
 	"time"
@@ -161,8 +162,28 @@ func unsetKeyWarnings(cfg *config.Config, lookup func(string) (string, bool)) []
 			out = append(out, fmt.Sprintf("provider %q: apiKeyEnv %s is set but empty; its requests will fail until it holds the key", name, env))
 		}
 	}
+	// ${NAME} in a provider's headers: unset, the header goes out with the
+	// reference empty ("Bearer "), in place of the client's own key.
+	for _, name := range names {
+		hs := cfg.Providers[name].Headers
+		keys := make([]string, 0, len(hs))
+		for k := range hs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			for _, m := range headerEnvRef.FindAllStringSubmatch(hs[k], -1) {
+				if v, ok := lookup(m[1]); !ok || v == "" {
+					out = append(out, fmt.Sprintf("provider %q: header %s names ${%s}, which is not set (or empty); it goes out without it", name, k, m[1]))
+				}
+			}
+		}
+	}
 	return out
 }
+
+// headerEnvRef is a ${NAME} in a header's value.
+var headerEnvRef = regexp.MustCompile(`\$\{([^}]+)\}`)
 
 // loggerFor builds the root logger from the config's log section (before the
 // snapshot exists, so that loading errors are logged the same way).

@@ -213,11 +213,21 @@ func settingsSetBody(pairs []string, jsonObj string) ([]byte, error) {
 		return nil, fmt.Errorf("give at least one KEY=VALUE (or --json)")
 	}
 	obj := map[string]any{}
+	seen := map[string]bool{}
 	for _, p := range pairs {
 		key, val, ok := strings.Cut(p, "=")
 		if !ok || key == "" {
 			return nil, fmt.Errorf("%q is not KEY=VALUE", p)
 		}
+		// A key given twice, or beside one inside it (defaults=x defaults.tpm=5),
+		// would lose one of them without a word, where the config file refuses
+		// a duplicate key.
+		for k := range seen {
+			if k == key || strings.HasPrefix(key, k+".") || strings.HasPrefix(k, key+".") {
+				return nil, fmt.Errorf("%s: given together with %s: set each key once", key, k)
+			}
+		}
+		seen[key] = true
 		var v any
 		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
 			return nil, fmt.Errorf("%s: value %q: %v", key, val, err)

@@ -215,3 +215,17 @@ func TestSettingsProcessRestart(t *testing.T) {
 		t.Fatalf("report --log:\n%s\nlog:\n%s", out, logs)
 	}
 }
+
+// A key given twice, or beside a key inside it, is refused rather than one of
+// them dropped without a word (the config file refuses a duplicate key too).
+func TestSettingsSetBodyRefusesRepeatedKeys(t *testing.T) {
+	for _, pairs := range [][]string{{"rounds=5", "rounds=7"}, {"defaults={tpm: 1}", "defaults.tpm=5"}, {"defaults.tpm=5", "defaults=x"}} {
+		if _, err := settingsSetBody(pairs, ""); err == nil || !strings.Contains(err.Error(), "set each key once") {
+			t.Errorf("%q: %v, want a refusal", pairs, err)
+		}
+	}
+	b, err := settingsSetBody([]string{"defaults.tpm=5", "defaults.rpm=6", "rounds=2"}, "")
+	if err != nil || string(b) != `{"defaults":{"rpm":6,"tpm":5},"rounds":2}` {
+		t.Errorf("distinct keys: %s, %v", b, err)
+	}
+}

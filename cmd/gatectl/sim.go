@@ -37,6 +37,9 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "nudges", Usage: "with --matrix: also run it with pace and paceBurst nudged by 1/70 (1.43%) or less, which no target depends on; the spread is the matrix's noise (docs/sim.md)"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return cli.Exit(fmt.Sprintf("sim: takes no arguments (got %q); --scenario FILE names a scenario", c.Args().Slice()), exitUsage)
+			}
 			s := sim.DefaultScenario()
 			if f := c.String("scenario"); f != "" {
 				data, err := os.ReadFile(f)

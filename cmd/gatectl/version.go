@@ -17,6 +17,9 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print gatectl's version and the commit it was built from (also: gatectl --version)",
 		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return cli.Exit(fmt.Sprintf("version: takes no arguments (got %q)", c.Args().Slice()), exitUsage)
+			}
 			printVersion(c.App.Writer)
 			return nil
 		},
