@@ -56,6 +56,11 @@ type exchange struct {
 	clockStart time.Time
 	sseStarted bool
 	lastNotice time.Time
+
+	// failed is the last upstream failure and its verdict, once an attempt
+	// failed: a hold cut at its limit after that gives up with it (tooLong).
+	failed        *upstreamFailure
+	failedVerdict engine.Verdict
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -93,6 +98,7 @@ func (x *exchange) run() {
 		last = fail
 		v, a := x.decide(ctx, fail, route)
 		lastVerdict = v
+		x.failed, x.failedVerdict = fail, v
 		if ctx.Err() != nil {
 			if dec, ok := a.Quota.(pool.Decision); ok {
 				s.quota.Cancel(dec) // the client left before the wait began

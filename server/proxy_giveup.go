@@ -104,10 +104,13 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 
 // shouldRetry says whether the client may usefully retry a failure of class c
 // later (x-should-retry): capacity and transient failures yes; a spent quota, a
-// bad key, a bad request, an unknown failure no.
+// bad key, a bad request, an unknown failure no. A MISLABELED failure handed
+// back unretried is one gatectl treated as the bad request it says it is
+// (retry.mislabeled off): the SDK, which honours x-should-retry even on a 400,
+// must not retry it either.
 func shouldRetry(c engine.Class) bool {
 	switch c {
-	case engine.ClassRateLimit, engine.ClassOverloaded, engine.ClassServer, engine.ClassTimeout, engine.ClassTransport, engine.ClassMislabeled:
+	case engine.ClassRateLimit, engine.ClassOverloaded, engine.ClassServer, engine.ClassTimeout, engine.ClassTransport:
 		return true
 	}
 	return false

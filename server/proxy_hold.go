@@ -113,9 +113,22 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 // tooLong answers a non-streamed request held past its limit: 429, Retry-After
 // the expected rest of the wait, and the reason. holding is how long the wait
 // that was cut had lasted: x.waited counts only the waits that ended before it.
+//
+// Once an attempt went upstream and failed, the wait cut is a retry's (its
+// delay, its admission, a long-term wait): gatectl gives up with that failure,
+// telling the client not to retry (x-should-retry: false, no Retry-After under
+// a minute) — a 429 saying "retry" there was taken by the SDK as a new
+// request with new budgets, and one call reached the provider twelve times.
 func (x *exchange) tooLong(in holdInfo, holding time.Duration) {
 	s := x.s
 	now := s.clock.Now()
+	if x.failed != nil {
+		x.waited += holding // for X-Gate-Waited-Ms; the wait's own caller counts it after
+		x.giveUp(x.failed, x.failedVerdict, fmt.Sprintf("held %s, the most this request may wait (proxy.maxHold %s, or X-Gate-Max-Wait), and the wait goes on: %s",
+			now.Sub(x.clockStart).Round(time.Second), x.holdLimit(), in.why), true)
+		x.waited -= holding
+		return
+	}
 	rest := time.Duration(0)
 	if !in.until.IsZero() {
 		rest = in.until.Sub(now)

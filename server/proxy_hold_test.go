@@ -264,6 +264,38 @@ gate:
 	}
 }
 
+// TestHoldCutAfterAnAttemptGivesUp: a retry's wait cut at proxy.maxHold, after
+// an attempt went upstream and failed, is gatectl giving up: the client gets
+// the upstream's failure with x-should-retry: false — not a 429 saying
+// "retry", which the SDK took as a new request with new budgets (one call
+// reached the provider twelve times). Both ways a retry waits: its delay (a
+// 503's hint), and a QUOTA's long-term wait.
+func TestHoldCutAfterAnAttemptGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer http.HandlerFunc
+		status int
+	}{
+		{"retry delay", jsonAnswer(503, `{"error":{"message":"overloaded, try later"}}`, "Retry-After", "60"), 503},
+		{"long-term wait", jsonAnswer(429, `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`), 429},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFakeUpstream(t, tc.answer, tc.answer, tc.answer)
+			f := newPxFixture(t, holdConfig(up.URL, up.URL, "  maxHold: 200ms"), false)
+			resp, body := f.call("/v1/chat/completions", chatReq("pa/m", "max_tokens", 10))
+			if resp.StatusCode != tc.status || up.n() != 1 {
+				t.Fatalf("status %d after %d upstream calls, want %d after 1: %s", resp.StatusCode, up.n(), tc.status, body)
+			}
+			if resp.Header.Get("X-Should-Retry") != "false" {
+				t.Errorf("X-Should-Retry %q, want false: gatectl's retrying is over", resp.Header.Get("X-Should-Retry"))
+			}
+			if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.Header.Get("Retry-After") != "" && ra < 60 {
+				t.Errorf("Retry-After %d: under a minute invites the SDK's retry", ra)
+			}
+		})
+	}
+}
+
 // TestFailInStreamAnthropicTypes: gatectl's own error event on a held Anthropic
 // stream carries the error type Anthropic's API (and writeAnthropicError) gives
 // the status, so an SDK reads a timeout as timeout_error whether or not the

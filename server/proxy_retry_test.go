@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gatectl/gatectl/engine"
 	"io"
 	"net/http"
 	"strconv"
@@ -555,5 +556,22 @@ func TestProxyRateLimitStatesTheLimit(t *testing.T) {
 				t.Fatalf("status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
 			}
 		})
+	}
+}
+
+// x-should-retry by class, for a failure gatectl hands back without retrying
+// it: the capacity and transient classes invite a later retry; a MISLABELED
+// failure handed back is one treated as the bad request it says it is
+// (retry.mislabeled off), and the SDK, which honours x-should-retry even on a
+// 400, must not resend it.
+func TestShouldRetryByClass(t *testing.T) {
+	for c, want := range map[engine.Class]bool{
+		engine.ClassRateLimit: true, engine.ClassOverloaded: true, engine.ClassServer: true, engine.ClassTimeout: true, engine.ClassTransport: true,
+		engine.ClassQuota: false, engine.ClassAuth: false, engine.ClassInvalidRequest: false, engine.ClassContext: false,
+		engine.ClassMislabeled: false, engine.ClassUnknown: false,
+	} {
+		if got := shouldRetry(c); got != want {
+			t.Errorf("shouldRetry(%s) = %v, want %v", c, got, want)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package retry
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -218,6 +220,28 @@ func (p *Planner) jittered(pol *Policy, round int) time.Duration {
 	p.randMu.Lock()
 	defer p.randMu.Unlock()
 	return pol.Delay(round, p.rnd)
+}
+
+// maxHintSpread bounds how far past a provider's hint a retry is spread.
+const maxHintSpread = 5 * time.Second
+
+// spreadHint lengthens a hinted wait d by up to Jitter of it (at most
+// maxHintSpread, never past retry.maxDelay), never shortens it: forty sessions
+// refused together with "Retry-After: 2" all came back within 49 ms two
+// seconds later, and a provider that refused them for capacity met them as one
+// burst again. (A rate limit's wait is spread by the gate's queue instead; a
+// 503's or a 529's hint had nothing.) The share is a hash of the request's
+// session, turn, provider and round, not a draw: hints draw nothing from the
+// random source, so the curve's draws stay where they were.
+func spreadHint(pol *Policy, req *Request, round int, d time.Duration) time.Duration {
+	if pol.Jitter == 0 || d <= 0 {
+		return d
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", req.Session, req.Turn, req.Provider, round)
+	u := float64(h.Sum64()>>11) / (1 << 53)
+	spread := min(time.Duration(float64(d)*pol.Jitter*u), maxHintSpread)
+	return max(d, min(d+spread, pol.MaxDelay))
 }
 
 // noteCapacity records a capacity failure on provider: evidence for MISLABELED.

@@ -155,6 +155,14 @@ func runRetryCase(t *testing.T, tc retryCase) {
 	}
 	for i, st := range tc.steps {
 		a := pl.Plan(context.Background(), retryT0.Add(st.at), st.req)
+		// A table gives a hinted wait as the hint; the plan spreads it past the
+		// hint by the request's own share (spreadHint, checked on its own in
+		// TestHintedRetriesSpread).
+		if strings.HasSuffix(a.Reason, "(the provider's hint)") {
+			spread := spreadHint(&pol, &st.req, st.round, st.delay)
+			st.reason = strings.Replace(st.reason, "in "+st.delay.String(), "in "+spread.String(), 1)
+			st.delay = spread
+		}
 		if a.Kind != st.kind || a.Delay != st.delay || a.Round != st.round || a.Rounds != st.rounds ||
 			a.Budget != st.budget || a.Exhausted != st.exhausted || a.ViaGate != st.viaGate || a.Class != st.req.Verdict.Class {
 			t.Errorf("step %d (%s): got %s delay=%s round=%d/%d budget=%q exhausted=%v viaGate=%v class=%s\n"+
@@ -1037,5 +1045,34 @@ func TestPolicyHintRoundsBounds(t *testing.T) {
 		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "retry.hintRounds") {
 			t.Errorf("HintRounds %d: err = %v, want a retry.hintRounds error", n, err)
 		}
+	}
+}
+
+// A hinted retry waits at least the hint and at most Jitter more (capped at
+// maxHintSpread and retry.maxDelay), by a share of its own: sessions refused
+// together with one hint come back spread, not as one burst.
+func TestHintedRetriesSpread(t *testing.T) {
+	pol := DefaultPolicy()
+	hint := 2 * time.Second
+	seen := map[time.Duration]bool{}
+	lo, hi := time.Hour, time.Duration(0)
+	for i := range 40 {
+		req := retryReq(engine.ClassOverloaded, retryMs(2000), retrySession(fmt.Sprintf("s%d", i)))
+		d := spreadHint(&pol, &req, 1, hint)
+		if d < hint || d > hint+time.Duration(float64(hint)*pol.Jitter) {
+			t.Fatalf("session %d waits %s, want within [%s, %s]", i, d, hint, hint+time.Duration(float64(hint)*pol.Jitter))
+		}
+		seen[d] = true
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if len(seen) < 35 || hi-lo < 200*time.Millisecond {
+		t.Errorf("40 sessions spread over %s in %d distinct waits: want them apart", hi-lo, len(seen))
+	}
+	if d := spreadHint(&pol, &Request{Session: "s"}, 1, time.Hour); d > time.Hour+maxHintSpread || d > pol.MaxDelay && d != time.Hour {
+		t.Errorf("a long hint spreads to %s: at most maxHintSpread past it, never past maxDelay", d)
+	}
+	pol.Jitter = 0
+	if d := spreadHint(&pol, &Request{Session: "s"}, 1, hint); d != hint {
+		t.Errorf("jitter 0: %s, want the hint", d)
 	}
 }

@@ -99,6 +99,8 @@ func (p *Planner) curveWait(pol *Policy, req *Request, round int) (d time.Durati
 		why = "the provider's hint"
 		if capped {
 			why = fmt.Sprintf("the provider's hint %s, capped at retry.maxDelay", hint)
+		} else {
+			d = spreadHint(pol, req, round, d)
 		}
 	case !hinted && pol.HintlessBackoff && (cls == engine.ClassOverloaded || cls == engine.ClassServer):
 		d = pol.doublingWait(pol.HintlessBaseDelay, round)

@@ -43,7 +43,8 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 	}
 	snap := pl.Stats()
 	life := snap.Lifetime
-	want := Stats{Retries: 3, MislabeledRetries: 1, Waited: 29 * s, GaveUp: 1, NotRetried: 1, HintlessCapacity: 2,
+	spread := spreadHint(&pol, &steps[1].req, 2, 12*s) - 12*s // the hinted retry waits past its hint
+	want := Stats{Retries: 3, MislabeledRetries: 1, Waited: 29*s + spread, GaveUp: 1, NotRetried: 1, HintlessCapacity: 2,
 		Failovers: 1, LongTermWaits: 1}
 	if life.Retries != want.Retries || life.MislabeledRetries != want.MislabeledRetries || life.Waited != want.Waited ||
 		life.GaveUp != want.GaveUp || life.NotRetried != want.NotRetried || life.HintlessCapacity != want.HintlessCapacity ||
