@@ -199,16 +199,7 @@ func (x *exchange) startNotices(ctx context.Context, info func() holdInfo) (stop
 // not sent yet.
 func (x *exchange) notice(in holdInfo) error {
 	now := x.s.clock.Now()
-	if !x.sseStarted {
-		h := x.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no") // a buffering reverse proxy would hold the notices back
-		h.Set("X-Gate-Route", x.res.route.String())
-		h.Set("X-Gate-Held", "true")
-		x.w.WriteHeader(http.StatusOK)
-		x.sseStarted = true
-	}
+	x.startHeldStream()
 	x.lastNotice = now
 	line := ": gatectl waiting " + now.Sub(x.clockStart).Round(time.Second).String() + " (" + in.why
 	if !in.until.IsZero() && in.until.After(now) {
@@ -225,6 +216,23 @@ func (x *exchange) notice(in holdInfo) error {
 		return err
 	}
 	return rc.Flush()
+}
+
+// startHeldStream sends a held stream's headers, unless they went out: 200,
+// an event stream, and X-Gate-Held. What follows is comments until the
+// answer's first event (or gatectl's error event).
+func (x *exchange) startHeldStream() {
+	if x.sseStarted {
+		return
+	}
+	h := x.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // a buffering reverse proxy would hold the notices back
+	h.Set("X-Gate-Route", x.res.route.String())
+	h.Set("X-Gate-Held", "true")
+	x.w.WriteHeader(http.StatusOK)
+	x.sseStarted = true
 }
 
 // minNoticeWriteTime is the least a notice's write may take before the client

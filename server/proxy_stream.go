@@ -22,8 +22,10 @@ const maxLeadComments = 4 << 10
 // sent: if it is an error, the attempt failed and can still be retried.
 // Comment blocks before it (keep-alives such as OpenRouter's ": OPENROUTER
 // PROCESSING") dispatch no event, so they do not decide that: they wait for it
-// and go out before it, or go out at once into a held stream, whose client
-// has had only comments so far, as a retry still allows.
+// and go out before it — or, once the request is proxy.holdNotice old (a
+// reasoning model's long first token), the stream starts as a held one and
+// they go out as they come: its client has had only comments, as a retry
+// still allows, and its idle timeouts do not fire.
 func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t gate.Ticket, u0 time.Time) (*upstreamFailure, bool) {
 	s, pr := x.s, x.pr
 	rd := newSSEReader(resp.Body)
@@ -32,6 +34,13 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	ev, err := rd.next()
 	var lead []byte
 	for err == nil && ev.name == nil && ev.data == nil {
+		if !x.sseStarted && s.clock.Now().Sub(x.clockStart) >= x.cfg.Proxy.HoldNotice {
+			x.startHeldStream()
+			if _, werr := x.w.Write(lead); werr == nil {
+				_ = http.NewResponseController(x.w).Flush()
+			}
+			lead = nil
+		}
 		if x.sseStarted {
 			if _, werr := x.w.Write(ev.raw); werr == nil {
 				_ = http.NewResponseController(x.w).Flush()

@@ -438,3 +438,35 @@ func TestProxyDropsConnectionNamedHeaders(t *testing.T) {
 		t.Errorf("upstream got %v: want X-Hop-Req dropped, X-Req-Kept kept", h)
 	}
 }
+
+// Keep-alive comments that go on past proxy.holdNotice (a reasoning model's
+// long first token) start the stream as a held one — headers and comments
+// out as they come — so the client's idle timeouts do not fire in silence.
+func TestProxyStreamLongLeadStartsAHeldStream(t *testing.T) {
+	first, more := make(chan struct{}), make(chan struct{})
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, ": OPENROUTER PROCESSING\n\n")
+		close(first)
+		select {
+		case <-more:
+		case <-r.Context().Done():
+			return
+		case <-time.After(10 * time.Second): // a bound: the test fails first
+			return
+		}
+		sse(w, ": OPENROUTER PROCESSING\n\n", chatChunk("hi"), usageChunk(3, 1), "data: [DONE]\n\n")
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("po/m", "stream", true, "max_tokens", 10))
+	<-first
+	f.clock.Advance(3 * time.Second) // past proxy.holdNotice (2 s)
+	close(more)
+	r := <-res
+	if r.resp.StatusCode != 200 || r.resp.Header.Get("X-Gate-Held") != "true" {
+		t.Fatalf("status %d, X-Gate-Held %q: want a held stream", r.resp.StatusCode, r.resp.Header.Get("X-Gate-Held"))
+	}
+	if strings.Count(r.body, ": OPENROUTER PROCESSING") != 2 || !strings.Contains(r.body, `"hi"`) || !strings.HasSuffix(strings.TrimSpace(r.body), "data: [DONE]") {
+		t.Fatalf("body %q: want both comments, then the answer", r.body)
+	}
+}

@@ -626,9 +626,10 @@ func (q *Router) sweepLocked(now time.Time) {
 		}
 	}
 	if len(q.routes) > maxTracked {
-		ids := slices.Collect(maps.Keys(q.routes))
+		// A session with an entry keeps its route, as the idle sweep keeps it.
+		ids := slices.DeleteFunc(slices.Collect(maps.Keys(q.routes)), func(id string) bool { return q.entries[id] != nil })
 		slices.SortFunc(ids, func(a, b string) int { return q.routes[a].lastUsed.Compare(q.routes[b].lastUsed) })
-		for _, id := range ids[:len(ids)-maxTracked*7/8] {
+		for _, id := range ids[:max(0, min(len(ids), len(q.routes)-maxTracked*7/8))] {
 			delete(q.routes, id)
 		}
 	}

@@ -90,13 +90,15 @@ const pingEvery = 500 * time.Millisecond
 // TCP handshake, HELLO (with AUTH) and SELECT before the call, several round
 // trips. Under the call's deadline, a Redis 40 ms away never connected at all
 // (the first PING took 166 ms, later ones 41). The store's probe — at Open,
-// and while degraded — sets connections up with this deadline (minIdleConns
-// of them, pooled for the calls that follow); the client dials with it too.
+// and while degraded — sets connections up with this deadline, and the pool
+// keeps them for the calls that follow. A call that finds none idle (more at
+// once than the probe made, or after one was dropped) still sets one up
+// under its own deadline: on such a link the store then degrades and the
+// probe sets them up again. (The client's MinIdleConns would not help: it
+// dials them, but their set-up waits for the first call to use them.)
 const connectTimeout = 2 * time.Second
 
-// minIdleConns is how many connections the probe sets up and the client keeps
-// ready, so that a call meets an open connection instead of making one inside
-// its deadline.
+// minIdleConns is how many connections the probe sets up at once.
 const minIdleConns = 4
 
 // ErrDegraded is what calls return while the store waits for Redis to answer again.
@@ -120,8 +122,9 @@ type Store struct {
 	bgMu     sync.Mutex
 	stopping bool
 
-	on       Handlers
-	handlers atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
+	on        Handlers
+	handlers  atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
+	marksRead atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
 }
 
 // Handlers receive the notifications of the other instances (Notify). Any may
@@ -191,7 +194,6 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 		co.ContextTimeoutEnabled = true
 		co.MaxRetries, co.MaxRedirects = -1, 3
 		co.PoolSize = max(co.PoolSize, 32)
-		co.MinIdleConns = max(co.MinIdleConns, minIdleConns)
 		return redis.NewClusterClient(co), strings.Join(co.Addrs, ","), nil
 	}
 	ro, err := redis.ParseURL(opts.URL)
@@ -202,7 +204,6 @@ func newClient(opts Options) (redis.UniversalClient, string, error) {
 	ro.ContextTimeoutEnabled = true
 	ro.MaxRetries = -1
 	ro.PoolSize = max(ro.PoolSize, 32)
-	ro.MinIdleConns = max(ro.MinIdleConns, minIdleConns)
 	return redis.NewClient(ro), ro.Addr, nil
 }
 
@@ -331,17 +332,23 @@ func (s *Store) probe() error {
 // scripts are every script the store runs, loaded by the probe.
 var scripts = []*redis.Script{reserveScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
 
-// resync hands the handlers what a notification lost during an outage would
-// have: the exhaustion marks and provider-wide cooldowns now in Redis (an
-// instance that started while Redis was away never read them).
+// resync hands the handlers what Notify reads at start: the provider-wide
+// cooldowns now in Redis (the longest stands, so reading them again is
+// harmless), and the exhaustion marks until they were read once (an instance
+// that started while Redis was away never read them). Marks are not read
+// again after that: a mark lifted here while Redis was away — by hand, or by
+// a reading — is still in Redis, and adopting it would bring it back.
 func (s *Store) resync() {
 	h := s.handlers.Load()
 	if h == nil {
 		return
 	}
-	if h.Marked != nil {
-		for p, at := range s.marks() {
-			h.Marked(p, at)
+	if h.Marked != nil && !s.marksRead.Load() {
+		if marks := s.marks(); marks != nil {
+			s.marksRead.Store(true)
+			for p, at := range marks {
+				h.Marked(p, at)
+			}
 		}
 	}
 	if h.ProviderCooldown != nil {
