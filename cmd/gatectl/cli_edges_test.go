@@ -232,3 +232,24 @@ func TestStrayArgumentsRefused(t *testing.T) {
 		t.Errorf("check of a missing file named without -c passed: %s", errOut)
 	}
 }
+
+// A flag the CLI library cannot parse, or a subcommand that does not exist, is
+// a usage error (exit 2) in one line, as the others are — not the whole help
+// page with exit 1, nor "No help topic" with exit 3.
+func TestLibraryUsageErrorsExitTwo(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--bogus"}, "status: flag provided but not defined: -bogus"},
+		{[]string{"report", "--since", "abc"}, `invalid value "abc" for flag -since`},
+		{[]string{"settings", "bogus"}, `"bogus" is not a gatectl settings command`},
+		{[]string{"plugin", "ne"}, `did you mean "new"?`},
+	} {
+		_, errOut, err := runGatectl(t, "", tc.args...)
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != exitUsage || !strings.Contains(err.Error()+errOut, tc.want) {
+			t.Errorf("%q: err %v, stderr %q; want exit %d saying %q", tc.args, err, errOut, exitUsage, tc.want)
+		}
+	}
+}

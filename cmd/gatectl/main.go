@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gatectl/gatectl/internal/suggest"
 	"github.com/urfave/cli/v2"
@@ -86,10 +87,12 @@ func newApp() *cli.App {
 		Action:         unknownCommand,
 		ExitErrHandler: func(c *cli.Context, err error) {}, // errors are returned, main prints them
 	}
+	app.OnUsageError = usageError
 	for _, cmd := range app.Commands {
 		if cmd.Category == "" {
 			cmd.Category = categoryOf(cmd)
 		}
+		withUsageErrors(cmd)
 	}
 	// Within a category, the order of commandOrder (the help keeps the slice's order).
 	rank := func(c *cli.Command) int {
@@ -100,6 +103,40 @@ func newApp() *cli.App {
 	}
 	sort.SliceStable(app.Commands, func(i, j int) bool { return rank(app.Commands[i]) < rank(app.Commands[j]) })
 	return app
+}
+
+// usageError answers a flag the CLI library could not parse (an unknown
+// flag, one without its value, a bad duration) with a usage error: exit 2,
+// as every other usage error, and one line rather than the whole help page.
+func usageError(c *cli.Context, err error, _ bool) error {
+	name := "gatectl"
+	if c.Command != nil && c.Command.Name != "" {
+		name = c.Command.FullName()
+	}
+	return cli.Exit(fmt.Sprintf("%s: %v (gatectl %s --help)", name, err, strings.TrimPrefix(name, "gatectl")), exitUsage)
+}
+
+// withUsageErrors gives cmd and its subcommands usageError, and a command
+// with subcommands an answer for one it does not have (the library's own
+// says "No help topic" and exits 3).
+func withUsageErrors(cmd *cli.Command) {
+	cmd.OnUsageError = usageError
+	if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+		cmd.Action = func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowSubcommandHelp(c)
+			}
+			word := c.Args().First()
+			msg := fmt.Sprintf("%q is not a gatectl %s command", word, cmd.Name)
+			if s := suggestCommands(cmd.Subcommands, word); len(s) > 0 {
+				msg += "; did you mean " + quoteOr(s) + "?"
+			}
+			return cli.Exit(msg+fmt.Sprintf(" (gatectl %s --help lists them)", cmd.Name), exitUsage)
+		}
+	}
+	for _, sub := range cmd.Subcommands {
+		withUsageErrors(sub)
+	}
 }
 
 func categoryOf(cmd *cli.Command) string {
