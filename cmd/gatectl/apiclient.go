@@ -98,7 +98,7 @@ func apiSend(ctx context.Context, method, addr, path string, body []byte, out an
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		if token == "" {
-			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"}
+			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: " + missingTokenHint()}
 		}
 		return &apiStatusError{Status: resp.StatusCode, Message: base + " refused the API token from " + tokenFrom}
 	}
@@ -136,6 +136,25 @@ func apiToken() (token, from string) {
 		return "", ""
 	}
 	return os.Getenv(cfg.API.TokenEnv), cfg.API.TokenEnv + " (api.tokenEnv of " + path + ")"
+}
+
+// missingTokenHint says where to put the token, and — when GATECTL_CONFIG is
+// set — why it was not found there: the config does not load, names no
+// api.tokenEnv, or names a variable that is unset.
+func missingTokenHint() string {
+	const where = "set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"
+	path := os.Getenv("GATECTL_CONFIG")
+	if path == "" {
+		return where
+	}
+	cfg, err := config.Load(path)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("GATECTL_CONFIG (%s) does not load (gatectl check %s says why); set GATECTL_TOKEN", path, path)
+	case cfg.API.TokenEnv == "":
+		return fmt.Sprintf("GATECTL_CONFIG (%s) names no api.tokenEnv; set GATECTL_TOKEN", path)
+	}
+	return fmt.Sprintf("%s (api.tokenEnv of GATECTL_CONFIG, %s) is not set or empty; set it, or GATECTL_TOKEN", cfg.API.TokenEnv, path)
 }
 
 // apiStatusError is a non-200 answer from the server.

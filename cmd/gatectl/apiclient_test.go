@@ -41,6 +41,21 @@ func TestAPIClientSendsToken(t *testing.T) {
 	if out, err := runCLI(t, "status", "--addr", url); err != nil {
 		t.Fatalf("status with the config's api.tokenEnv: %v\n%s", err, out)
 	}
+
+	// GATECTL_CONFIG set, the token not found through it: the refusal says
+	// why, not only where a token may be put.
+	t.Setenv("GATECTL_CLI_TEST_TOKEN", "")
+	if _, err := runCLI(t, "status", "--addr", url); err == nil || !strings.Contains(err.Error(), "GATECTL_CLI_TEST_TOKEN (api.tokenEnv of GATECTL_CONFIG") {
+		t.Errorf("the config's token variable unset: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("gate: {window: soon}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATECTL_CONFIG", bad)
+	if _, err := runCLI(t, "status", "--addr", url); err == nil || !strings.Contains(err.Error(), "does not load") {
+		t.Errorf("GATECTL_CONFIG that does not load: %v", err)
+	}
 }
 
 // serve refuses an address beyond loopback without an API token, before it binds.
