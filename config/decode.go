@@ -289,13 +289,22 @@ func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 }
 
 func (d *decoder) integer(n *yaml.Node, path string) (int, bool) {
+	if m := deref(n); m != nil && m.Kind == yaml.ScalarNode && m.Tag == "!!float" && m.Value != "" &&
+		strings.Trim(strings.TrimLeft(m.Value, "+-"), "0123456789") == "" {
+		d.errorf(m, path, "is too large (got %s)", m.Value) // digits past int64: YAML reads a float
+		return 0, false
+	}
 	s, ok := d.scalar(n, path, "an integer", "!!int")
 	if !ok {
 		return 0, false
 	}
 	var i int
 	if err := s.Decode(&i); err != nil {
-		d.errorf(s, path, "must be an integer, got %s", kindName(s))
+		if s.Tag == "!!int" { // an integer, but more than an int holds
+			d.errorf(s, path, "is too large (got %s)", s.Value)
+		} else {
+			d.errorf(s, path, "must be an integer, got %s", kindName(s))
+		}
 		return 0, false
 	}
 	return i, true

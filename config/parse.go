@@ -106,6 +106,11 @@ func parseWith(data []byte, filename string, fallback func() map[string]Provider
 		if m := yamlLineRe.FindStringSubmatch(err.Error()); m != nil {
 			e.Line, _ = strconv.Atoi(m[1])
 			e.Msg = m[2]
+			// YAML's own words for a tab say nothing of it.
+			if lines := bytes.Split(data, []byte("\n")); e.Line >= 1 && e.Line <= len(lines) && bytes.ContainsRune(lines[e.Line-1], '\t') &&
+				strings.Contains(e.Msg, "cannot start any token") {
+				e.Msg += " (a tab: YAML indents with spaces)"
+			}
 		}
 		return nil, Errors{e}
 	}

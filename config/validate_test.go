@@ -70,6 +70,8 @@ func TestValidationErrors(t *testing.T) {
 		// strictness
 		{"unknown top-level key", "listen: 127.0.0.1:1\nlisten_addr: x\n",
 			[]string{`2: listen_addr: unknown key "listen_addr" (valid: listen, server, upstream, api, stateDir, log, providers, gate, retry, store, classifiers, pluginsDir, pluginLimits, pools, models, balances, quota, proxy)`}},
+		{"tab", "gate:\n\twindow: 60s\n", []string{"2: found character that cannot start any token (a tab: YAML indents with spaces)"}},
+		{"integer too large for maxConnections", "server:\n  maxConnections: 99999999999999999999\n", []string{"2: server.maxConnections: is too large (got 99999999999999999999)"}},
 		{"unknown nested key", "gate:\n  window: 60s\n  maxwait: 120s\n",
 			[]string{`3: gate.maxwait: unknown key "maxwait": did you mean "maxWait"? (valid: window, safetyFactor, countGuard, marginSigmas, pace, paceBurst, maxWait, fallbackCooldown, outputReserveTokens, learn, defaults, models, maxInFlightPerSession, maxModels)`}},
 		{"unknown key in route", twoProviders + "pools:\n  p:\n    routes:\n      - {provider: deepseek, model: m, effort: high}\n",
@@ -293,7 +295,7 @@ func TestValidationErrors(t *testing.T) {
 			`1: gate.safetyFactor: must be a finite number, got the number .nan`,
 			`2: retry.multiplier: must be a finite number, got the number .inf`}},
 		{"integer too large", "retry: {rounds: 99999999999999999999}\n",
-			[]string{`1: retry.rounds: must be an integer`}},
+			[]string{`1: retry.rounds: is too large (got 99999999999999999999)`}},
 		{"float for integer", "retry: {rounds: 2.5}\n",
 			[]string{`1: retry.rounds: must be an integer, got the number 2.5`}},
 		{"null list items", twoProviders + "classifiers:\n  -\npools:\n  a:\n    routes:\n      -\nbalances:\n  -\n", []string{
