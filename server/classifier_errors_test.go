@@ -21,18 +21,23 @@ import (
 // convert the body) falls through to the next link, as before; now each failure
 // is counted by classifier on /metrics, and logged at most once a minute per
 // classifier so a broken rule cannot flood the log.
-func TestClassifierErrorsCountedAndLogged(t *testing.T) {
-	dir := t.TempDir()
-	rules := filepath.Join(dir, "broken.yaml")
-	if err := os.WriteFile(rules, []byte("name: broken\nrules:\n  - {name: boom, when: 'int(body) > 0', class: SERVER}\n"), 0o600); err != nil {
+// ruleFixture serves a config whose one rule file, name, holds rule.
+func ruleFixture(t *testing.T, name, rule string) *pxFixture {
+	t.Helper()
+	rules := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(rules, []byte("name: "+name+"\nrules:\n  - "+rule+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := newPxFixture(t, fmt.Sprintf(`
+	return newPxFixture(t, fmt.Sprintf(`
 providers:
   alpha: {kind: openai, baseURL: "http://127.0.0.1:9/v1"}
 classifiers:
   - rules: %q
 `, rules), true)
+}
+
+func TestClassifierErrorsCountedAndLogged(t *testing.T) {
+	f := ruleFixture(t, "broken", "{name: boom, when: 'int(body) > 0', class: SERVER}")
 	h := f.srv.Handler()
 	failure := func() map[string]any {
 		rec := httptest.NewRecorder()
@@ -71,17 +76,7 @@ classifiers:
 // "invalid operation: int(…)"), and a failure's headers and body may hold a
 // key: what is logged has credentials masked.
 func TestClassifierErrorLogRedacted(t *testing.T) {
-	dir := t.TempDir()
-	rules := filepath.Join(dir, "boom.yaml")
-	if err := os.WriteFile(rules, []byte("name: boom\nrules:\n  - {name: boom, when: 'int(header(\"x-count\")) > 3', class: SERVER}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f := newPxFixture(t, fmt.Sprintf(`
-providers:
-  alpha: {kind: openai, baseURL: "http://127.0.0.1:9/v1"}
-classifiers:
-  - rules: %q
-`, rules), true)
+	f := ruleFixture(t, "boom", `{name: boom, when: 'int(header("x-count")) > 3', class: SERVER}`)
 	rec := httptest.NewRecorder()
 	f.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/gate/v1/failure",
 		strings.NewReader(`{"provider":"alpha","model":"m","status":503,"headers":{"x-count":"sk-proj-LEAKME0123456789"}}`)))
