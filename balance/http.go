@@ -123,7 +123,7 @@ func NewHTTP(s Spec) (*HTTP, error) {
 		logger:    s.logger(),
 	}
 	if src.client == nil {
-		src.client = &http.Client{}
+		src.client = defaultClient
 	}
 	if src.headers, err = NewHeaders("http.headers", h.Headers, s.APIKeyEnv); err != nil {
 		return nil, err
@@ -253,7 +253,10 @@ func (h *HTTP) mapReading(env exprEnv) (engine.Reading, error) {
 		if v != nil {
 			f, ok := number(v, true)
 			if !ok {
-				return engine.Reading{}, fmt.Errorf("%w: http.remaining yielded a %s, want a number", ErrMapping, jsonKind(v))
+				if jsonKind(v) == "number" { // ±Inf or NaN: a division by zero, say
+					return engine.Reading{}, fmt.Errorf("%w: http.remaining yielded a number that is not finite, want a finite number", ErrMapping)
+				}
+				return engine.Reading{}, fmt.Errorf("%w: http.remaining yielded %s, want a number", ErrMapping, jsonKindArticle(v))
 			}
 			r.Remaining = &f
 		}
@@ -320,6 +323,23 @@ type Response struct {
 	Body   []byte // at most MaxOutput bytes
 }
 
+// defaultClient follows a redirect only within the URL's own scheme and host:
+// the request's headers hold the key (x-api-key, ${NAME} headers), which Go
+// forwards to another host but for Authorization and Cookie, with a Referer
+// holding the URL's query. A redirect elsewhere is answered as its own status.
+var defaultClient = &http.Client{CheckRedirect: sameOriginRedirect}
+
+func sameOriginRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if first := via[0].URL; req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+		return http.ErrUseLastResponse
+	}
+	req.Header.Del("Referer") // it would carry the query into the log of the page redirected to
+	return nil
+}
+
 // Fetch GETs rawURL with header through client (nil: a default client), bounded by
 // ctx, and returns the answer whatever its status. The body is read up to MaxOutput
 // bytes; a longer one is an ErrOutput. Errors wrap ErrTimeout or ErrTransport and
@@ -327,7 +347,7 @@ type Response struct {
 // balance kind uses it for the request its module maps.
 func Fetch(ctx context.Context, client *http.Client, rawURL string, header http.Header) (*Response, error) {
 	if client == nil {
-		client = &http.Client{}
+		client = defaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {

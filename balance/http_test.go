@@ -3,6 +3,7 @@ package balance
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -118,6 +119,7 @@ func TestHTTPMissingReadings(t *testing.T) {
 		{name: "conversion quotes the value", status: 200, body: `{"v": "` + marker + `"}`, expr: "float(body.v)", want: ErrMapping},
 		{name: "not a number", status: 200, body: `{"v": "` + marker + `"}`, expr: "body.v", want: ErrMapping},
 		{name: "a bool", status: 200, body: `{"v": true}`, expr: "body.v", want: ErrMapping},
+		{name: "not finite", status: 200, body: `{"v": 0}`, expr: "1 / body.v", want: ErrMapping},
 		{name: "timeout", url: hang.URL + "/balance?token=" + marker, want: ErrTimeout},
 		{name: "refused", url: closedURL + "/balance?token=" + marker, want: ErrTransport},
 		{name: "key not set", status: 200, body: `{"v": 1}`, noKey: true, want: ErrNoKey, noHits: true},
@@ -279,5 +281,44 @@ func TestMappingErrKeepsSafeMessages(t *testing.T) {
 		if !errors.Is(err, ErrMapping) || !strings.Contains(err.Error(), "http.remaining: "+want) {
 			t.Errorf("%s: err = %v, want it to say %q", expr, err, want)
 		}
+	}
+}
+
+// A redirect to another host is not followed: the request's headers hold the
+// key (Go forwards all but Authorization and Cookie, and a Referer holding the
+// query). It is answered as its own status, a missing reading. Within the
+// URL's own host a redirect is followed.
+func TestHTTPRedirectStaysOnItsHost(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		_, _ = io.WriteString(w, `{"v": 12.5}`)
+	}))
+	t.Cleanup(other.Close)
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)+"/ok", http.StatusFound)
+		case "/moved":
+			http.Redirect(w, r, "/here", http.StatusFound)
+		case "/here":
+			_, _ = io.WriteString(w, `{"v": 7}`)
+		}
+	}))
+	t.Cleanup(home.Close)
+	read := func(path string) (engine.Reading, error) {
+		src, err := NewHTTP(Spec{APIKeyEnv: "K", LookupEnv: envMap(map[string]string{"K": "sk-key"}), Timeout: 2 * time.Second,
+			HTTP: &HTTPSpec{URL: home.URL + path + "?token=q", Headers: map[string]string{"X-Api-Key": "${K}"}, Remaining: "body.v"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src.Read(context.Background())
+	}
+	if _, err := read("/away"); !errors.Is(err, ErrStatus) || elsewhere.Load() != 0 {
+		t.Errorf("a redirect to another host: err %v, %d requests there; want ErrStatus and none", err, elsewhere.Load())
+	}
+	if r, err := read("/moved"); err != nil || r.Remaining == nil || *r.Remaining != 7 {
+		t.Errorf("a redirect on its own host: %+v, %v", r, err)
 	}
 }

@@ -205,6 +205,15 @@ func number(v any, lenient bool) (float64, bool) {
 
 // jsonKind names the JSON type of a decoded value, for messages that must not
 // quote the value itself.
+// jsonKindArticle is jsonKind with its article: "an array", "a string".
+func jsonKindArticle(v any) string {
+	k := jsonKind(v)
+	if strings.ContainsRune("aeiou", rune(k[0])) {
+		return "an " + k
+	}
+	return "a " + k
+}
+
 func jsonKind(v any) string {
 	switch v.(type) {
 	case nil:
