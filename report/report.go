@@ -333,12 +333,15 @@ func (b *Book) Report(now time.Time, since time.Duration) Report {
 	var from time.Time
 	sum := b.life
 	if since > 0 && since <= Retention {
-		from = now.Add(-since)
+		// The counters are kept in whole slots: the period starts at the slot
+		// that holds now-since, and says so, and the steps and anomalies are
+		// read over the same period as the counts.
+		from = now.Add(-since).Truncate(Slot)
 		if from.After(b.start) { // a period reaching before the start begins with it
 			r.From = from
 		}
 		sum = map[string]*counts{}
-		lo := from.Truncate(Slot)
+		lo := from
 		for i := range b.slots {
 			if b.slots[i].start.Before(lo) || b.slots[i].start.After(now) {
 				continue

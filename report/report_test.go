@@ -226,3 +226,17 @@ func TestReportFromNotBeforeStart(t *testing.T) {
 		t.Fatalf("since 1m: from %s", r.From)
 	}
 }
+
+// The counters are kept in whole minutes: a period says it starts at the
+// minute that holds now-since, and its steps are read over that same period,
+// so a 429 it counts comes with the learner step beside it.
+func TestReportPeriodInWholeSlots(t *testing.T) {
+	b := New(t0)
+	at := t0.Add(5*time.Minute + 28*time.Second)
+	b.Observe(Event{Kind: KindRateLimited, At: at, Model: "p/m"})
+	b.Observe(Event{Kind: KindLearn, At: at, Model: "p/m", Step: "trigger", From: 0, To: 100})
+	r := b.Report(at.Add(3*time.Second), time.Second)
+	if !r.From.Equal(t0.Add(5*time.Minute)) || len(r.Models) != 1 || r.Models[0].RateLimited != 1 || len(r.Models[0].Steps) != 1 {
+		t.Fatalf("since 1s, 3s after a 429: from %s, %+v; want from the minute's start, the 429 and its step", r.From, r.Models)
+	}
+}

@@ -21,7 +21,7 @@ type APIStats struct {
 	// apiMaxStatsTurns of them; TurnsTotal is how many there are.
 	Turns      []retry.TurnStats `json:"turns"`
 	TurnsTotal int               `json:"turnsTotal"`
-	// Session and Turn answer ?session=: Turn is null when the planner made no
+	// Session and Turn answer ?session=: Turn is left out when the planner made no
 	// decision for the session yet.
 	Session string           `json:"session,omitempty"`
 	Turn    *retry.TurnStats `json:"turn,omitempty"`

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
+	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/wasm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gatectl_gate_admissions_total",
-		Help: "Calls admitted by the gate. reason: none (no wait), cooldown, tpm, rpm, session-cap, queue, over-budget, max-wait, no-bucket, internal.",
+		Help: "Calls admitted by the gate. reason: none (no wait), cooldown, tpm, rpm, pace, session-cap, queue, over-budget, max-wait, no-bucket, internal.",
 	}, []string{"provider", "model", "reason"})
 	m.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gatectl_gate_wait_seconds",
@@ -87,6 +88,21 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 		Name: "gatectl_classifier_errors_total",
 		Help: "Run-time errors of classifiers in the chain (a trapped plugin, a rule whose expression failed); the next classifier decided. classifier: the link's name.",
 	}, []string{"classifier"})
+	// The series whose labels are known ahead start at 0: a counter that
+	// appears at 1 hides its first step from rate() and increase() (the
+	// dashboard's first reload, first failure of a class, went uncounted).
+	for _, r := range []string{"ok", "failed"} {
+		m.reloads.WithLabelValues(r)
+	}
+	for _, c := range engine.Classes {
+		m.failures.WithLabelValues(string(c))
+	}
+	for _, a := range []retry.ActionKind{retry.ActionRetry, retry.ActionFailover, retry.ActionWaitLongTerm, retry.ActionGiveUp} {
+		m.actions.WithLabelValues(string(a))
+	}
+	for _, k := range []pool.EventKind{pool.EventFailover, pool.EventEntered, pool.EventLeft} {
+		m.poolEvents.WithLabelValues(string(k))
+	}
 	m.Registry.MustRegister(m.classifierErrors, m.admissions, m.waits, m.upstream, m.failures, m.actions, m.poolEvents, m.overhead, m.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&ledgerCollector{ledger: ledger, clock: clock}, &balanceCollector{readings: readings}, pluginCollector{plugins: plugins})

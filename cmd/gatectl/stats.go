@@ -73,6 +73,7 @@ func writeStatsText(w io.Writer, st server.APIStats) error {
 	}
 	if st.Session != "" && st.Turn == nil {
 		fmt.Fprintf(w, "session %s: no retry decision yet\n", st.Session)
+		return nil // the lifetime's breakdown below is not the session's
 	}
 	if len(st.Turns) < st.TurnsTotal {
 		fmt.Fprintf(w, "(%d of %d sessions shown)\n", len(st.Turns), st.TurnsTotal)
