@@ -156,7 +156,16 @@ func (c *Cached) Get(ctx context.Context, now time.Time) (engine.Reading, error)
 		if errors.Is(f.ctx.Err(), context.Canceled) { // only Close cancels before the read is done
 			return engine.Reading{}, ErrClosed
 		}
-		return engine.Reading{}, fmt.Errorf("%w: no reading within %s", ErrTimeout, c.timeout)
+		err := fmt.Errorf("%w: no reading within %s", ErrTimeout, c.timeout)
+		// The read's goroutine records its outcome once the source has stopped;
+		// until then Status would show the attempt before (or none): a report
+		// read right after this answer left the timeout out.
+		c.mu.Lock()
+		if c.flight == f {
+			c.attempted, c.reading, c.err = true, engine.Reading{}, err
+		}
+		c.mu.Unlock()
+		return engine.Reading{}, err
 	case <-ctx.Done():
 		return engine.Reading{}, ctx.Err()
 	}

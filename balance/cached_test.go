@@ -192,6 +192,14 @@ func TestCachedTimeout(t *testing.T) {
 	if n := src.calls.Load(); n != 1 {
 		t.Fatalf("%d reads, want 1", n)
 	}
+	// A report read right after the timeout says so, though the hung read
+	// has not finished to record it (it said "not attempted" before).
+	if st := c.Status(t0); !errors.Is(st.Err, ErrTimeout) {
+		t.Errorf("status after the timeout: err %v, want ErrTimeout", st.Err)
+	}
+	if _, ok := c.Last(); ok {
+		t.Error("a reading while the latest attempt timed out")
+	}
 }
 
 // A caller's own context ends its wait, not the read: the others still get it.
