@@ -288,12 +288,6 @@ func runDemoPhase(ctx context.Context, s demoSetup, name string, prov *demoProvi
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	// The served rate is over the trailing window, as the provider counts.
-	type mark struct {
-		at     time.Time
-		tokens int64
-	}
-	marks := []mark{{start, 0}}
 loop:
 	for {
 		select {
@@ -301,14 +295,13 @@ loop:
 			break loop
 		case now := <-tick.C:
 			st := prov.p.Stats()
-			marks = append(marks, mark{now, st.Tokens})
-			for len(marks) > 2 && now.Sub(marks[1].at) >= s.Window {
-				marks = marks[1:]
-			}
-			rate := float64(st.Tokens-marks[0].tokens) / now.Sub(marks[0].at).Seconds()
+			// The provider's own window, the figure it refuses against: a rate
+			// over the last seconds read above the limit whenever the span
+			// caught two bursts (6,586 tokens/s "over 5s" of a 4,000 limit).
+			held := prov.p.WindowTokens(time.Now())
 			load.mu.Lock()
-			line := fmt.Sprintf("  %3.0fs %-8s ok %4d  failed %3d  429s seen by clients %4d  at the provider %4d  open %3d  %5.0f tokens/s over %s (limit %.0f)",
-				now.Sub(start).Seconds(), name, load.ok, load.failed, load.client429, st.Refused, load.inFlight, rate, s.Window, s.LimitPerSec())
+			line := fmt.Sprintf("  %3.0fs %-8s ok %4d  failed %3d  429s seen by clients %4d  at the provider %4d  open %3d  window %6d of %d",
+				now.Sub(start).Seconds(), name, load.ok, load.failed, load.client429, st.Refused, load.inFlight, held, s.Limit)
 			load.mu.Unlock()
 			if gateURL != "" {
 				if b, ok := demoGateStatus(ctx, gateURL); ok {
@@ -446,7 +439,7 @@ func printDemoVerdict(out io.Writer, r demoResult) {
 	util := func(p demoPhase) string {
 		return fmt.Sprintf("%.0f (%.0f%%)", p.TokensPerSec(), 100*p.TokensPerSec()/s.LimitPerSec())
 	}
-	fmt.Fprintf(out, "\nverdict (%d sessions, %s each; the hidden limit is %.0f tokens/s)\n", s.Sessions, s.Phase, s.LimitPerSec())
+	fmt.Fprintf(out, "\nverdict (%s, %s each; the hidden limit is %.0f tokens/s)\n", plural(s.Sessions, "session", "sessions"), s.Phase, s.LimitPerSec())
 	row("", "direct", "through gatectl")
 	row("calls answered 200", strconv.FormatInt(d.OK, 10), strconv.FormatInt(g.OK, 10))
 	row("calls that failed in the end", strconv.FormatInt(d.Failed, 10), strconv.FormatInt(g.Failed, 10))
@@ -460,10 +453,19 @@ func printDemoVerdict(out io.Writer, r demoResult) {
 		fmt.Sprintf("%s / %s", g.P50.Round(10*time.Millisecond), g.P95.Round(10*time.Millisecond)))
 	row("limit gatectl learned (per "+s.Window.String()+")", "-", fmt.Sprintf("%.0f (hidden: %d)", g.Quota, s.Limit))
 	fmt.Fprintln(out)
+	if d.Provider429 == 0 {
+		// Nothing was refused: there was no limit to meet, and nothing for the
+		// gate to learn. Say so instead of telling the usual story.
+		fmt.Fprintln(out, "The load never reached the hidden limit: the provider refused nothing, so there was nothing")
+		fmt.Fprintln(out, "for the gate to learn. Run it with more sessions (--sessions, the default is 24).")
+		return
+	}
 	fmt.Fprintf(out, "Straight at the provider, the clients saw %d 429s and %d calls failed: each session retried\n", d.Client429, d.Failed)
 	fmt.Fprintln(out, "on its own after the Retry-After, most retries landed on a window that was still full and were")
 	fmt.Fprintln(out, "refused again, and a call out of retries is an error in your program. Through gatectl the same")
 	fmt.Fprintf(out, "sessions saw %d 429s: the gate learned the limit from the provider's first 429s (%d in all),\n", g.Client429, g.Provider429)
 	fmt.Fprintln(out, "held each call that would not fit and sent it when it did. A held call waits in gatectl instead")
 	fmt.Fprintln(out, "of failing, so its latency is the queue's (the direct p50 counts only the calls that got through).")
+	fmt.Fprintf(out, "The rate is tokens served ÷ the phase's %s (its last calls included); the window lets a\n", g.Elapsed.Round(time.Second))
+	fmt.Fprintln(out, "whole limit through at the start, so a phase that keeps it full reads above 100%.")
 }

@@ -58,3 +58,19 @@ func TestDemoFlagsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// The verdict tells what happened: a load that never met the limit is not
+// told the story of the retries it never made.
+func TestDemoVerdictFollowsTheRun(t *testing.T) {
+	setup := demoSetup{Sessions: 1, Phase: 3 * time.Second, Limit: 20000, Window: 5 * time.Second}
+	var quiet, met bytes.Buffer
+	printDemoVerdict(&quiet, demoResult{Setup: setup, Direct: demoPhase{OK: 4, Elapsed: 3 * time.Second}, Gate: demoPhase{OK: 4, Elapsed: 3 * time.Second, Quota: 60000}})
+	if out := quiet.String(); !strings.Contains(out, "never reached the hidden limit") || strings.Contains(out, "most retries landed") || !strings.Contains(out, "(1 session,") {
+		t.Errorf("a load under the limit:\n%s", out)
+	}
+	printDemoVerdict(&met, demoResult{Setup: setup, Direct: demoPhase{OK: 4, Failed: 2, Client429: 9, Provider429: 9, Elapsed: 3 * time.Second},
+		Gate: demoPhase{OK: 6, Provider429: 1, Elapsed: 3 * time.Second, Quota: 19000}})
+	if out := met.String(); !strings.Contains(out, "most retries landed") {
+		t.Errorf("a load over the limit:\n%s", out)
+	}
+}

@@ -283,6 +283,19 @@ func (p *Provider) Stats() Stats {
 	return s
 }
 
+// WindowTokens is what the sliding window holds at now (SlidingArrival and
+// SlidingCompletion): the figure the provider refuses against. 0 for the
+// other limits.
+func (p *Provider) WindowTokens(now time.Time) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.c.Limit != SlidingArrival && p.c.Limit != SlidingCompletion && p.c.Limit != "" {
+		return 0
+	}
+	p.expireLocked(now)
+	return p.used
+}
+
 // Usage is what a request body costs: its prompt tokens and the completion
 // tokens the provider will write for it.
 func (p *Provider) Usage(body []byte) (prompt, completion int64) {

@@ -551,3 +551,24 @@ func TestDecidesKnown(t *testing.T) {
 		}
 	}
 }
+
+// WindowTokens is what the sliding window holds: the calls counted within the
+// last window, none once it has passed.
+func TestWindowTokens(t *testing.T) {
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second})
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	now := time.Now()
+	if got := p.WindowTokens(now); got <= 0 || got != p.Stats().Tokens {
+		t.Fatalf("window holds %d after one call of %d tokens", got, p.Stats().Tokens)
+	}
+	if got := p.WindowTokens(now.Add(11 * time.Second)); got != 0 {
+		t.Errorf("window holds %d a window later, want 0", got)
+	}
+}
