@@ -101,6 +101,11 @@ function noteError(e) {
   if (e instanceof TypeError) {
     c.className = "conn down";
     c.textContent = "server unreachable";
+  } else if (e instanceof HTTPError) {
+    // A 500 or a 503 (a store that fails closed) left the views on their last
+    // figures, or on "loading…", with the indicator still "live".
+    c.className = "conn down";
+    c.textContent = "the server answered " + e.status;
   }
 }
 
