@@ -51,7 +51,7 @@ var (
 // Errors Open reports, wrapped with the file's path.
 var (
 	// ErrCorrupt: the file is not a readable gatectl state file. Moving it aside
-	// starts afresh (settings and budgets are lost, nothing else).
+	// starts afresh (session settings, budgets and runtime settings are lost, nothing else).
 	ErrCorrupt = errors.New("state file is corrupt")
 	// ErrLocked: another process holds the file open.
 	ErrLocked = errors.New("state file is in use by another process")
@@ -168,7 +168,7 @@ func check(db *bolt.DB) error {
 }
 
 func corrupt(path string, err error) error {
-	return fmt.Errorf("state: open %s: %w: %w (move the file aside to start afresh: session settings and retry budgets are lost, nothing else)", path, ErrCorrupt, err)
+	return fmt.Errorf("state: open %s: %w: %w (move the file aside to start afresh: session settings, retry budgets and runtime settings are lost, nothing else)", path, ErrCorrupt, err)
 }
 
 // Path returns the state file's path.
