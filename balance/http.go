@@ -18,6 +18,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 	"github.com/gatectl/gatectl/engine"
+	"github.com/gatectl/gatectl/internal/sameorigin"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -323,22 +324,9 @@ type Response struct {
 	Body   []byte // at most MaxOutput bytes
 }
 
-// defaultClient follows a redirect only within the URL's own scheme and host:
-// the request's headers hold the key (x-api-key, ${NAME} headers), which Go
-// forwards to another host but for Authorization and Cookie, with a Referer
-// holding the URL's query. A redirect elsewhere is answered as its own status.
-var defaultClient = &http.Client{CheckRedirect: sameOriginRedirect}
-
-func sameOriginRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if first := via[0].URL; req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
-		return http.ErrUseLastResponse
-	}
-	req.Header.Del("Referer") // it would carry the query into the log of the page redirected to
-	return nil
-}
+// defaultClient follows a redirect only within the URL's own origin: the
+// request's headers hold the key (sameorigin.CheckRedirect says why).
+var defaultClient = &http.Client{CheckRedirect: sameorigin.CheckRedirect}
 
 // Fetch GETs rawURL with header through client (nil: a default client), bounded by
 // ctx, and returns the answer whatever its status. The body is read up to MaxOutput

@@ -29,6 +29,7 @@ import (
 	"github.com/gatectl/gatectl/engine/pool"
 	"github.com/gatectl/gatectl/engine/retry"
 	"github.com/gatectl/gatectl/internal/gatelog"
+	"github.com/gatectl/gatectl/internal/sameorigin"
 	"github.com/gatectl/gatectl/report"
 	"github.com/gatectl/gatectl/settings"
 	"github.com/gatectl/gatectl/snapshot"
@@ -218,7 +219,7 @@ func New(o Options) (*Server, error) {
 		transport = newTransport(snap.Config.Server.MaxConnections)
 	}
 	// No client timeout: streams run long; contexts bound them.
-	s.client = &http.Client{Transport: transport, CheckRedirect: sameOriginRedirect}
+	s.client = &http.Client{Transport: transport, CheckRedirect: sameorigin.CheckRedirect}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]any{"ok": true}) })
@@ -452,22 +453,6 @@ func (l *lockedRand) Float64() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.r.Float64()
-}
-
-// sameOriginRedirect follows an upstream's redirect only to the origin the
-// request was sent to; any other redirect is passed back to the client as it is.
-// On a redirect net/http keeps every header but Authorization (and cookies), and
-// keeps even that for another port of the same host: following one elsewhere
-// would hand x-api-key, api-key or a key under providers.*.headers to a host the
-// key is not meant for.
-func sameOriginRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if first := via[0].URL; req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
-		return http.ErrUseLastResponse
-	}
-	return nil
 }
 
 // newTransport is the upstream transport. It keeps up to maxIdle idle connections
