@@ -162,7 +162,7 @@ func (c *Cached) Get(ctx context.Context, now time.Time) (engine.Reading, error)
 		// read right after this answer left the timeout out.
 		c.mu.Lock()
 		if c.flight == f {
-			c.attempted, c.reading, c.err = true, engine.Reading{}, err
+			c.attempted, c.checkedAt, c.reading, c.err = true, c.clock.Now(), engine.Reading{}, err
 		}
 		c.mu.Unlock()
 		return engine.Reading{}, err

@@ -156,6 +156,9 @@ func TestHTTPMissingReadings(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
+			if tc.name == "not finite" && !strings.Contains(err.Error(), "not finite") {
+				t.Errorf("err = %v, want it to say the number is not finite", err)
+			}
 			for what, text := range map[string]string{"error": err.Error(), "log": logs.String()} {
 				if strings.Contains(text, marker) || strings.Contains(text, "SECRET") {
 					t.Errorf("the %s quotes the body, key or query: %q", what, text)

@@ -203,8 +203,6 @@ func number(v any, lenient bool) (float64, bool) {
 	return f, true
 }
 
-// jsonKind names the JSON type of a decoded value, for messages that must not
-// quote the value itself.
 // jsonKindArticle is jsonKind with its article: "an array", "a string".
 func jsonKindArticle(v any) string {
 	k := jsonKind(v)
@@ -214,6 +212,8 @@ func jsonKindArticle(v any) string {
 	return "a " + k
 }
 
+// jsonKind names the JSON type of a decoded value, for messages that must not
+// quote the value itself.
 func jsonKind(v any) string {
 	switch v.(type) {
 	case nil:

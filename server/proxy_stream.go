@@ -23,19 +23,31 @@ const maxLeadComments = 4 << 10
 // Comment blocks before it (keep-alives such as OpenRouter's ": OPENROUTER
 // PROCESSING") dispatch no event, so they do not decide that: they wait for it
 // and go out before it — or, once the request is proxy.holdNotice old (a
-// reasoning model's long first token), the stream starts as a held one and
-// they go out as they come: its client has had only comments, as a retry
-// still allows, and its idle timeouts do not fire.
+// reasoning model's long first token), the answer's headers go out and they
+// follow as they come, so the client's idle timeouts do not fire; the stream
+// is then held (its client has had only comments, as a retry still allows).
 func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Response, t gate.Ticket, u0 time.Time) (*upstreamFailure, bool) {
 	s, pr := x.s, x.pr
 	rd := newSSEReader(resp.Body)
 	su := &streamUsage{kind: pr.ep.kind}
 	strip := pr.ep.injectUsage && !pr.clientUsage
+	// startResponse sends the upstream's status and headers, with gatectl's.
+	startResponse := func() {
+		h := x.w.Header()
+		copyResponseHeaders(h, resp.Header)
+		x.gateHeaders(h, route)
+		h.Del("Content-Length")
+		x.w.WriteHeader(resp.StatusCode)
+	}
 	ev, err := rd.next()
 	var lead []byte
 	for err == nil && ev.name == nil && ev.data == nil {
 		if !x.sseStarted && s.clock.Now().Sub(x.clockStart) >= x.cfg.Proxy.HoldNotice {
-			x.startHeldStream()
+			// The answer's own headers go out, and from here the stream is
+			// held: a first-event error is still retried, and a give-up is
+			// an error event in it (sseStarted).
+			startResponse()
+			x.sseStarted = true
 			if _, werr := x.w.Write(lead); werr == nil {
 				_ = http.NewResponseController(x.w).Flush()
 			}
@@ -70,11 +82,7 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 		return x.httpFailure(route, resp, append([]byte(nil), failureBodyOf(&ev)...)), false
 	}
 	if !x.sseStarted { // a held stream's headers are out already
-		h := x.w.Header()
-		copyResponseHeaders(h, resp.Header)
-		x.gateHeaders(h, route)
-		h.Del("Content-Length")
-		x.w.WriteHeader(resp.StatusCode)
+		startResponse()
 	}
 	rc := http.NewResponseController(x.w)
 	write := func(ev *sseEvent, usageOnly bool) error {

@@ -440,33 +440,54 @@ func TestProxyDropsConnectionNamedHeaders(t *testing.T) {
 }
 
 // Keep-alive comments that go on past proxy.holdNotice (a reasoning model's
-// long first token) start the stream as a held one — headers and comments
-// out as they come — so the client's idle timeouts do not fire in silence.
-func TestProxyStreamLongLeadStartsAHeldStream(t *testing.T) {
-	first, more := make(chan struct{}), make(chan struct{})
+// long first token) start the answer — its own headers, then the comments as
+// they come — so the client's idle timeouts do not fire in silence.
+func TestProxyStreamLongLeadStartsTheAnswer(t *testing.T) {
+	first, second, rest := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	wait := func(r *http.Request, c chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second): // a bound: the test fails first
+		}
+		return false
+	}
 	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Request-Id", "req-1")
 		sse(w, ": OPENROUTER PROCESSING\n\n")
 		close(first)
-		select {
-		case <-more:
-		case <-r.Context().Done():
-			return
-		case <-time.After(10 * time.Second): // a bound: the test fails first
+		if !wait(r, second) {
 			return
 		}
-		sse(w, ": OPENROUTER PROCESSING\n\n", chatChunk("hi"), usageChunk(3, 1), "data: [DONE]\n\n")
+		sse(w, ": OPENROUTER PROCESSING\n\n") // read past holdNotice: the answer starts
+		if !wait(r, rest) {
+			return
+		}
+		sse(w, chatChunk("hi"), usageChunk(3, 1), "data: [DONE]\n\n")
 	})
 	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
-	res := f.callAsync("/v1/chat/completions", chatReq("po/m", "stream", true, "max_tokens", 10))
+	done := make(chan *http.Response, 1)
+	go func() {
+		done <- f.post(context.Background(), "/v1/chat/completions", chatReq("po/m", "stream", true, "max_tokens", 10))
+	}()
 	<-first
 	f.clock.Advance(3 * time.Second) // past proxy.holdNotice (2 s)
-	close(more)
-	r := <-res
-	if r.resp.StatusCode != 200 || r.resp.Header.Get("X-Gate-Held") != "true" {
-		t.Fatalf("status %d, X-Gate-Held %q: want a held stream", r.resp.StatusCode, r.resp.Header.Get("X-Gate-Held"))
+	close(second)
+	var resp *http.Response
+	select {
+	case resp = <-done: // the headers came before the answer's first event
+	case <-time.After(10 * time.Second):
+		t.Fatal("no headers while the upstream sent only comments past holdNotice")
 	}
-	if strings.Count(r.body, ": OPENROUTER PROCESSING") != 2 || !strings.Contains(r.body, `"hi"`) || !strings.HasSuffix(strings.TrimSpace(r.body), "data: [DONE]") {
-		t.Fatalf("body %q: want both comments, then the answer", r.body)
+	defer resp.Body.Close()
+	close(rest)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") != "req-1" || resp.Header.Get("X-Gate-Route") != "po/m" {
+		t.Fatalf("status %d, headers %v: want the answer's own headers", resp.StatusCode, resp.Header)
+	}
+	if strings.Count(string(body), ": OPENROUTER PROCESSING") != 2 || !strings.Contains(string(body), `"hi"`) {
+		t.Fatalf("body %q: want both comments, then the answer", body)
 	}
 }

@@ -154,7 +154,7 @@ func missingTokenHint() string {
 	case cfg.API.TokenEnv == "":
 		return fmt.Sprintf("GATECTL_CONFIG (%s) names no api.tokenEnv; set GATECTL_TOKEN", path)
 	}
-	return fmt.Sprintf("%s (api.tokenEnv of GATECTL_CONFIG, %s) is not set or empty; set it, or GATECTL_TOKEN", cfg.API.TokenEnv, path)
+	return fmt.Sprintf("%s (api.tokenEnv of GATECTL_CONFIG, %s) is unset or empty; set it, or GATECTL_TOKEN", cfg.API.TokenEnv, path)
 }
 
 // apiStatusError is a non-200 answer from the server.

@@ -241,7 +241,8 @@ func TestLibraryUsageErrorsExitTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"status", "--bogus"}, "status: flag provided but not defined: -bogus"},
+		{[]string{"status", "--bogus"}, "status: flag provided but not defined: -bogus (gatectl status --help)"},
+		{[]string{"settings", "get", "--bogus"}, "settings get: flag provided but not defined: -bogus (gatectl settings get --help)"},
 		{[]string{"report", "--since", "abc"}, `invalid value "abc" for flag -since`},
 		{[]string{"settings", "bogus"}, `"bogus" is not a gatectl settings command`},
 		{[]string{"plugin", "ne"}, `did you mean "new"?`},

@@ -109,11 +109,11 @@ func newApp() *cli.App {
 // flag, one without its value, a bad duration) with a usage error: exit 2,
 // as every other usage error, and one line rather than the whole help page.
 func usageError(c *cli.Context, err error, _ bool) error {
-	name := "gatectl"
-	if c.Command != nil && c.Command.Name != "" {
-		name = c.Command.FullName()
+	name := "gatectl" // HelpName is the command's path: "gatectl settings get"
+	if c.Command != nil && c.Command.HelpName != "" {
+		name = c.Command.HelpName
 	}
-	return cli.Exit(fmt.Sprintf("%s: %v (gatectl %s --help)", name, err, strings.TrimPrefix(name, "gatectl")), exitUsage)
+	return cli.Exit(fmt.Sprintf("%s: %v (%s --help)", strings.TrimPrefix(name, "gatectl "), err, name), exitUsage)
 }
 
 // withUsageErrors gives cmd and its subcommands usageError, and a command
@@ -126,12 +126,7 @@ func withUsageErrors(cmd *cli.Command) {
 			if !c.Args().Present() {
 				return cli.ShowSubcommandHelp(c)
 			}
-			word := c.Args().First()
-			msg := fmt.Sprintf("%q is not a gatectl %s command", word, cmd.Name)
-			if s := suggestCommands(cmd.Subcommands, word); len(s) > 0 {
-				msg += "; did you mean " + quoteOr(s) + "?"
-			}
-			return cli.Exit(msg+fmt.Sprintf(" (gatectl %s --help lists them)", cmd.Name), exitUsage)
+			return notACommand(cmd.Subcommands, c.Args().First(), "gatectl "+cmd.Name)
 		}
 	}
 	for _, sub := range cmd.Subcommands {
@@ -159,12 +154,17 @@ func unknownCommand(c *cli.Context) error {
 	if !c.Args().Present() {
 		return cli.ShowAppHelp(c)
 	}
-	word := c.Args().First()
-	msg := fmt.Sprintf("%q is not a gatectl command", word)
-	if s := suggestCommands(c.App.Commands, word); len(s) > 0 {
+	return notACommand(c.App.Commands, c.Args().First(), "gatectl")
+}
+
+// notACommand is the usage error for word, not one of cmds (the commands of
+// parent: "gatectl", "gatectl settings"), with what it may have meant.
+func notACommand(cmds []*cli.Command, word, parent string) error {
+	msg := fmt.Sprintf("%q is not a %s command", word, parent)
+	if s := suggestCommands(cmds, word); len(s) > 0 {
 		msg += "; did you mean " + quoteOr(s) + "?"
 	}
-	return cli.Exit(msg+" (gatectl --help lists them)", exitUsage)
+	return cli.Exit(msg+" ("+parent+" --help lists them)", exitUsage)
 }
 
 // suggestCommands returns the visible command names within a small edit

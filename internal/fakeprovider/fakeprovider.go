@@ -286,14 +286,20 @@ func (p *Provider) Stats() Stats {
 // WindowTokens is what the sliding window holds at now (SlidingArrival and
 // SlidingCompletion): the figure the provider refuses against. 0 for the
 // other limits.
+// It only reads: a now ahead of the provider's clock drops nothing.
 func (p *Provider) WindowTokens(now time.Time) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.c.Limit != SlidingArrival && p.c.Limit != SlidingCompletion && p.c.Limit != "" {
+	if p.c.Limit != SlidingArrival && p.c.Limit != SlidingCompletion {
 		return 0
 	}
-	p.expireLocked(now)
-	return p.used
+	var n int64
+	for _, e := range p.entries[p.head:] {
+		if now.Before(e.at.Add(p.c.Window)) {
+			n += e.tokens
+		}
+	}
+	return n
 }
 
 // Usage is what a request body costs: its prompt tokens and the completion

@@ -67,8 +67,10 @@ func slowProxy(t *testing.T, addr string, delay time.Duration) string {
 // under connectTimeout, and the calls that follow meet them open.
 func TestSlowConnectionSetUpStillConnects(t *testing.T) {
 	srv := redistest.Start(t)
-	addr := slowProxy(t, srv.Addr, 110*time.Millisecond) // a call 110 ms, a set-up over 300
-	s, err := Open(Options{URL: "redis://" + addr, KeyPrefix: "test:", Timeout: 300 * time.Millisecond, OnError: FailOpen}, nil)
+	// A call 80 ms, a set-up over 200 (three round trips or more); the probe's
+	// eleven round trips take about 0.9 s of its 2 s.
+	addr := slowProxy(t, srv.Addr, 80*time.Millisecond)
+	s, err := Open(Options{URL: "redis://" + addr, KeyPrefix: "test:", Timeout: 200 * time.Millisecond, OnError: FailOpen}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

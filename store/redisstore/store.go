@@ -122,9 +122,10 @@ type Store struct {
 	bgMu     sync.Mutex
 	stopping bool
 
-	on        Handlers
-	handlers  atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
-	marksRead atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
+	on         Handlers
+	handlers   atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
+	marksRead  atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
+	degradedAt atomic.Int64             // when the store last turned degraded, unix ms
 }
 
 // Handlers receive the notifications of the other instances (Notify). Any may
@@ -261,6 +262,7 @@ func (s *Store) fail(err error) {
 	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
+	s.degradedAt.Store(time.Now().UnixMilli())
 	s.log.Warn("shared store degraded: Redis does not answer", "policy", s.opts.OnError, "error", err)
 	s.background(s.recover)
 }
@@ -332,22 +334,29 @@ func (s *Store) probe() error {
 // scripts are every script the store runs, loaded by the probe.
 var scripts = []*redis.Script{reserveScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
 
-// resync hands the handlers what Notify reads at start: the provider-wide
-// cooldowns now in Redis (the longest stands, so reading them again is
-// harmless), and the exhaustion marks until they were read once (an instance
-// that started while Redis was away never read them). Marks are not read
-// again after that: a mark lifted here while Redis was away — by hand, or by
-// a reading — is still in Redis, and adopting it would bring it back.
+// resync hands the handlers what Notify reads at start and what the
+// notifications lost during an outage carried: the provider-wide cooldowns now
+// in Redis (the longest stands, so reading them again is harmless), and the
+// exhaustion marks — all of them until they were read once (an instance that
+// started while Redis was away never read them), after that only those set
+// since the store turned degraded. An older one this instance had, and
+// lifted meanwhile (by hand, by a reading), is still in Redis: adopting it
+// would bring it back.
 func (s *Store) resync() {
 	h := s.handlers.Load()
 	if h == nil {
 		return
 	}
-	if h.Marked != nil && !s.marksRead.Load() {
+	if h.Marked != nil {
 		if marks := s.marks(); marks != nil {
-			s.marksRead.Store(true)
+			since := time.Time{}
+			if s.marksRead.Swap(true) {
+				since = time.UnixMilli(s.degradedAt.Load()).Add(-time.Second) // (clocks a little apart)
+			}
 			for p, at := range marks {
-				h.Marked(p, at)
+				if !at.Before(since) {
+					h.Marked(p, at)
+				}
 			}
 		}
 	}

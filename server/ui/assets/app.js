@@ -88,7 +88,13 @@ async function refresh() {
   refreshing = true;
   try {
     const fs = new Set([refreshStatus, refreshWaits, ...(refreshers[current] || [])]);
-    await Promise.all([...fs].map((f) => f().catch((e) => noteError(e))));
+    let failed = false;
+    await Promise.all([...fs].map((f) => f().catch((e) => { failed = true; noteError(e); })));
+    if (!failed && state.connected) { // an error shown before is over
+      const c = document.getElementById("conn");
+      c.className = "conn up";
+      c.textContent = "live";
+    }
     if (liveViews.has(current)) render();
   } finally {
     refreshing = false;
