@@ -80,12 +80,10 @@ func (x *exchange) run() {
 	}
 	pol := s.planner.Policy()
 	budget := pol.Rounds + max(pol.HintRounds, 0) + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
-	var last *upstreamFailure
-	var lastVerdict engine.Verdict
 	for attempts := 0; ; attempts++ {
 		if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route); err != nil {
-			if last != nil {
-				x.giveUp(last, lastVerdict, err.Error(), true)
+			if x.failed != nil {
+				x.giveUp(x.failed, x.failedVerdict, err.Error(), true)
 			} else {
 				x.fail(http.StatusBadRequest, "model", err.Error())
 			}
@@ -95,9 +93,7 @@ func (x *exchange) run() {
 		if done {
 			return
 		}
-		last = fail
 		v, a := x.decide(ctx, fail, route)
-		lastVerdict = v
 		x.failed, x.failedVerdict = fail, v
 		if ctx.Err() != nil {
 			if dec, ok := a.Quota.(pool.Decision); ok {

@@ -80,7 +80,7 @@ func apiSend(ctx context.Context, method, addr, path string, body []byte, out an
 	if err != nil {
 		return err
 	}
-	token, tokenFrom := apiToken()
+	token, tokenFrom, missing := apiToken()
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -98,7 +98,7 @@ func apiSend(ctx context.Context, method, addr, path string, body []byte, out an
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		if token == "" {
-			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: " + missingTokenHint()}
+			return &apiStatusError{Status: resp.StatusCode, Message: base + " needs the API token: " + missing}
 		}
 		return &apiStatusError{Status: resp.StatusCode, Message: base + " refused the API token from " + tokenFrom}
 	}
@@ -122,39 +122,27 @@ func apiSend(ctx context.Context, method, addr, path string, body []byte, out an
 // apiToken is the token the commands send to a server, and where it came from
 // (for the error when the server refuses it; the token itself is never printed):
 // GATECTL_TOKEN, else the variable named by api.tokenEnv of the config in
-// GATECTL_CONFIG. "" when there is none: a server without a token needs none.
-func apiToken() (token, from string) {
+// GATECTL_CONFIG. "" when there is none: a server without a token needs none;
+// one that wants a token is told missing — where to put it, and when
+// GATECTL_CONFIG is set, why it gave none (the config does not load, names no
+// api.tokenEnv, or names a variable that is unset).
+func apiToken() (token, from, missing string) {
 	if t := os.Getenv("GATECTL_TOKEN"); t != "" {
-		return t, "GATECTL_TOKEN"
+		return t, "GATECTL_TOKEN", ""
 	}
 	path := os.Getenv("GATECTL_CONFIG")
 	if path == "" {
-		return "", ""
-	}
-	cfg, err := config.Load(path)
-	if err != nil || cfg.API.TokenEnv == "" {
-		return "", ""
-	}
-	return os.Getenv(cfg.API.TokenEnv), cfg.API.TokenEnv + " (api.tokenEnv of " + path + ")"
-}
-
-// missingTokenHint says where to put the token, and — when GATECTL_CONFIG is
-// set — why it was not found there: the config does not load, names no
-// api.tokenEnv, or names a variable that is unset.
-func missingTokenHint() string {
-	const where = "set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"
-	path := os.Getenv("GATECTL_CONFIG")
-	if path == "" {
-		return where
+		return "", "", "set GATECTL_TOKEN, or GATECTL_CONFIG to a config whose api.tokenEnv names the variable holding it"
 	}
 	cfg, err := config.Load(path)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("GATECTL_CONFIG (%s) does not load (gatectl check %s says why); set GATECTL_TOKEN", path, path)
+		return "", "", fmt.Sprintf("GATECTL_CONFIG (%s) does not load (gatectl check %s says why); set GATECTL_TOKEN", path, path)
 	case cfg.API.TokenEnv == "":
-		return fmt.Sprintf("GATECTL_CONFIG (%s) names no api.tokenEnv; set GATECTL_TOKEN", path)
+		return "", "", fmt.Sprintf("GATECTL_CONFIG (%s) names no api.tokenEnv; set GATECTL_TOKEN", path)
 	}
-	return fmt.Sprintf("%s (api.tokenEnv of GATECTL_CONFIG, %s) is unset or empty; set it, or GATECTL_TOKEN", cfg.API.TokenEnv, path)
+	return os.Getenv(cfg.API.TokenEnv), cfg.API.TokenEnv + " (api.tokenEnv of " + path + ")",
+		fmt.Sprintf("%s (api.tokenEnv of GATECTL_CONFIG, %s) is unset or empty; set it, or GATECTL_TOKEN", cfg.API.TokenEnv, path)
 }
 
 // apiStatusError is a non-200 answer from the server.
