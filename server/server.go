@@ -230,7 +230,8 @@ func New(o Options) (*Server, error) {
 	if s.shared != nil { // after the API: a notice may name one of its tickets
 		s.shared.Notify(redisstore.Handlers{Released: s.ledger.SharedReleased, Learned: s.ledger.AdoptLearned,
 			Settled: s.settledElsewhere, Marked: s.quota.AdoptMark, Unmarked: s.quota.AdoptUnmark,
-			SessionChanged: s.sessions.Forget, ProviderCooldown: s.ledger.AdoptProviderCooldown, Route: s.quota.AdoptRoute})
+			SessionChanged: s.sessions.Forget, ProviderCooldown: s.ledger.AdoptProviderCooldown, Route: s.quota.AdoptRoute,
+			Recovered: s.ledger.WriteBackAlone})
 	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))

@@ -198,6 +198,9 @@ type bucket struct {
 	sharedHoldUntil  time.Time
 	sharedHoldNeed   int64
 	sharedHoldReason string
+	// alone: calls admitted while the store failed open, closed since, kept
+	// for a window so recovery writes them to the shared window (shared.go).
+	alone []aloneCall
 
 	lastUsed time.Time // last admission, settlement or 429: the idle eviction's clock
 	evicted  bool      // dropped from the ledger's map (Evict): a caller holding it must look the model up again
@@ -233,6 +236,7 @@ type ticketSlot struct {
 	bytes               int
 	session             string
 	shared              string // the shared window's entry id; "" without one
+	alone               bool   // admitted while the store failed open: not in the shared window yet
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -883,7 +887,9 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				w.reason = "queue"
 			}
 			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
+				id, _, _ := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
 				b.grantWaiterLocked(now, w, "max-wait")
+				b.attachWaiterShared(w, id)
 				w.ticket.FailOpen = true
 				b.event(EventFailOpen, now, w.req.Session, "max-wait:queue", now.Sub(w.enqueued), w.reserved)
 				continue
@@ -1158,6 +1164,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.servedReqDone.note(now, int64(s.reqDone)+1, span)
 	}
 	b.closeSharedLocked(s.shared, tokens)
+	if s.alone && !(s.sendPending && u == nil) {
+		b.keepAloneLocked(now, s.admitted, tokens)
+	}
 	*s = ticketSlot{gen: s.gen + 1}
 	b.free = append(b.free, t.slot)
 	return nil

@@ -199,11 +199,18 @@ func (l *Ledger) StoreAvailable() error {
 	return l.shared.Available()
 }
 
-// attachShared ties a shared entry to the ticket just granted.
+// attachShared ties a shared entry to the ticket just granted. Granted without
+// one while a store is set, the call was admitted alone (the store failed
+// open): recovery writes it to the shared window (WriteBackAlone).
 func (b *bucket) attachShared(t Ticket, id string) Ticket {
-	if id != "" && t.b == b {
+	if t.b != b {
+		return t
+	}
+	if id != "" {
 		b.slots[t.slot].shared = id
 		t.Shared = id
+	} else if b.l.shared != nil {
+		b.slots[t.slot].alone = true
 	}
 	return t
 }
@@ -261,4 +268,110 @@ func (l *Ledger) extendProviderCooldown(ps *providerState, until time.Time) {
 			return
 		}
 	}
+}
+
+// SharedWriteBack is an optional capability of a SharedWindow: taking the calls
+// an instance admitted alone while the store failed open (store/redisstore has
+// it). Without it, N instances that each spent the budget alone during an
+// outage would admit as if the shared window were empty once it answers again,
+// while the provider still counts what they sent: N× the budget for a window
+// past the outage.
+type SharedWriteBack interface {
+	// WriteBack records closed calls in the model's shared window, each counted
+	// from its time with its tokens; calls older than span at now are left out.
+	// It returns how many of calls, from the first, it has handled: all of
+	// them, or fewer with the error that stopped it.
+	WriteBack(provider, model string, now time.Time, span time.Duration, calls []SharedCall) (handled int, err error)
+}
+
+// SharedCall is one closed call written back: when it counts from, and its tokens.
+type SharedCall struct {
+	At     time.Time
+	Tokens int64
+}
+
+// aloneCall is a call admitted alone, closed since (unix nanos, tokens).
+type aloneCall struct{ at, tokens int64 }
+
+// maxAloneCalls bounds what a model keeps for the write-back through an outage
+// longer than a window: the calls older than a window are dropped first, then
+// the oldest half.
+const maxAloneCalls = 1 << 13
+
+// keepAloneLocked keeps a closed call that was admitted alone for the write-back.
+func (b *bucket) keepAloneLocked(now time.Time, at, tokens int64) {
+	if len(b.alone) >= maxAloneCalls {
+		b.pruneAloneLocked(now)
+		if len(b.alone) >= maxAloneCalls {
+			b.alone = append(b.alone[:0], b.alone[len(b.alone)/2:]...)
+		}
+	}
+	b.alone = append(b.alone, aloneCall{at, tokens})
+}
+
+// pruneAloneLocked drops the kept calls that left the window.
+func (b *bucket) pruneAloneLocked(now time.Time) {
+	cutoff := now.UnixNano() - int64(b.win.span)
+	kept := b.alone[:0]
+	for _, c := range b.alone {
+		if c.at > cutoff {
+			kept = append(kept, c)
+		}
+	}
+	clear(b.alone[len(kept):])
+	b.alone = kept
+}
+
+// WriteBackAlone hands the shared window what this instance admitted alone
+// while the store failed open and the provider still counts: the calls still
+// open get a shared entry from when they were admitted (their settlement then
+// corrects it, as any call's), the closed ones are written with what they
+// cost. The store calls it when it answers again (redisstore.Handlers.Recovered).
+// A store that fails again meanwhile keeps the rest for its next recovery.
+func (l *Ledger) WriteBackAlone() {
+	if l.shared == nil {
+		return
+	}
+	now := l.clock.Now()
+	for _, b := range l.allBuckets() {
+		b.mu.Lock()
+		b.writeBackAloneLocked(now)
+		b.mu.Unlock()
+	}
+}
+
+func (b *bucket) writeBackAloneLocked(now time.Time) {
+	span := b.win.span
+	cutoff := now.UnixNano() - int64(span)
+	for i := range b.slots {
+		s := &b.slots[i]
+		if !s.open || !s.alone {
+			continue
+		}
+		if s.admitted <= cutoff {
+			s.alone = false // left the window: the provider no longer counts it
+			continue
+		}
+		g, err := b.l.shared.Reserve(SharedReserve{Provider: b.provider, Model: b.model, Now: time.Unix(0, s.admitted),
+			Span: span, Tokens: s.reserved, Need: s.reserved, Force: true})
+		if err != nil {
+			return
+		}
+		s.shared, s.alone = g.ID, false
+	}
+	if len(b.alone) == 0 {
+		return
+	}
+	b.pruneAloneLocked(now)
+	wb, ok := b.l.shared.(SharedWriteBack)
+	if !ok || len(b.alone) == 0 {
+		b.alone = nil
+		return
+	}
+	calls := make([]SharedCall, len(b.alone))
+	for i, c := range b.alone {
+		calls[i] = SharedCall{At: time.Unix(0, c.at), Tokens: c.tokens}
+	}
+	n, _ := wb.WriteBack(b.provider, b.model, now, span, calls) // the store counts and logs its own failures
+	b.alone = append(b.alone[:0], b.alone[n:]...)
 }

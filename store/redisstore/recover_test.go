@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatectl/gatectl/engine"
 	"github.com/gatectl/gatectl/engine/gate"
 	"github.com/gatectl/gatectl/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -188,4 +189,114 @@ func waitUndegraded(t *testing.T, s *Store) {
 
 func reserveArgs(now time.Time) gate.SharedReserve {
 	return gate.SharedReserve{Provider: "p", Model: "m", Now: now, Span: time.Minute, Tokens: 1, Need: 1, Budget: 10}
+}
+
+// What an instance admitted alone while Redis was down still counts at the
+// provider for a window. Recovery writes it to the shared window, so another
+// instance does not take the window for empty and send the budget a second
+// time: the closed calls with what they cost, the open ones with their
+// reservation, which their settlement then corrects.
+func TestRecoveryWritesBackWhatWasAdmittedAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func() (*gate.Ledger, *Store) {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned, Recovered: l.WriteBackAlone})
+		return l, s
+	}
+	a, sa := ledger()
+	b, _ := ledger()
+	srv.Kill()
+	req := func(session string) gate.Request {
+		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 3000, MaxTokens: 1000}
+	}
+	// A, alone: one call closed at 3,500 tokens, one still open (4,000 reserved).
+	closed, w := a.Submit(clock.Now(), req("s1"))
+	if w != nil || closed.Shared != "" {
+		t.Fatalf("A with Redis down: waiter=%v ticket %+v, want a local admission", w != nil, closed)
+	}
+	clock.Advance(time.Second)
+	if err := a.Settle(clock.Now(), closed, gate.Usage{InputTokens: 3000, OutputTokens: 500}); err != nil {
+		t.Fatal(err)
+	}
+	open_, w := a.Submit(clock.Now(), req("s2"))
+	if w != nil {
+		t.Fatal("A's second call waits: 3,500 + 4,000 fit its 10,000")
+	}
+	srv.Restart()
+	waitUndegraded(t, sa)
+	deadline := time.Now().Add(10 * time.Second) // the handler runs just after the flag turns
+	for {
+		v, err := sa.View("p", "m")
+		if err == nil && v.WindowTokens == 7500 && v.Requests == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after recovery the shared window holds %+v (%v), want A's 3,500 settled and 4,000 open: 7,500 in 2 requests", v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, w := b.Submit(clock.Now(), req("s3")); w == nil {
+		t.Fatal("B admitted 4,000 on top of the 7,500 A sent alone: the shared window did not hold them")
+	} else {
+		w.Cancel(clock.Now())
+	}
+	// The open call's settlement corrects its written entry: 4,000 → 3,200.
+	if err := a.Settle(clock.Now(), open_, gate.Usage{InputTokens: 3000, OutputTokens: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := sa.View("p", "m"); err != nil || v.WindowTokens != 6700 {
+		t.Fatalf("after the open call settled: %+v (%v), want 6,700", v, err)
+	}
+	// Once written, nothing is written again by a later recovery.
+	a.WriteBackAlone()
+	if v, err := sa.View("p", "m"); err != nil || v.WindowTokens != 6700 || v.Requests != 2 {
+		t.Fatalf("a second write-back: %+v (%v), want 6,700 in 2 requests still", v, err)
+	}
+}
+
+// A call that fails open at maxWait while another waiter holds the queue is
+// sent like any other: the shared window records it, so the other instances
+// count it too.
+func TestFailOpenBehindAHeldQueueIsShared(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 1000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	cfg.Window, cfg.MaxWait = time.Minute, 2*time.Minute
+	cfg.OutputReserveTokens, cfg.CountGuard = 100, 0
+	s := open(t, srv, FailOpen)
+	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := clock.Now()
+	if _, w := l.Submit(t0, gate.Request{Provider: "p", Model: "m", Session: "x", InputTokens: 800}); w != nil {
+		t.Fatal("the first call waits")
+	}
+	_, behind := l.Submit(t0, gate.Request{Provider: "p", Model: "m", Session: "b", InputTokens: 50, Priority: gate.PriorityBatch})
+	_, holder := l.Submit(t0.Add(10*time.Second), gate.Request{Provider: "p", Model: "m", Session: "h", InputTokens: 50})
+	if behind == nil || holder == nil {
+		t.Fatal("admitted past the budget")
+	}
+	l.RateLimited(t0.Add(20*time.Second), "p", "m", 180*time.Second) // nobody fits before failing open
+	holder.Poll(t0.Add(40 * time.Second))                           // the holder has waited half a window
+	tk, ok := behind.Poll(t0.Add(2 * time.Minute))
+	if !ok || !tk.FailOpen {
+		t.Fatalf("ticket %+v ok=%v: want a fail-open grant at its 120s deadline", tk, ok)
+	}
+	if tk.Shared == "" {
+		t.Fatal("the fail-open grant behind the held queue has no shared entry: the other instances do not count it")
+	}
+	if v, err := s.View("p", "m"); err != nil || v.WindowTokens != 150 {
+		t.Fatalf("the shared window: %+v (%v), want the fail-open call's 150 (the first call left it at 60s)", v, err)
+	}
 }

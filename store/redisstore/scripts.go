@@ -93,6 +93,28 @@ redis.call('PEXPIRE', KEYS[4], ttl)
 return {tostring(id), 0, '', sum}
 `)
 
+// writeBackScript: KEYS w t s q o; ARGV cutoff ttl, then at tokens for each
+// call. Records closed calls an instance admitted while the store was down
+// (gate.SharedWriteBack), each from its time, those at cutoff or before left
+// out. Closed: no nonce in …:o, so no settle touches them. Returns the
+// window's tokens.
+var writeBackScript = redis.NewScript(expireLua + `
+local cutoff, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[5], cutoff, ttl)
+for i = 3, #ARGV - 1, 2 do
+  local at, tokens = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if at > cutoff then
+    local id = redis.call('INCR', KEYS[4])
+    redis.call('ZADD', KEYS[1], at, id)
+    redis.call('HSET', KEYS[2], id, tokens)
+    sum = sum + tokens
+  end
+end
+redis.call('SET', KEYS[3], sum, 'PX', ttl)
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+return sum
+`)
+
 // closeScript: KEYS w t s o; ARGV id tokens channel note nonce. Replaces an open
 // entry's reservation with the real usage (0 for a release: the request still
 // counts, its tokens do not) and announces the refund on the model's channel so

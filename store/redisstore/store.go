@@ -144,6 +144,9 @@ type Handlers struct {
 	Unmarked func(provider string, at time.Time)
 	// Route: another instance moved (or forgot, the zero route) a session's route.
 	Route func(session string, r pool.SessionRoute)
+	// Recovered: Redis answers again after an outage; the ledger writes back
+	// what it admitted alone meanwhile (gate.Ledger.WriteBackAlone).
+	Recovered func()
 }
 
 // Open connects to the Redis at opts.URL. A Redis that does not answer yet is
@@ -294,6 +297,9 @@ func (s *Store) recover() {
 				s.degraded.Store(false)
 				s.log.Info("shared store recovered: Redis answers again")
 				s.resync()
+				if h := s.handlers.Load(); h != nil && h.Recovered != nil {
+					h.Recovered()
+				}
 				return
 			}
 		}
@@ -332,7 +338,7 @@ func (s *Store) probe() error {
 }
 
 // scripts are every script the store runs, loaded by the probe.
-var scripts = []*redis.Script{reserveScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
+var scripts = []*redis.Script{reserveScript, writeBackScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
 
 // resync hands the handlers what Notify reads at start and what the
 // notifications lost during an outage carried: the provider-wide cooldowns now
@@ -421,6 +427,32 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 		return nil
 	})
 	return g, err
+}
+
+// writeBackChunk bounds one write-back call: a window of a busy model holds
+// thousands of calls, and each call has the store's deadline.
+const writeBackChunk = 500
+
+// WriteBack implements gate.SharedWriteBack.
+func (s *Store) WriteBack(provider, model string, now time.Time, span time.Duration, calls []gate.SharedCall) (int, error) {
+	k := s.base(provider, model)
+	cutoff := now.Add(-span).UnixMilli()
+	for done := 0; done < len(calls); {
+		chunk := calls[done:min(done+writeBackChunk, len(calls))]
+		args := make([]any, 0, 2+2*len(chunk))
+		args = append(args, cutoff, windowTTL(span))
+		for _, c := range chunk {
+			args = append(args, c.At.UnixMilli(), max(c.Tokens, 0))
+		}
+		err := s.call(func(ctx context.Context) error {
+			return writeBackScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "o"}, args...).Err()
+		})
+		if err != nil {
+			return done, err
+		}
+		done += len(chunk)
+	}
+	return len(calls), nil
 }
 
 // Settle implements gate.SharedWindow.

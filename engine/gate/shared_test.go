@@ -1,0 +1,89 @@
+package gate
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// downStore is a shared window that is down (failing open) until up is set,
+// and records what it is written back.
+type downStore struct {
+	up      bool
+	opened  int
+	written []SharedCall
+}
+
+var errDown = errors.New("down")
+
+func (s *downStore) Reserve(r SharedReserve) (SharedGrant, error) {
+	if !s.up {
+		return SharedGrant{}, errDown
+	}
+	s.opened++
+	return SharedGrant{ID: "e"}, nil
+}
+func (s *downStore) Settle(_, _, _ string, _ int64) error { return nil }
+func (s *downStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *downStore) Available() error { return nil }
+func (s *downStore) WriteBack(_, _ string, _ time.Time, _ time.Duration, calls []SharedCall) (int, error) {
+	if !s.up {
+		return 0, errDown
+	}
+	s.written = append(s.written, calls...)
+	return len(calls), nil
+}
+
+// What a model keeps for the write-back through an outage is bounded, and
+// only what the provider still counts is written: the calls of the last
+// window, closed or open, once.
+func TestWriteBackAloneBoundedToTheWindow(t *testing.T) {
+	cfg := testGate()
+	cfg.Defaults = ModelLimits{TPM: 1 << 40, RPM: 1 << 30}
+	st := &downStore{}
+	clk := engine.NewFakeClock(t0)
+	l, err := NewLedger(cfg, clk, WithSharedWindow(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}
+	now := t0
+	for i := range 3 * maxAloneCalls {
+		if i == 2*maxAloneCalls {
+			now = now.Add(2 * cfg.Window) // the calls before leave the window
+		}
+		tk := mustAdmit(t, l, now, r)
+		if err := l.Settle(now, tk, Usage{InputTokens: 10, OutputTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := mustAdmit(t, l, now, r)
+	b := open.b
+	if n := len(b.alone); n > maxAloneCalls {
+		t.Fatalf("%d closed calls kept for the write-back, want at most %d", n, maxAloneCalls)
+	}
+	clk.Set(now)
+	l.WriteBackAlone() // still down: nothing is lost
+	if len(b.alone) == 0 || !b.slots[open.slot].alone {
+		t.Fatal("a write-back that failed dropped what it had to write")
+	}
+	st.up = true
+	l.WriteBackAlone()
+	if len(st.written) != maxAloneCalls || st.opened != 1 {
+		t.Fatalf("written back: %d closed calls and %d open, want the last window's %d closed and 1 open",
+			len(st.written), st.opened, maxAloneCalls)
+	}
+	for _, c := range st.written {
+		if c.At.Before(now) || c.Tokens != 15 {
+			t.Fatalf("written back %+v: a call from before the window, or not at what it cost (15)", c)
+		}
+	}
+	l.WriteBackAlone()
+	if len(st.written) != maxAloneCalls || st.opened != 1 {
+		t.Fatal("a second write-back wrote again")
+	}
+}
