@@ -288,7 +288,7 @@ func TestFailOpenBehindAHeldQueueIsShared(t *testing.T) {
 		t.Fatal("admitted past the budget")
 	}
 	l.RateLimited(t0.Add(20*time.Second), "p", "m", 180*time.Second) // nobody fits before failing open
-	holder.Poll(t0.Add(40 * time.Second))                           // the holder has waited half a window
+	holder.Poll(t0.Add(40 * time.Second))                            // the holder has waited half a window
 	tk, ok := behind.Poll(t0.Add(2 * time.Minute))
 	if !ok || !tk.FailOpen {
 		t.Fatalf("ticket %+v ok=%v: want a fail-open grant at its 120s deadline", tk, ok)
