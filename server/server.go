@@ -123,7 +123,7 @@ func New(o Options) (*Server, error) {
 	}
 	store, err := state.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("server: state: %w", err)
+		return nil, fmt.Errorf("server: %w", err) // (the error names the state file)
 	}
 	s.store = store
 	if err := s.openSettings(o.Manager); err != nil {

@@ -5,9 +5,10 @@
 // Every write is one bbolt transaction, fsynced before it returns: a record is
 // either wholly on disk or not at all, and a process killed mid-write (kill -9,
 // power loss) reopens to the last committed state. A missing file is a fresh
-// start; a file that is not a gatectl state file, is damaged, or is empty (0
-// bytes: a truncated file), is refused with an error naming it (ErrCorrupt),
-// never a crash. Route state (readings, marks,
+// start; a file that is not a gatectl state file, is damaged, or was cut
+// short (0 bytes, or fewer pages than its header counts), is refused with an
+// error naming it (ErrCorrupt), never a crash — also when it is cut short under
+// the running process. Route state (readings, marks,
 // each session's current route) is not kept here: it is short-lived, cheap to
 // learn again and misleading once stale, so it lives in memory.
 package state
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -92,12 +94,23 @@ func OpenFile(path string) (st *Store, err error) {
 	// every session setting and budget a truncated file held: it is refused like
 	// any other damaged file. (bbolt writes a new file's first pages and fsyncs
 	// them before Open returns, so no file gatectl made is ever left empty.)
-	if info, serr := os.Stat(path); serr == nil && info.Mode().IsRegular() && info.Size() == 0 {
-		return nil, corrupt(path, errEmpty)
+	if info, serr := os.Stat(path); serr == nil {
+		switch {
+		case info.IsDir():
+			return nil, fmt.Errorf("state: open %s: it is a directory, not a state file", path)
+		case info.Mode().IsRegular() && info.Size() == 0:
+			return nil, corrupt(path, errEmpty)
+		}
+		if err := checkLength(path, info.Size()); err != nil {
+			return nil, corrupt(path, err)
+		}
 	}
 	var db *bolt.DB
+	// A page past the end of a file cut short faults when it is read (SIGBUS):
+	// fatal to the whole process unless the runtime turns it into a panic.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
-		if r := recover(); r != nil { // bbolt panics on some damaged pages
+		if r := recover(); r != nil { // bbolt panics on some damaged pages, and on a fault
 			if db != nil {
 				db.Close()
 			}
@@ -154,7 +167,54 @@ func OpenFile(path string) (st *Store, err error) {
 	return &Store{db: db, path: path}, nil
 }
 
-// check runs bbolt's consistency check over the whole file.
+// The fields of a bbolt meta page this package reads (bbolt's file format: a
+// 16-byte page header, then the meta: magic, version, page size, flags, root
+// bucket (16 bytes), freelist page, the high-water mark of pages, txid).
+const (
+	boltMagic        = 0xED0CDAED
+	metaMagicAt      = 16
+	metaPageSizeAt   = 24
+	metaHighWaterAt  = 56
+	metaTxidAt       = 64
+	metaPageMinBytes = 72
+)
+
+// checkLength refuses a file shorter than its newest meta page says it is: a
+// copy or a disk cut short. Its missing pages would be read through the
+// memory map, where a read past the end of the file is a fault, not an error.
+func checkLength(path string, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // Open says why
+	}
+	defer f.Close()
+	var first [metaPageMinBytes]byte
+	if _, err := f.ReadAt(first[:], 0); err != nil || binary.LittleEndian.Uint32(first[metaMagicAt:]) != boltMagic {
+		return nil // not a bbolt file at all: Open says so
+	}
+	pageSize := int64(binary.LittleEndian.Uint32(first[metaPageSizeAt:]))
+	if pageSize < 512 || pageSize > 1<<20 {
+		return nil
+	}
+	var txid, pages uint64
+	for i := int64(0); i < 2; i++ {
+		var m [metaPageMinBytes]byte
+		if _, err := f.ReadAt(m[:], i*pageSize); err != nil || binary.LittleEndian.Uint32(m[metaMagicAt:]) != boltMagic {
+			continue
+		}
+		if t := binary.LittleEndian.Uint64(m[metaTxidAt:]); t >= txid {
+			txid, pages = t, binary.LittleEndian.Uint64(m[metaHighWaterAt:])
+		}
+	}
+	if want := int64(pages) * pageSize; pages > 0 && pages < 1<<40 && size < want {
+		return fmt.Errorf("the file was cut short: %d bytes, its header says %d", size, want)
+	}
+	return nil
+}
+
+// check runs bbolt's consistency check over the whole file. It reads the
+// pages on a goroutine of bbolt's own, where a fault is fatal whatever
+// SetPanicOnFault says: checkLength must have passed first.
 func check(db *bolt.DB) error {
 	return db.View(func(tx *bolt.Tx) error {
 		var errs []error
@@ -178,15 +238,27 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error { return s.db.Close() }
 
 // Check runs bbolt's consistency check over the file (what Open does).
-func (s *Store) Check() error {
+func (s *Store) Check() (err error) {
+	defer s.guard(&err, debug.SetPanicOnFault(true))
+	// bbolt's check reads the pages on a goroutine of its own, where a fault
+	// is no panic: a file cut short is told by its length first.
+	if info, serr := os.Stat(s.path); serr == nil {
+		if err := checkLength(s.path, info.Size()); err != nil {
+			return corrupt(s.path, err)
+		}
+	}
 	if err := check(s.db); err != nil {
 		return corrupt(s.path, err)
 	}
 	return nil
 }
 
-// guard turns a bbolt panic on a damaged page into an error naming the file.
-func (s *Store) guard(err *error) {
+// guard turns a bbolt panic on a damaged page into an error naming the file;
+// so too a fault reading a page the file no longer holds (cut short under the
+// running process), which the caller's debug.SetPanicOnFault(true) makes a
+// panic rather than a crash of the whole process. It restores panicOnFault.
+func (s *Store) guard(err *error, panicOnFault bool) {
+	debug.SetPanicOnFault(panicOnFault)
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("state: %s: %w: %v", s.path, ErrCorrupt, r)
 	}
@@ -194,7 +266,7 @@ func (s *Store) guard(err *error) {
 
 // LoadSession implements pool.SessionStore.
 func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	err = s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketSessions).Get([]byte(id))
 		if v == nil {
@@ -212,7 +284,7 @@ func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err err
 // SaveSession implements pool.SessionStore: one fsynced transaction. A zero
 // record deletes the session's entry.
 func (s *Store) SaveSession(id string, rec pool.SessionRecord) (err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	if id == "" {
 		return errors.New("state: empty session id")
 	}
@@ -235,7 +307,7 @@ func (s *Store) SaveSession(id string, rec pool.SessionRecord) (err error) {
 
 // Sessions returns how many session records the file holds.
 func (s *Store) Sessions() (n int, err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	err = s.db.View(func(tx *bolt.Tx) error {
 		n = tx.Bucket(bucketSessions).Stats().KeyN
 		return nil
@@ -258,7 +330,7 @@ func budgetKey(k retry.BudgetKey) []byte {
 
 // Load implements retry.BudgetStore.
 func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	err = s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketBudgets).Get(budgetKey(k))
 		if v == nil {
@@ -275,7 +347,7 @@ func (s *Store) Load(k retry.BudgetKey) (b retry.Budget, ok bool, err error) {
 
 // Save implements retry.BudgetStore: one fsynced transaction.
 func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	v, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -292,7 +364,7 @@ func (s *Store) Save(k retry.BudgetKey, b retry.Budget) (err error) {
 // PruneBudgets implements retry.BudgetPruner: it drops every budget saved before
 // before (and any record it cannot read) in one transaction.
 func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketBudgets)
 		var drop [][]byte
@@ -322,7 +394,7 @@ func (s *Store) PruneBudgets(before time.Time) (n int, err error) {
 
 // LoadSettings returns every saved runtime settings record, by section.
 func (s *Store) LoadSettings() (out map[string][]byte, err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	out = map[string][]byte{}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSettings).ForEach(func(k, v []byte) error {
@@ -339,7 +411,7 @@ func (s *Store) LoadSettings() (out map[string][]byte, err error) {
 // SaveSettings stores section's runtime settings record in one fsynced
 // transaction; nil deletes it.
 func (s *Store) SaveSettings(section string, v []byte) (err error) {
-	defer s.guard(&err)
+	defer s.guard(&err, debug.SetPanicOnFault(true))
 	if section == "" {
 		return errors.New("state: empty settings section")
 	}
