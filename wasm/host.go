@@ -103,7 +103,8 @@ type pluginKey struct {
 	limits Limits
 }
 
-// NewHost makes a host. It creates opts.CacheDir when set and missing.
+// NewHost makes a host. It creates opts.CacheDir when set and missing, and
+// compiles in memory (with a warning) when it cannot.
 func NewHost(opts HostOptions) (*Host, error) {
 	h := &Host{
 		logger:  opts.Logger,
@@ -124,13 +125,16 @@ func NewHost(opts HostOptions) (*Host, error) {
 	}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("wasm: compilation cache %s: %w", opts.CacheDir, err)
+		if err == nil {
+			h.cache = c
+			return h, nil
 		}
-		h.cache = c
-	} else {
-		h.cache = wazero.NewCompilationCache()
+		// The cache only saves compiling again after a restart: a directory
+		// that cannot be made (a read-only config directory next to which
+		// stateDir resolves) costs that, never the plugins themselves.
+		h.logger.Warn("compilation cache unavailable; compiling in memory", "dir", opts.CacheDir, "error", err)
 	}
+	h.cache = wazero.NewCompilationCache()
 	return h, nil
 }
 

@@ -30,7 +30,7 @@ func checkCommand() *cli.Command {
 			case len(args) == 1:
 				path = args[0] // over --config and GATECTL_CONFIG: the one named last
 			}
-			hook := pluginHook(nil)
+			hook := pluginHook(nil, "")
 			defer hook.Close(context.Background())
 			s, err := snapshot.Load(c.Context, path, snapshotOptions(nil, hook))
 			if err != nil {

@@ -110,7 +110,7 @@ func classifierChain(ctx context.Context, configPath string, plugins []string, p
 	}
 	// The config's chain ("" is the embedded default: the built-in rules alone).
 	// The hook (and its host) lives as long as the process: the chain keeps using it.
-	snap, err := snapshot.Load(ctx, configPath, snapshotOptions(nil, pluginHook(nil)))
+	snap, err := snapshot.Load(ctx, configPath, snapshotOptions(nil, pluginHook(nil, "")))
 	if err != nil {
 		return nil, err
 	}

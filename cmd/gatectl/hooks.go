@@ -12,9 +12,11 @@ import (
 // classifiers, the plugins directory, wasm scorers and wasm balance sources. One
 // hook serves every reload, so unchanged modules keep their compiled form and warm
 // instances; the caller closes it (which closes the host) when done. logger is
-// the parent logger (the host names itself "wasm"); nil discards.
-func pluginHook(logger hclog.Logger) *snaphook.Hook {
-	return snaphook.New(wasm.HostOptions{Logger: logger})
+// the parent logger (the host names itself "wasm"); nil discards. stateDir, when
+// set (serve's --state-dir), holds the compilation cache; else the config's
+// stateDir does.
+func pluginHook(logger hclog.Logger, stateDir string) *snaphook.Hook {
+	return snaphook.New(wasm.HostOptions{Logger: logger, CacheDir: wasm.CacheDir(stateDir)})
 }
 
 // snapshotOptions are the options every command builds snapshots with: the

@@ -40,7 +40,7 @@ balances:
 	buf := &testlog.Buffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Debug, Output: buf})
 	ctx := context.Background()
-	hook := pluginHook(logger)
+	hook := pluginHook(logger, "")
 	defer hook.Close(ctx)
 	opts := snapshotOptions(logger, hook)
 	s, err := snapshot.Load(ctx, cfg, opts)

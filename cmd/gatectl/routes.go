@@ -70,7 +70,7 @@ func routesCommand() *cli.Command {
 			if c.IsSet("addr") {
 				return cli.Exit("routes: --offline and --addr exclude each other", exitUsage)
 			}
-			hook := pluginHook(nil)
+			hook := pluginHook(nil, "")
 			defer hook.Close(context.Background())
 			snap, err := snapshot.Load(c.Context, c.String("config"), snapshotOptions(nil, hook))
 			if err != nil {

@@ -31,7 +31,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "listen", Usage: "`ADDR` to listen on (overrides the config's listen; port 0 picks one)"},
-			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the state file (overrides the config's stateDir)"},
+			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` for the state file and the wasm compilation cache (overrides the config's stateDir)"},
 			&cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "how long running requests may finish on shutdown"},
 		},
 		Action: func(c *cli.Context) error {
@@ -74,7 +74,7 @@ func runServe(ctx context.Context, p serveParams) error {
 	if err != nil {
 		return err
 	}
-	hook := pluginHook(logger)
+	hook := pluginHook(logger, p.StateDir)
 	defer hook.Close(context.Background())
 	m, err := snapshot.NewManager(ctx, p.ConfigPath, snapshotOptions(logger, hook))
 	if err != nil {
