@@ -311,6 +311,7 @@ func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
 	}
 	rewatch()
 	fp := m.fingerprint()
+	settling := fp // the last sample the debounce took
 	poll := time.NewTicker(o.Poll)
 	defer poll.Stop()
 	if o.Ready != nil {
@@ -339,8 +340,18 @@ func (m *Manager) Watch(ctx context.Context, o WatchOptions) error {
 			}
 		case <-debounce:
 			debounce = nil
+			// A file being written in pieces (truncated, then written) can
+			// parse at a pause, and a reload of it drops the runtime settings
+			// its missing keys seem to change, for good. Reload once the files
+			// held still for a whole debounce: two samples alike.
+			if now := m.fingerprint(); now != settling {
+				settling = now
+				debounce = time.After(o.Debounce)
+				continue
+			}
 			err := m.Reload(ctx) // logged; the old snapshot stays on failure
 			fp = m.fingerprint()
+			settling = fp
 			rewatch()
 			if o.Attempted != nil {
 				o.Attempted(err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,5 +246,57 @@ func TestWatchRetriesWhenAMissingFileAppears(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("creating the missing rule file did not retry the reload")
+	}
+}
+
+// A config written in two pieces with a pause longer than the debounce (a
+// truncating write, then the rest) parses at the pause; reloading it then
+// dropped the runtime settings its missing keys seemed to change. The watcher
+// reloads once the file held still for a whole debounce: only the whole file.
+func TestWatchWaitsForAFileToHoldStill(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	head := "gate: {defaults: {tpm: 5000, rpm: 10}}\n"
+	writeFile(t, cfg, head+"retry: {rounds: 7}\n")
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var rounds []int
+	m.OnSwap(func(_, s *Snapshot) { mu.Lock(); rounds = append(rounds, s.Config.Retry.Rounds); mu.Unlock() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	const debounce = 400 * time.Millisecond
+	go m.Watch(ctx, WatchOptions{Debounce: debounce, Poll: time.Hour, Ready: func() { close(ready) }})
+	<-ready
+	f, err := os.OpenFile(cfg, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(head); err != nil { // valid alone: retry.rounds back to its default
+		t.Fatal(err)
+	}
+	time.Sleep(debounce * 3 / 2) // past one debounce, within two
+	if _, err := f.WriteString("retry: {rounds: 6}\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := append([]int(nil), rounds...)
+		mu.Unlock()
+		if len(got) > 0 {
+			if got[0] != 6 {
+				t.Fatalf("reloaded with retry.rounds %v: the half-written file was loaded first", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reload after the file was written")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
