@@ -119,7 +119,56 @@ func TestReloadLogLevel(t *testing.T) {
 	if gate := root.Named("gate"); gate.IsWarn() || !gate.IsError() {
 		t.Errorf("after the reload a named logger logs at %v, want error", gate.GetLevel())
 	}
-	if !strings.Contains(logs.String(), "log.format is read at start") {
+	if !strings.Contains(logs.String(), "read at start; restart to apply them") || !strings.Contains(logs.String(), "log.format") {
 		t.Errorf("no word on the format change:\n%s", logs.String())
+	}
+}
+
+// A reload that changes what the daemon reads at start only says so, naming
+// each, in the log and in the reload event: "reloaded" alone let an operator
+// believe a new API token guarded the API.
+func TestReloadNamesStartOnlySettings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gatectl.yaml")
+	write := func(extra string) {
+		if err := os.WriteFile(path, []byte(extra+"providers:\n  alpha: {kind: openai, baseURL: \"http://127.0.0.1:9/v1\"}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	var logs testlog.Buffer
+	root := hclog.New(&hclog.LoggerOptions{Name: "gatectl", Level: hclog.Info, Output: &logs})
+	clock := engine.NewFakeClock(apiT0)
+	m, err := snapshot.NewManager(context.Background(), path, snapshot.Options{Clock: clock, Logger: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Manager: m, Clock: clock, Logger: root, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	events, cancel := srv.Bus().Subscribe(16)
+	defer cancel()
+	write("listen: 127.0.0.1:7999\napi: {tokenEnv: MY_TOKEN}\nserver: {maxConnections: 10}\ngate: {window: 2m, maxWait: 4m}\n")
+	if err := m.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "changed=\"listen, server, api\"") {
+		t.Errorf("want listen, server and api named, and nothing else (the gate reloads):\n%s", logs.String())
+	}
+	for {
+		select {
+		case ev := <-events:
+			if ev.Type != "reload" {
+				continue
+			}
+			if got := fmt.Sprint(ev.Data.(map[string]any)["restartToApply"]); got != "[listen server api]" {
+				t.Fatalf("reload event restartToApply %s, want [listen server api]", got)
+			}
+			return
+		case <-time.After(5 * time.Second):
+			t.Fatal("no reload event")
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,6 +241,33 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
+// startOnlyChanged names the settings a reload changed that the daemon reads
+// at start only: the listener, the state file, the connection limits, the
+// API's token and event cap, the shared store, the log format. An operator who
+// adds an API token to a running daemon is told it is not guarding anything yet.
+func startOnlyChanged(o, n *config.Config) []string {
+	var out []string
+	if o.Listen != n.Listen {
+		out = append(out, "listen")
+	}
+	if o.Resolve(o.StateDir) != n.Resolve(n.StateDir) {
+		out = append(out, "stateDir")
+	}
+	if !reflect.DeepEqual(o.Server, n.Server) {
+		out = append(out, "server")
+	}
+	if o.API != n.API {
+		out = append(out, "api")
+	}
+	if !reflect.DeepEqual(o.Store, n.Store) {
+		out = append(out, "store")
+	}
+	if o.Log.Format != n.Log.Format {
+		out = append(out, "log.format")
+	}
+	return out
+}
+
 // Handler returns the server's HTTP handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -299,10 +327,12 @@ func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 		s.logger.Error("reload: the retry planner refused the new policy; keeping the old one", "error", err)
 	}
 	s.quota.Reload(next.Pools, next.Quota)
+	// (said before a new log level may hide it)
+	restart := startOnlyChanged(old.Config, next.Config)
+	if len(restart) > 0 {
+		s.logger.Warn("reload: these settings are read at start; restart to apply them", "changed", strings.Join(restart, ", "))
+	}
 	if o, n := old.Config.Log, next.Config.Log; o != n {
-		if o.Format != n.Format { // (said before a new level may hide it)
-			s.logger.Warn("reload: log.format is read at start; restart to apply it", "running", o.Format, "configured", n.Format)
-		}
 		if o.Level != n.Level {
 			s.logger.Info("reload: log level changes", "from", o.Level, "to", n.Level)
 			// hclog's named loggers share their root's level: this moves them all
@@ -311,7 +341,11 @@ func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 	}
 	if old.File != next.File { // the file changed (not only the runtime settings)
 		s.metrics.Reload(true)
-		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: map[string]any{"ok": true, "version": next.Version}})
+		data := map[string]any{"ok": true, "version": next.Version}
+		if len(restart) > 0 {
+			data["restartToApply"] = restart
+		}
+		s.bus.Publish(Event{Type: "reload", At: s.clock.Now(), Data: data})
 		dropped := map[string]bool{}
 		for _, d := range s.settings.Reconcile(next.File) {
 			dropped[d.Section] = true
