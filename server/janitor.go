@@ -15,7 +15,10 @@ import (
 //     memory and in the state file (retry.Planner.Prune);
 //   - the pools' session routes and finished long-term entries idle as long
 //     (pool.Router.Sweep), and the sessions GET /gate/v1/sessions lists;
-//   - decision-API tickets past their time (closed, "ticket-expired").
+//   - decision-API tickets past their time (closed, "ticket-expired");
+//   - session records in the state file (a session's switch, pool, parent)
+//     unused for sessionRecordIdle: stamped when changed and, at most once a
+//     day, when the session calls through the proxy.
 //
 // Before, the prunes had no caller and tickets were swept only when another API
 // call arrived.
@@ -28,6 +31,11 @@ const (
 	// learned about its calls' sizes), short enough that a flood of invented
 	// names is gone within the quarter hour.
 	bucketIdle = 15 * time.Minute
+	// sessionRecordIdle is how long a session's settings outlive its last use
+	// in the state file: a harness that forks a session per subagent leaves a
+	// record each, and the file never shrinks by itself. Redis keeps them a
+	// week past their last change too.
+	sessionRecordIdle = 7 * 24 * time.Hour
 )
 
 // runJanitor sweeps every janitorEvery until ctx ends.
@@ -56,7 +64,32 @@ func (s *Server) sweep(now time.Time) {
 	s.quota.Sweep(now)
 	s.seen.prune(now.Add(-idle))
 	s.api.sweepTickets(now)
-	if len(evicted) > 0 || pruned > 0 {
-		s.logger.Debug("janitor swept", "buckets", len(evicted), "budgets", pruned)
+	records := s.sweepSessionRecords(now)
+	if len(evicted) > 0 || pruned > 0 || records > 0 {
+		s.logger.Debug("janitor swept", "buckets", len(evicted), "budgets", pruned, "sessionRecords", records)
 	}
+}
+
+// sweepSessionRecords stamps the records of the sessions that called since
+// the last pass and drops those unused for sessionRecordIdle (and their cached
+// copies). It returns how many went.
+func (s *Server) sweepSessionRecords(now time.Time) int {
+	var used []string
+	s.seen.each(func(id string, at time.Time) {
+		if !at.Before(s.swept) {
+			used = append(used, id)
+		}
+	})
+	s.swept = now
+	if err := s.store.TouchSessions(used, now); err != nil {
+		s.logger.Warn("janitor: stamping session records failed; trying again next pass", "error", err)
+	}
+	gone, err := s.store.PruneSessions(now.Add(-sessionRecordIdle))
+	if err != nil {
+		s.logger.Warn("janitor: pruning session records failed; trying again next pass", "error", err)
+	}
+	for _, id := range gone {
+		s.sessions.Forget(id)
+	}
+	return len(gone)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatectl/gatectl/engine/retry"
 )
@@ -76,5 +77,37 @@ func TestJanitorPrunesIdleSessionsAndTickets(t *testing.T) {
 	apiEventually(t, "the routes to go", func() bool { routes, _ := e.srv.Quota().Tracked(); return routes == 0 })
 	if n := e.srv.Ledger().Buckets(); n != 0 {
 		t.Fatalf("%d buckets left", n)
+	}
+}
+
+// A session's record in the state file (its switch, pool, parent) goes a week
+// after its last use: a harness forking a session per subagent left one each,
+// for ever. A session that keeps calling keeps its record.
+func TestJanitorDropsUnusedSessionRecords(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	for _, id := range []string{"busy", "idle-1", "idle-2"} {
+		e.call(http.MethodPut, "/gate/v1/sessions/"+id, `{"switch":"off"}`, http.StatusOK)
+	}
+	if n, _ := e.srv.store.Sessions(); n != 3 {
+		t.Fatalf("%d records, want 3", n)
+	}
+	for day := range 8 {
+		e.srv.seen.note("busy", e.clock.Now()) // a call through the proxy
+		for range 24 {
+			e.clock.Advance(time.Hour)
+			e.srv.sweep(e.clock.Now())
+		}
+		if n, _ := e.srv.store.Sessions(); day < 6 && n != 3 {
+			t.Fatalf("day %d: %d records, want all 3 still", day+1, n)
+		}
+	}
+	if n, _ := e.srv.store.Sessions(); n != 1 {
+		t.Fatalf("after 8 days: %d records, want the busy session's alone", n)
+	}
+	if got := e.get("/gate/v1/sessions/idle-1", http.StatusOK); fmt.Sprint(got["switch"]) == "off" {
+		t.Fatalf("idle-1 still switched off after its record went: %v", got)
+	}
+	if got := e.get("/gate/v1/sessions/busy", http.StatusOK); fmt.Sprint(got["switch"]) != "off" {
+		t.Fatalf("busy lost its setting: %v", got)
 	}
 }

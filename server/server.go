@@ -71,6 +71,7 @@ type Server struct {
 	quota    *pool.Router
 	sessions *pool.Sessions
 	seen     *seenSessions // when each session last called, for GET /gate/v1/sessions
+	swept    time.Time     // the janitor's last pass (janitor.go)
 	store    *state.Store
 	shared   *redisstore.Store // nil: the gate's state lives in this process only
 	settings *settings.Book    // runtime settings over the config file's
@@ -127,6 +128,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err) // (the error names the state file)
 	}
 	s.store = store
+	store.SetClock(o.Clock.Now)
 	if err := s.openSettings(o.Manager); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("server: settings: %w", err)

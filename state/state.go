@@ -73,7 +73,11 @@ var lockTimeout = 2 * time.Second
 type Store struct {
 	db   *bolt.DB
 	path string
+	now  func() time.Time // stamps a session record's use (SetClock)
 }
+
+// SetClock gives the store the daemon's clock for the times it records.
+func (s *Store) SetClock(now func() time.Time) { s.now = now }
 
 // Open opens (creating when missing) the state file FileName in dir, creating dir
 // too. See OpenFile.
@@ -164,7 +168,7 @@ func OpenFile(path string) (st *Store, err error) {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db, path: path, now: time.Now}, nil
 }
 
 // The fields of a bbolt meta page this package reads (bbolt's file format: a
@@ -264,6 +268,110 @@ func (s *Store) guard(err *error, panicOnFault bool) {
 	}
 }
 
+// storedSession is a session record as the file holds it: with when the session
+// last used it (a change, or a call: TouchSessions), so a record nobody uses
+// can go (PruneSessions). An older gatectl reads the record and ignores the time.
+type storedSession struct {
+	pool.SessionRecord
+	LastUsed time.Time `json:"lastUsed,omitzero"`
+}
+
+// touchEvery: a session in use has its record's time moved at most this often,
+// so a busy session costs a write a day, not one a call.
+const touchEvery = 24 * time.Hour
+
+// TouchSessions records that the sessions ids are in use at now: the records
+// of those that have one, stamped more than touchEvery ago, are stamped now.
+// One transaction.
+func (s *Store) TouchSessions(ids []string, now time.Time) (err error) {
+	defer s.guard(&err, debug.SetPanicOnFault(true))
+	var due []string // read first: most passes write nothing, and a write is an fsync
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		for _, id := range ids {
+			var st storedSession
+			if v := b.Get([]byte(id)); v != nil && json.Unmarshal(v, &st) == nil && now.Sub(st.LastUsed) >= touchEvery {
+				due = append(due, id)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		for _, id := range due {
+			v := b.Get([]byte(id))
+			if v == nil {
+				continue
+			}
+			var st storedSession
+			if json.Unmarshal(v, &st) != nil || now.Sub(st.LastUsed) < touchEvery {
+				continue
+			}
+			st.LastUsed = now.UTC()
+			nv, err := json.Marshal(st)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(id), nv); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("state: %s: touch sessions: %w", s.path, err)
+	}
+	return nil
+}
+
+// PruneSessions deletes the session records last used before before and
+// returns their ids. A record from before the file kept the time is stamped
+// now instead: it gets the whole span from this gatectl on.
+func (s *Store) PruneSessions(before time.Time) (ids []string, err error) {
+	defer s.guard(&err, debug.SetPanicOnFault(true))
+	now := s.now().UTC()
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		var stamp [][2][]byte
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var st storedSession
+			if json.Unmarshal(v, &st) != nil {
+				continue // LoadSession says what is wrong with it
+			}
+			switch {
+			case st.LastUsed.IsZero():
+				st.LastUsed = now
+				nv, err := json.Marshal(st)
+				if err != nil {
+					return err
+				}
+				stamp = append(stamp, [2][]byte{append([]byte(nil), k...), nv})
+			case st.LastUsed.Before(before):
+				ids = append(ids, string(k))
+			}
+		}
+		for _, kv := range stamp {
+			if err := b.Put(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		for _, id := range ids {
+			if err := b.Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: %s: prune sessions: %w", s.path, err)
+	}
+	return ids, nil
+}
+
 // LoadSession implements pool.SessionStore.
 func (s *Store) LoadSession(id string) (rec pool.SessionRecord, ok bool, err error) {
 	defer s.guard(&err, debug.SetPanicOnFault(true))
@@ -293,7 +401,7 @@ func (s *Store) SaveSession(id string, rec pool.SessionRecord) (err error) {
 		if rec.IsZero() {
 			return b.Delete([]byte(id))
 		}
-		v, err := json.Marshal(rec)
+		v, err := json.Marshal(storedSession{rec, s.now().UTC()})
 		if err != nil {
 			return err
 		}

@@ -491,3 +491,44 @@ func TestBudgetsPerTurn(t *testing.T) {
 		t.Errorf("PruneBudgets = %d, %v; want every turn's record (%d)", n, err, len(keys))
 	}
 }
+
+// A session record is stamped when saved and when touched (at most once a
+// day), and pruned once unused long enough; one written before the file kept
+// the time gets the whole span from now on.
+func TestSessionRecordsAgeOut(t *testing.T) {
+	st, err := OpenFile(filepath.Join(t.TempDir(), FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	st.SetClock(func() time.Time { return now })
+	rec := pool.SessionRecord{Switch: pool.SettingOff, SwitchSource: pool.SourceSession}
+	for _, id := range []string{"a", "b"} {
+		if err := st.SaveSession(id, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.db.Update(func(tx *bolt.Tx) error { // an older gatectl's record
+		return tx.Bucket(bucketSessions).Put([]byte("old"), []byte(`{"switch":"off","switchSource":"session"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(3 * 24 * time.Hour)
+	if err := st.TouchSessions([]string{"a", "missing"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := st.PruneSessions(now.Add(-4 * 24 * time.Hour)); err != nil || len(ids) != 0 {
+		t.Fatalf("pruned %v (%v): nothing is 4 days unused (b was saved 3 days ago)", ids, err)
+	}
+	ids, err := st.PruneSessions(now.Add(-2 * 24 * time.Hour))
+	if err != nil || fmt.Sprint(ids) != "[b]" {
+		t.Fatalf("pruned %v (%v), want [b]: a was touched, old was stamped at the first prune", ids, err)
+	}
+	if got, ok, _ := st.LoadSession("a"); !ok || got != rec {
+		t.Fatalf("a after the prune: %+v %v", got, ok)
+	}
+	if got, ok, _ := st.LoadSession("old"); !ok || got != rec {
+		t.Fatalf("the older record after the prune: %+v %v", got, ok)
+	}
+}
