@@ -417,8 +417,11 @@ func pluginsDir(c *config.Config) string {
 func (m *Manager) relevant(name string) bool {
 	s := m.Current()
 	abs, _ := filepath.Abs(name)
+	// Kubernetes updates a mounted ConfigMap by renaming its ..data link
+	// over the old one: the files' own names, links into it, see no event.
+	swap := filepath.Base(abs) == "..data"
 	for _, f := range m.watchedFiles() {
-		if fa, _ := filepath.Abs(f); fa == abs {
+		if fa, _ := filepath.Abs(f); fa == abs || swap && filepath.Dir(fa) == filepath.Dir(abs) {
 			return true
 		}
 	}

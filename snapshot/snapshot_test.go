@@ -300,3 +300,50 @@ func TestWatchWaitsForAFileToHoldStill(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A ConfigMap mounted by Kubernetes is updated by renaming its ..data link to
+// a new directory; the config file is a link through it and sees no event of
+// its own. The swap reloads without waiting for the poll.
+func TestWatchFollowsAConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, body string) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, name, "gatectl.yaml"), body)
+	}
+	version("..2026_01", "gate: {defaults: {tpm: 5000, rpm: 10}}\n")
+	if err := os.Symlink("..2026_01", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "gatectl.yaml")
+	if err := os.Symlink(filepath.Join("..data", "gatectl.yaml"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewManager(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := make(chan *Snapshot, 4)
+	m.OnSwap(func(_, s *Snapshot) { swapped <- s })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	go m.Watch(ctx, WatchOptions{Debounce: 20 * time.Millisecond, Poll: time.Hour, Ready: func() { close(ready) }})
+	<-ready
+	version("..2026_02", "gate: {defaults: {tpm: 6000, rpm: 10}}\n")
+	if err := os.Symlink("..2026_02", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-swapped:
+		if got := s.Config.Gate.Defaults.TPM; got != 6000 {
+			t.Fatalf("reloaded with tpm %d, want 6000", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload after the ..data swap")
+	}
+}
