@@ -273,3 +273,35 @@ func TestAnotherClientIsNoDrainedBucket(t *testing.T) {
 		})
 	}
 }
+
+// A gated call makes gateMaxAttempts attempts (docs/sim.md: up to 6), then
+// counts as lost. Every call here is larger than the provider's limit, so every
+// attempt is refused: each lost call took exactly 6 429s (the last call may
+// still be retrying at the end). Counting attempts from 0, it took 7.
+func TestGatedCallGivesUpAfterSixAttempts(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(30 * time.Minute)
+	s.Sessions = 1
+	s.Provider.TPM = 1000
+	s.Provider.RetryAfter = Duration(time.Second) // many calls lost in the half hour
+	s.Prompt = SizeSpec{Median: 2000, P99: 2000}
+	s.MaxTokensShare = 0
+	s.Gate.TPM = 1_000_000
+	if gateMaxAttempts != 6 {
+		t.Fatalf("gateMaxAttempts %d, docs/sim.md says 6", gateMaxAttempts)
+	}
+	r, err := RunModes(s, ModeOracle, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{ModeOracle, ModeGate} {
+		x := r.Modes[m]
+		t.Logf("%s: %d 429s, %d lost, %d completed", m, x.RateLimited, x.Lost, x.Completed)
+		if x.Lost == 0 || x.Completed != 0 {
+			t.Fatalf("%s: %d lost, %d completed: want every call lost", m, x.Lost, x.Completed)
+		}
+		if extra := x.RateLimited - gateMaxAttempts*x.Lost; extra < 0 || extra >= gateMaxAttempts {
+			t.Errorf("%s: %d 429s for %d lost calls (%.2f each), want %d each", m, x.RateLimited, x.Lost, float64(x.RateLimited)/float64(x.Lost), gateMaxAttempts)
+		}
+	}
+}

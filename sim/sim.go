@@ -23,10 +23,10 @@ const (
 var Modes = []string{ModeOracle, ModeGate, ModeNaive}
 
 const (
-	gateMaxRetries = 6 // attempts a gated call makes before it counts as lost
-	naiveRetries   = 2
-	convergedBand  = 0.05
-	outsideRetry   = time.Second // an outside call refused is sent again this much later
+	gateMaxAttempts = 6 // attempts a gated call makes before it counts as lost (the first and 5 retries)
+	naiveRetries    = 2
+	convergedBand   = 0.05
+	outsideRetry    = time.Second // an outside call refused is sent again this much later
 )
 
 // Metrics is one mode's result.
@@ -544,7 +544,7 @@ func (r *runner) refused(now time.Time, s *session) {
 		}
 		r.gate.release(now, &s.adm) // the provider counted nothing; released first, as the proxy does
 		r.gate.rateLimited(now, ref.retryAfter, ax, s.sentAt, reserved, stated.limitTokens, stated.limitRequests)
-		if s.attempt >= gateMaxRetries {
+		if s.attempt+1 >= gateMaxAttempts { // attempt counts from 0: that was the last
 			r.giveUp(now, s)
 			return
 		}
