@@ -591,7 +591,13 @@ func (r *runner) outsideRequestsPerWindow() float64 {
 // are not counted as served in the run.
 func (r *runner) warmOutside(start time.Time) {
 	period := r.outsidePeriod()
-	n := int(time.Duration(r.s.Window) / period)
+	// the ticks before start fall at start + period/2 − k·period (k ≥ 1); the
+	// window holds those after start − window, oldest first
+	from := start.Add(-time.Duration(r.s.Window))
+	n := 0
+	for start.Add(period/2 - time.Duration(n+1)*period).After(from) {
+		n++
+	}
 	for k := n; k >= 1; k-- {
 		at := start.Add(period/2 - time.Duration(k)*period)
 		for _, c := range r.outsideCalls() {

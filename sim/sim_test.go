@@ -972,3 +972,46 @@ func headersHour(seed uint64, model, at string) Scenario {
 	s.Provider.Model, s.Provider.Headers, s.Provider.HeadersAt = model, true, at
 	return s
 }
+
+// A warm outside client's window holds every tick of the window before the
+// start, at the times its ticks would have sent them (start + period/2 −
+// k·period), also when the window is not a whole number of periods: the
+// oldest tick still inside it was left out whenever window ÷ period had a
+// fraction of a half or more.
+func TestOutsideWarmFillsTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		share      float64
+		pattern    string
+		every      time.Duration
+		callTokens int
+		want       int64
+	}{
+		// one burst of 0.3 × 200k × 1.5 = 90,000 tokens, at −45 s
+		{"bursts every 90s", 0.3, OutsideBursts, 90 * time.Second, 2000, 90_000},
+		// one burst of 100,000 tokens, at −50 s
+		{"bursts every 100s", 0.3, OutsideBursts, 100 * time.Second, 2000, 100_000},
+		// 2.6 calls a window, one every 23.08 s: at −11.5, −34.6 and −57.7 s
+		{"smooth, 2.6 calls a window", 0.13, OutsideSmooth, 0, 10_000, 30_000},
+		// 10 calls a window, one every 6 s: at −3, −9, … −57 s
+		{"smooth, 10 calls a window", 0.1, OutsideSmooth, 0, 2000, 20_000},
+		// two bursts of 30,000 tokens, at −15 and −45 s
+		{"bursts every 30s", 0.3, OutsideBursts, 30 * time.Second, 2000, 60_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := DefaultScenario()
+			s.Outside = OutsideSpec{Share: tc.share, Pattern: tc.pattern, Every: Duration(tc.every), CallTokens: tc.callTokens, Warm: true}
+			if err := s.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := newRunner(s, ModeGate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left, _ := r.provider.lim.remaining(r.start)
+			if held := int64(s.Provider.TPM) - left; held != tc.want {
+				t.Errorf("the provider's window holds %d outside tokens at the start, want %d", held, tc.want)
+			}
+		})
+	}
+}
