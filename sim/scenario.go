@@ -222,6 +222,84 @@ func (s Scenario) gateStart() float64 {
 	return 1
 }
 
+// outsidePeriod is the outside client's schedule step: one call (smooth) or one
+// burst (Validate keeps it at least minOutsidePeriod).
+func (s Scenario) outsidePeriod() time.Duration {
+	o := s.Outside
+	if o.Pattern == OutsideBursts {
+		if o.Every > 0 {
+			return time.Duration(o.Every)
+		}
+		return time.Duration(s.Window)
+	}
+	return time.Duration(s.smoothOutsidePeriod())
+}
+
+// smoothOutsidePeriod is the time between two smooth outside calls, in
+// nanoseconds: callTokens ÷ (share × tpm) of a window.
+func (s Scenario) smoothOutsidePeriod() float64 {
+	perWindow := s.Outside.Share * float64(s.Provider.TPM) / float64(s.Outside.CallTokens)
+	return float64(s.Window) / perWindow
+}
+
+// outsideBurstTokens is what one outside burst spends: share × tpm × every ÷
+// window, rounded.
+func (s Scenario) outsideBurstTokens() int64 {
+	return int64(math.Round(s.Outside.Share * float64(s.Provider.TPM) * float64(s.outsidePeriod()) / float64(s.Window)))
+}
+
+// minOutsidePeriod is the shortest step Validate lets the outside client's
+// schedule take: a call (smooth) or a burst at most every millisecond.
+const minOutsidePeriod = time.Millisecond
+
+// validateOutside names the outside client's keys that would make it send
+// nothing, or calls too fast to simulate: its schedule steps at least
+// minOutsidePeriod apart, each burst at least a token, and a burst's calls
+// no more than one a millisecond.
+func (s Scenario) validateOutside() error {
+	o := s.Outside
+	if o.Share == 0 {
+		return nil
+	}
+	if o.Pattern != OutsideBursts {
+		switch p := s.smoothOutsidePeriod(); {
+		case p < float64(minOutsidePeriod):
+			least := int(math.Ceil(float64(minOutsidePeriod) * o.Share * float64(s.Provider.TPM) / float64(s.Window)))
+			return fmt.Errorf("scenario.outside.callTokens: the outside client would send %.3g calls a millisecond (share × tpm ÷ callTokens a window), more than one: callTokens must be at least %d (got %d)",
+				float64(minOutsidePeriod)/p, least, o.CallTokens)
+		case p >= math.MaxInt64:
+			return fmt.Errorf("scenario.outside.share: %g is too small: the outside client would send a call every %.3g hours", o.Share, p/float64(time.Hour))
+		}
+		return s.validateOutsideRequests()
+	}
+	period := s.outsidePeriod()
+	if period < minOutsidePeriod {
+		return fmt.Errorf("scenario.outside.every: the burst period (unset: the window) must be at least %s (got %s)", minOutsidePeriod, period)
+	}
+	burst := s.outsideBurstTokens()
+	if burst < 1 {
+		return fmt.Errorf("scenario.outside.every: each burst must spend at least 1 token (share × tpm × every ÷ window rounds to %d with every %s)", burst, period)
+	}
+	if calls := (burst + int64(o.CallTokens) - 1) / int64(o.CallTokens); calls > int64(period/minOutsidePeriod) {
+		least := (burst + int64(period/minOutsidePeriod) - 1) / int64(period/minOutsidePeriod)
+		return fmt.Errorf("scenario.outside.callTokens: each burst would send %d calls in %s, more than one a millisecond: callTokens must be at least %d (got %d)",
+			calls, period, least, o.CallTokens)
+	}
+	return s.validateOutsideRequests()
+}
+
+// validateOutsideRequests refuses an outside client that would take every
+// request the provider allows: its refused calls would come back every second
+// and pile up without end, and the oracle would be left no request.
+func (s Scenario) validateOutsideRequests() error {
+	perWindow := s.Outside.Share * float64(s.Provider.TPM) / float64(s.Outside.CallTokens)
+	if math.Ceil(perWindow) >= float64(s.Provider.RPM) {
+		return fmt.Errorf("scenario.outside.callTokens: the outside client would send %.4g calls a window (share × tpm ÷ callTokens), leaving the sessions none of provider.rpm (%d) (got %d)",
+			perWindow, s.Provider.RPM, s.Outside.CallTokens)
+	}
+	return nil
+}
+
 // SizeSpec is a lognormal size given by its median and 99th percentile.
 type SizeSpec struct {
 	Median float64 `yaml:"median" json:"median"`
@@ -385,6 +463,9 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.provider.headersAt: %q is invalid; choices are [%s %s]", s.Provider.HeadersAt, HeadersAtCompletion, HeadersAtArrival)
 	case time.Duration(s.Duration) > 30*24*time.Hour:
 		return fmt.Errorf("scenario.duration: at most 720h (got %s)", time.Duration(s.Duration))
+	}
+	if err := s.validateOutside(); err != nil {
+		return err
 	}
 	cfg := gate.DefaultConfig()
 	s.Gate.applyAdmission(&cfg)

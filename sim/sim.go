@@ -569,17 +569,7 @@ func (r *runner) giveUp(now time.Time, s *session) {
 
 // outsidePeriod is the outside client's schedule step: one call (smooth) or one
 // burst.
-func (r *runner) outsidePeriod() time.Duration {
-	o := r.s.Outside
-	if o.Pattern == OutsideBursts {
-		if o.Every > 0 {
-			return time.Duration(o.Every)
-		}
-		return time.Duration(r.s.Window)
-	}
-	perWindow := o.Share * float64(r.s.Provider.TPM) / float64(o.CallTokens)
-	return time.Duration(float64(r.s.Window) / perWindow)
-}
+func (r *runner) outsidePeriod() time.Duration { return r.s.outsidePeriod() }
 
 func (r *runner) outsideRequestsPerWindow() float64 {
 	return r.s.Outside.Share * float64(r.s.Provider.TPM) / float64(max(1, r.s.Outside.CallTokens))
@@ -621,7 +611,7 @@ func (r *runner) outsideCalls() []int64 {
 		return []int64{int64(o.CallTokens)}
 	}
 	var calls []int64
-	left := int64(math.Round(o.Share * float64(r.s.Provider.TPM) * float64(r.outsidePeriod()) / float64(r.s.Window)))
+	left := r.s.outsideBurstTokens()
 	for left > 0 {
 		c := min(left, int64(o.CallTokens))
 		calls = append(calls, c)
