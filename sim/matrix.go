@@ -47,10 +47,18 @@ type MatrixRow struct {
 // Matrix runs the gate (and the oracle, for reference) for every provider limit
 // model × {no latency, latency} × MatrixStarts × MatrixOutside, from base. Rows
 // vary sessions over 24–40 and demand over 1.4–1.6 deterministically. The latency
-// rows use base.Network, or the default scenario's when base has none. Runs go in
-// parallel; the result is the same in any order.
+// rows use base.Network, or the default scenario's when base has none. The rows
+// without outside traffic drop outside.until; those with it keep base's outside
+// keys, but the built-in outside.callTokens no larger than provider.tpm. A row
+// that still cannot run is refused before any run. Runs go in parallel; the
+// result is the same in any order.
 func Matrix(base Scenario) ([]MatrixRow, error) {
 	scens, rows := matrixRuns(base)
+	for i, s := range scens { // a row that cannot run is the scenario's to fix: said before any runs
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("matrix: the scenario cannot run as row %d (%s, start %g, outside.share %g): %w", i, rows[i].Model, rows[i].Start, rows[i].Outside, err)
+		}
+	}
 	errs := make([]error, len(rows))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -105,6 +113,12 @@ func matrixRuns(base Scenario) ([]Scenario, []MatrixRow) {
 					}
 					s.Gate.Start, s.Gate.TPM, s.Gate.RPM = start, 0, 0
 					s.Outside.Share = out
+					if out == 0 {
+						s.Outside.Until = 0 // no client to stop
+					} else if s.Outside.CallTokens == DefaultScenario().Outside.CallTokens {
+						// the built-in size: no larger than the limit it spends
+						s.Outside.CallTokens = min(s.Outside.CallTokens, s.Provider.TPM)
+					}
 					s.Sessions = 24 + (i*7)%17             // 24 … 40
 					s.Demand = 1.4 + 0.05*float64((i*3)%5) // 1.40 … 1.60
 					scens = append(scens, s)

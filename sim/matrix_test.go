@@ -201,3 +201,52 @@ func TestOracleTargets(t *testing.T) {
 		t.Errorf("start 1 with outside traffic: %v, want %v", got, want)
 	}
 }
+
+// The matrix sets outside.share per row and keeps the scenario's other
+// outside keys: a scenario that runs on its own runs as every row. Its
+// outside.until stopped no client in the rows without one, and the built-in
+// 2,000-token outside call did not fit a limit of 1,500. A row that still
+// cannot run is refused up front, naming the matrix.
+func TestMatrixRowsRunFromOrdinaryScenarios(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		err  string
+	}{
+		{"OutsideUntil", "outside: {share: 0.1, until: 30m}\n", ""},
+		{"SmallLimit", "provider: {tpm: 1500, rpm: 20}\n", ""},
+		{"SmallLimitWarmBursts", "provider: {tpm: 1500, rpm: 20}\noutside: {pattern: bursts, warm: true}\n", ""},
+		{"CallTokensSetTooLarge", "provider: {tpm: 1500, rpm: 20}\noutside: {callTokens: 5000}\n",
+			"matrix: the scenario cannot run as row 1 (sliding-arrival, start 1, outside.share 0.1): scenario.outside.callTokens: must be in [1, provider.tpm] (got 5000)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base, err := ParseScenario([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			base.Duration = Duration(2 * time.Minute)
+			scens, rows := matrixRuns(base)
+			for i, s := range scens {
+				switch {
+				case rows[i].Outside == 0 && s.Outside.Until != 0:
+					t.Errorf("row %d: no outside client, but outside.until %s", i, time.Duration(s.Outside.Until))
+				case rows[i].Outside > 0 && s.Outside.Until != base.Outside.Until:
+					t.Errorf("row %d: outside.until %s, want the scenario's %s", i, time.Duration(s.Outside.Until), time.Duration(base.Outside.Until))
+				}
+			}
+			got, err := Matrix(base)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(rows) {
+				t.Fatalf("%d rows, want %d", len(got), len(rows))
+			}
+		})
+	}
+}
