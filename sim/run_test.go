@@ -305,3 +305,37 @@ func TestGatedCallGivesUpAfterSixAttempts(t *testing.T) {
 		}
 	}
 }
+
+// After outside.until the outside client spends nothing more: the calls it
+// had refused and was about to send again are given up too (docs/sim.md:
+// "gives up a call refused then"), not offered once more and served.
+func TestOutsideStopGivesUpRefusedCalls(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(10 * time.Minute)
+	s.Demand = 3
+	s.Outside.Share, s.Outside.Until = 0.2, Duration(5*time.Minute)
+	r, err := newRunner(s, ModeNaive) // no gate: the sessions keep the window full
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.stopped.IsZero() && r.step() {
+	}
+	if r.stopped.IsZero() {
+		t.Fatal("the outside client never stopped")
+	}
+	waiting := 0
+	for _, e := range r.q {
+		if e.kind == evOutsideCall {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		t.Fatal("no refused outside call was waiting at the stop: the test proves nothing")
+	}
+	offered := r.provider.requests[fromOutside] + int64(r.provider.refusedOut)
+	for r.step() {
+	}
+	if after := r.provider.requests[fromOutside] + int64(r.provider.refusedOut) - offered; after != 0 {
+		t.Errorf("%d outside calls were waiting at the stop; %d were offered after it, want none", waiting, after)
+	}
+}

@@ -445,10 +445,11 @@ func (r *runner) handle(e event) {
 	case evOutsideTick:
 		r.outsideTick(now)
 	case evOutsideCall:
+		if r.outsideStopped(now) {
+			return // outside.until: it gives up the calls it had not sent, refused ones waiting to be sent again too
+		}
 		if ref, _ := r.provider.offer(now, whole(e.tokens), fromOutside); ref.axis != axisNone {
-			if r.stopped.IsZero() { // stopped, it gives up what was refused
-				r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
-			}
+			r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
 			return
 		}
 		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)
@@ -620,9 +621,18 @@ func (r *runner) outsideCalls() []int64 {
 	return calls
 }
 
+// outsideStopped says whether the outside client has stopped spending at now
+// (outside.until; at or past the run's end it never does). It goes by the
+// time, not by the stop's event: a call due at the very instant of the stop is
+// given up whichever event comes first.
+func (r *runner) outsideStopped(now time.Time) bool {
+	u := time.Duration(r.s.Outside.Until)
+	return u > 0 && u < time.Duration(r.s.Duration) && !now.Before(r.start.Add(u))
+}
+
 // outsideTick sends the outside client's next call (smooth) or burst.
 func (r *runner) outsideTick(now time.Time) {
-	if !r.stopped.IsZero() {
+	if r.outsideStopped(now) {
 		return // outside.until: it sends no more
 	}
 	for _, c := range r.outsideCalls() {
