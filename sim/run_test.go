@@ -339,3 +339,39 @@ func TestOutsideStopGivesUpRefusedCalls(t *testing.T) {
 		t.Errorf("%d outside calls were waiting at the stop; %d were offered after it, want none", waiting, after)
 	}
 }
+
+// The window sample that falls at outside.until judges the window that just
+// ended, in which the outside client spent, against the capacity it left (the
+// true TPM less its share), not the whole limit: the sample comes before the
+// stop at that instant.
+func TestSampleAtTheOutsideStopJudgesTheWindowBefore(t *testing.T) {
+	s := DefaultScenario()
+	s.Duration = Duration(5 * time.Minute)
+	s.Outside.Share, s.Outside.Until = 0.1, Duration(2*time.Minute)
+	r, err := newRunner(s, ModeGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(r.learned) < 2 && r.step() {
+	}
+	if len(r.learned) < 2 {
+		t.Fatal("no sample at the stop")
+	}
+	at := r.clock.Now()
+	if want := r.start.Add(time.Duration(s.Outside.Until)); !at.Equal(want) {
+		t.Fatalf("second sample at %s, want at the stop %s", at, want)
+	}
+	if !r.stopped.IsZero() {
+		t.Error("the outside client stopped before the sample at its stop")
+	}
+	learned, _, _ := r.gate.learned(at)
+	before := float64(s.Provider.TPM) * (1 - s.Outside.Share)
+	if got := r.learned[1]; math.Abs(got*before-learned) > 1e-6*learned {
+		t.Errorf("the sample at the stop reads %.4f of the capacity, want %.4f (%.0f of the %.0f the outside client left)", got, learned/before, learned, before)
+	}
+	for r.step() {
+	}
+	if r.stopped.IsZero() || len(r.learned) != 5 {
+		t.Fatalf("stopped %v, %d samples: want the stop and 5", r.stopped, len(r.learned))
+	}
+}

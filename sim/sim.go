@@ -217,6 +217,12 @@ func (q eventQueue) Less(i, j int) bool {
 	if !q[i].at.Equal(q[j].at) {
 		return q[i].at.Before(q[j].at)
 	}
+	// The outside client's stop comes last at its instant: a window sample
+	// there judges the window that just ended, spent in with the client, against
+	// the capacity it left.
+	if si, sj := q[i].kind == evOutsideStop, q[j].kind == evOutsideStop; si != sj {
+		return sj
+	}
 	return q[i].seq < q[j].seq
 }
 func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
