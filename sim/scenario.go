@@ -43,6 +43,8 @@ import (
 //	                         #   is told nothing about the axis
 //	  statesLimit: false     # true: a 429 states the limit that refused, per minute, in OpenAI's words;
 //	                         #   the gate adopts it as a stated limit
+//	  decides: whole         # or known: a call is decided on its input and max_tokens at arrival, its
+//	                         #   output counted once written (whole: on its whole cost, output included)
 //	network:                 # each one-way trip between gate and provider takes delay + U[0, jitter)
 //	  delay: 5ms             #   admission → the provider's count, and the answer or 429 → the gate
 //	  jitter: 10ms
@@ -53,18 +55,22 @@ import (
 //	  share: 0               # fraction of the true TPM it spends (0 = none), in calls of callTokens
 //	  pattern: smooth        # smooth: one call every callTokens ÷ (share × tpm) of a window;
 //	                         #   bursts: every `every`, all that span's calls at the same instant
-//	  callTokens: 2000       # the size of each outside call
-//	  every: 60s             # bursts only: the burst period (default: the window)
+//	  callTokens: 2000       # the size of each outside call, at most tpm; at most one call a
+//	                         #   millisecond, and fewer calls a window than rpm
+//	  every: 60s             # bursts only: the burst period (default: the window), at least 1ms,
+//	                         #   each burst at least 1 token
 //	                         # a refused outside call is sent again 1 s later until it passes
 //	  warm: false            # true: it was already spending before the run, so the provider's
 //	                         #   window starts with its last window of calls (not counted as served)
 //	  until: 0s              # it stops spending this long into the run (0: never); from then on
 //	                         #   the capacity left to the gate is the whole limit
 //	gate:                    # the gate's configured start, possibly wrong
-//	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given)
+//	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given);
+//	                         #   positive (0 in a Scenario value means unset: 1.0)
 //	  tpm: 0                 # absolute start in tokens per window; overrides start
 //	  rpm: 0                 # absolute start in requests per window; overrides start
-//	  safetyFactor: 0.85
+//	  safetyFactor: 0        # a hard cap on the share of the budget spent, in (0, 1]; 0: the gate
+//	                         #   derives its margin
 //	  pace: 3                # the admission's settings, as in the config's gate: section
 //	  paceBurst: 0.07        #   (unset: the gate's defaults)
 //	  marginSigmas: 5
@@ -367,7 +373,32 @@ func ParseScenario(data []byte) (Scenario, error) {
 	if err := dec.Decode(&s); err != nil {
 		return s, fmt.Errorf("scenario: %w", err)
 	}
+	// A Scenario holds an unset gate.start as 0 (the truth, 1.0): a file that
+	// writes 0 means something else, and is told so.
+	if n := mappingValue(root.Content[0], "gate", "start"); n != nil && s.Gate.Start == 0 {
+		return s, fmt.Errorf("scenario: line %d: scenario.gate.start: must be positive (got %s); leave it out to start at the truth (1.0)", n.Line, n.Value)
+	}
 	return s, s.Validate()
+}
+
+// mappingValue is the node at path in the mapping n, or nil.
+func mappingValue(n *yaml.Node, path ...string) *yaml.Node {
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	return n
 }
 
 // wholeCounts refuses a number with a fraction where t, the type n decodes
@@ -419,6 +450,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.sessions: must be in [1, %d] (got %d)", MaxSessions, s.Sessions)
 	case s.Demand <= 0:
 		return fmt.Errorf("scenario.demand: must be positive (got %g)", s.Demand)
+	case s.Provider.Model == "":
+		return fmt.Errorf("scenario.provider.model: must be set; choices are %v", LimitModels)
 	case s.Provider.TPM <= 0 || s.Provider.RPM <= 0:
 		return fmt.Errorf("scenario.provider: tpm and rpm must be positive")
 	case s.Provider.RetryAfter < 0:

@@ -154,6 +154,11 @@ func TestParseScenario(t *testing.T) {
 		{"OutsideBurstsOfTooManyCalls", "provider: {tpm: 1000000000000}\noutside: {share: 0.5, pattern: bursts, callTokens: 1000}\n",
 			"scenario.outside.callTokens: each burst would send 500000000 calls in 1m0s, more than one a millisecond: callTokens must be at least 8333334 (got 1000)"},
 		{"GateStart", "gate: {start: -1}\n", "scenario.gate"},
+		// 0 is how a Scenario holds an unset start (1.0): written, it is refused
+		{"GateStartZero", "gate: {start: 0}\n", "scenario: line 1: scenario.gate.start: must be positive (got 0); leave it out to start at the truth (1.0)"},
+		{"GateStartZeroWithLimits", "gate:\n  tpm: 1000\n  start: 0.0\n", "scenario: line 3: scenario.gate.start: must be positive (got 0.0)"},
+		{"GateStartNull", "gate: {start: ~}\n", "scenario.gate.start: must be positive (got ~)"},
+		{"LimitModelEmpty", "provider: {model: \"\"}\n", "scenario.provider.model: must be set; choices are [sliding-arrival"},
 		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
 	} {
