@@ -29,13 +29,18 @@ type apiAuth struct {
 	// time hides the token's length as well as its bytes.
 	sum [sha256.Size]byte
 	set bool
+	n   int // the token's length, for the check beyond loopback
 }
+
+// minExposedToken is the shortest token the daemon accepts beyond loopback:
+// anyone who can reach it may guess, and 401s are not slowed down.
+const minExposedToken = 16
 
 func newAPIAuth(token string) apiAuth {
 	if token == "" {
 		return apiAuth{}
 	}
-	return apiAuth{sum: sha256.Sum256([]byte(token)), set: true}
+	return apiAuth{sum: sha256.Sum256([]byte(token)), set: true, n: len(token)}
 }
 
 // guarded reports whether path needs the token: /gate/v1/* and /ui, /ui/*.
@@ -104,8 +109,7 @@ func (s *Server) CheckListen(addr string) error {
 	a := &net.TCPAddr{IP: ip}
 	if err := checkExposure(a, s.auth, s.snap.Current().Config.API.TokenEnv); err != nil {
 		// name the address as it was written (a host name has no IP to show)
-		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w",
-			net.JoinHostPort(host, port), errNoToken(s.snap.Current().Config.API.TokenEnv))
+		return errors.New(strings.Replace(err.Error(), a.String(), net.JoinHostPort(host, port), 1))
 	}
 	return nil
 }
@@ -121,10 +125,15 @@ func errNoToken(tokenEnv string) error {
 // checkExposure refuses to serve an unguarded decision API beyond loopback:
 // anyone who can reach it could reset models and settle other callers' tickets.
 func checkExposure(addr net.Addr, auth apiAuth, tokenEnv string) error {
-	if auth.set || isLoopback(addr) {
+	switch {
+	case isLoopback(addr):
 		return nil
+	case !auth.set:
+		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", addr, errNoToken(tokenEnv))
+	case auth.n < minExposedToken:
+		return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token of at least %d characters: %s (api.tokenEnv) holds %d", addr, minExposedToken, tokenEnv, auth.n)
 	}
-	return fmt.Errorf("server: listening on %s (beyond loopback) needs an API token: %w", addr, errNoToken(tokenEnv))
+	return nil
 }
 
 // isLoopback reports whether addr is reachable only from this machine. An

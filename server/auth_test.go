@@ -92,7 +92,8 @@ func TestServeRefusesPublicAddressWithoutToken(t *testing.T) {
 	}{
 		{"PublicNoTokenEnv", apiTestConfig, "", true, true},
 		{"PublicEmptyToken", authTestConfig, "", true, true},
-		{"PublicWithToken", authTestConfig, "tok", true, false},
+		{"PublicWithToken", authTestConfig, "a-token-of-24-characters", true, false},
+		{"PublicWithShortToken", authTestConfig, "tok", true, true}, // guessable by anyone who can reach it
 		{"LoopbackNoToken", apiTestConfig, "", false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -98,3 +98,31 @@ func TestReadyzForgetsReloadErrorAfterSuccess(t *testing.T) {
 		t.Fatalf("status after a later success: %v", st["lastReloadError"])
 	}
 }
+
+// With a token, /readyz — which probes reach without one — says a reload
+// failed but not why: the error quotes the file (a value typed in the wrong
+// place may be a key). The token's holders, and the log, get the words.
+func TestReadyzKeepsReloadErrorsForTheTokensHolders(t *testing.T) {
+	t.Setenv("GATECTL_AUTH_TEST_TOKEN", "s3cret-token")
+	e := newAPIEnv(t, authTestConfig)
+	if err := os.WriteFile(e.config, []byte(strings.Replace(authTestConfig, "tpm: 1000000", `tpm: "sk-proj-LEAKME"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mgr.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "LEAKME") {
+		t.Fatalf("reload: %v, want the value quoted (the log's words)", err)
+	}
+	r := e.get("/readyz", http.StatusOK)
+	if got := fmt.Sprint(r["lastReloadError"]); strings.Contains(got, "LEAKME") || !strings.Contains(got, "failed") {
+		t.Fatalf("readyz without the token: %q, want that it failed and nothing of the file", got)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.http.URL+"/readyz", nil)
+	req.Header.Set("Authorization", "Bearer s3cret-token")
+	resp, err := e.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "LEAKME") {
+		t.Fatalf("readyz with the token: %s, want the reload's error", b)
+	}
+}

@@ -238,7 +238,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
-	s.handler = s.auth.wrap(mux)
+	s.handler = refuseCrossSite(s.auth.wrap(mux))
 	s.ready.Store(true)
 	return s, nil
 }
@@ -370,7 +370,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	lim := cfg.Server // read once: a reload does not change them (see conns.go)
-	hs := newHTTPServer(s.handler, lim)
+	hs := newHTTPServer(hostGuard(s.handler, s.auth), lim)
 	hs.BaseContext = func(net.Listener) context.Context { return base }
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
@@ -413,6 +413,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reloads, failures, lastErr := s.snap.Stats()
+	if lastErr != "" && s.auth.set && !s.auth.allows(r) {
+		// Probes carry no token, and a reload's error quotes the file (a
+		// value, a path) to whoever asks: with a token, only to its holders.
+		lastErr = "the last reload failed: the log says why (or send the API token)"
+	}
 	body := map[string]any{"ready": true, "configVersion": s.snap.Current().Version,
 		"reloads": reloads, "reloadFailures": failures, "lastReloadError": lastErr}
 	status := http.StatusOK
