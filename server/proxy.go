@@ -161,13 +161,19 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, kind ap
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	start := time.Now()
 	snap := s.snap.Current()
-	if !snap.Config.Log.Access {
-		s.serveProxy(w, r, ep, snap, start)
-		return
-	}
 	rec := &statusRecorder{ResponseWriter: w}
 	pr, x := s.serveProxy(rec, r, ep, snap, start)
-	s.logAccess(r, ep, rec.status, pr, x, time.Since(start))
+	if rec.status == 0 && shutDown(r.Context()) {
+		// The grace ran out while the call was upstream: it may have been
+		// served, but its answer will not come. Say so, rather than close
+		// the connection on the client.
+		rec.Header().Set("Retry-After", "1")
+		rec.Header().Set("X-Should-Retry", "true")
+		writeFaceError(rec, ep.kind, http.StatusServiceUnavailable, "", "gatectl shut down before the upstream answered; send the request again")
+	}
+	if snap.Config.Log.Access {
+		s.logAccess(r, ep, rec.status, pr, x, time.Since(start))
+	}
 }
 
 // serveProxy answers one proxied request. It returns the request as read and

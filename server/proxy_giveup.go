@@ -77,8 +77,11 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		"class", v.Class, "kind", fail.f.ErrorKind, "should_retry", retry, "reason", reason)
 	if x.sseStarted { // a held stream: the failure is its error event
 		code := status
-		if code < 400 {
+		if code < 400 { // no HTTP answer: the code the same failure gets outside a stream
 			code = http.StatusBadGateway
+			if v.Class == engine.ClassTimeout {
+				code = http.StatusGatewayTimeout
+			}
 		}
 		x.failInStream(code, fmt.Sprintf("gatectl: upstream %s failed: %s (%s); %s", route, failureText(fail), v.Class, reason), fail.body)
 		return

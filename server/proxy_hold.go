@@ -59,9 +59,19 @@ func (x *exchange) holdLimit() time.Duration {
 // Nothing is armed for a wait known to end in time. capped says the limit was
 // reached and the client has had its 429.
 func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx context.Context, started func()) error) (capped bool, err error) {
+	// A shutdown ends every hold at once: the request was not sent (or its
+	// retry was not), and the client is told to send it again.
+	dctx, undrain := x.s.drainable(ctx)
+	defer undrain()
+	defer func() {
+		if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+			x.shuttingDown()
+			capped, err = true, nil
+		}
+	}()
 	if x.pr.stream {
 		var stop func()
-		err = wait(ctx, func() { stop = x.startNotices(ctx, info) })
+		err = wait(dctx, func() { stop = x.startNotices(dctx, info) })
 		if stop != nil {
 			stop()
 		}
@@ -70,7 +80,7 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 	clock := x.s.clock
 	c0 := clock.Now()
 	deadline := x.clockStart.Add(x.holdLimit())
-	hctx, cancel := context.WithCancel(ctx)
+	hctx, cancel := context.WithCancel(dctx)
 	defer cancel()
 	var fired atomic.Pointer[holdInfo] // what the wait looked like when the limit cut it
 	done := make(chan struct{})
@@ -103,11 +113,27 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 	if watching != nil {
 		<-watching
 	}
-	if in := fired.Load(); err != nil && in != nil && ctx.Err() == nil {
+	if in := fired.Load(); err != nil && in != nil && dctx.Err() == nil {
 		x.tooLong(*in, clock.Now().Sub(c0))
 		return true, nil
 	}
 	return false, err
+}
+
+// shuttingDown answers a request held when the daemon's shutdown began: 503,
+// come back in a second (to this daemon's successor, or another instance). A
+// held stream gets it as its error event.
+func (x *exchange) shuttingDown() {
+	const msg = "gatectl is shutting down: the request was not sent (or its retry was not); send it again"
+	x.s.proxyLog.Info("shutting down: answering a held request 503", "route", x.res.route.String(), "session", x.pr.session)
+	if x.sseStarted {
+		x.failInStream(http.StatusServiceUnavailable, msg, nil)
+		return
+	}
+	h := x.w.Header()
+	h.Set("Retry-After", "1")
+	h.Set("X-Should-Retry", "true")
+	writeFaceError(x.w, x.pr.ep.kind, http.StatusServiceUnavailable, "", msg)
 }
 
 // tooLong answers a non-streamed request held past its limit: 429, Retry-After

@@ -402,3 +402,43 @@ func TestHoldStalledClientDoesNotBlockTheCall(t *testing.T) {
 		t.Fatal("the request never finished: stopping the notices waits on a write the client never takes")
 	}
 }
+
+// A held stream whose upstream never answered gets the code the same timeout
+// gets outside a stream: 504, not 502.
+func TestHoldStreamTimeoutIs504(t *testing.T) {
+	stop := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer hang.Close()
+	defer close(stop)
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  pa: {kind: openai, baseURL: %s/v1}
+retry:
+  rounds: 0
+upstream:
+  firstByteTimeout: 100ms
+proxy:
+  holdNotice: 50ms
+  holdNoticeEvery: 100ms
+`, hang.URL), false)
+	f.coolDown("pa", "m", 300*time.Millisecond)
+	resp, body := f.call("/v1/chat/completions", chatReq("pa/m", "stream", true), "X-Gate-Turn", "t")
+	events := readEvents(t, body)
+	if resp.StatusCode != 200 || len(events) != 1 {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	var ev struct {
+		Error struct {
+			Message string `json:"message"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(events[0]), &ev); err != nil || !strings.Contains(ev.Error.Message, "TIMEOUT") || ev.Error.Code != 504 {
+		t.Fatalf("error event %s (%v), want TIMEOUT with code 504", events[0], err)
+	}
+}

@@ -113,6 +113,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 			if ctx.Err() == nil {
 				readErr := err
 				failed = func() { x.midStreamError(route, readErr, nil) }
+			} else if shutDown(ctx) { // cut at the end of the grace: say so, not a silent end
+				failed = func() {
+					x.failInStream(http.StatusServiceUnavailable, "gatectl shut down before the stream ended; the answer is incomplete", nil)
+				}
 			}
 			break
 		}

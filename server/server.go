@@ -87,6 +87,8 @@ type Server struct {
 	grace        time.Duration
 	started      time.Time
 	ready        atomic.Bool
+	drain        drainer  // ends the holds when the shutdown begins (drain.go)
+	active       handlers // the requests being answered
 	handler      http.Handler
 	api          *api
 	auth         apiAuth      // the decision API's and the console's token; read once in New
@@ -117,7 +119,8 @@ func New(o Options) (*Server, error) {
 	}
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
-		accessLog: o.Logger.Named("access"), bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now()}
+		accessLog: o.Logger.Named("access"), bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now(),
+		drain: newDrainer()}
 
 	dir := o.StateDir
 	if dir == "" {
@@ -360,17 +363,18 @@ func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 }
 
 // Serve answers on ln until ctx ends, then shuts down gracefully: it stops
-// accepting, lets running requests and streams finish within the grace period,
-// and cancels the rest (which releases their reservations).
+// accepting, answers the requests held in the gate 503 at once, lets calls
+// upstream and streams finish within the grace period, and cancels the rest,
+// each answered and its reservation released (drain.go).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	base, cancelAll := context.WithCancel(context.Background())
-	defer cancelAll()
+	base, cancelAll := context.WithCancelCause(context.Background())
+	defer cancelAll(nil)
 	cfg := s.snap.Current().Config
 	if err := checkExposure(ln.Addr(), s.auth, cfg.API.TokenEnv); err != nil {
 		return err
 	}
 	lim := cfg.Server // read once: a reload does not change them (see conns.go)
-	hs := newHTTPServer(hostGuard(s.handler, s.auth), lim)
+	hs := newHTTPServer(s.active.track(hostGuard(s.handler, s.auth)), lim)
 	hs.BaseContext = func(net.Listener) context.Context { return base }
 	hs.ErrorLog = s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	ln = newLimitListener(ln, lim.MaxConnections, &s.conns)
@@ -387,14 +391,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.ready.Store(false)
-	s.logger.Info("shutting down", "grace", s.grace)
+	s.logger.Info("shutting down: held requests are answered 503, calls upstream may finish", "grace", s.grace)
+	s.drain.stop() // the holds end at once (drain.go)
 	sctx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()
 	err := hs.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		cancelAll() // what did not finish in time is cancelled: its reservations are released
+		// What did not finish in time is cancelled: each handler answers its
+		// client (503, or an error event) and releases its reservation
+		// before the connections close.
+		cancelAll(errShutdown)
+		if !s.active.waitFor(handlerWait) {
+			s.logger.Warn("shutting down: some requests did not end after their cancellation", "waited", handlerWait)
+		}
 		err = hs.Close()
 	}
+	s.active.waitFor(handlerWait) // the store closes after them (Close)
 	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e
 	}

@@ -37,6 +37,12 @@ func serveCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			go func() {
+				// The first signal starts the graceful shutdown; from then on a
+				// second one has its default effect and ends the process now.
+				<-ctx.Done()
+				stop()
+			}()
 			err := runServe(ctx, serveParams{
 				ConfigPath: c.String("config"), Listen: c.String("listen"), StateDir: c.String("state-dir"),
 				Grace: c.Duration("grace"), Out: c.App.Writer, Log: c.App.ErrWriter, Reload: true,
