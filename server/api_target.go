@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -121,30 +120,20 @@ func (a *api) routeTarget(ctx context.Context, r engine.Route, session string) a
 }
 
 // poolTarget draws from the pool, as the proxy does for a pool name (see
-// resolvePool): a session stands for the pool by its first route in RouteFor, so
-// it starts on a drawn route, keeps it, and is moved off an exhausted provider as
-// the pool allows; without a session (or when the pool's first route is shared
-// with another pool, which then governs none) each call is a fresh draw. field
+// resolvePool): a session starts on a drawn route, keeps it, and is moved off an
+// exhausted provider as the pool allows; without a session each call is a fresh
+// draw. The pool named governs, even when it shares a route with another. field
 // names the request field that named the pool.
 func (a *api) poolTarget(ctx context.Context, name, session, field string) (apiTarget, error) {
 	pools := a.s.quota.Pools()
-	p := pools.Pool(name)
-	if p == nil {
+	if pools.Pool(name) == nil {
 		return apiTarget{}, apiFieldError{field, fmt.Sprintf("%v: %q (pools: %s)", pool.ErrNoPool, name, apiNames(pools.Names()))}
 	}
-	if first := p.Routes()[0]; session != "" && pools.Holding(first) == p {
-		t := a.routeTarget(ctx, first, session)
-		t.Pool = name
-		return t, nil
+	ch, err := a.s.quota.Route(ctx, session, pool.Ask{Pool: name})
+	if err != nil { // the settings could not be loaded: the choice follows the defaults
+		a.s.apiLog.Warn("session settings unreadable; using the defaults", "session", session, "error", err)
 	}
-	r, err := a.s.quota.PickRoute(ctx, name)
-	if err != nil {
-		if errors.Is(err, pool.ErrNoPool) {
-			return apiTarget{}, apiFieldError{field, err.Error()}
-		}
-		return apiTarget{}, err
-	}
-	return apiTarget{Route: r, Pool: name, Drawn: true}, nil
+	return apiTarget{Route: ch.Route, Pool: name, Drawn: ch.Drawn, Moved: ch.Moved}, nil
 }
 
 // apiParseRoute reads "provider/model" or "provider/model@effort". The model may

@@ -518,7 +518,8 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 		}
 	}
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
-		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.countedFrom(), Reserved: x.reserved})
+		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.countedFrom(), Reserved: x.reserved,
+		Pool: x.res.pool, Usable: func(to engine.Route) bool { return usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, to) == nil }})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,

@@ -23,9 +23,8 @@ const (
 // resolved is where a proxied request goes first, and what its key may reach.
 type resolved struct {
 	route engine.Route
-	// asked is the route the client named (for a pool: the pool's first route,
-	// which stands for the pool in pool.Router.RouteFor); pool is the pool's name
-	// when the client named one.
+	// asked is the route the client named (for a pool: the route the request
+	// starts on); pool is the pool's name when the client named one.
 	asked engine.Route
 	pool  string
 	// keyProvider is the provider the client's own key is meant for: the one it
@@ -125,8 +124,11 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 		return resolved{}, err
 	}
 	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider}
-	// The client named this route: a new session starts on it, not on a draw.
-	ch, err := s.quota.RouteForChosen(ctx, session, asked)
+	// The client named this route: a new session starts on it, not on a draw;
+	// it is moved only where its key and this endpoint may go.
+	ch, err := s.quota.Route(ctx, session, pool.Ask{Route: asked, Chosen: true, Usable: func(_, to engine.Route) bool {
+		return usableRoute(cfg, kind, asked.Provider, to) == nil
+	}})
 	if err != nil {
 		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
 	}
@@ -136,30 +138,26 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 	return res, nil
 }
 
-// resolvePool draws (or keeps) the session's route in pool p.
+// resolvePool draws (or keeps) the session's route in pool p, among the
+// routes of the endpoint's protocol. The pool the client named governs the
+// session, even when it shares the route with another pool.
 func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *pool.Pool, session string) (resolved, error) {
-	routes := p.Routes()
-	res := resolved{asked: routes[0], pool: p.Name()}
-	var r engine.Route
-	// RouteFor governs the session by the pool holding its route; a route that
-	// several pools share is governed by none, so such a pool draws afresh.
-	if session != "" && snap.Pools.Holding(routes[0]) == p {
-		ch, err := s.quota.RouteFor(ctx, session, routes[0])
-		if err != nil {
-			s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
+	cfg := snap.Config
+	ch, err := s.quota.Route(ctx, session, pool.Ask{Pool: p.Name(), Usable: func(from, to engine.Route) bool {
+		if from.Provider == "" { // a draw: the client's key is taken for the drawn route's
+			return kindMatches(cfg, kind, to.Provider) == nil
 		}
-		r = ch.Route
-	} else {
-		var err error
-		if r, err = s.quota.PickRoute(ctx, p.Name()); err != nil {
-			return resolved{}, &routeError{err.Error()}
-		}
+		// A move: the client's key was meant for the route the session is on.
+		return usableRoute(cfg, kind, from.Provider, to) == nil
+	}})
+	if err != nil {
+		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
 	}
-	if err := kindMatches(snap.Config, kind, r.Provider); err != nil {
-		return resolved{}, &routeError{fmt.Sprintf("pool %q: route %s: %s", p.Name(), r, err)}
+	r := ch.Route
+	if err := kindMatches(cfg, kind, r.Provider); err != nil {
+		return resolved{}, &routeError{fmt.Sprintf("pool %q has no %s-kind route for this endpoint (routes: %s); %s", p.Name(), kind, apiRouteList(p.Routes()), err)}
 	}
-	res.route, res.keyProvider = r, r.Provider
-	return res, nil
+	return resolved{asked: r, route: r, pool: p.Name(), keyProvider: r.Provider}, nil
 }
 
 // kindMatches refuses an endpoint of one protocol for a provider of the other.

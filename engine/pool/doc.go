@@ -11,7 +11,7 @@
 // whose provider is marked exhausted.
 //
 // Router is the runtime: per session, the route it runs on and its long-term
-// wait; per provider, exhaustion marks. RouteFor chooses a session's route
+// wait; per provider, exhaustion marks. Route (RouteFor) chooses a session's route
 // before a call; a QUOTA failure (OnQuota, or RouteQuota through the retry
 // planner) marks the provider, fails the session over to another route of its
 // pool, or — when none is left — arms a long-term wait until the allowance
@@ -21,6 +21,11 @@
 // # Invariants
 //
 //   - A draw never returns a marked route while an unmarked one remains.
+//   - A draw, a move or a failover answers only a route the caller accepts
+//     (Ask.Usable, QuotaFailure.Usable); a move the caller would refuse is
+//     never recorded.
+//   - The pool a request names (Ask.Pool, QuotaFailure.Pool) governs it, unless
+//     the session's own pool setting names another.
 //   - A session that opted out of pools, or whose pool does not hold the route it
 //     asked for, keeps its route.
 //   - Route state (marks, current routes, waits) lives in memory: it is short-

@@ -191,8 +191,10 @@ func score(ctx context.Context, p *Pool, r *engine.Reading, b *balance) (float64
 // nil). With move false it is the draw of a starting session and always answers a
 // route (ok false: nothing was usable, the first route answers). With move true it
 // is a move off a marked provider, and ok false means no route is even unmarked.
+// usable, when not nil, leaves out the routes the caller cannot send to: they
+// are never answered, except as the first route of a draw with nothing else.
 // It reads readings with Last only: callers refresh first when they may wait.
-func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.Time, exclude *engine.Route, move bool) (engine.Route, bool) {
+func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.Time, exclude *engine.Route, move bool, usable func(engine.Route) bool) (engine.Route, bool) {
 	n := len(p.routes)
 	var markBuf [stackRoutes]markSnap
 	var candBuf [stackRoutes]cand
@@ -219,11 +221,14 @@ func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.T
 	q.mu.Unlock()
 
 	lifted := false
-	firstUsable, firstUnmarked := -1, -1
+	firstUsable, firstUnmarked, first := -1, -1, -1
 	for i := range p.routes {
 		r := &p.routes[i]
-		if exclude != nil && RouteMatches(*r, *exclude) {
+		if exclude != nil && RouteMatches(*r, *exclude) || usable != nil && !usable(*r) {
 			continue
+		}
+		if first < 0 {
+			first = i
 		}
 		b := p.bal[i]
 		reading, has := q.readings.Last(r.Provider)
@@ -266,6 +271,8 @@ func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.T
 		return p.routes[firstUnmarked], true
 	case move:
 		return engine.Route{}, false
+	case first >= 0:
+		return p.routes[first], false
 	}
 	return p.routes[0], false
 }

@@ -43,42 +43,48 @@ func (q *Router) onQuota(ctx context.Context, now time.Time, f QuotaFailure) Dec
 			Reason: fmt.Sprintf("provider %q runs its own bounded retry schedule first", provider)}
 	}
 	q.Mark(provider, now)
-	if to, pool, ok := q.failover(ctx, c, now, f.Session, f.Route, f.Failure); ok {
+	if to, pool, ok := q.failover(ctx, c, now, f); ok {
 		return Decision{Action: ActionFailover, Route: to, Pool: pool,
 			Reason: fmt.Sprintf("provider %q is out of allowance: pool %q moves the request to %s", provider, pool, to)}
 	}
 	return q.armLongTerm(now, f, c.settings.LongTermDelay)
 }
 
-// failover finds where a session failing on from moves, records the move and
-// announces it. The provider is already marked.
-func (q *Router) failover(ctx context.Context, c *quotaConfig, now time.Time, session string, from engine.Route, failure *engine.Failure) (engine.Route, string, bool) {
+// failover finds where a session failing on f.Route moves, records the move
+// and announces it. Only a route f.Usable accepts is a target: a move the
+// caller would refuse is neither recorded nor announced. The provider is
+// already marked.
+func (q *Router) failover(ctx context.Context, c *quotaConfig, now time.Time, f QuotaFailure) (engine.Route, string, bool) {
+	session, from := f.Session, f.Route
 	var rec SessionRecord
 	if session != "" {
 		rec, _ = q.sessions.Get(session) // a load failure follows the defaults
 	}
-	p := governing(c, rec, from)
+	p := q.sessionPool(c, rec, session, f.Pool, from)
 	if p == nil || !p.midSessionSwitch {
 		return engine.Route{}, "", false
 	}
-	to, ok := q.choose(ctx, c, p, now, &from, true)
+	to, ok := q.choose(ctx, c, p, now, &from, true, f.Usable)
 	if !ok {
 		return engine.Route{}, p.name, false
 	}
 	if session != "" {
 		q.mu.Lock()
-		asked := from
+		a := Ask{Route: from}
+		if f.Pool != "" {
+			a = Ask{Pool: f.Pool}
+		}
 		if st := q.routes[session]; st != nil {
 			st.current, st.lastUsed = to, now
-			asked = st.asked
+			a = Ask{Route: st.asked, Pool: st.askedPool}
 		} else {
-			q.addRoute(session, &sessionRoute{asked: from, current: to, lastUsed: now}, now)
+			q.addRoute(session, &sessionRoute{asked: a.Route, askedPool: a.Pool, current: to, lastUsed: now}, now)
 		}
 		q.mu.Unlock()
-		q.saveShared(session, asked, to)
+		q.saveShared(session, a, to)
 	}
 	src, dst := from, to
-	q.emit([]Event{{Kind: EventFailover, Session: session, Failure: failure, From: &src, To: &dst, Pool: p.name, At: now}})
+	q.emit([]Event{{Kind: EventFailover, Session: session, Failure: f.Failure, From: &src, To: &dst, Pool: p.name, At: now}})
 	return to, p.name, true
 }
 
@@ -100,7 +106,7 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	if f.Session != "" {
 		rec, _ = q.sessions.Get(f.Session)
 	}
-	switch p := governing(c, rec, f.Route); {
+	switch p := q.sessionPool(c, rec, f.Session, f.Pool, f.Route); {
 	case p == nil:
 		dec.Reason = "no pool governs the session: waiting in place"
 	case !p.midSessionSwitch:
@@ -270,5 +276,5 @@ func (q *Router) Forget(session string) {
 	q.mu.Lock()
 	delete(q.routes, session)
 	q.mu.Unlock()
-	q.saveShared(session, engine.Route{}, engine.Route{}) // on every instance
+	q.saveShared(session, Ask{}, engine.Route{}) // on every instance
 }

@@ -162,7 +162,7 @@ func (q *Router) DrawCounts(ctx context.Context, pool string, n int) ([]int, err
 	now := q.clock.Now()
 	counts := make([]int, len(p.routes))
 	for range n {
-		r, _ := q.choose(ctx, c, p, now, nil, false)
+		r, _ := q.choose(ctx, c, p, now, nil, false, nil)
 		counts[slices.Index(p.routes, r)]++
 	}
 	return counts, nil

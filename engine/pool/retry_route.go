@@ -10,7 +10,8 @@ import (
 // OnQuota's rules at the planner's now. The answer's Handle is the Decision;
 // hand it to Wait for a long-term wait.
 func (q *Router) RouteQuota(ctx context.Context, now time.Time, f retry.QuotaFailure) retry.QuotaAnswer {
-	d := q.onQuota(ctx, now, QuotaFailure{Session: f.Session, Route: f.Route, Turn: f.Turn, Step: f.Step, Failure: f.Failure, NativeSpent: f.NativeSpent})
+	d := q.onQuota(ctx, now, QuotaFailure{Session: f.Session, Route: f.Route, Turn: f.Turn, Step: f.Step, Failure: f.Failure, NativeSpent: f.NativeSpent,
+		Pool: f.Pool, Usable: f.Usable})
 	a := retry.QuotaAnswer{Route: d.Route, Reason: d.Reason, Handle: d}
 	switch d.Action {
 	case ActionNativeRetry:

@@ -119,6 +119,13 @@ type QuotaFailure struct {
 	// this step, or that there is none to run (no policy, an unbounded one, or a
 	// hint past its cap). It matters only for NativeRetryFirstProviders.
 	NativeSpent bool
+	// Pool is the pool the request named ("": it named a route); it governs the
+	// failover unless the session's own pool setting says otherwise.
+	Pool string
+	// Usable, when set, says which routes the caller can send the request to:
+	// a failover goes only there, so no move is recorded that the caller would
+	// refuse (another protocol, a client key meant for another provider).
+	Usable func(engine.Route) bool
 }
 
 // Action is what to do about a QUOTA failure.
@@ -208,8 +215,9 @@ type RouterOptions struct {
 // SessionRoute is a session's route as a RouteStore shares it: the route the
 // client asked for, and the one its calls go to (drawn, or failed over to).
 type SessionRoute struct {
-	Asked   engine.Route `json:"asked"`
-	Current engine.Route `json:"current"`
+	Asked     engine.Route `json:"asked"`
+	AskedPool string       `json:"askedPool,omitempty"` // the pool asked, when the client named one
+	Current   engine.Route `json:"current"`
 }
 
 // RouteStore shares session routes between the instances of a gate. Both
@@ -229,9 +237,9 @@ type RouteStore interface {
 // only (short-lived facts, cheap to learn again and misleading once stale); the
 // per-session settings live in its Sessions. Safe for concurrent use.
 //
-// The server calls, per request: RouteFor before sending it; OnSuccess after a
-// success; for a QUOTA verdict either OnQuota directly or, through the Planner,
-// RouteQuota (it implements retry.QuotaRouter); a long-term wait is then slept out
+// The server calls, per request: Route (or RouteFor) before sending it;
+// OnSuccess after a success; for a QUOTA verdict either OnQuota directly or,
+// through the Planner, RouteQuota (it implements retry.QuotaRouter); a long-term wait is then slept out
 // with Wait (for a Planner's action, Wait(ctx, action.Quota.(Decision))).
 // PickRoute draws a route for a session that does not exist yet; SetSwitch,
 // SetPool, Fork and Facts serve the session settings.
@@ -270,9 +278,10 @@ type quotaConfig struct {
 }
 
 type sessionRoute struct {
-	asked    engine.Route // the route the client last asked for
-	current  engine.Route // the route its requests go to
-	lastUsed time.Time    // for the idle sweep
+	asked     engine.Route // the route the client last asked for; zero when it asked a pool
+	askedPool string       // the pool the client last asked for; "" when it asked a route
+	current   engine.Route // the route its requests go to
+	lastUsed  time.Time    // for the idle sweep
 }
 
 type quotaEntry struct {
@@ -373,15 +382,38 @@ func enabled(rec SessionRecord, s Settings) bool {
 
 // governing returns the pool that governs a session with record rec on route r:
 // the one it states (nil when it states "off" or a pool that no longer exists),
-// else the single pool that holds r.
-func governing(c *quotaConfig, rec SessionRecord, r engine.Route) *Pool {
+// else the pool the request named (pool), else the single pool that holds r.
+func governing(c *quotaConfig, rec SessionRecord, pool string, r engine.Route) *Pool {
 	switch rec.Pool {
 	case "":
+		if pool != "" {
+			return c.pools.Pool(pool)
+		}
 		return c.pools.Holding(r)
 	case SettingOff:
 		return nil
 	}
 	return c.pools.Pool(rec.Pool)
+}
+
+// sessionPool is governing for a session known only by name (a QUOTA failure, a
+// report) on route on: the pool named (pool); else, when on is the session's
+// route, the pool its last request named or, once moved, the one holding the
+// route it asked; else the one holding on.
+func (q *Router) sessionPool(c *quotaConfig, rec SessionRecord, session, pool string, on engine.Route) *Pool {
+	var asked engine.Route
+	if session != "" && pool == "" {
+		q.mu.Lock()
+		if st := q.routes[session]; st != nil && st.current == on {
+			pool, asked = st.askedPool, st.asked
+		}
+		q.mu.Unlock()
+	}
+	p := governing(c, rec, pool, on)
+	if p == nil && rec.Pool == "" && pool == "" && asked != (engine.Route{}) && asked != on {
+		p = governing(c, rec, "", asked)
+	}
+	return p
 }
 
 // PickRoute draws the route a session that does not exist yet should start on: it
@@ -395,46 +427,115 @@ func (q *Router) PickRoute(ctx context.Context, pool string) (engine.Route, erro
 		return engine.Route{}, fmt.Errorf("%w: %q (pools: %s)", ErrNoPool, pool, strings.Join(c.pools.Names(), ", "))
 	}
 	q.readings.Refresh(ctx, p.providers)
-	r, _ := q.choose(ctx, c, p, q.clock.Now(), nil, false)
+	r, _ := q.choose(ctx, c, p, q.clock.Now(), nil, false, nil)
 	return r, nil
 }
 
-// RouteFor answers where a session's request for route asked goes.
+// Ask is what a request names: a route (provider/model) or a pool.
+type Ask struct {
+	// Route is the route the client named; zero when it named a pool.
+	Route engine.Route
+	// Pool is the pool the client named, "" when it named a route. It governs
+	// the session unless the session's own pool setting says otherwise; a pool
+	// that shares a route with another still governs what it was asked for.
+	Pool string
+	// Chosen: the client named Route itself, so a session that has not started
+	// starts on it instead of a draw (see RouteForChosen).
+	Chosen bool
+	// Usable, when set, says whether the caller can send this request to route
+	// to: from is the route the session is on when it is moved, the zero Route
+	// for a draw. The router draws and moves only among the routes it accepts,
+	// so it never records a route the caller would refuse (an endpoint of the
+	// other protocol, a client key meant for another provider).
+	Usable func(from, to engine.Route) bool
+}
+
+// usable reports whether the caller accepts to (from zero: a draw).
+func (a *Ask) usable(from, to engine.Route) bool { return a.Usable == nil || a.Usable(from, to) }
+
+// filter is a's predicate for choose, for a session on from (zero: a draw).
+func (a *Ask) filter(from engine.Route) func(engine.Route) bool {
+	if a.Usable == nil {
+		return nil
+	}
+	return func(to engine.Route) bool { return a.Usable(from, to) }
+}
+
+// standIn is where a pool ask goes when no pool governs the session (its
+// switch or pool setting is off): the pool's first route the caller can use,
+// else its first. A route ask goes where it asked.
+func standIn(c *quotaConfig, a *Ask) engine.Route {
+	if a.Pool == "" {
+		return a.Route
+	}
+	p := c.pools.Pool(a.Pool)
+	if p == nil {
+		return engine.Route{}
+	}
+	for _, r := range p.routes {
+		if a.usable(engine.Route{}, r) {
+			return r
+		}
+	}
+	return p.routes[0]
+}
+
+// RouteFor answers where a session's request for route asked goes: Route with
+// Ask{Route: asked}.
+func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Route) (RouteChoice, error) {
+	return q.Route(ctx, session, Ask{Route: asked})
+}
+
+// Route answers where a session's request for a goes.
 //
-//   - A session whose switch is off, or that no pool governs, goes where it asked.
+//   - A session whose switch is off, or that no pool governs, goes where it asked
+//     (a pool ask: the pool's first route the caller can use).
 //   - A session that has not started (no route in memory: new, restarted, or just
 //     put in a pool) starts on a route drawn from its pool, after the pool's due
-//     sources have answered — whatever midSessionSwitch says.
+//     sources have answered — whatever midSessionSwitch says. A chosen route
+//     (Ask.Chosen) starts it there instead. A pool ask without a session is drawn
+//     on every call.
 //   - A started session stays on its route. It is moved only when its provider
 //     carries an exhaustion mark, its pool allows mid-session switches, its route
 //     is one of the pool's, and another route has not been marked; the move waits
 //     for no reading. A reading below the threshold never moves it.
 //   - A route the client asks for that differs from the one it asked for last is
 //     the user's choice: the session goes there, and is moved later only under the
-//     rule above.
+//     rule above. A pool asked after something else keeps the session's route when
+//     the pool holds it.
+//   - A session asking a pool whose route the pool no longer holds (a reload took
+//     it out) or the caller cannot use is drawn again; one that asked a route and
+//     was moved to such a route goes back to the route it asked.
 //
 // err is non-nil only when the session's settings could not be loaded; the choice
 // then follows the defaults and is still valid.
-func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Route) (RouteChoice, error) {
+func (q *Router) Route(ctx context.Context, session string, a Ask) (RouteChoice, error) {
 	c := q.cfg.Load()
 	var rec SessionRecord
 	var err error
 	if session != "" {
 		rec, err = q.sessions.Get(session)
 	}
+	if session == "" && a.Pool != "" { // no session: every call is a draw (PickRoute)
+		if p := c.pools.Pool(a.Pool); p != nil {
+			q.readings.Refresh(ctx, p.providers)
+			r, _ := q.choose(ctx, c, p, q.clock.Now(), nil, false, a.filter(engine.Route{}))
+			return RouteChoice{Route: r, Pool: p.name, Drawn: true}, err
+		}
+	}
 	if !enabled(rec, c.settings) {
-		return RouteChoice{Route: asked}, err
+		return RouteChoice{Route: standIn(c, &a)}, err
 	}
 	now := q.clock.Now()
 
 	if session == "" { // no session: never drawn, only moved off a marked provider
-		p := governing(c, rec, asked)
+		p := governing(c, rec, a.Pool, a.Route)
 		if p == nil {
-			return RouteChoice{Route: asked}, err
+			return RouteChoice{Route: standIn(c, &a)}, err
 		}
-		ch := RouteChoice{Route: asked, Pool: p.name}
-		if p.midSessionSwitch && q.marked(c, asked.Provider, now) {
-			if to, ok := q.choose(ctx, c, p, now, &asked, true); ok {
+		ch := RouteChoice{Route: a.Route, Pool: p.name}
+		if p.midSessionSwitch && q.marked(c, a.Route.Provider, now) {
+			if to, ok := q.choose(ctx, c, p, now, &a.Route, true, a.filter(a.Route)); ok {
 				ch.Route, ch.Moved = to, true
 			}
 		}
@@ -443,71 +544,102 @@ func (q *Router) RouteFor(ctx context.Context, session string, asked engine.Rout
 
 	q.mu.Lock()
 	st := q.routes[session]
-	on := asked
+	if st == nil && a.Chosen { // the client named this route: the session starts on it
+		st = &sessionRoute{asked: a.Route, current: a.Route, lastUsed: now}
+		q.addRoute(session, st, now)
+	}
+	on := a.Route
 	if st != nil {
-		if asked != st.asked { // the user picked a route: it stands
-			st.asked, st.current = asked, asked
+		if st.asked != a.Route || st.askedPool != a.Pool {
+			st.asked, st.askedPool = a.Route, a.Pool
+			if a.Pool == "" { // the user picked a route: it stands
+				st.current = a.Route
+			} // a pool keeps the session's route if it holds it (checked below)
 		}
 		on = st.current
 		st.lastUsed = now
 	}
 	q.mu.Unlock()
 
-	p := governing(c, rec, on)
+	p := governing(c, rec, a.Pool, on)
+	if p == nil && st != nil && a.Pool == "" && on != a.Route {
+		p = governing(c, rec, "", a.Route) // moved onto a route pools share: the pool of the route it asked
+	}
+	if st != nil && a.Pool == "" && on != a.Route && (p == nil || !p.Holds(on) || !a.usable(a.Route, on)) {
+		// Moved to a route its pool no longer holds, or the caller cannot use:
+		// back to the route it asked.
+		on = q.setCurrent(st, on, a.Route)
+		p = governing(c, rec, "", on)
+	}
 	if p == nil {
+		if a.Pool != "" {
+			return RouteChoice{Route: standIn(c, &a)}, err
+		}
 		return RouteChoice{Route: on}, err
 	}
 	if st == nil { // the session starts here: where another instance has it, else drawn from its pool
-		if r, ok := q.loadShared(session, asked); ok {
-			st, on = q.adoptStarted(session, asked, r, now)
-			if p = governing(c, rec, on); p == nil {
+		if r, ok := q.loadShared(session, a); ok {
+			st, on = q.adoptStarted(session, a, r, now)
+			if p = governing(c, rec, a.Pool, on); p == nil {
 				return RouteChoice{Route: on}, err
 			}
 		}
 	}
-	if st == nil {
+	redraw := st != nil && a.Pool != "" && (!p.Holds(on) || !a.usable(engine.Route{}, on))
+	if st == nil || redraw {
 		q.readings.Refresh(ctx, p.providers)
 		now = q.clock.Now()
-		r, _ := q.choose(ctx, c, p, now, nil, false)
+		r, _ := q.choose(ctx, c, p, now, nil, false, a.filter(engine.Route{}))
+		if !a.usable(engine.Route{}, r) { // nothing the caller can use: nothing to record
+			return RouteChoice{Route: r, Pool: p.name}, err
+		}
 		q.mu.Lock()
 		drawn := true
-		if cur := q.routes[session]; cur != nil { // a concurrent request started it
+		switch cur := q.routes[session]; {
+		case cur == nil:
+			q.addRoute(session, &sessionRoute{asked: a.Route, askedPool: a.Pool, current: r, lastUsed: now}, now)
+		case cur == st && cur.current == on: // redrawn
+			cur.current = r
+		default: // a concurrent request started or moved it
 			r, drawn = cur.current, false
-		} else {
-			q.addRoute(session, &sessionRoute{asked: asked, current: r, lastUsed: now}, now)
 		}
 		q.mu.Unlock()
 		if drawn {
-			q.saveShared(session, asked, r)
+			q.saveShared(session, a, r)
 		}
 		return RouteChoice{Route: r, Pool: p.name, Drawn: true}, err
 	}
 	ch := RouteChoice{Route: on, Pool: p.name}
 	if p.midSessionSwitch && p.Holds(on) && q.marked(c, on.Provider, now) {
-		if to, ok := q.choose(ctx, c, p, now, &on, true); ok {
-			q.mu.Lock()
-			if st.current == on {
-				st.current = to
-			}
-			ch.Route = st.current
-			stAsked := st.asked
-			q.mu.Unlock()
-			if ch.Moved = ch.Route != on; ch.Moved {
-				q.saveShared(session, stAsked, ch.Route)
+		if to, ok := q.choose(ctx, c, p, now, &on, true, a.filter(on)); ok {
+			if ch.Route = q.setCurrent(st, on, to); ch.Route != on {
+				ch.Moved = true
+				q.saveShared(session, a, ch.Route)
 			}
 		}
 	}
 	return ch, err
 }
 
+// setCurrent moves the session from route from to route to, unless a
+// concurrent request moved it meanwhile; it returns the session's route.
+func (q *Router) setCurrent(st *sessionRoute, from, to engine.Route) engine.Route {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st.current == from {
+		st.current = to
+	}
+	return st.current
+}
+
 // loadShared reads the session's route another instance recorded; only one
-// for the route the client asks now counts (a new ask is the user's pick).
-func (q *Router) loadShared(session string, asked engine.Route) (engine.Route, bool) {
+// for what the client asks now counts (a new ask is the user's pick).
+func (q *Router) loadShared(session string, a Ask) (engine.Route, bool) {
 	if q.shared == nil {
 		return engine.Route{}, false
 	}
 	r, ok := q.shared.LoadRoute(session)
-	if !ok || r.Asked != asked {
+	if !ok || r.Asked != a.Route || r.AskedPool != a.Pool {
 		return engine.Route{}, false
 	}
 	return r.Current, true
@@ -515,21 +647,21 @@ func (q *Router) loadShared(session string, asked engine.Route) (engine.Route, b
 
 // adoptStarted records a session another instance started, unless a
 // concurrent request here started it first; it returns the session's route.
-func (q *Router) adoptStarted(session string, asked, current engine.Route, now time.Time) (*sessionRoute, engine.Route) {
+func (q *Router) adoptStarted(session string, a Ask, current engine.Route, now time.Time) (*sessionRoute, engine.Route) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if st := q.routes[session]; st != nil {
 		return st, st.current
 	}
-	st := &sessionRoute{asked: asked, current: current, lastUsed: now}
+	st := &sessionRoute{asked: a.Route, askedPool: a.Pool, current: current, lastUsed: now}
 	q.addRoute(session, st, now)
 	return st, current
 }
 
 // saveShared records a session's new route for the other instances.
-func (q *Router) saveShared(session string, asked, current engine.Route) {
+func (q *Router) saveShared(session string, a Ask, current engine.Route) {
 	if q.shared != nil && session != "" {
-		q.shared.SaveRoute(session, SessionRoute{Asked: asked, Current: current})
+		q.shared.SaveRoute(session, SessionRoute{Asked: a.Route, AskedPool: a.Pool, Current: current})
 	}
 }
 
@@ -542,7 +674,7 @@ func (q *Router) AdoptRoute(session string, r SessionRoute) {
 	defer q.mu.Unlock()
 	if r == (SessionRoute{}) {
 		delete(q.routes, session) // forgotten: the next call starts it again
-	} else if st := q.routes[session]; st != nil && st.asked == r.Asked {
+	} else if st := q.routes[session]; st != nil && st.asked == r.Asked && st.askedPool == r.AskedPool {
 		st.current = r.Current
 	}
 }
@@ -716,7 +848,7 @@ func (q *Router) PoolOf(session string, asked engine.Route) string {
 	if r, ok := q.CurrentRoute(session); ok {
 		on = r
 	}
-	if p := governing(q.cfg.Load(), rec, on); p != nil {
+	if p := q.sessionPool(q.cfg.Load(), rec, session, "", on); p != nil {
 		return p.name
 	}
 	return ""
@@ -757,7 +889,7 @@ func (q *Router) Facts(session string) (SessionFacts, error) {
 		on = r
 		f.Route = &r
 	}
-	if p := governing(c, rec, on); p != nil {
+	if p := q.sessionPool(c, rec, session, "", on); p != nil {
 		name := p.name
 		f.Pool = &name
 	}

@@ -310,13 +310,5 @@ var _ SessionStore = (*MemorySessionStore)(nil)
 // when its provider is marked (a failover), and a different route it names later
 // is again its choice. Without a session it is RouteFor.
 func (q *Router) RouteForChosen(ctx context.Context, session string, asked engine.Route) (RouteChoice, error) {
-	if session != "" {
-		now := q.clock.Now()
-		q.mu.Lock()
-		if q.routes[session] == nil {
-			q.addRoute(session, &sessionRoute{asked: asked, current: asked, lastUsed: now}, now)
-		}
-		q.mu.Unlock()
-	}
-	return q.RouteFor(ctx, session, asked)
+	return q.Route(ctx, session, Ask{Route: asked, Chosen: true})
 }

@@ -127,6 +127,12 @@ type Request struct {
 	Admitted time.Time
 	// Reserved is what the gate reserved for the failed call (0: unknown).
 	Reserved int64
+	// Pool is the pool the request named ("": a route); handed on to the
+	// QuotaRouter, where it governs the failover.
+	Pool string
+	// Usable, when set, says which routes the caller can send the request to;
+	// handed on to the QuotaRouter, which fails over only to those.
+	Usable func(engine.Route) bool
 }
 
 // QuotaFailure is a QUOTA failure as the planner hands it to a QuotaRouter.
@@ -139,6 +145,8 @@ type QuotaFailure struct {
 	// NativeSpent says the quick retries on the main budget are spent for this turn,
 	// or that there are none to run (retry.rounds 0, a hint past retry.maxDelay).
 	NativeSpent bool
+	Pool        string                  // Request.Pool
+	Usable      func(engine.Route) bool // Request.Usable; nil: any route
 }
 
 // QuotaAnswer is a QuotaRouter's answer. Kind is one of:

@@ -781,12 +781,19 @@ func TestPlannerQuota(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := &engine.Failure{Status: 429, Body: "insufficient_quota"}
-		a := pl.Plan(context.Background(), retryT0, retryReq(q, nil, retryTurn("t9", 4), func(r *Request) { r.Failure = f }))
+		usable := func(to engine.Route) bool { return to == other }
+		a := pl.Plan(context.Background(), retryT0, retryReq(q, nil, retryTurn("t9", 4), func(r *Request) {
+			r.Failure, r.Pool, r.Usable = f, "pool1", usable
+		}))
 		if a.Route == nil || *a.Route != other || a.Quota != "h" {
 			t.Errorf("action = %+v, want route %v and handle h", a, other)
 		}
-		want := QuotaFailure{Session: "s1", Turn: "t9", Step: 4, Route: engine.Route{Provider: "p", Model: "m"}, Failure: f}
-		if len(r.calls) != 1 || r.calls[0] != want {
+		want := QuotaFailure{Session: "s1", Turn: "t9", Step: 4, Route: engine.Route{Provider: "p", Model: "m"}, Failure: f, Pool: "pool1"}
+		if len(r.calls) != 1 || r.calls[0].Usable == nil || !r.calls[0].Usable(other) {
+			t.Fatalf("router calls = %+v, want the request's Usable handed on", r.calls)
+		}
+		if got := r.calls[0]; got.Session != want.Session || got.Turn != want.Turn || got.Step != want.Step ||
+			got.Route != want.Route || got.Failure != want.Failure || got.Pool != want.Pool || got.NativeSpent != want.NativeSpent {
 			t.Errorf("router calls = %+v, want [%+v]", r.calls, want)
 		}
 	})

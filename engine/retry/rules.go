@@ -231,7 +231,7 @@ func (p *Planner) planQuota(ctx context.Context, now time.Time, c *retryConf, re
 		return p.quotaGiveUp(pol, req, spent, "no quota runtime (pools) to fail over or wait")
 	}
 	f := QuotaFailure{Session: req.Session, Turn: req.Turn, Step: req.Step, Failure: req.Failure,
-		Route: engine.Route{Provider: req.Provider, Model: req.Model}, NativeSpent: noQuick || spent}
+		Route: engine.Route{Provider: req.Provider, Model: req.Model}, NativeSpent: noQuick || spent, Pool: req.Pool, Usable: req.Usable}
 	ans := p.quota.RouteQuota(ctx, now, f)
 	if ans.Kind == ActionRetry && !f.NativeSpent {
 		if a, ok := quick(); ok {
