@@ -37,7 +37,7 @@ var balanceSchema = &schema[Balance]{
 			func(v *validator, n *yaml.Node, path string, b *Balance) { b.APIKeyEnv = v.envName(n, path) }),
 		customField("env", "mapping", "literal environment entries a script receives; never a secret", (*validator).balanceEnv),
 		strField("unit", "what remaining counts, for reports", nil, func(b *Balance) *string { return &b.Unit }),
-		numField("minimumRemaining", "a reading below it makes the provider's routes unusable for a draw", rng{},
+		numField("minimumRemaining", "a reading below it (or at 0 or less) makes the provider's routes unusable for a draw", rng{},
 			func(b *Balance) *float64 { return &b.MinimumRemaining }),
 		durField("refresh", "how long a reading answers", positive,
 			func(b *Balance) *time.Duration { return &b.Refresh }),

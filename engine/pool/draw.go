@@ -19,14 +19,17 @@ import (
 //     lifted after ExhaustedCooldown, or by a reading taken at least one refresh
 //     after the mark that shows allowance again (remaining > 0 and not below the
 //     minimum) — so the probe the failure itself triggers cannot withdraw it;
-//  2. its provider's reading is not below MinimumRemaining;
+//  2. its provider's reading is neither spent (remaining 0 or less) nor below
+//     MinimumRemaining;
 //  3. with no reading at all, FailOpen says.
 //
 // Among usable routes the draw weighs each scored one by its score (a negative
-// score weighs 0); unscored routes are drawn only when no usable route is scored,
-// and then the first usable one in declared order is taken. Candidates are laid
-// out by score, highest first, ties in declared order, so with an injected random
-// source the choice is exact. A pool with nothing usable answers its first route.
+// score weighs 0); unscored routes are drawn only when no usable route weighs
+// more than 0, and then the first usable unscored one in declared order is
+// taken: a route whose source fails may have allowance, one that scores 0 has
+// none. Candidates are laid out by score, highest first, ties in declared order,
+// so with an injected random source the choice is exact. A pool with nothing
+// usable answers its first route.
 //
 // A move (a started session leaving a marked provider) uses the same rule on the
 // pool's other routes and, when none is usable, takes the first that is merely not
@@ -145,9 +148,10 @@ func withdraws(r *engine.Reading, b *balance, at time.Time) bool {
 	return !r.TakenAt.Before(at.Add(b.refresh)) && r.Remaining != nil && *r.Remaining > 0 && *r.Remaining >= b.minimum
 }
 
-// belowMinimum reports whether a reading fails the provider's threshold.
+// belowMinimum reports whether a reading fails the provider's threshold: spent
+// (remaining 0 or less), or below the minimum.
 func belowMinimum(r *engine.Reading, b *balance) bool {
-	return r.Remaining != nil && *r.Remaining < b.minimum
+	return r.Remaining != nil && (!(*r.Remaining > 0) || *r.Remaining < b.minimum)
 }
 
 // scoreRoute is score for routes[i] of p, remembered per reading.
@@ -220,8 +224,8 @@ func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.T
 	}
 	q.mu.Unlock()
 
-	lifted := false
-	firstUsable, firstUnmarked, first := -1, -1, -1
+	lifted, weighed := false, false // weighed: a candidate scores above 0
+	firstUsable, firstUnmarked, firstUnscored, first := -1, -1, -1, -1
 	for i := range p.routes {
 		r := &p.routes[i]
 		if exclude != nil && RouteMatches(*r, *exclude) || usable != nil && !usable(*r) {
@@ -253,18 +257,26 @@ func (q *Router) choose(ctx context.Context, c *quotaConfig, p *Pool, now time.T
 			firstUsable = i
 		}
 		if !has {
+			if firstUnscored < 0 {
+				firstUnscored = i
+			}
 			continue // usable but unscored
 		}
 		if s, ok := scoreRoute(ctx, p, i, &reading); ok {
 			cands = append(cands, cand{i: i, score: s})
+			weighed = weighed || s > 0
+		} else if firstUnscored < 0 {
+			firstUnscored = i
 		}
 	}
 	if lifted {
 		q.lift(c, p, marks, now)
 	}
 	switch {
-	case len(cands) > 0:
+	case len(cands) > 0 && (weighed || firstUnscored < 0):
 		return p.routes[q.pick(cands)], true
+	case firstUnscored >= 0:
+		return p.routes[firstUnscored], true
 	case firstUsable >= 0:
 		return p.routes[firstUsable], true
 	case move && firstUnmarked >= 0:

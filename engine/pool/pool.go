@@ -45,8 +45,9 @@ type PoolSpec struct {
 // its readings are weighed and when they count. One per provider.
 type BalanceSpec struct {
 	Provider string
-	// MinimumRemaining: a reading whose remaining is below it makes the provider's
-	// routes unusable for a draw (never for a session already on one). Zero by default.
+	// MinimumRemaining: a reading whose remaining is below it (or at 0 or less:
+	// spent) makes the provider's routes unusable for a draw (never for a session
+	// already on one). Zero by default.
 	MinimumRemaining float64
 	// Refresh is how long a reading answers a draw; a reading taken at least Refresh
 	// after an exhaustion mark, showing allowance, lifts the mark. 60s when zero.

@@ -126,6 +126,8 @@ func (q *Router) routeReport(ctx context.Context, c *quotaConfig, p *Pool, r eng
 	switch {
 	case rr.Marked:
 		rr.Why = "exhausted: the provider reported its allowance spent"
+	case has && reading.Remaining != nil && !(*reading.Remaining > 0):
+		rr.Why = "spent: the reading shows nothing remaining"
 	case has && belowMinimum(&reading, b):
 		rr.Why = fmt.Sprintf("below minimumRemaining %g", b.minimum)
 	case !has && !c.settings.FailOpen:
