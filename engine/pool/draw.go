@@ -17,8 +17,8 @@ import (
 //
 //  1. its provider carries no exhaustion mark. A QUOTA failure sets the mark; it is
 //     lifted after ExhaustedCooldown, or by a reading taken at least one refresh
-//     after the mark that shows allowance again (remaining > 0 and not below the
-//     minimum) — so the probe the failure itself triggers cannot withdraw it;
+//     after the mark that shows allowance again (see withdraws) — so the probe
+//     the failure itself triggers cannot withdraw it;
 //  2. its provider's reading is neither spent (remaining 0 or less) nor below
 //     MinimumRemaining;
 //  3. with no reading at all, FailOpen says.
@@ -143,9 +143,32 @@ func (q *Router) markHolds(c *quotaConfig, provider string, at, now time.Time) b
 func hasContent(r *engine.Reading) bool { return r.Remaining != nil || len(r.Windows) > 0 }
 
 // withdraws reports whether reading r lifts a mark set at `at`: taken at least one
-// refresh after it, and showing allowance (remaining > 0, not below the minimum).
+// refresh after it, and showing allowance in everything it reports — a
+// remaining above 0 and not below the minimum, and every weighed window (one
+// whose coefficient is not 0) above 0. A reading of windows alone can lift a
+// mark; a remaining cannot while a window it reports is spent.
 func withdraws(r *engine.Reading, b *balance, at time.Time) bool {
-	return !r.TakenAt.Before(at.Add(b.refresh)) && r.Remaining != nil && *r.Remaining > 0 && *r.Remaining >= b.minimum
+	if r.TakenAt.Before(at.Add(b.refresh)) {
+		return false
+	}
+	shown := false
+	if r.Remaining != nil {
+		if !(*r.Remaining > 0) || *r.Remaining < b.minimum {
+			return false
+		}
+		shown = true
+	}
+	for i := range r.Windows {
+		w := &r.Windows[i]
+		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) {
+			continue // not weighed
+		}
+		if !(w.Remaining > 0) {
+			return false
+		}
+		shown = true
+	}
+	return shown
 }
 
 // belowMinimum reports whether a reading fails the provider's threshold: spent

@@ -39,3 +39,23 @@ func TestSpentReadingDoesNotWinTheDraw(t *testing.T) {
 		t.Errorf("nothing else usable: drew %v, want %v", got, rA)
 	}
 }
+
+// A reading of windows alone lifts a mark; a remaining above 0 does not while a
+// weighed window is spent.
+func TestWindowsDecideTheMarkWithdrawal(t *testing.T) {
+	f := newPoolFixture(t, spentPools(), DefaultSettings())
+	f.q.Mark("a", f.clock.Now())
+	f.clock.Advance(2 * time.Minute)
+	f.readings.Set("a", engine.Reading{TakenAt: f.clock.Now(), Windows: []engine.WindowReading{{Name: "weekly", Remaining: 0, Capacity: pf(35)}}})
+	if _, held := f.q.Marked("a"); !held {
+		t.Fatal("a spent window lifted the mark")
+	}
+	f.read("a", 50, 0, engine.WindowReading{Name: "weekly", Remaining: 0, Capacity: pf(35)})
+	if _, held := f.q.Marked("a"); !held {
+		t.Fatal("a remaining of 50 lifted the mark while the weekly window is spent")
+	}
+	f.readings.Set("a", engine.Reading{TakenAt: f.clock.Now(), Windows: []engine.WindowReading{{Name: "weekly", Remaining: 12, Capacity: pf(35)}}})
+	if _, held := f.q.Marked("a"); held {
+		t.Fatal("a window with allowance did not lift the mark")
+	}
+}
