@@ -76,7 +76,7 @@ func TestHTTPExamples(t *testing.T) {
 			engine.Reading{Remaining: fp(0)}},
 		{"openrouter.yaml", "documented", "/api/v1/credits",
 			`{"data": {"total_credits": 100.5, "total_usage": 25.75}}`,
-			engine.Reading{Remaining: fp(74.75)}},
+			engine.Reading{Remaining: fp(74.75), Windows: []engine.WindowReading{{Name: "credits", Remaining: 74.75, Capacity: fp(100.5)}}}},
 		{"openrouter-key.yaml", "documented", "/api/v1/key",
 			`{"data": {"label": "sk-or-v1-au7...890", "limit": 100, "limit_remaining": 74.5, "limit_reset": "monthly", "usage": 25.5, "usage_daily": 25.5, "usage_weekly": 25.5, "usage_monthly": 25.5, "is_free_tier": false, "is_provisioning_key": false, "rate_limit": {"requests": 1000, "interval": "1h"}}}`,
 			engine.Reading{Remaining: fp(74.5), Windows: []engine.WindowReading{{Name: "monthly", Remaining: 74.5, Capacity: fp(100)}}}},

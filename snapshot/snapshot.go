@@ -401,7 +401,8 @@ func (s *Snapshot) buildPools(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	for _, b := range cfg.Balances {
 		pc.Balances = append(pc.Balances, pool.BalanceSpec{Provider: b.Provider, MinimumRemaining: b.MinimumRemaining, Refresh: b.Refresh,
-			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity})
+			Coefficients: b.Coefficients, Capacities: b.Capacities, Capacity: b.Capacity,
+			Windows: b.HTTP == nil || b.HTTP.Windows != ""})
 	}
 	s.Quota = cfg.Quota
 	if len(pc.Pools) == 0 {

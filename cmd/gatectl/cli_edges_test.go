@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/gatectl/gatectl/internal/testlog"
 	"net"
 	"os"
@@ -251,6 +252,40 @@ func TestLibraryUsageErrorsExitTwo(t *testing.T) {
 		var ec cli.ExitCoder
 		if !errors.As(err, &ec) || ec.ExitCode() != exitUsage || !strings.Contains(err.Error()+errOut, tc.want) {
 			t.Errorf("%q: err %v, stderr %q; want exit %d saying %q", tc.args, err, errOut, exitUsage, tc.want)
+		}
+	}
+}
+
+// check warns about a pool none of whose routes can be scored, and says what
+// the draw does then; a balance with a capacity says nothing.
+func TestCheckWarnsAboutAnUnscoredPool(t *testing.T) {
+	dir := t.TempDir()
+	cfg := `providers:
+  pa: {kind: openai, baseURL: http://127.0.0.1:9/v1}
+  pb: {kind: openai, baseURL: http://127.0.0.1:9/v1}
+pools:
+  duo:
+    routes:
+      - {provider: pa, model: m}
+      - {provider: pb, model: m}
+balances:
+  - {provider: pa, http: {url: "http://127.0.0.1:9/b", remaining: body.left}%s}
+`
+	for _, c := range []struct {
+		extra string
+		warn  bool
+	}{{"", true}, {", capacity: 10", false}} {
+		path := filepath.Join(dir, "g.yaml")
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(cfg, c.extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, err := runGatectl(t, "", "check", "-c", path)
+		if err != nil || !strings.Contains(out, "ok") {
+			t.Fatalf("check: %v\n%s%s", err, out, errOut)
+		}
+		want := "warning: pools.duo: none of its routes can be scored"
+		if got := strings.Contains(errOut, want) && strings.Contains(errOut, "every draw takes the first usable route, pa/m"); got != c.warn {
+			t.Errorf("balance%s: warned %v, want %v:\n%s", c.extra, got, c.warn, errOut)
 		}
 	}
 }

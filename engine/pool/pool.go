@@ -59,6 +59,10 @@ type BalanceSpec struct {
 	Capacities map[string]float64
 	// Capacity is the full amount of the whole reading, used when no window scores.
 	Capacity *float64
+	// Windows says the source may report windows, which may carry their own
+	// capacity (a script, a module, an http source with a windows expression).
+	// NewPools warns about a pool none of whose routes can be scored.
+	Windows bool
 }
 
 // Defaults of a balance source (config balances[*].refresh and .timeout). They are
@@ -158,6 +162,13 @@ type balance struct {
 	coefficients map[string]float64
 	capacities   map[string]float64
 	capacity     *float64
+	windows      bool // the source may report windows with a capacity
+}
+
+// scorable reports whether the default scoring may weigh a reading of b: it
+// declares a capacity, or its source may report windows carrying one.
+func (b *balance) scorable() bool {
+	return b.capacity != nil || len(b.capacities) > 0 || b.windows
 }
 
 // noBalance answers for a provider with no balance source: no minimum, the default
@@ -235,7 +246,7 @@ func NewPools(cfg PoolsConfig) (*Pools, error) {
 			errs = append(errs, fmt.Errorf("%s: %w: provider %q already has a balance source", path, ErrPoolSpec, b.Provider))
 			continue
 		}
-		nb := &balance{minimum: b.MinimumRemaining, refresh: b.Refresh, coefficients: b.Coefficients, capacities: b.Capacities}
+		nb := &balance{minimum: b.MinimumRemaining, refresh: b.Refresh, coefficients: b.Coefficients, capacities: b.Capacities, windows: b.Windows}
 		if nb.refresh <= 0 {
 			nb.refresh = DefaultBalanceRefresh
 		}
@@ -274,6 +285,11 @@ func NewPools(cfg PoolsConfig) (*Pools, error) {
 		pe, warn := providerCheck(cfg)
 		errs = append(errs, pe...)
 		ps.warnings = warn
+	}
+	for _, p := range ps.pools {
+		if w := unscoredWarning(p); w != "" {
+			ps.warnings = append(ps.warnings, w)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -334,6 +350,22 @@ func providerCheck(cfg PoolsConfig) (errs []error, warnings []string) {
 		}
 	}
 	return errs, warnings
+}
+
+// unscoredWarning says when none of a default-scored pool's routes can ever
+// be scored: every draw then takes the first usable route in declared order,
+// which is rarely what a pool of several routes is for.
+func unscoredWarning(p *Pool) string {
+	if _, native := p.scorer.(DefaultScorer); !native || len(p.routes) < 2 {
+		return ""
+	}
+	for _, b := range p.bal {
+		if b.scorable() {
+			return ""
+		}
+	}
+	return fmt.Sprintf("pools.%s: none of its routes can be scored (no balance of theirs declares capacity or capacities, or reports windows): every draw takes the first usable route, %s; give the balances a capacity to spread sessions",
+		p.name, p.routes[0])
 }
 
 // CheckPoolName reports whether name may name a pool: [a-z0-9-]+ and not reserved.

@@ -73,7 +73,7 @@ func TestPoolConstructorAccepts(t *testing.T) {
 			{Name: "medium-2", MidSessionSwitch: true, Routes: []engine.Route{rA, rB}},
 			{Name: "x0", Routes: []engine.Route{{Provider: "a", Model: "m", ReasoningEffort: "high"}, {Provider: "a", Model: "m", ReasoningEffort: "low"}}},
 		},
-		Balances:  []BalanceSpec{{Provider: "ghost"}}, // only a warning
+		Balances:  []BalanceSpec{{Provider: "ghost"}, {Provider: "a", Capacity: pf(10)}}, // ghost: only a warning
 		Providers: []string{"a", "b"},
 	})
 	if err != nil {
@@ -496,5 +496,34 @@ func TestPoolMarkWithdrawnStaysWithdrawn(t *testing.T) {
 	}
 	if _, held := f.q.Marked("a"); held {
 		t.Error("Marked(a) holds after its withdrawal")
+	}
+}
+
+// A pool none of whose routes can ever be scored draws its first usable route
+// every time: the load warns about it, naming the pool.
+func TestPoolUnscoredWarning(t *testing.T) {
+	cases := []struct {
+		name string
+		bal  []BalanceSpec
+		pool PoolSpec
+		warn bool
+	}{
+		{"no balances", nil, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}}, true},
+		{"balances without capacity", []BalanceSpec{{Provider: "a"}, {Provider: "b"}}, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}}, true},
+		{"a capacity", []BalanceSpec{{Provider: "a"}, {Provider: "b", Capacity: pf(5)}}, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}}, false},
+		{"capacities", []BalanceSpec{{Provider: "a", Capacities: map[string]float64{"weekly": 35}}}, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}}, false},
+		{"windows reported", []BalanceSpec{{Provider: "a", Windows: true}}, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}}, false},
+		{"a scorer of its own", nil, PoolSpec{Name: "p", Routes: []engine.Route{rA, rB}, Scorer: halfScorer{}}, false},
+		{"one route", nil, PoolSpec{Name: "p", Routes: []engine.Route{rA}}, false},
+	}
+	for _, c := range cases {
+		ps, err := NewPools(PoolsConfig{Pools: []PoolSpec{c.pool}, Balances: c.bal, Providers: []string{"a", "b"}})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		w := strings.Join(ps.Warnings(), "\n")
+		if got := strings.Contains(w, "pools.p: none of its routes can be scored"); got != c.warn {
+			t.Errorf("%s: warnings %q, want the unscored warning: %v", c.name, w, c.warn)
+		}
 	}
 }
