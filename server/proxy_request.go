@@ -27,7 +27,7 @@ type proxyRequest struct {
 	stream      bool
 	clientUsage bool // the client asked for stream_options.include_usage itself
 	maxTokens   int
-	size        int
+	size        int // what the input is estimated from: the body's bytes, inline media counted apart (inputSize)
 	session     string
 	turn        string
 	// oneShot says turn was named here, not by X-Gate-Turn: the request is a
@@ -43,10 +43,11 @@ type proxyRequest struct {
 var turnSeq atomic.Uint64
 
 func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest, string, error) {
-	pr := &proxyRequest{ep: ep, size: len(body)}
+	pr := &proxyRequest{ep: ep}
 	if err := json.Unmarshal(body, &pr.fields); err != nil || pr.fields == nil {
 		return nil, "", errors.New("the body must be a JSON object")
 	}
+	pr.size = inputSize(body, pr.fields)
 	if raw, ok := pr.fields["model"]; ok {
 		if err := json.Unmarshal(raw, &pr.model); err != nil {
 			return nil, "model", errors.New("model must be a string")
