@@ -41,12 +41,16 @@ func ReadRateLimitHeaders(get func(name string) string) (l HeaderLimits) {
 		}
 		return l
 	}
-	// Anthropic's limits are per minute; tokens-* is the tightest of its input and
-	// output limits, input-tokens-* the one admission mostly spends.
-	if v := headerInt(get, "Anthropic-Ratelimit-Tokens-Limit"); statedInRange(v) {
-		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Tokens-Remaining")
-	} else if v := headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Limit"); v > 0 {
+	// Anthropic's limits are per minute. input-tokens-* is its input limit
+	// (ITPM), what the window counts for it (input and cache writes; see
+	// server/usage.go); tokens-* is whichever of its input and output limits
+	// is tightest, usually the far smaller output one (OTPM): read as the
+	// window's limit, it held the gate to a fraction of the input allowance.
+	// It is the fallback for an upstream that states only that.
+	if v := headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Limit"); statedInRange(v) {
 		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Input-Tokens-Remaining")
+	} else if v := headerInt(get, "Anthropic-Ratelimit-Tokens-Limit"); v > 0 {
+		l.LimitTokens, l.RemainingTokens = v, headerInt(get, "Anthropic-Ratelimit-Tokens-Remaining")
 	}
 	l.LimitRequests, l.RemainingRequests = headerInt(get, "Anthropic-Ratelimit-Requests-Limit"), headerInt(get, "Anthropic-Ratelimit-Requests-Remaining")
 	return l
@@ -109,8 +113,8 @@ func (r TokenReset) Between(sent, now time.Time) (earliest, latest time.Time) {
 }
 
 // ReadTokenReset reads the token reset of an answer's headers through get:
-// x-ratelimit-reset-tokens, else anthropic-ratelimit-tokens-reset (else its
-// input-tokens one). ok is false when none was stated, it is unreadable, or a
+// x-ratelimit-reset-tokens, else anthropic-ratelimit-input-tokens-reset (else
+// its tokens one). ok is false when none was stated, it is unreadable, or a
 // duration is negative or longer than a minute (not a per-minute limit's).
 func ReadTokenReset(get func(name string) string) (r TokenReset, ok bool) {
 	if v := strings.TrimSpace(get("X-Ratelimit-Reset-Tokens")); v != "" {
@@ -120,9 +124,9 @@ func ReadTokenReset(get func(name string) string) (r TokenReset, ok bool) {
 		}
 		return TokenReset{In: d, Coarse: d%time.Second == 0}, true
 	}
-	v := strings.TrimSpace(get("Anthropic-Ratelimit-Tokens-Reset"))
+	v := strings.TrimSpace(get("Anthropic-Ratelimit-Input-Tokens-Reset")) // the limit ReadRateLimitHeaders reads
 	if v == "" {
-		v = strings.TrimSpace(get("Anthropic-Ratelimit-Input-Tokens-Reset"))
+		v = strings.TrimSpace(get("Anthropic-Ratelimit-Tokens-Reset"))
 	}
 	if v == "" {
 		return TokenReset{}, false

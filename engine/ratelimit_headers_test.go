@@ -16,7 +16,9 @@ func TestReadRateLimitHeaders(t *testing.T) {
 		{"openai", map[string]string{"X-Ratelimit-Limit-Tokens": "30000", "X-Ratelimit-Remaining-Tokens": "29000", "X-Ratelimit-Limit-Requests": "500", "X-Ratelimit-Remaining-Requests": "499"}, HeaderLimits{30000, 29000, 500, 499}},
 		{"a float", map[string]string{"X-Ratelimit-Limit-Tokens": "30000.0", "X-Ratelimit-Remaining-Tokens": "1.5"}, HeaderLimits{30000, 1, -1, -1}},
 		{"groq's requests per day", map[string]string{"X-Ratelimit-Limit-Tokens": "6000", "X-Ratelimit-Reset-Tokens": "7.66s", "X-Ratelimit-Limit-Requests": "14400", "X-Ratelimit-Reset-Requests": "2m59.56s"}, HeaderLimits{6000, -1, -1, -1}},
-		{"anthropic", map[string]string{"Anthropic-Ratelimit-Tokens-Limit": "80000", "Anthropic-Ratelimit-Tokens-Remaining": "79000", "Anthropic-Ratelimit-Input-Tokens-Limit": "40000", "Anthropic-Ratelimit-Requests-Limit": "50", "Anthropic-Ratelimit-Requests-Remaining": "49"}, HeaderLimits{80000, 79000, 50, 49}},
+		// tokens-* is the tightest limit, here the output one: the window counts input against input-tokens-*.
+		{"anthropic", map[string]string{"Anthropic-Ratelimit-Tokens-Limit": "80000", "Anthropic-Ratelimit-Tokens-Remaining": "79000", "Anthropic-Ratelimit-Input-Tokens-Limit": "400000", "Anthropic-Ratelimit-Input-Tokens-Remaining": "395000", "Anthropic-Ratelimit-Output-Tokens-Limit": "80000", "Anthropic-Ratelimit-Requests-Limit": "50", "Anthropic-Ratelimit-Requests-Remaining": "49"}, HeaderLimits{400000, 395000, 50, 49}},
+		{"anthropic's tokens alone", map[string]string{"Anthropic-Ratelimit-Tokens-Limit": "80000", "Anthropic-Ratelimit-Tokens-Remaining": "79000"}, HeaderLimits{80000, 79000, -1, -1}},
 		{"anthropic's input tokens alone", map[string]string{"Anthropic-Ratelimit-Input-Tokens-Limit": "40000", "Anthropic-Ratelimit-Input-Tokens-Remaining": "100"}, HeaderLimits{40000, 100, -1, -1}},
 		{"openai's first", map[string]string{"X-Ratelimit-Limit-Tokens": "30000", "Anthropic-Ratelimit-Tokens-Limit": "80000"}, HeaderLimits{30000, -1, -1, -1}},
 		{"out of range", map[string]string{"X-Ratelimit-Limit-Tokens": "2000000000000", "X-Ratelimit-Limit-Requests": "0"}, HeaderLimits{-1, -1, -1, -1}},
@@ -50,6 +52,7 @@ func TestReadTokenReset(t *testing.T) {
 		{"anthropic, whole seconds", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "2026-12-04T10:01:00Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 1, 0, 0, time.UTC), Coarse: true}, true},
 		{"anthropic, fractional", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "2026-12-04T10:00:59.5Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 0, 59, 500_000_000, time.UTC)}, true},
 		{"anthropic's input tokens", map[string]string{"Anthropic-Ratelimit-Input-Tokens-Reset": "2026-12-04T10:01:00Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 1, 0, 0, time.UTC), Coarse: true}, true},
+		{"anthropic's input tokens first", map[string]string{"Anthropic-Ratelimit-Input-Tokens-Reset": "2026-12-04T10:01:00Z", "Anthropic-Ratelimit-Tokens-Reset": "2026-12-04T10:00:30Z"}, TokenReset{At: time.Date(2026, 12, 4, 10, 1, 0, 0, time.UTC), Coarse: true}, true},
 		{"anthropic, not a time", map[string]string{"Anthropic-Ratelimit-Tokens-Reset": "tomorrow"}, TokenReset{}, false},
 	}
 	for _, c := range cases {

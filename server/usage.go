@@ -35,10 +35,15 @@ type cachedDetails struct {
 }
 
 // toEngine converts to the ledger's usage: every token the provider counts,
-// cache reads and writes apart, none counted twice.
+// cache reads and writes apart, none counted twice. Anthropic's input limit
+// (ITPM) counts input_tokens and cache writes but not cache reads, for every
+// current model: there they stay out of the window (gate.Usage). Counted, an
+// agent whose input is mostly cache reads got a fraction of its capacity.
+// OpenAI counts cached tokens toward TPM.
 func (u *wireUsage) toEngine(kind apiKind) gate.Usage {
 	if kind == kindAnthropic {
-		return gate.Usage{InputTokens: u.InputTokens, CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheCreation, OutputTokens: u.OutputTokens}
+		return gate.Usage{InputTokens: u.InputTokens, CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheCreation,
+			OutputTokens: u.OutputTokens, CacheReadsUncounted: true}
 	}
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
 		var cached int64

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestWireUsage(t *testing.T) {
 		{"responses", kindOpenAI, `{"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":10},"output_tokens":5}}`,
 			gate.Usage{InputTokens: 20, CacheReadTokens: 10, OutputTokens: 5}, false},
 		{"anthropic", kindAnthropic, `{"usage":{"input_tokens":3,"cache_read_input_tokens":50,"cache_creation_input_tokens":7,"output_tokens":11}}`,
-			gate.Usage{InputTokens: 3, CacheReadTokens: 50, CacheWriteTokens: 7, OutputTokens: 11}, false},
+			gate.Usage{InputTokens: 3, CacheReadTokens: 50, CacheWriteTokens: 7, OutputTokens: 11, CacheReadsUncounted: true}, false},
 		{"a 200 carrying an error", kindOpenAI, `{"error":{"message":"overloaded"}}`, gate.Usage{}, true},
 		{"anthropic error body", kindAnthropic, `{"type":"error","error":{"type":"overloaded_error"}}`, gate.Usage{}, true},
 		{"error null is no error", kindOpenAI, `{"error":null,"usage":{"prompt_tokens":1,"completion_tokens":1}}`, gate.Usage{InputTokens: 1, OutputTokens: 1}, false},
@@ -79,5 +80,33 @@ func TestWireUsage(t *testing.T) {
 				t.Fatalf("usage %+v error %v; want %+v %v", u, isErr, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+// Anthropic's input limit does not count cache reads, OpenAI's TPM does: an
+// agent turn that is mostly cache reads spends its uncached input and output
+// of an Anthropic model's window, the whole prompt of an OpenAI model's.
+func TestProxyCacheReadsCountPerProvider(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+			jsonAnswer(200, `{"type":"message","role":"assistant","content":[],"usage":{"input_tokens":100,"cache_creation_input_tokens":50,"cache_read_input_tokens":9000,"output_tokens":10}}`)(w, r)
+			return
+		}
+		chatOK(9100, 10, 9000)(w, r)
+	})
+	f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+	resp, body := f.call("/v1/messages", map[string]any{"model": "anth/m", "max_tokens": 100, "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	if resp.StatusCode != 200 {
+		t.Fatalf("anthropic: %d %s", resp.StatusCode, body)
+	}
+	if got := f.status("anth", "m").WindowTokens; got != 160 {
+		t.Errorf("anthropic window %d, want 160 (input 100 + cache writes 50 + output 10)", got)
+	}
+	resp, body = f.call("/v1/chat/completions", chatReq("po/m", "max_tokens", 100))
+	if resp.StatusCode != 200 {
+		t.Fatalf("openai: %d %s", resp.StatusCode, body)
+	}
+	if got := f.status("po", "m").WindowTokens; got != 9110 {
+		t.Errorf("openai window %d, want 9110 (cached tokens count toward TPM)", got)
 	}
 }

@@ -1145,16 +1145,17 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		}
 	}
 	if u != nil {
-		in := u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens
+		in := u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens // the whole input, which the body's size tells
 		b.est.observe(s.bytes, in, u.OutputTokens, s.output0, s.asked)
 		b.est.observeOutput(u.OutputTokens, float64(now.UnixNano()-s.admitted)/1e9, s.asked)
 		if s.guessed {
 			b.est.observeInput(s.input, in)
 		}
 		span := b.l.conf().Window
-		cost := in + u.OutputTokens
+		counted := u.counted() // the provider's view: without the cache reads it does not count
+		cost := counted + u.OutputTokens
 		if b.decidesKnown() {
-			cost = in + s.output0 // what the provider decided on: the output came later
+			cost = counted + s.output0 // what the provider decided on: the output came later
 		}
 		if s.viewArrival >= 0 {
 			b.servedArrival.note(now, s.viewArrival+cost, span)

@@ -38,18 +38,34 @@ type Request struct {
 }
 
 // Usage is what the provider reported for a call. Cache reads and writes count
-// against TPM: providers count cached input toward the rate limit, so a cache
-// hit saves cost and latency but not quota.
+// against TPM where the provider counts cached input toward the rate limit
+// (OpenAI: a cache hit saves cost and latency but not quota); a provider whose
+// limit leaves cache reads out says so with CacheReadsUncounted.
 type Usage struct {
 	InputTokens      int64
 	CacheReadTokens  int64
 	CacheWriteTokens int64
 	OutputTokens     int64
+	// CacheReadsUncounted: the provider's token limit does not count cache
+	// reads (Anthropic's input-tokens-per-minute, for current models). They
+	// stay out of the window, and still teach the estimator, which sizes a
+	// request's whole input from its bytes: a call whose cache has expired
+	// pays all of it, so the reservation covers that and the settle refunds
+	// the cached part.
+	CacheReadsUncounted bool
 }
 
 // Total is every token the provider counts against the window.
 func (u Usage) Total() int64 {
-	return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens + u.OutputTokens
+	return u.counted() + u.OutputTokens
+}
+
+// counted is the input the provider counts against the window.
+func (u Usage) counted() int64 {
+	if u.CacheReadsUncounted {
+		return u.InputTokens + u.CacheWriteTokens
+	}
+	return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens
 }
 
 // Ticket is an admitted call's reservation. Settle or Release it exactly once.

@@ -182,6 +182,25 @@ func TestSettleRefundsAndReleaseFrees(t *testing.T) {
 	}
 }
 
+// A provider whose limit does not count cache reads (Anthropic's ITPM) has
+// them left out of the window, while the estimator still learns the whole
+// input the body's bytes stand for.
+func TestSettleLeavesUncountedCacheReadsOutOfTheWindow(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	a := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputBytes: 4000, MaxTokens: 50})
+	u := Usage{InputTokens: 100, CacheReadTokens: 900, CacheWriteTokens: 30, OutputTokens: 50, CacheReadsUncounted: true}
+	if err := l.Settle(t0, a, u); err != nil {
+		t.Fatal(err)
+	}
+	got := l.BucketStatus(t0, "p", "m")
+	if got.WindowTokens != 180 {
+		t.Fatalf("window %d, want 180 (input 100 + cache writes 30 + output 50; the 900 cache reads not counted)", got.WindowTokens)
+	}
+	if got.BytesPerToken != 4000.0/1030 {
+		t.Fatalf("bytes per token %g, want %g: the whole input, cache reads too", got.BytesPerToken, 4000.0/1030)
+	}
+}
+
 func TestStaleTicketCannotSettleAReusedSlot(t *testing.T) {
 	l, _, _ := newTestLedger(t, testGate())
 	a := mustAdmit(t, l, t0, req(0))
