@@ -111,6 +111,66 @@ func anthropicErrorStatus(typ string) int {
 	return 0
 }
 
+// openaiErrorStatus is the status OpenAI's API answers an error code or type
+// with; 0 for one it does not know. A Responses stream's error event names
+// only its code ("server_error"), a chat stream's error chunk its type.
+func openaiErrorStatus(code string) int {
+	switch code {
+	case "server_error":
+		return http.StatusInternalServerError
+	case "rate_limit_exceeded", "insufficient_quota":
+		return http.StatusTooManyRequests
+	case "invalid_request_error", "invalid_prompt", "context_length_exceeded":
+		return http.StatusBadRequest
+	case "invalid_api_key", "authentication_error":
+		return http.StatusUnauthorized
+	case "model_not_found":
+		return http.StatusNotFound
+	}
+	return 0
+}
+
+// errorStatus is the status an upstream failure is classified with: status,
+// unless it is a success that carried an error (a stream's first or later
+// error event, a 200 body with "error"), which stands for the status its type
+// or code names. Classified as a 200, Anthropic's api_error and the Responses
+// API's server_error came out UNKNOWN: not retried, x-should-retry false.
+func errorStatus(status int, body []byte) int {
+	if status >= 400 || len(body) == 0 {
+		return status
+	}
+	var e struct {
+		Type  string `json:"type"`
+		Code  any    `json:"code"`
+		Error *struct {
+			Type string `json:"type"`
+			Code any    `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return status
+	}
+	var names []string // most specific first
+	if e.Error != nil {
+		if c, ok := e.Error.Code.(string); ok {
+			names = append(names, c)
+		}
+		names = append(names, e.Error.Type)
+	}
+	if c, ok := e.Code.(string); ok {
+		names = append(names, c)
+	}
+	for _, n := range names {
+		if c := anthropicErrorStatus(n); c != 0 {
+			return c
+		}
+		if c := openaiErrorStatus(n); c != 0 {
+			return c
+		}
+	}
+	return status
+}
+
 // faceBody is what the client of face kind gets for an upstream error body
 // answered with status: unchanged when it already has the face's shape (or the
 // face is OpenAI's, whose clients read any JSON error), otherwise rewritten into
@@ -121,6 +181,9 @@ func faceBody(kind apiKind, status int, body []byte, route string) (code int, ou
 	if kind != kindAnthropic {
 		if status < 400 {
 			status = http.StatusBadGateway
+		}
+		if out, ok := responsesErrorBody(body); ok {
+			return status, out, true
 		}
 		return status, body, false
 	}
@@ -142,6 +205,47 @@ func faceBody(kind apiKind, status int, body []byte, route string) (code int, ou
 	e.Error.Type, e.Error.Message = anthropicErrorType(status), upstreamMessage(body, route, status)
 	out, _ = json.Marshal(e)
 	return status, out, true
+}
+
+// responsesErrorBody rewrites a Responses stream's error event
+// ({"type":"error","code","message","param"}) into the {"error":{…}} body
+// OpenAI answers an error with, which the SDKs read; ok is false for any
+// other body.
+func responsesErrorBody(body []byte) (out []byte, ok bool) {
+	var ev struct {
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+		Message string          `json:"message"`
+		Param   json.RawMessage `json:"param"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &ev) != nil || ev.Type != "error" || ev.Message == "" || len(ev.Error) > 0 {
+		return nil, false
+	}
+	var e struct {
+		Error struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Code    json.RawMessage `json:"code"`
+			Param   json.RawMessage `json:"param"`
+		} `json:"error"`
+	}
+	e.Error.Message, e.Error.Code, e.Error.Param = ev.Message, nullIfEmpty(ev.Code), nullIfEmpty(ev.Param)
+	var code string
+	if json.Unmarshal(ev.Code, &code) == nil && code != "" {
+		e.Error.Type = code // the Responses API's codes are its error types ("server_error")
+	} else {
+		e.Error.Type = "server_error"
+	}
+	out, err := json.Marshal(e)
+	return out, err == nil
+}
+
+func nullIfEmpty(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
 }
 
 // upstreamMessage is the message of an upstream error body: an OpenAI-shaped

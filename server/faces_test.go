@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // anthropicErrorOf decodes an Anthropic-shaped error body, failing t when the
@@ -78,11 +79,16 @@ func TestAnthropicFaceErrors(t *testing.T) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				sse(w, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n")
 			}, 529, "overloaded_error", "Overloaded", "true"},
+			// api_error stands for a 500: a server error, which the client may retry.
+			{"APIErrorEventOnA200", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				sse(w, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}\n\n")
+			}, 500, "api_error", "Internal server error", "true"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				an := newFakeUpstream(t, c.upstream)
 				f := newPxFixture(t, aliasConfig("http://127.0.0.1:1", an.URL, ""), true)
-				resp, body := f.call("/v1/messages", chatReq("claude-3-5-haiku-latest", "max_tokens", 16, "stream", c.name == "ErrorEventOnA200"))
+				resp, body := f.call("/v1/messages", chatReq("claude-3-5-haiku-latest", "max_tokens", 16, "stream", strings.HasSuffix(c.name, "EventOnA200")))
 				e := anthropicErrorOf(t, body)
 				if resp.StatusCode != c.status || e.Error.Type != c.typ || !strings.Contains(e.Error.Message, c.has) {
 					t.Errorf("%d %s, want %d %s containing %q", resp.StatusCode, body, c.status, c.typ, c.has)
@@ -217,4 +223,101 @@ func TestCountTokensAnswerInBodyBudget(t *testing.T) {
 		t.Fatalf("status %d, %d bytes", r.resp.StatusCode, len(r.body))
 	}
 	waitFor(t, "the budget released", func() bool { return f.srv.bodies.inUse() == 0 })
+}
+
+// A stream whose first event is a server error is retried on either face: the
+// failure is classified with the status its error type or code stands for
+// (Anthropic's api_error 500, the Responses API's server_error 500), not the
+// 200 the stream came with, which no rule reads as retryable.
+func TestProxyFirstEventServerErrorIsRetried(t *testing.T) {
+	for _, c := range []struct{ path, model, errEvent, okEvent string }{
+		{"/v1/messages", "anth/m", "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}\n\n",
+			anthropicEvent("message_start", map[string]any{"type": "message_start", "message": map[string]any{"usage": map[string]any{"input_tokens": 4, "output_tokens": 1}}}) +
+				anthropicEvent("message_stop", map[string]any{"type": "message_stop"})},
+		{"/v1/responses", "po/m", "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"The server had an error\",\"param\":null,\"sequence_number\":0}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\n"},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			up := newFakeUpstream(t,
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					sse(w, c.errEvent)
+				},
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					sse(w, c.okEvent)
+				})
+			f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+			type result struct {
+				status int
+				body   string
+			}
+			done := make(chan result, 1)
+			go func() {
+				resp, body := f.call(c.path, map[string]any{"model": c.model, "stream": true, "max_tokens": 10, "input": "hi",
+					"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+				done <- result{resp.StatusCode, body}
+			}()
+			var r result
+			waitFor(t, "the answer", func() bool {
+				select {
+				case r = <-done:
+					return true
+				default:
+					if f.clock.Timers() > 0 {
+						f.clock.Advance(time.Minute) // the retry's delay
+					}
+					return false
+				}
+			})
+			if r.status != 200 || strings.Contains(r.body, "event: error") || up.n() != 2 {
+				t.Fatalf("status %d calls %d body %q: want the retry's answer", r.status, up.n(), r.body)
+			}
+		})
+	}
+}
+
+// Giving up on a Responses stream's error event, the OpenAI face answers in
+// OpenAI's {"error":{…}} shape, which the SDKs read, with the status its code
+// stands for.
+func TestProxyResponsesErrorEventGiveUpShape(t *testing.T) {
+	t.Setenv("GATECTL_TEST_OPENAI_KEY", "sk-test-openai")
+	oa := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"The server had an error\",\"param\":null,\"sequence_number\":0}\n\n")
+	})
+	f := newPxFixture(t, aliasConfig(oa.URL, "http://127.0.0.1:1", ""), true) // retry.rounds 0: give up at once
+	resp, body := f.call("/v1/responses", map[string]any{"model": "gpt-4o", "stream": true, "input": "hi"})
+	var e struct {
+		Error struct {
+			Message, Type, Code string
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Message != "The server had an error" || e.Error.Code != "server_error" || e.Error.Type != "server_error" {
+		t.Fatalf("body %s: want {\"error\":{…}} with the event's message and code", body)
+	}
+	if resp.StatusCode != 500 || resp.Header.Get("X-Should-Retry") != "true" || resp.Header.Get("X-Gate-Class") != "SERVER" {
+		t.Fatalf("status %d X-Should-Retry %q X-Gate-Class %q, want 500 true SERVER", resp.StatusCode, resp.Header.Get("X-Should-Retry"), resp.Header.Get("X-Gate-Class"))
+	}
+}
+
+func TestErrorStatus(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   int
+	}{
+		{200, `{"type":"error","error":{"type":"api_error","message":"x"}}`, 500},
+		{200, `{"type":"error","error":{"type":"overloaded_error","message":"x"}}`, 529},
+		{200, `{"type":"error","code":"server_error","message":"x","param":null}`, 500},
+		{200, `{"error":{"code":"rate_limit_exceeded","message":"Rate limit reached"}}`, 429},
+		{200, `{"error":{"message":"x","type":"server_error","code":null}}`, 500},
+		{200, `{"type":"error","code":"some_new_code","message":"x"}`, 200},
+		{200, `not json`, 200},
+		{503, `{"type":"error","error":{"type":"api_error","message":"x"}}`, 503},
+	} {
+		if got := errorStatus(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("%d %s: %d, want %d", c.status, c.body, got, c.want)
+		}
+	}
 }

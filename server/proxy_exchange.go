@@ -396,7 +396,7 @@ func (x *exchange) httpFailure(route engine.Route, resp *http.Response, body []b
 	if len(fb) > failureBodyMax {
 		fb = fb[:failureBodyMax]
 	}
-	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: resp.StatusCode,
+	return &upstreamFailure{route: route, header: resp.Header, body: body, f: engine.Failure{Status: errorStatus(resp.StatusCode, fb),
 		Headers: failureHeaders(resp.Header), Body: string(fb), Provider: route.Provider, Model: route.Model}}
 }
 

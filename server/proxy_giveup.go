@@ -89,9 +89,9 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	switch {
 	case fail.body != nil:
 		// The upstream's body, in the face's shape; a 200 that carried an error
-		// becomes an error status.
+		// becomes an error status (a stream's error event: JSON, not a stream).
 		code, body, rewritten := faceBody(x.pr.ep.kind, status, fail.body, route.String())
-		if rewritten || status < 400 {
+		if rewritten || status < 400 || isEventStream(fail.header) {
 			h.Set("Content-Type", "application/json")
 		}
 		x.w.WriteHeader(code)

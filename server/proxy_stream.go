@@ -156,7 +156,8 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 // the failure is classified, so a rate limit still starts the model's cooldown.
 func (x *exchange) midStreamError(route engine.Route, readErr error, upstreamErr []byte) {
 	s := x.s
-	f := engine.Failure{Status: http.StatusOK, Body: string(upstreamErr[:min(len(upstreamErr), failureBodyMax)]), Provider: route.Provider, Model: route.Model}
+	body := upstreamErr[:min(len(upstreamErr), failureBodyMax)]
+	f := engine.Failure{Status: errorStatus(http.StatusOK, body), Body: string(body), Provider: route.Provider, Model: route.Model}
 	if upstreamErr == nil {
 		text := transportText(readErr)
 		code := http.StatusBadGateway
