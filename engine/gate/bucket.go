@@ -237,6 +237,7 @@ type ticketSlot struct {
 	session             string
 	shared              string // the shared window's entry id; "" without one
 	alone               bool   // admitted while the store failed open: not in the shared window yet
+	paced               bool   // its reservation was charged to the token pacer
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -1053,6 +1054,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		// ones), and never more than a budget below its burst: the longest pace
 		// wait stays within window ÷ pace.
 		b.spendPaceLocked(now, res, budget)
+		s.paced = true
 	}
 	b.inFlight++
 	if b.perSession != nil {
@@ -1161,6 +1163,11 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 			b.servedArrival.note(now, s.viewArrival+cost, span)
 		}
 		b.servedDone.note(now, s.viewDone+cost, span)
+		if s.paced && u.CacheReadsUncounted && u.CacheReadTokens > 0 {
+			// The pacer was charged the whole input the request's size
+			// stood for; the provider counts none of its cache reads.
+			b.refundPaceLocked(now, min(u.CacheReadTokens, s.input))
+		}
 		b.servedReqArrival.note(now, int64(s.reqArrival)+1, span)
 		b.servedReqDone.note(now, int64(s.reqDone)+1, span)
 	}

@@ -98,6 +98,17 @@ func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
 	}
 }
 
+// refundPaceLocked gives the token pacer back amount a grant was charged and
+// the provider did not count (up to its burst).
+func (b *bucket) refundPaceLocked(now time.Time, amount int64) {
+	rate, burst := b.paceParams(b.tokenBudget(now))
+	if rate <= 0 || amount <= 0 {
+		return
+	}
+	b.pace.refill(now, rate, burst)
+	b.pace.level = math.Min(burst, b.pace.level+float64(amount))
+}
+
 // requestPacedLocked says whether the request pacer runs: while requests bind
 // — the request budget held a call back, or an RPM 429 came, within the last
 // two windows (a cooldown of a window after a 429 is followed by the queue it

@@ -45,6 +45,28 @@ func TestPacingSpreadsTheQueue(t *testing.T) {
 	mustAdmit(t, l2, t0, Request{Provider: "p", Model: "m", Session: "b"})
 }
 
+// A call whose cache reads the provider does not count (Anthropic) gives them
+// back to the pacer when it settles: charged the whole input its size stood
+// for, an agent whose turns are mostly cache reads was paced as if the
+// provider counted them.
+func TestPacingRefundsUncountedCacheReads(t *testing.T) {
+	c := testGate()
+	c.Pace, c.PaceBurst = 2, 0.1 // 2000 tokens a minute (33.3/s), 100 at once
+	for _, uncounted := range []bool{false, true} {
+		l, _, _ := newTestLedger(t, c)
+		tk := mustAdmit(t, l, t0, Request{Provider: "p", Model: "m", InputTokens: 90, MaxTokens: 10}) // the whole burst
+		if err := l.Settle(t0, tk, Usage{InputTokens: 5, CacheReadTokens: 85, OutputTokens: 10, CacheReadsUncounted: uncounted}); err != nil {
+			t.Fatal(err)
+		}
+		next := Request{Provider: "p", Model: "m", Session: "b", InputTokens: 50, MaxTokens: 10}
+		if uncounted {
+			mustAdmit(t, l, t0, next) // 85 back: room for 60 at once
+		} else {
+			mustWait(t, l, t0, next, "pace", 1800*time.Millisecond) // counted: the pacer refills 60 at 33.3/s
+		}
+	}
+}
+
 // The margin covers the summed spread of the calls in flight: z·√(Σ variance),
 // which grows with √N, not N.
 func TestPooledMarginGrowsWithTheRootOfN(t *testing.T) {
