@@ -166,6 +166,7 @@ func (x *exchange) tooLong(in holdInfo, holding time.Duration) {
 	h.Set("Retry-After-Ms", strconv.FormatInt(rest.Milliseconds(), 10))
 	h.Set("X-Should-Retry", "true")
 	h.Set("X-Gate-Waited-Ms", strconv.FormatInt((x.waited+holding).Milliseconds(), 10))
+	h.Set("X-Gate-Route", x.res.route.String()) // as on every answer of a routed request
 	msg := fmt.Sprintf("gatectl: held %s, the most this request may wait (proxy.maxHold %s, or X-Gate-Max-Wait), and the wait goes on: %s, about %s more; retry after that, stream the request to wait with progress, or send X-Gate-Max-Wait to wait longer",
 		held, x.holdLimit(), in.why, rest.Round(time.Second))
 	s.proxyLog.Info("hold limit reached: answering 429", "route", x.res.route.String(), "session", x.pr.session,

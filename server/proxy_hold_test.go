@@ -212,6 +212,9 @@ func TestHoldNonStreamCappedAtMaxHold(t *testing.T) {
 		!strings.Contains(body, "on pa/m") || !strings.Contains(body, `"type":"rate_limit_error"`) {
 		t.Errorf("headers %v body %s", resp.Header, body)
 	}
+	if got := resp.Header.Get("X-Gate-Route"); got != "pa/m" {
+		t.Errorf("X-Gate-Route %q, want pa/m", got)
+	}
 	if d := time.Since(t0); d > time.Second {
 		t.Errorf("answered after %s: a wait known to outlast maxHold is answered at once", d)
 	}
