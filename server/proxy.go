@@ -62,6 +62,9 @@ type endpoint struct {
 	injectUsage bool
 	// embeddings write no output: reserve none.
 	noOutput bool
+	// defaultMaxTokens is what the API writes at most when the request gives
+	// no max_tokens (0: no such default; the gate's output reserve applies).
+	defaultMaxTokens int
 	// notGenerated: the call generates nothing (Anthropic's count_tokens), so
 	// the gate neither admits nor settles it and it is not retried; only its
 	// route and key are gatectl's business (proxy_count.go).
@@ -70,7 +73,9 @@ type endpoint struct {
 
 var endpoints = []endpoint{
 	{path: "/v1/chat/completions", kind: kindOpenAI, injectUsage: true},
-	{path: "/v1/completions", kind: kindOpenAI, injectUsage: true},
+	// The legacy completions API writes 16 tokens without max_tokens: reserving
+	// gate.outputReserveTokens (8192) held 500 times too much for each call.
+	{path: "/v1/completions", kind: kindOpenAI, injectUsage: true, defaultMaxTokens: 16},
 	{path: "/v1/embeddings", kind: kindOpenAI, noOutput: true},
 	{path: "/v1/responses", kind: kindOpenAI},
 	{path: "/v1/messages", kind: kindAnthropic},

@@ -76,6 +76,9 @@ func parseProxyRequest(ep *endpoint, body []byte, h http.Header) (*proxyRequest,
 		}
 		pr.maxTokens = max(pr.maxTokens, int(n))
 	}
+	if pr.maxTokens == 0 && ep.defaultMaxTokens > 0 {
+		pr.maxTokens = ep.defaultMaxTokens // the API's own default, which it writes at most
+	}
 	if ep.noOutput {
 		pr.maxTokens = 1 // embeddings write nothing: reserve (almost) no output
 	}
