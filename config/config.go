@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,22 @@ type Log struct {
 	Level  string // trace | debug | info | warn | error
 	Format string // text | json
 	Access bool   // one info line per proxied call (never keys or bodies)
+}
+
+// OwnKey reports whether gatectl authenticates to the provider itself, with
+// APIKeyEnv or a credential header under Headers; else the client's own key is
+// passed through to it.
+func (p Provider) OwnKey() bool {
+	if p.APIKeyEnv != "" {
+		return true
+	}
+	for k := range p.Headers {
+		switch http.CanonicalHeaderKey(k) {
+		case "Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key":
+			return true
+		}
+	}
+	return false
 }
 
 // Provider is one upstream. APIKeyEnv names the environment variable holding the

@@ -256,6 +256,29 @@ func (v *validator) crossCheck() {
 			v.errorf(r.node, r.path+".provider", "%s; a request on that route would fail", msg(r.name))
 		}
 	}
+	// A pool whose routes pass the client's key through to two providers
+	// sends it to whichever the draw picks: right when both take the same key
+	// (replicas of one gateway), a key sent where it does not belong when not.
+	// Said at load, where the operator can tell which.
+	passFirst := map[string]provRef{} // pool -> its first pass-through route
+	reported := map[string]bool{}
+	for _, r := range v.routeRefs {
+		pc, ok := v.c.Providers[r.name]
+		i := strings.Index(r.path, ".routes[")
+		if !ok || pc.OwnKey() || i < 0 {
+			continue
+		}
+		pool := r.path[:i]
+		first, seen := passFirst[pool]
+		switch {
+		case !seen:
+			passFirst[pool] = r
+		case first.name != r.name && !reported[pool]:
+			reported[pool] = true
+			v.warnf(r.node, r.path+".provider", "%s and %s (%s) both pass the client's own key through (no apiKeyEnv): a client's key goes to whichever the draw picks, right only if both take the same key; else give one of them apiKeyEnv, or put them in separate pools",
+				r.name, first.name, first.path)
+		}
+	}
 	for _, r := range v.modelRefs {
 		if _, ok := v.c.Providers[r.name]; !ok {
 			v.errorf(r.node, r.path, "%s; these limits would never apply", msg(r.name))

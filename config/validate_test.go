@@ -376,3 +376,26 @@ func TestMergeThroughManyPathsWalkedOnce(t *testing.T) {
 		t.Fatalf("err = %v, want the x… keys reported as unknown and nothing else going wrong", err)
 	}
 }
+
+// A pool whose routes pass the client's own key through to two providers
+// sends a client's key to whichever the draw picks: said at load (right for
+// replicas that take one key, a key sent where it does not belong otherwise).
+// One pass-through provider among keyed ones says nothing.
+func TestPoolWithTwoPassThroughProvidersWarned(t *testing.T) {
+	c := mustParse(t, `providers:
+  pass:  {kind: openai, baseURL: "https://a.example/v1"}
+  pass2: {kind: openai, baseURL: "https://b.example/v1"}
+  keyed: {kind: openai, baseURL: "https://c.example/v1", apiKeyEnv: C_KEY}
+pools:
+  ok:  {routes: [{provider: pass, model: m}, {provider: keyed, model: m}]}
+  duo: {routes: [{provider: pass, model: m}, {provider: keyed, model: m}, {provider: pass2, model: m}, {provider: pass2, model: n}]}
+`)
+	var got []string
+	for _, w := range c.Warnings {
+		got = append(got, w.Error())
+	}
+	want := `gatectl.yaml:7: pools.duo.routes[2].provider: pass2 and pass (pools.duo.routes[0]) both pass the client's own key through (no apiKeyEnv)`
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Fatalf("warnings %q, want one: %s", got, want)
+	}
+}

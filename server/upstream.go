@@ -50,20 +50,8 @@ func usableRoute(cfg *config.Config, kind apiKind, keyProvider string, route eng
 	return nil
 }
 
-// hasOwnKey: gatectl authenticates to the provider itself, with apiKeyEnv or
-// with a credential header under providers.*.headers.
-func hasOwnKey(pc config.Provider) bool {
-	if pc.APIKeyEnv != "" {
-		return true
-	}
-	for k := range pc.Headers {
-		switch http.CanonicalHeaderKey(k) {
-		case "Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key":
-			return true
-		}
-	}
-	return false
-}
+// hasOwnKey: gatectl authenticates to the provider itself (config.Provider.OwnKey).
+func hasOwnKey(pc config.Provider) bool { return pc.OwnKey() }
 
 // upstreamURL joins the provider's base URL and the endpoint. OpenAI-kind base
 // URLs end at the API version (…/v1, …/v1beta/openai); Anthropic's is the host,
