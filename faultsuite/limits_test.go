@@ -295,8 +295,8 @@ func TestHugeReservation(t *testing.T) {
 }
 
 // TestAPIToken: with api.tokenEnv set, the decision API and the console answer
-// 401 without the token and serve with it, while /healthz, /metrics and the
-// proxy need none; without a token, serve refuses an address beyond loopback
+// 401 without the token and serve with it, as does the proxy on a route sent
+// with gatectl's own key, while /healthz and /metrics need none; without a token, serve refuses an address beyond loopback
 // before binding it, naming api.tokenEnv. Before, the decision API had no
 // authentication at all.
 func TestAPIToken(t *testing.T) {
@@ -345,7 +345,9 @@ func TestAPIToken(t *testing.T) {
 			{"GET", "/gate/v1/status", "", []string{"Cookie", "gatectl_token=" + token}, 200},
 			{"GET", "/healthz", "", nil, 200},
 			{"GET", "/metrics", "", nil, 200},
-			{"POST", "/v1/chat/completions", `{"model":"f/ok","messages":[{"role":"user","content":"hi"}]}`, nil, 200},
+			// f is sent with gatectl's own key: the token is what a client holds.
+			{"POST", "/v1/chat/completions", `{"model":"f/ok","messages":[{"role":"user","content":"hi"}]}`, nil, 401},
+			{"POST", "/v1/chat/completions", `{"model":"f/ok","messages":[{"role":"user","content":"hi"}]}`, []string{"Authorization", "Bearer " + token}, 200},
 		} {
 			var body io.Reader
 			if c.body != "" {
@@ -354,6 +356,12 @@ func TestAPIToken(t *testing.T) {
 			a := g.do(c.method, 5*time.Second, c.path, body, c.headers...)
 			if a.err != nil || a.status != c.want {
 				t.Fatalf("%s %s %v: want %d, got %v %d %.200s", c.method, c.path, c.headers, c.want, a.err, a.status, a.body)
+			}
+			if c.want == 401 && strings.HasPrefix(c.path, "/v1/") {
+				if !strings.Contains(a.body, "API token") || strings.Contains(a.body, token) {
+					t.Fatalf("%s %s: the proxy's 401 %s: want it to name the API token, and not hold it", c.method, c.path, a.body)
+				}
+				continue
 			}
 			if c.want == 401 && !strings.Contains(a.body, `"type":"unauthorized"`) {
 				t.Fatalf("%s %s: the 401 is not the JSON error: %s", c.method, c.path, a.body)

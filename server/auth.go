@@ -15,9 +15,10 @@ import (
 // The decision API and the console can change what the gate does (reset a
 // model, settle tickets, change settings), so when the daemon is reachable from
 // other machines they need a token (config api.tokenEnv names the variable
-// holding it). /healthz, /readyz, /metrics and the proxy face are not guarded:
-// probes and scrapers carry no token, and the proxy face is guarded by the
-// provider keys it forwards.
+// holding it). /healthz, /readyz and /metrics are not guarded: probes and
+// scrapers carry no token. The proxy face needs it only where gatectl pays:
+// a route sent with gatectl's own provider key (clientKeys); a pass-through
+// route spends the key the client sent.
 
 // tokenCookie is the cookie the console keeps the token in.
 const tokenCookie = "gatectl_token"
@@ -84,6 +85,21 @@ func (a apiAuth) allows(r *http.Request) bool {
 		check(c.Value)
 	}
 	return ok
+}
+
+// allowsProxy reports whether a proxied request carries the token: as the API
+// key an SDK sends (Authorization: Bearer, or Anthropic's x-api-key), or as
+// X-Gate-Token beside a key of the client's own.
+func (a apiAuth) allowsProxy(r *http.Request) bool {
+	if a.allows(r) {
+		return true
+	}
+	v := r.Header.Get("X-Api-Key")
+	if v == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(v))
+	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
 }
 
 // writeUnauthorized answers 401 without a word about the token it expected.

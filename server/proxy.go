@@ -198,7 +198,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 		pr.session = defaultSession(r.Header, r.RemoteAddr)
 	}
 	s.seen.note(pr.session, s.clock.Now())
-	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session)
+	guest := s.auth.set && !s.auth.allowsProxy(r)
+	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session, guest)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())
 		return pr, nil

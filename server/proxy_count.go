@@ -20,10 +20,15 @@ import (
 func (x *exchange) passOnce() {
 	s, ctx := x.s, x.r.Context()
 	route := x.res.route
-	if usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route) != nil {
+	if usableRoute(x.cfg, x.pr.ep.kind, x.keys(), route) != nil {
 		route = x.res.asked
 	}
-	if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route); err != nil {
+	if err := usableRoute(x.cfg, x.pr.ep.kind, x.keys(), route); err != nil {
+		if errors.Is(err, errNeedsToken) {
+			x.w.Header().Set("WWW-Authenticate", `Bearer realm="gatectl"`)
+			x.fail(http.StatusUnauthorized, "", err.Error())
+			return
+		}
 		x.fail(http.StatusBadRequest, "model", err.Error())
 		return
 	}

@@ -75,16 +75,20 @@ type upstreamFailure struct {
 func (x *exchange) run() {
 	s, ctx := x.s, x.r.Context()
 	route := x.res.route
-	if usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route) != nil {
+	if usableRoute(x.cfg, x.pr.ep.kind, x.keys(), route) != nil {
 		route = x.res.asked // the session's route is one the client's key may not reach
 	}
 	pol := s.planner.Policy()
 	budget := pol.Rounds + max(pol.HintRounds, 0) + pol.Mislabeled.Rounds + 8 // a backstop: the planner's budgets decide first
 	for attempts := 0; ; attempts++ {
-		if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, route); err != nil {
-			if x.failed != nil {
+		if err := usableRoute(x.cfg, x.pr.ep.kind, x.keys(), route); err != nil {
+			switch {
+			case x.failed != nil:
 				x.giveUp(x.failed, x.failedVerdict, err.Error(), true)
-			} else {
+			case errors.Is(err, errNeedsToken):
+				x.w.Header().Set("WWW-Authenticate", `Bearer realm="gatectl"`)
+				x.fail(http.StatusUnauthorized, "", err.Error())
+			default:
 				x.fail(http.StatusBadRequest, "model", err.Error())
 			}
 			return
@@ -125,7 +129,7 @@ func (x *exchange) run() {
 				return
 			}
 			to := *a.Route
-			if err := usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, to); err != nil {
+			if err := usableRoute(x.cfg, x.pr.ep.kind, x.keys(), to); err != nil {
 				x.giveUp(fail, v, err.Error(), true)
 				return
 			}
@@ -519,7 +523,7 @@ func (x *exchange) decide(ctx context.Context, fail *upstreamFailure, route engi
 	}
 	a := s.planner.Plan(ctx, now, retry.Request{Verdict: v, Provider: route.Provider, Model: route.Model,
 		Session: x.pr.session, Turn: x.pr.turn, OneShot: x.pr.oneShot, Failure: &fail.f, Admitted: x.countedFrom(), Reserved: x.reserved,
-		Pool: x.res.pool, Usable: func(to engine.Route) bool { return usableRoute(x.cfg, x.pr.ep.kind, x.res.keyProvider, to) == nil }})
+		Pool: x.res.pool, Usable: func(to engine.Route) bool { return usableRoute(x.cfg, x.pr.ep.kind, x.keys(), to) == nil }})
 	s.metrics.Action(string(a.Kind))
 	data := map[string]any{
 		"provider": route.Provider, "model": route.Model, "session": x.pr.session, "turn": x.pr.turn,
@@ -609,3 +613,6 @@ func orReset(kind string) string {
 	}
 	return kind
 }
+
+// keys is with whose key the exchange may send a route (clientKeys).
+func (x *exchange) keys() clientKeys { return clientKeys{x.res.keyProvider, x.res.guest} }

@@ -250,3 +250,63 @@ pools:
 	}
 	assertNoKeyLogged(t, f)
 }
+
+// With an API token set, the proxy spends gatectl's own provider keys only for
+// a request that carries the token — as the API key an SDK sends, or in
+// X-Gate-Token. Without it, anyone who can reach the daemon would spend them.
+// A pass-through provider takes the client's own key, token or not; a pool
+// draw and a failover never move a request without the token onto a keyed
+// route.
+func TestProxyOwnKeysNeedTheToken(t *testing.T) {
+	t.Setenv("GATECTL_TEST_KEY_CONF", pxConfKey)
+	t.Setenv("GATECTL_TEST_ORG", "org-42")
+	t.Setenv("GATECTL_PROXY_TOKEN", "a-token-of-24-characters")
+	conf, pt1, pt2 := newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, chatOK(1, 1, 0)), newFakeUpstream(t, chatOK(1, 1, 0))
+	f := newPxFixture(t, strings.Replace(keysConfig(conf.URL, pt1.URL, pt2.URL), "pools:\n", `pools:
+  keyedfirst:
+    routes:
+      - {provider: conf, model: k}
+      - {provider: pt1, model: k}
+`, 1)+"api: {tokenEnv: GATECTL_PROXY_TOKEN}\n", true)
+	cases := []struct {
+		name, model string
+		hdr         []string
+		want        int
+	}{
+		{"no token, gatectl's key", "conf/m", []string{"Authorization", "Bearer " + pxClientKey}, 401},
+		{"a wrong token", "conf/m", []string{"Authorization", "Bearer not-the-token"}, 401},
+		{"the token as the OpenAI key", "conf/m", []string{"Authorization", "Bearer a-token-of-24-characters"}, 200},
+		{"the token as Anthropic's x-api-key", "conf/m", []string{"X-Api-Key", "a-token-of-24-characters"}, 200},
+		{"the token beside a key", "conf/m", []string{"Authorization", "Bearer " + pxClientKey, "X-Gate-Token", "a-token-of-24-characters"}, 200},
+		{"no token, a pass-through provider", "pt1/m", []string{"Authorization", "Bearer " + pxClientKey}, 200},
+	}
+	for _, c := range cases {
+		r, body := f.call("/v1/chat/completions", chatReq(c.model), c.hdr...)
+		if r.StatusCode != c.want {
+			t.Errorf("%s: %d %s, want %d", c.name, r.StatusCode, body, c.want)
+		}
+		if c.want == 401 && (!strings.Contains(body, "API token") || strings.Contains(body, "a-token-of-24")) {
+			t.Errorf("%s: body %s: want it to say the token is needed, and not the token", c.name, body)
+		}
+	}
+	if conf.n() != 3 {
+		t.Fatalf("the keyed provider got %d calls, want the 3 that carried the token", conf.n())
+	}
+	// A pool mixing the two, the keyed route first (the draw's pick when no
+	// route can be scored): a session without the token is drawn onto the
+	// pass-through route; one with it, onto the keyed route.
+	before := conf.n()
+	if r, body := f.call("/v1/chat/completions", chatReq("keyedfirst"), "Authorization", "Bearer a-token-of-24-characters", "X-Gate-Session", "member"); r.StatusCode != 200 || conf.n() != before+1 {
+		t.Fatalf("a session with the token on the pool: %d %s, %d calls to the keyed route", r.StatusCode, body, conf.n()-before)
+	}
+	before = conf.n()
+	for i := range 20 {
+		r, body := f.call("/v1/chat/completions", chatReq("keyedfirst"), "Authorization", "Bearer "+pxClientKey, "X-Gate-Session", fmt.Sprintf("guest-%d", i))
+		if r.StatusCode != 200 {
+			t.Fatalf("session guest-%d on the mixed pool: %d %s", i, r.StatusCode, body)
+		}
+	}
+	if conf.n() != before {
+		t.Fatalf("requests without the token were drawn onto the keyed route: %d calls", conf.n()-before)
+	}
+}

@@ -37,15 +37,31 @@ import (
 //   - No key, whoever's, is ever logged: the proxy logs provider, model, route,
 //     status and class, never headers.
 
-// usableRoute says whether a request of kind whose client key is meant for
-// keyProvider may be sent on route (nil), or why not.
-func usableRoute(cfg *config.Config, kind apiKind, keyProvider string, route engine.Route) error {
+// clientKeys says with whose key a request may be sent: the client's own, to
+// provider only; gatectl's, unless an API token is set and the request did not
+// carry it (guest) — the token is what stands between anyone who can reach
+// the daemon and the operator's provider keys.
+type clientKeys struct {
+	provider string // the provider the client's own key is meant for
+	guest    bool
+}
+
+// errNeedsToken: a request without the API token on a route gatectl pays for.
+var errNeedsToken = errors.New("this route is sent with gatectl's own provider key, which needs the API token")
+
+// usableRoute says whether a request of kind, with keys, may be sent on route
+// (nil), or why not.
+func usableRoute(cfg *config.Config, kind apiKind, keys clientKeys, route engine.Route) error {
 	if err := kindMatches(cfg, kind, route.Provider); err != nil {
 		return err
 	}
-	if !hasOwnKey(cfg.Providers[route.Provider]) && route.Provider != keyProvider {
+	own := hasOwnKey(cfg.Providers[route.Provider])
+	if own && keys.guest {
+		return fmt.Errorf("route %s: %w: send it as the API key (Authorization: Bearer, x-api-key) or in X-Gate-Token (the token is in the variable config api.tokenEnv names)", route, errNeedsToken)
+	}
+	if !own && route.Provider != keys.provider {
 		return fmt.Errorf("route %s passes the client's key through, and that key is meant for provider %q: gatectl does not send it to another provider (configure providers.%s.apiKeyEnv to fail over there)",
-			route, keyProvider, route.Provider)
+			route, keys.provider, route.Provider)
 	}
 	return nil
 }
