@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -96,7 +97,15 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		if !wait {
 			res = apiGiveUpWaiting(a.s.clock.Now(), waiter)
 		} else {
-			res = a.wait(r.Context(), waiter, start, maxWait)
+			// A shutdown ends the wait at once, as it does the proxy's (drain.go).
+			dctx, undrain := a.s.drainable(r.Context())
+			res = a.wait(dctx, waiter, start, maxWait)
+			undrain()
+			if res.err != nil && r.Context().Err() == nil {
+				w.Header().Set("Retry-After", "1")
+				apiFail(w, http.StatusServiceUnavailable, errors.New("gatectl is shutting down: nothing was admitted; ask again"))
+				return
+			}
 		}
 		if res.err != nil { // the client went away: nothing is held
 			return

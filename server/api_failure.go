@@ -76,6 +76,9 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 		apiFail(w, http.StatusBadRequest, err)
 		return
 	}
+	if req.Session != "" {
+		a.s.seen.note(req.Session, a.s.clock.Now()) // in use: its settings' record stays (janitor.go)
+	}
 	switch {
 	case req.Provider == "":
 		writeError(w, http.StatusBadRequest, "provider", "provider is required")

@@ -102,6 +102,29 @@ func (a apiAuth) allowsProxy(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
 }
 
+// takeKey removes the token from where a client's own API key goes
+// (Authorization: Bearer, x-api-key) and reports whether it was there: sent
+// as the SDK's key, it is never passed through to a provider.
+func (a apiAuth) takeKey(r *http.Request) bool {
+	if !a.set {
+		return false
+	}
+	is := func(v string) bool {
+		sum := sha256.Sum256([]byte(v))
+		return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
+	}
+	took := false
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") && is(strings.TrimSpace(h[7:])) {
+		r.Header.Del("Authorization")
+		took = true
+	}
+	if v := r.Header.Get("X-Api-Key"); v != "" && is(v) {
+		r.Header.Del("X-Api-Key")
+		took = true
+	}
+	return took
+}
+
 // writeUnauthorized answers 401 without a word about the token it expected.
 func writeUnauthorized(w http.ResponseWriter) {
 	var e apiError

@@ -44,8 +44,12 @@ func fromElsewhere(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "cross-site", "same-site":
 		return true
+	case "same-origin", "none":
+		// The browser's own word, which a reverse proxy does not change —
+		// it may change the Host the Origin would be compared with.
+		return false
 	}
-	o := r.Header.Get("Origin")
+	o := r.Header.Get("Origin") // a browser that sends no Sec-Fetch-Site
 	if o == "" {
 		return false // not a browser, or a browser's same-origin GET
 	}

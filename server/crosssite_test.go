@@ -46,6 +46,8 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 		{"an opaque origin", "POST", "/gate/v1/failure", map[string]string{"Origin": "null"}, 403},
 		{"the proxy face", "POST", "/v1/chat/completions", map[string]string{"Origin": "http://evil.example"}, 403},
 		{"the console itself", "POST", "/gate/v1/failure", map[string]string{"Origin": own, "Sec-Fetch-Site": "same-origin"}, 200},
+		{"the console behind a reverse proxy (Host rewritten)", "POST", "/gate/v1/failure", map[string]string{"Origin": "https://gate.example.com", "Sec-Fetch-Site": "same-origin"}, 200},
+		{"an older browser, Origin alone", "POST", "/gate/v1/failure", map[string]string{"Origin": own}, 200},
 		{"a program", "POST", "/gate/v1/failure", nil, 200},
 		{"a cross-site read", "GET", "/gate/v1/status", map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, 200},
 	}

@@ -105,7 +105,18 @@ gate:
 	upstreamStream := send(true, "b")
 	waitUntil(t, "two calls upstream", func() bool { return upstreamCalls.load() == 2 })
 	heldCall, heldStream := send(false, "c"), send(true, "d") // 3,030 > 3,000: they wait in the gate
-	waitUntil(t, "two calls held", func() bool { _, w := status(); return w == 2 })
+	heldAdmit := make(chan answer, 1)                           // and a harness's admission, through the decision API
+	go func() {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/gate/v1/admit", "application/json",
+			strings.NewReader(`{"provider":"up","model":"m","session":"e","inputTokens":10,"maxTokens":1000}`))
+		if err != nil {
+			heldAdmit <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		heldAdmit <- answer{resp.StatusCode, resp.Header, readAll(resp.Body), nil}
+	}()
+	waitUntil(t, "three calls held", func() bool { _, w := status(); return w == 3 })
 
 	cancel()
 	for name, ch := range map[string]<-chan answer{"a held call": heldCall, "a held stream": heldStream} {
@@ -114,6 +125,9 @@ gate:
 			a.header.Get("X-Should-Retry") != "true" || !strings.Contains(a.body, "was not sent") {
 			t.Errorf("%s: %d %v %q (%v), want 503 Retry-After 1, should-retry, 'was not sent'", name, a.status, a.header, a.body, a.err)
 		}
+	}
+	if a := <-heldAdmit; a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "1" || !strings.Contains(a.body, "shutting down") {
+		t.Errorf("a decision-API admission waiting: %d %v %q (%v), want 503 Retry-After 1", a.status, a.header, a.body, a.err)
 	}
 	if a := <-upstreamCall; a.err != nil || a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "before the upstream answered") {
 		t.Errorf("a call upstream at the grace's end: %d %q (%v), want 503 saying it shut down before the answer", a.status, a.body, a.err)

@@ -18,7 +18,7 @@ import (
 //   - decision-API tickets past their time (closed, "ticket-expired");
 //   - session records in the state file (a session's switch, pool, parent)
 //     unused for sessionRecordIdle: stamped when changed and, at most once a
-//     day, when the session calls through the proxy.
+//     day, when the session calls through the proxy or the decision API.
 //
 // Before, the prunes had no caller and tickets were swept only when another API
 // call arrived.

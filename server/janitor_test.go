@@ -85,24 +85,25 @@ func TestJanitorPrunesIdleSessionsAndTickets(t *testing.T) {
 // for ever. A session that keeps calling keeps its record.
 func TestJanitorDropsUnusedSessionRecords(t *testing.T) {
 	e := newAPIEnv(t, apiTestConfig)
-	for _, id := range []string{"busy", "idle-1", "idle-2"} {
+	for _, id := range []string{"busy", "api-busy", "idle-1", "idle-2"} {
 		e.call(http.MethodPut, "/gate/v1/sessions/"+id, `{"switch":"off"}`, http.StatusOK)
 	}
-	if n, _ := e.srv.store.Sessions(); n != 3 {
-		t.Fatalf("%d records, want 3", n)
+	if n, _ := e.srv.store.Sessions(); n != 4 {
+		t.Fatalf("%d records, want 4", n)
 	}
 	for day := range 8 {
 		e.srv.seen.note("busy", e.clock.Now()) // a call through the proxy
+		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m1","session":"api-busy","status":500,"body":"x"}`, http.StatusOK) // a harness's report
 		for range 24 {
 			e.clock.Advance(time.Hour)
 			e.srv.sweep(e.clock.Now())
 		}
-		if n, _ := e.srv.store.Sessions(); day < 6 && n != 3 {
-			t.Fatalf("day %d: %d records, want all 3 still", day+1, n)
+		if n, _ := e.srv.store.Sessions(); day < 6 && n != 4 {
+			t.Fatalf("day %d: %d records, want all 4 still", day+1, n)
 		}
 	}
-	if n, _ := e.srv.store.Sessions(); n != 1 {
-		t.Fatalf("after 8 days: %d records, want the busy session's alone", n)
+	if n, _ := e.srv.store.Sessions(); n != 2 {
+		t.Fatalf("after 8 days: %d records, want the two busy sessions'", n)
 	}
 	if got := e.get("/gate/v1/sessions/idle-1", http.StatusOK); fmt.Sprint(got["switch"]) == "off" {
 		t.Fatalf("idle-1 still switched off after its record went: %v", got)

@@ -175,6 +175,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		rec.Header().Set("Retry-After", "1")
 		rec.Header().Set("X-Should-Retry", "true")
 		writeFaceError(rec, ep.kind, http.StatusServiceUnavailable, "", "gatectl shut down before the upstream answered; send the request again")
+		_ = http.NewResponseController(rec).Flush() // on the wire before the connections close
 	}
 	if snap.Config.Log.Access {
 		s.logAccess(r, ep, rec.status, pr, x, time.Since(start))
@@ -199,7 +200,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 	}
 	s.seen.note(pr.session, s.clock.Now())
 	guest := s.auth.set && !s.auth.allowsProxy(r)
-	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session, guest)
+	who := clientKeys{guest: guest, tokenAsKey: s.auth.takeKey(r)} // (after: it takes the token off)
+	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session, who)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())
 		return pr, nil

@@ -615,4 +615,4 @@ func orReset(kind string) string {
 }
 
 // keys is with whose key the exchange may send a route (clientKeys).
-func (x *exchange) keys() clientKeys { return clientKeys{x.res.keyProvider, x.res.guest} }
+func (x *exchange) keys() clientKeys { return x.res.who.meantFor(x.res.keyProvider) }

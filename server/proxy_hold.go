@@ -134,6 +134,7 @@ func (x *exchange) shuttingDown() {
 	h.Set("Retry-After", "1")
 	h.Set("X-Should-Retry", "true")
 	writeFaceError(x.w, x.pr.ep.kind, http.StatusServiceUnavailable, "", msg)
+	_ = http.NewResponseController(x.w).Flush() // on the wire before the connections close
 }
 
 // tooLong answers a non-streamed request held past its limit: 429, Retry-After

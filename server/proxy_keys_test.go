@@ -309,4 +309,26 @@ func TestProxyOwnKeysNeedTheToken(t *testing.T) {
 	if conf.n() != before {
 		t.Fatalf("requests without the token were drawn onto the keyed route: %d calls", conf.n()-before)
 	}
+	// The token sent as the API key is never passed through: a pass-through
+	// route has no key of the client's to send, and says so.
+	ptBefore := pt1.n()
+	for _, hdr := range [][]string{{"Authorization", "Bearer a-token-of-24-characters"}, {"X-Api-Key", "a-token-of-24-characters"}} {
+		r, body := f.call("/v1/chat/completions", chatReq("pt1/m"), hdr...)
+		if r.StatusCode != 400 || !strings.Contains(body, "API token") {
+			t.Errorf("the token as the key, on a pass-through route (%s): %d %s, want 400 saying the token is not sent", hdr[0], r.StatusCode, body)
+		}
+	}
+	for i := range 10 { // a pool draw: only the keyed route, and the token goes nowhere
+		if r, body := f.call("/v1/chat/completions", chatReq("keyedfirst"), "Authorization", "Bearer a-token-of-24-characters", "X-Gate-Session", fmt.Sprintf("member-%d", i)); r.StatusCode != 200 {
+			t.Fatalf("member-%d: %d %s", i, r.StatusCode, body)
+		}
+	}
+	if pt1.n() != ptBefore {
+		t.Fatalf("requests whose key is the token reached the pass-through provider: %d calls", pt1.n()-ptBefore)
+	}
+	for i := range conf.n() {
+		if got := conf.call(i).Header.Get("Authorization"); got != "Bearer "+pxConfKey {
+			t.Fatalf("the keyed provider got Authorization %q, want gatectl's key", got)
+		}
+	}
 }

@@ -31,9 +31,9 @@ type resolved struct {
 	// named (provider/model, or a bare model's), or for a pool the provider of the
 	// route the request started on. See upstream_keys.go.
 	keyProvider string
-	// guest: an API token is set and the request did not carry it; it may
-	// not spend gatectl's own provider keys (clientKeys).
-	guest bool
+	// who: the request's standing with the API token (clientKeys; provider
+	// unset: keyProvider is it).
+	who clientKeys
 }
 
 // routeError is a 400 about the request's model: the message lists what exists.
@@ -113,24 +113,24 @@ func (s *Server) lookupModel(snap *snapshot.Snapshot, model string) (modelTarget
 // resolveModel turns the request's model into where it goes first (see
 // lookupModel for the order): a pool is drawn from (or keeps the session's
 // route), a route may be replaced by the session's chosen one.
-func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string, guest bool) (resolved, error) {
+func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, model, session string, who clientKeys) (resolved, error) {
 	cfg := snap.Config
 	t, err := s.lookupModel(snap, model)
 	if err != nil {
 		return resolved{}, err
 	}
 	if t.pool != nil {
-		return s.resolvePool(ctx, snap, kind, t.pool, session, guest)
+		return s.resolvePool(ctx, snap, kind, t.pool, session, who)
 	}
 	asked := t.route
 	if err := kindMatches(cfg, kind, asked.Provider); err != nil {
 		return resolved{}, err
 	}
-	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider, guest: guest}
+	res := resolved{asked: asked, route: asked, keyProvider: asked.Provider, who: who}
 	// The client named this route: a new session starts on it, not on a draw;
 	// it is moved only where its key and this endpoint may go.
 	ch, err := s.quota.Route(ctx, session, pool.Ask{Route: asked, Chosen: true, Usable: func(_, to engine.Route) bool {
-		return usableRoute(cfg, kind, clientKeys{asked.Provider, guest}, to) == nil
+		return usableRoute(cfg, kind, who.meantFor(asked.Provider), to) == nil
 	}})
 	if err != nil {
 		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
@@ -144,14 +144,14 @@ func (s *Server) resolveModel(ctx context.Context, snap *snapshot.Snapshot, kind
 // resolvePool draws (or keeps) the session's route in pool p, among the
 // routes of the endpoint's protocol. The pool the client named governs the
 // session, even when it shares the route with another pool.
-func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *pool.Pool, session string, guest bool) (resolved, error) {
+func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind apiKind, p *pool.Pool, session string, who clientKeys) (resolved, error) {
 	cfg := snap.Config
 	ch, err := s.quota.Route(ctx, session, pool.Ask{Pool: p.Name(), Usable: func(from, to engine.Route) bool {
 		if from.Provider == "" { // a draw: the client's key is taken for the drawn route's
-			return usableRoute(cfg, kind, clientKeys{to.Provider, guest}, to) == nil
+			return usableRoute(cfg, kind, who.meantFor(to.Provider), to) == nil
 		}
 		// A move: the client's key was meant for the route the session is on.
-		return usableRoute(cfg, kind, clientKeys{from.Provider, guest}, to) == nil
+		return usableRoute(cfg, kind, who.meantFor(from.Provider), to) == nil
 	}})
 	if err != nil {
 		s.proxyLog.Warn("session settings could not be loaded; following the defaults", "session", session, "error", err)
@@ -160,7 +160,7 @@ func (s *Server) resolvePool(ctx context.Context, snap *snapshot.Snapshot, kind 
 	if err := kindMatches(cfg, kind, r.Provider); err != nil {
 		return resolved{}, &routeError{fmt.Sprintf("pool %q has no %s-kind route for this endpoint (routes: %s); %s", p.Name(), kind, apiRouteList(p.Routes()), err)}
 	}
-	return resolved{asked: r, route: r, pool: p.Name(), keyProvider: r.Provider, guest: guest}, nil
+	return resolved{asked: r, route: r, pool: p.Name(), keyProvider: r.Provider, who: who}, nil
 }
 
 // kindMatches refuses an endpoint of one protocol for a provider of the other.

@@ -72,12 +72,14 @@ type Server struct {
 	sessions *pool.Sessions
 	seen     *seenSessions // when each session last called, for GET /gate/v1/sessions
 	swept    time.Time     // the janitor's last pass (janitor.go)
-	store    *state.Store
-	shared   *redisstore.Store // nil: the gate's state lives in this process only
-	settings *settings.Book    // runtime settings over the config file's
-	report   *report.Book      // what the gate did since start, for GET /gate/v1/report
-	bus      *Bus
-	metrics  *Metrics
+	// stateDirFlag: the state directory came from the command line, not the config.
+	stateDirFlag bool
+	store        *state.Store
+	shared       *redisstore.Store // nil: the gate's state lives in this process only
+	settings     *settings.Book    // runtime settings over the config file's
+	report       *report.Book      // what the gate did since start, for GET /gate/v1/report
+	bus          *Bus
+	metrics      *Metrics
 	// accessLog is logger.Named("access"): one line per proxied call when
 	// log.access is on (access.go)
 	accessLog hclog.Logger
@@ -123,6 +125,7 @@ func New(o Options) (*Server, error) {
 		drain: newDrainer()}
 
 	dir := o.StateDir
+	s.stateDirFlag = dir != "" // (the config's stateDir is then not the one in use)
 	if dir == "" {
 		dir = snap.Config.Resolve(snap.Config.StateDir)
 	}
@@ -241,6 +244,18 @@ func New(o Options) (*Server, error) {
 	}
 	s.registerUI(mux)
 	s.auth = newAPIAuth(os.Getenv(snap.Config.API.TokenEnv))
+	if s.auth.set {
+		var keyed []string
+		for _, name := range snap.Config.ProviderNames() {
+			if snap.Config.Providers[name].OwnKey() {
+				keyed = append(keyed, name)
+			}
+		}
+		if len(keyed) > 0 { // said at start: a client that sent a dummy key before now gets 401
+			s.logger.Warn("with the API token set, proxied calls to providers sent with gatectl's own key need the token: clients send it as their API key (or in X-Gate-Token)",
+				"providers", strings.Join(keyed, ", "))
+		}
+	}
 	s.handler = refuseCrossSite(s.auth.wrap(mux))
 	s.ready.Store(true)
 	return s, nil
@@ -250,12 +265,12 @@ func New(o Options) (*Server, error) {
 // at start only: the listener, the state file, the connection limits, the
 // API's token and event cap, the shared store, the log format. An operator who
 // adds an API token to a running daemon is told it is not guarding anything yet.
-func startOnlyChanged(o, n *config.Config) []string {
+func startOnlyChanged(o, n *config.Config, stateDirFlag bool) []string {
 	var out []string
 	if o.Listen != n.Listen {
 		out = append(out, "listen")
 	}
-	if o.Resolve(o.StateDir) != n.Resolve(n.StateDir) {
+	if o.Resolve(o.StateDir) != n.Resolve(n.StateDir) && !stateDirFlag {
 		out = append(out, "stateDir")
 	}
 	if !reflect.DeepEqual(o.Server, n.Server) {
@@ -333,7 +348,7 @@ func (s *Server) applySnapshot(old, next *snapshot.Snapshot) {
 	}
 	s.quota.Reload(next.Pools, next.Quota)
 	// (said before a new log level may hide it)
-	restart := startOnlyChanged(old.Config, next.Config)
+	restart := startOnlyChanged(old.Config, next.Config, s.stateDirFlag)
 	if len(restart) > 0 {
 		s.logger.Warn("reload: these settings are read at start; restart to apply them", "changed", strings.Join(restart, ", "))
 	}

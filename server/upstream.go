@@ -44,7 +44,13 @@ import (
 type clientKeys struct {
 	provider string // the provider the client's own key is meant for
 	guest    bool
+	// tokenAsKey: the request's API key is gatectl's token, not a key of its
+	// own (serveProxy takes it off the request): nothing to pass through.
+	tokenAsKey bool
 }
+
+// meantFor is k with the client's own key meant for provider.
+func (k clientKeys) meantFor(provider string) clientKeys { k.provider = provider; return k }
 
 // errNeedsToken: a request without the API token on a route gatectl pays for.
 var errNeedsToken = errors.New("this route is sent with gatectl's own provider key, which needs the API token")
@@ -58,6 +64,9 @@ func usableRoute(cfg *config.Config, kind apiKind, keys clientKeys, route engine
 	own := hasOwnKey(cfg.Providers[route.Provider])
 	if own && keys.guest {
 		return fmt.Errorf("route %s: %w: send it as the API key (Authorization: Bearer, x-api-key) or in X-Gate-Token (the token is in the variable config api.tokenEnv names)", route, errNeedsToken)
+	}
+	if !own && keys.tokenAsKey {
+		return fmt.Errorf("route %s passes the client's own key through, and this request's key is gatectl's API token, which is never sent to a provider: send the provider's key (and the token in X-Gate-Token, if a route needs it)", route)
 	}
 	if !own && route.Provider != keys.provider {
 		return fmt.Errorf("route %s passes the client's key through, and that key is meant for provider %q: gatectl does not send it to another provider (configure providers.%s.apiKeyEnv to fail over there)",

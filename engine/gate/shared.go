@@ -328,19 +328,49 @@ func (b *bucket) pruneAloneLocked(now time.Time) {
 // corrects it, as any call's), the closed ones are written with what they
 // cost. The store calls it when it answers again (redisstore.Handlers.Recovered).
 // A store that fails again meanwhile keeps the rest for its next recovery.
+//
+// The open calls are written under the model's lock (their slots take the
+// entries' ids), the closed ones — up to maxAloneCalls, in several round
+// trips — outside it, so admissions do not wait on a store just back.
 func (l *Ledger) WriteBackAlone() {
 	if l.shared == nil {
 		return
 	}
-	now := l.clock.Now()
+	wb, _ := l.shared.(SharedWriteBack)
 	for _, b := range l.allBuckets() {
 		b.mu.Lock()
-		b.writeBackAloneLocked(now)
+		now := l.clock.Now()
+		if !b.shareOpenAloneLocked(now) {
+			b.mu.Unlock()
+			return // the store failed again: the rest waits for the next recovery
+		}
+		b.pruneAloneLocked(now)
+		calls := b.alone
+		b.alone = nil
+		span := b.win.span
 		b.mu.Unlock()
+		if len(calls) == 0 || wb == nil {
+			continue
+		}
+		out := make([]SharedCall, len(calls))
+		for i, c := range calls {
+			out[i] = SharedCall{At: time.Unix(0, c.at), Tokens: c.tokens}
+		}
+		n, _ := wb.WriteBack(b.provider, b.model, now, span, out) // the store counts and logs its own failures
+		if n < len(calls) {
+			b.mu.Lock()
+			b.alone = append(calls[n:], b.alone...) // kept, before what closed meanwhile
+			if len(b.alone) > maxAloneCalls {
+				b.alone = b.alone[len(b.alone)-maxAloneCalls:]
+			}
+			b.mu.Unlock()
+		}
 	}
 }
 
-func (b *bucket) writeBackAloneLocked(now time.Time) {
+// shareOpenAloneLocked gives each open call admitted alone a shared entry from
+// its admission; false when the store failed.
+func (b *bucket) shareOpenAloneLocked(now time.Time) bool {
 	span := b.win.span
 	cutoff := now.UnixNano() - int64(span)
 	for i := range b.slots {
@@ -355,23 +385,9 @@ func (b *bucket) writeBackAloneLocked(now time.Time) {
 		g, err := b.l.shared.Reserve(SharedReserve{Provider: b.provider, Model: b.model, Now: time.Unix(0, s.admitted),
 			Span: span, Tokens: s.reserved, Need: s.reserved, Force: true})
 		if err != nil {
-			return
+			return false
 		}
 		s.shared, s.alone = g.ID, false
 	}
-	if len(b.alone) == 0 {
-		return
-	}
-	b.pruneAloneLocked(now)
-	wb, ok := b.l.shared.(SharedWriteBack)
-	if !ok || len(b.alone) == 0 {
-		b.alone = nil
-		return
-	}
-	calls := make([]SharedCall, len(b.alone))
-	for i, c := range b.alone {
-		calls[i] = SharedCall{At: time.Unix(0, c.at), Tokens: c.tokens}
-	}
-	n, _ := wb.WriteBack(b.provider, b.model, now, span, calls) // the store counts and logs its own failures
-	b.alone = append(b.alone[:0], b.alone[n:]...)
+	return true
 }
