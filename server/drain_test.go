@@ -104,8 +104,10 @@ gate:
 	upstreamCall := send(false, "a") // admitted; its upstream never answers
 	upstreamStream := send(true, "b")
 	waitUntil(t, "two calls upstream", func() bool { return upstreamCalls.load() == 2 })
-	heldCall, heldStream := send(false, "c"), send(true, "d") // 3,030 > 3,000: they wait in the gate
-	heldAdmit := make(chan answer, 1)                           // and a harness's admission, through the decision API
+	// 3,030 > 3,000: these wait in the gate, and so does a harness's admission
+	// through the decision API.
+	heldCall, heldStream := send(false, "c"), send(true, "d")
+	heldAdmit := make(chan answer, 1)
 	go func() {
 		resp, err := http.Post("http://"+ln.Addr().String()+"/gate/v1/admit", "application/json",
 			strings.NewReader(`{"provider":"up","model":"m","session":"e","inputTokens":10,"maxTokens":1000}`))

@@ -92,8 +92,9 @@ func TestJanitorDropsUnusedSessionRecords(t *testing.T) {
 		t.Fatalf("%d records, want 4", n)
 	}
 	for day := range 8 {
-		e.srv.seen.note("busy", e.clock.Now()) // a call through the proxy
-		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m1","session":"api-busy","status":500,"body":"x"}`, http.StatusOK) // a harness's report
+		// busy calls through the proxy, api-busy reports to the decision API
+		e.srv.seen.note("busy", e.clock.Now())
+		e.post("/gate/v1/failure", `{"provider":"alpha","model":"m1","session":"api-busy","status":500,"body":"x"}`, http.StatusOK)
 		for range 24 {
 			e.clock.Advance(time.Hour)
 			e.srv.sweep(e.clock.Now())
