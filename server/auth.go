@@ -67,22 +67,33 @@ func (a apiAuth) wrap(h http.Handler) http.Handler {
 	})
 }
 
+// is reports whether v is the token (digests compared in constant time).
+func (a apiAuth) is(v string) bool {
+	sum := sha256.Sum256([]byte(v))
+	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
+}
+
+// bearer is the credential of an Authorization: Bearer header, or "". The
+// scheme's name is case-insensitive (RFC 9110 §11.1): "bearer" works too.
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
 // allows reports whether r carries the token in any of the accepted places.
+// (Each place is compared, found or not, so the time says nothing of which.)
 func (a apiAuth) allows(r *http.Request) bool {
 	ok := false
-	check := func(v string) {
-		sum := sha256.Sum256([]byte(v))
-		ok = subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 || ok
-	}
-	// The scheme's name is case-insensitive (RFC 9110 §11.1): "bearer" works too.
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
-		check(strings.TrimSpace(h[7:]))
+	if v := bearer(r); v != "" {
+		ok = a.is(v) || ok
 	}
 	if v := r.Header.Get("X-Gate-Token"); v != "" {
-		check(v)
+		ok = a.is(v) || ok
 	}
 	if c, err := r.Cookie(tokenCookie); err == nil {
-		check(c.Value)
+		ok = a.is(c.Value) || ok
 	}
 	return ok
 }
@@ -95,11 +106,7 @@ func (a apiAuth) allowsProxy(r *http.Request) bool {
 		return true
 	}
 	v := r.Header.Get("X-Api-Key")
-	if v == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(v))
-	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
+	return v != "" && a.is(v)
 }
 
 // takeKey removes the token from where a client's own API key goes
@@ -109,16 +116,12 @@ func (a apiAuth) takeKey(r *http.Request) bool {
 	if !a.set {
 		return false
 	}
-	is := func(v string) bool {
-		sum := sha256.Sum256([]byte(v))
-		return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
-	}
 	took := false
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") && is(strings.TrimSpace(h[7:])) {
+	if v := bearer(r); v != "" && a.is(v) {
 		r.Header.Del("Authorization")
 		took = true
 	}
-	if v := r.Header.Get("X-Api-Key"); v != "" && is(v) {
+	if v := r.Header.Get("X-Api-Key"); v != "" && a.is(v) {
 		r.Header.Del("X-Api-Key")
 		took = true
 	}
