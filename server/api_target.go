@@ -43,13 +43,13 @@ type apiAsk struct {
 // The provider need not be configured: a harness may gate calls gatectl does not
 // forward. The error is an apiFieldError, or wraps pool.ErrNoPool.
 func (a *api) target(ctx context.Context, ask apiAsk) (apiTarget, error) {
-	if ask.Session != "" {
-		a.s.seen.note(ask.Session, a.s.clock.Now()) // in use: its settings' record stays (janitor.go)
-	}
 	if err := apiFirstErr(apiCheckName("provider", ask.Provider), apiCheckName("model", ask.Model),
 		apiCheckName("reasoningEffort", ask.ReasoningEffort), apiCheckName("pool", ask.Pool),
 		apiCheckName("route", ask.Route), apiCheckName("session", ask.Session)); err != nil {
 		return apiTarget{}, err
+	}
+	if ask.Session != "" {
+		a.s.seen.note(ask.Session, a.s.clock.Now()) // in use: its settings' record stays (janitor.go)
 	}
 	n := 0
 	for _, set := range []bool{ask.Provider != "" || ask.Model != "", ask.Pool != "", ask.Route != ""} {

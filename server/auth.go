@@ -109,23 +109,41 @@ func (a apiAuth) allowsProxy(r *http.Request) bool {
 	return v != "" && a.is(v)
 }
 
-// takeKey removes the token from where a client's own API key goes
-// (Authorization: Bearer, x-api-key) and reports whether it was there: sent
-// as the SDK's key, it is never passed through to a provider.
-func (a apiAuth) takeKey(r *http.Request) bool {
+// takeKey removes the token from every header a client's own key goes in
+// (passThroughHeaders: Authorization: Bearer, x-api-key, api-key, …, every
+// value): sent as the SDK's key, it is never passed through to a provider.
+// took says it was there; ownKeyLeft, that a key of the client's own is left.
+func (a apiAuth) takeKey(r *http.Request) (took, ownKeyLeft bool) {
 	if !a.set {
-		return false
+		return false, false
 	}
-	took := false
-	if v := bearer(r); v != "" && a.is(v) {
-		r.Header.Del("Authorization")
-		took = true
+	for _, k := range passThroughHeaders {
+		vs := r.Header.Values(k)
+		if len(vs) == 0 {
+			continue
+		}
+		kept := vs[:0:0]
+		for _, v := range vs {
+			cred := v
+			if k == "Authorization" && len(v) > 7 && strings.EqualFold(v[:7], "Bearer ") {
+				cred = strings.TrimSpace(v[7:])
+			}
+			if a.is(cred) {
+				took = true
+				continue
+			}
+			kept = append(kept, v)
+		}
+		if len(kept) == 0 {
+			r.Header.Del(k)
+			continue
+		}
+		r.Header[http.CanonicalHeaderKey(k)] = kept
+		if k != "Openai-Organization" && k != "Openai-Project" {
+			ownKeyLeft = true
+		}
 	}
-	if v := r.Header.Get("X-Api-Key"); v != "" && a.is(v) {
-		r.Header.Del("X-Api-Key")
-		took = true
-	}
-	return took
+	return took, ownKeyLeft
 }
 
 // writeUnauthorized answers 401 without a word about the token it expected.

@@ -195,12 +195,16 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ep *endpoint
 		writeFaceError(w, ep.kind, http.StatusBadRequest, field, err.Error())
 		return nil, nil
 	}
+	// The token, wherever a client's key goes, is taken off before anything
+	// reads the key: it is never passed through, and the session a request
+	// without X-Gate-Session gets is not the one every client of the token shares.
+	guest := s.auth.set && !s.auth.allowsProxy(r)
+	took, ownKeyLeft := s.auth.takeKey(r)
+	who := clientKeys{guest: guest && !took, tokenAsKey: took && !ownKeyLeft}
 	if pr.session == "" {
 		pr.session = defaultSession(r.Header, r.RemoteAddr)
 	}
 	s.seen.note(pr.session, s.clock.Now())
-	guest := s.auth.set && !s.auth.allowsProxy(r)
-	who := clientKeys{guest: guest, tokenAsKey: s.auth.takeKey(r)} // (after: it takes the token off)
 	res, err := s.resolveModel(r.Context(), snap, ep.kind, pr.model, pr.session, who)
 	if err != nil {
 		writeFaceError(w, ep.kind, http.StatusBadRequest, "model", err.Error())

@@ -92,8 +92,14 @@ func (f *pxFixture) post(ctx context.Context, path string, body any, headers ...
 		f.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	given := map[string]bool{}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		if given[headers[i]] { // named twice: two values
+			req.Header.Add(headers[i], headers[i+1])
+		} else {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		given[headers[i]] = true
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

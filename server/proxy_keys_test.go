@@ -2,12 +2,15 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 const (
@@ -326,9 +329,44 @@ func TestProxyOwnKeysNeedTheToken(t *testing.T) {
 	if pt1.n() != ptBefore {
 		t.Fatalf("requests whose key is the token reached the pass-through provider: %d calls", pt1.n()-ptBefore)
 	}
+	// The token beside a key of the client's own, wherever each goes (as the
+	// Anthropic SDK sends api_key with auth_token): the own key goes on, the
+	// token does not. A token in any key header, any value, is taken off.
+	for _, hdr := range [][]string{
+		{"X-Api-Key", pxClientKey, "Authorization", "Bearer a-token-of-24-characters"},
+		{"Authorization", "Bearer " + pxClientKey, "Api-Key", "a-token-of-24-characters"},
+		{"Authorization", "Bearer " + pxClientKey, "Authorization", "Bearer a-token-of-24-characters"},
+	} {
+		n := pt1.n()
+		r, body := f.call("/v1/chat/completions", chatReq("pt1/m"), hdr...)
+		if r.StatusCode != 200 || pt1.n() != n+1 {
+			t.Fatalf("own key and token %v: %d %s", hdr, r.StatusCode, body)
+		}
+		for k, vs := range pt1.call(n).Header {
+			for _, v := range vs {
+				if strings.Contains(v, "a-token-of-24") {
+					t.Fatalf("own key and token %v: the pass-through provider got the token in %s", hdr, k)
+				}
+			}
+		}
+	}
+	// A client that sends the token as its key and names no session gets the
+	// session of its address, not one every client of the token would share.
+	f.call("/v1/chat/completions", chatReq("conf/m"), "Authorization", "Bearer a-token-of-24-characters")
+	var sessions []string
+	f.srv.seen.each(func(id string, _ time.Time) { sessions = append(sessions, id) })
+	if got := strings.Join(sessions, " "); !strings.Contains(got, "addr-127.0.0.1") || strings.Contains(got, "key-"+tokenSessionHash()) {
+		t.Fatalf("sessions %s: want addr-127.0.0.1 and none named by the token", got)
+	}
 	for i := range conf.n() {
 		if got := conf.call(i).Header.Get("Authorization"); got != "Bearer "+pxConfKey {
 			t.Fatalf("the keyed provider got Authorization %q, want gatectl's key", got)
 		}
 	}
+}
+
+// tokenSessionHash is the default session's hash the token would give as a key.
+func tokenSessionHash() string {
+	sum := sha256.Sum256([]byte("Bearer a-token-of-24-characters"))
+	return hex.EncodeToString(sum[:8])
 }

@@ -112,9 +112,10 @@ type Ledger struct {
 	randMu sync.Mutex
 	rand   engine.Rand
 
-	onEvent func(Event)
-	quotas  LearnedStore // nil: learned state in memory only
-	shared  SharedWindow // nil: this process's window is the whole truth
+	onEvent     func(Event)
+	quotas      LearnedStore // nil: learned state in memory only
+	shared      SharedWindow // nil: this process's window is the whole truth
+	writeBackMu sync.Mutex   // one WriteBackAlone pass at a time (shared.go)
 
 	// Buckets are spread over shards, each with its own lock, so calls on different
 	// models on different cores do not contend on one lock word.

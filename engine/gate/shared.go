@@ -336,6 +336,10 @@ func (l *Ledger) WriteBackAlone() {
 	if l.shared == nil {
 		return
 	}
+	// One pass at a time: a second recovery during a pass would find the
+	// calls the first holds taken out, and leave what the first puts back.
+	l.writeBackMu.Lock()
+	defer l.writeBackMu.Unlock()
 	wb, _ := l.shared.(SharedWriteBack)
 	for _, b := range l.allBuckets() {
 		b.mu.Lock()
