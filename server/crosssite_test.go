@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -84,14 +83,8 @@ func (e *apiEnv) rawGet(path string) string {
 // token, the token decides.
 func TestHostGuardWithoutToken(t *testing.T) {
 	e := newAPIEnv(t, apiTestConfig)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- e.srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	ln, shutDown := serveLoopback(t, e.srv)
+	defer shutDown()
 	get := func(host string) int {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/gate/v1/status", nil)
 		req.Host = host

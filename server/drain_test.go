@@ -61,13 +61,7 @@ gate:
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
+	ln, shutDown := serveLoopback(t, srv)
 
 	type answer struct {
 		status int
@@ -120,7 +114,8 @@ gate:
 	}()
 	waitUntil(t, "three calls held", func() bool { _, w := status(); return w == 3 })
 
-	cancel()
+	served := make(chan error, 1)
+	go func() { served <- shutDown() }()
 	for name, ch := range map[string]<-chan answer{"a held call": heldCall, "a held stream": heldStream} {
 		a := <-ch
 		if a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "1" ||
@@ -169,3 +164,17 @@ type atomicCounter struct{ n atomic.Int64 }
 
 func (c *atomicCounter) add()        { c.n.Add(1) }
 func (c *atomicCounter) load() int64 { return c.n.Load() }
+
+// serveLoopback serves srv on a loopback port; shutDown starts its shutdown
+// and returns what Serve returned.
+func serveLoopback(t *testing.T, srv *Server) (ln net.Listener, shutDown func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	return ln, func() error { cancel(); return <-served }
+}

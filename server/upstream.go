@@ -61,7 +61,7 @@ func usableRoute(cfg *config.Config, kind apiKind, keys clientKeys, route engine
 	if err := kindMatches(cfg, kind, route.Provider); err != nil {
 		return err
 	}
-	own := hasOwnKey(cfg.Providers[route.Provider])
+	own := cfg.Providers[route.Provider].OwnKey()
 	if own && keys.guest {
 		return fmt.Errorf("route %s: %w: send it as the API key (Authorization: Bearer, x-api-key) or in X-Gate-Token (the token is in the variable config api.tokenEnv names)", route, errNeedsToken)
 	}
@@ -74,9 +74,6 @@ func usableRoute(cfg *config.Config, kind apiKind, keys clientKeys, route engine
 	}
 	return nil
 }
-
-// hasOwnKey: gatectl authenticates to the provider itself (config.Provider.OwnKey).
-func hasOwnKey(pc config.Provider) bool { return pc.OwnKey() }
 
 // upstreamURL joins the provider's base URL and the endpoint. OpenAI-kind base
 // URLs end at the API version (…/v1, …/v1beta/openai); Anthropic's is the host,
@@ -165,7 +162,7 @@ func newUpstreamRequest(ctx context.Context, in *http.Request, ep *endpoint, nam
 		} else {
 			h.Set("Authorization", "Bearer "+key)
 		}
-	case name == keyProvider && !hasOwnKey(pc):
+	case name == keyProvider && !pc.OwnKey():
 		for _, k := range passThroughHeaders {
 			if vs := in.Header.Values(k); len(vs) > 0 {
 				h[k] = vs
