@@ -83,6 +83,8 @@ var limitsSchema = &schema[ModelLimits]{
 			func(l *ModelLimits) *int { return &l.MaxTPM }),
 		intField("maxRpm", "a hard cap on requests per window, as maxTpm", capRange,
 			func(l *ModelLimits) *int { return &l.MaxRPM }),
+		intField("otpm", "output tokens per window, when the provider limits them apart (Anthropic's OTPM): each call's output — its max_tokens while in flight, what it wrote once done — is held under it, beside tpm; a limit the provider states (anthropic-ratelimit-output-tokens-limit) replaces it, and a 429 about the output teaches one without it", capRange,
+			func(l *ModelLimits) *int { return &l.OTPM }),
 		unsetZero(numField("safetyFactor", "overrides gate.safetyFactor for the model (left out: gate.defaults' safetyFactor, else gate.safetyFactor, else 0.99)", unitFactor.withTail("; leave it out to inherit"),
 			func(l *ModelLimits) *float64 { return &l.SafetyFactor })),
 		choiceField("countsAt", "when the provider counts a call, if you know it: arrival, or completion (a call in flight is not in its window until it ends); learn (a model's way back under defaults that set one), or left out: the gate learns it from where 429s fall",

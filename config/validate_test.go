@@ -147,7 +147,7 @@ func TestValidationErrors(t *testing.T) {
 			`1: gate.defaults.rpm: must be greater than 0 (got -1)`}},
 		{"model limits", twoProviders + "gate:\n  models:\n    deepseek/chat: {tpm: 10, safetyFactor: 2, burst: 3}\n", []string{
 			`6: gate.models["deepseek/chat"].safetyFactor: must be in (0, 1] (got 2)`,
-			`6: gate.models["deepseek/chat"].burst: unknown key "burst" (valid: tpm, rpm, maxTpm, maxRpm, safetyFactor, countsAt, decides, windows)`}},
+			`6: gate.models["deepseek/chat"].burst: unknown key "burst" (valid: tpm, rpm, maxTpm, maxRpm, otpm, safetyFactor, countsAt, decides, windows)`}},
 		{"model countsAt", twoProviders + "gate:\n  models:\n    deepseek/chat: {countsAt: sometimes}\n", []string{
 			`6: gate.models["deepseek/chat"].countsAt: unknown value "sometimes" (valid: arrival, completion, learn)`}},
 		{"model decides", twoProviders + "gate:\n  models:\n    deepseek/chat: {decides: everything}\n", []string{
@@ -159,7 +159,7 @@ func TestValidationErrors(t *testing.T) {
 		{"model key unknown provider", twoProviders + "gate:\n  models:\n    opencode/x: {rpm: 5}\n",
 			[]string{`6: gate.models["opencode/x"]: no provider "opencode" is configured (have: deepseek, openrouter)`}},
 		{"model key null", twoProviders + "gate:\n  models:\n    deepseek/x:\n",
-			[]string{`6: gate.models["deepseek/x"]: needs at least one of tpm, rpm, maxTpm, maxRpm, safetyFactor, countsAt, decides, windows`}},
+			[]string{`6: gate.models["deepseek/x"]: needs at least one of tpm, rpm, maxTpm, maxRpm, otpm, safetyFactor, countsAt, decides, windows`}},
 
 		// retry
 		{"rounds above 200", "retry: {rounds: 201}\n", []string{`1: retry.rounds: must be from 0 to 200 (got 201)`}},

@@ -10,22 +10,30 @@ func RateLimitAxis(f *Failure) Axis {
 	if f == nil {
 		return AxisUnknown
 	}
+	// Anthropic states its output limit apart (OTPM): at zero there, with
+	// its input and request counts left, the 429 was about the output.
+	output := zeroHeader(f, "anthropic-ratelimit-output-tokens-remaining")
 	tokens := zeroHeader(f, "x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining",
-		"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-output-tokens-remaining")
+		"anthropic-ratelimit-input-tokens-remaining")
 	requests := zeroHeader(f, "x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining")
 	switch {
-	case tokens && !requests:
+	case output && !tokens && !requests:
+		return AxisOutputTokens
+	case (tokens || output) && !requests:
 		return AxisTokens
-	case requests && !tokens:
+	case requests && !tokens && !output:
 		return AxisRequests
 	}
 	body := strings.ToLower(f.Body)
-	t := containsAny(body, tokenWords)
+	o := containsAny(body, outputWords)
+	t := containsAny(blankOutputWords.Replace(body), tokenWords) // token words besides the output ones
 	r := containsAny(body, requestWords)
 	switch {
-	case t && !r:
+	case o && !t && !r:
+		return AxisOutputTokens
+	case (t || o) && !r:
 		return AxisTokens
-	case r && !t:
+	case r && !t && !o:
 		return AxisRequests
 	}
 	return AxisUnknown
@@ -34,8 +42,11 @@ func RateLimitAxis(f *Failure) Axis {
 // The wording providers use for each limit, lowercased. "Too many requests"
 // is not here: it names the status, not the limit.
 var (
-	tokenWords = []string{"tokens per min", "tokens per minute", "(tpm)", " tpm", "tpm:", "token rate limit",
-		"input tokens per", "output tokens per", "tokens per day", "每分钟token", "token数", "tpm限制", "令牌"}
+	// outputWords name a limit on output tokens alone: "8,000 output tokens
+	// per minute" (Anthropic), "output tokens per minute (OTPM)".
+	outputWords = []string{"output tokens per", "(otpm)", " otpm", "输出token", "输出令牌"}
+	tokenWords  = []string{"tokens per min", "tokens per minute", "(tpm)", " tpm", "tpm:", "token rate limit",
+		"input tokens per", "tokens per day", "每分钟token", "token数", "tpm限制", "令牌"}
 	requestWords = []string{"requests per min", "requests per minute", "(rpm)", " rpm", "rpm:", "request rate limit",
 		"requests per day", "每分钟请求", "请求数", "请求次数", "rpm限制", "qps", "queries per minute", "queries per second"}
 )
@@ -57,3 +68,13 @@ func containsAny(s string, words []string) bool {
 	}
 	return false
 }
+
+// blankOutputWords takes the output words out of a message, so that the token
+// words found in what is left name another token limit.
+var blankOutputWords = func() *strings.Replacer {
+	pairs := make([]string, 0, 2*len(outputWords))
+	for _, w := range outputWords {
+		pairs = append(pairs, w, " ")
+	}
+	return strings.NewReplacer(pairs...)
+}()

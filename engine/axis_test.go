@@ -16,10 +16,40 @@ func TestRateLimitAxis(t *testing.T) {
 		{"chinese requests", &Failure{Status: 429, Body: "您的请求次数已超过每分钟请求限制"}, AxisRequests},
 		{"too many requests names no limit", &Failure{Status: 429, Body: "Too Many Requests"}, AxisUnknown},
 		{"both named", &Failure{Status: 429, Body: "limits: 100 requests per minute and 10000 tokens per minute"}, AxisUnknown},
+		// A limit on output tokens alone (Anthropic's OTPM): its own axis.
+		{"anthropic otpm header", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "38000", "anthropic-ratelimit-requests-remaining": "49"}}, AxisOutputTokens},
+		{"anthropic otpm words", &Failure{Status: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 8,000 output tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}`}, AxisOutputTokens},
+		{"anthropic itpm words", &Failure{Status: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 40,000 input tokens per minute."}}`}, AxisTokens},
+		{"otpm named", &Failure{Status: 429, Body: "Rate limit reached on output tokens per minute (OTPM): Limit 8000"}, AxisOutputTokens},
+		{"input and output both at zero", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "0"}}, AxisTokens},
+		{"output and requests at zero", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-requests-remaining": "0"}}, AxisUnknown},
+		{"output and tokens words", &Failure{Status: 429, Body: "over 8000 output tokens per minute and 40000 tokens per minute"}, AxisTokens},
+		{"chinese output", &Failure{Status: 429, Body: "每分钟输出token数超过限制"}, AxisOutputTokens},
 	}
 	for _, c := range cases {
 		if got := RateLimitAxis(c.f); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestReadOutputLimit(t *testing.T) {
+	get := func(h map[string]string) func(string) string {
+		return func(k string) string { return h[k] }
+	}
+	if got := ReadOutputLimit(get(map[string]string{"Anthropic-Ratelimit-Output-Tokens-Limit": "16000"})); got != 16000 {
+		t.Fatalf("ReadOutputLimit = %d, want 16000", got)
+	}
+	for _, v := range []string{"", "0", "-5", "x", "2000000000000"} {
+		if got := ReadOutputLimit(get(map[string]string{"Anthropic-Ratelimit-Output-Tokens-Limit": v})); got != -1 {
+			t.Errorf("ReadOutputLimit(%q) = %d, want -1", v, got)
+		}
+	}
+	f := &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-limit": "8000"}}
+	if got := StatedOutputLimit(f); got != 8000 {
+		t.Fatalf("StatedOutputLimit = %d, want 8000", got)
+	}
+	if got := StatedOutputLimit(nil); got != 0 {
+		t.Fatalf("StatedOutputLimit(nil) = %d, want 0", got)
 	}
 }

@@ -56,6 +56,25 @@ func ReadRateLimitHeaders(get func(name string) string) (l HeaderLimits) {
 	return l
 }
 
+// ReadOutputLimit reads the limit on output tokens alone that Anthropic states
+// per minute (anthropic-ratelimit-output-tokens-limit, its OTPM) through get;
+// -1 when not sent or outside [1, MaxStatedLimit].
+func ReadOutputLimit(get func(name string) string) int64 {
+	if v := headerInt(get, "Anthropic-Ratelimit-Output-Tokens-Limit"); statedInRange(v) {
+		return v
+	}
+	return -1
+}
+
+// StatedOutputLimit is ReadOutputLimit of a failure's headers, 0 when it
+// states none (or f is nil).
+func StatedOutputLimit(f *Failure) int64 {
+	if f == nil {
+		return 0
+	}
+	return max(0, ReadOutputLimit(f.Header))
+}
+
 func headerInt(get func(string) string, k string) int64 {
 	v := strings.TrimSpace(get(k))
 	if v == "" {

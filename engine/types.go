@@ -123,6 +123,10 @@ const (
 	AxisUnknown  Axis = iota // the provider did not say which limit
 	AxisTokens               // tokens per window (TPM)
 	AxisRequests             // requests per window (RPM)
+	// AxisOutputTokens is a limit on output tokens alone (Anthropic's OTPM,
+	// and the output limits of Groq, Databricks and Bedrock): a model's
+	// output window, apart from its token window (gate/output.go).
+	AxisOutputTokens
 )
 
 // String names the axis for logs and events.
@@ -132,6 +136,8 @@ func (a Axis) String() string {
 		return "tokens"
 	case AxisRequests:
 		return "requests"
+	case AxisOutputTokens:
+		return "output-tokens"
 	}
 	return "unknown"
 }
@@ -156,6 +162,9 @@ type RateLimit struct {
 	// in its headers or its words (StatedLimits); 0: not stated. The gate adopts them as it
 	// adopts the rate-limit headers' limits.
 	StatedTokens, StatedRequests int64
+	// StatedOutputTokens is the per-minute limit on output tokens alone its
+	// headers stated (ReadOutputLimit); 0: none.
+	StatedOutputTokens int64
 	// Unread: nothing of the 429 was read but its status and headers (its body
 	// found no room, its client left). It cools the model down and teaches the
 	// learner nothing: it may be spent quota or a gateway's refusal.

@@ -436,7 +436,7 @@ func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine
 	statedT, statedR := engine.StatedLimits(f)
 	x.s.ledger.RateLimitedBy(x.s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
 		RetryAfter: cooldown, Axis: engine.RateLimitAxis(f), Admitted: admitted, Tokens: x.reserved,
-		StatedTokens: statedT, StatedRequests: statedR, Unread: unread})
+		StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(f), Unread: unread})
 }
 
 // budgetFull answers 503 with Retry-After: the body budget had no room for the
@@ -470,6 +470,9 @@ func (x *exchange) noteSent(sent *atomic.Int64, t gate.Ticket) {
 // the call; a send is reported once the request is written, possibly after
 // the provider read it.
 func (s *Server) readAnswerLimits(now time.Time, provider, model string, admitted, sent time.Time, get func(string) string) {
+	if o := engine.ReadOutputLimit(get); o > 0 {
+		s.ledger.StateOutputLimit(now, provider, model, o)
+	}
 	lim := engine.ReadRateLimitHeaders(get)
 	if !lim.Any() {
 		return

@@ -83,7 +83,41 @@ func writeStatusText(w io.Writer, st server.APIStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeOutputText(w, st.Models); err != nil {
+		return err
+	}
 	return writeSharedText(w, st.Store)
+}
+
+// writeOutputText shows the output axis of the models that have one (a limit
+// on output tokens alone: otpm, stated, or learned from a 429 about it).
+func writeOutputText(w io.Writer, models []gate.BucketStatus) error {
+	var tw *tabwriter.Writer
+	for _, m := range models {
+		if m.OutputLimit <= 0 {
+			continue
+		}
+		if tw == nil {
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "\nMODEL\tOUTPUT WINDOW\tOUTPUT LIMIT")
+		}
+		lim := strconv.FormatFloat(m.OutputLimit, 'f', 0, 64)
+		switch {
+		case m.OutputTrigger > 0 && m.OutputTrigger <= m.OutputLimit:
+			lim += " (learned from a 429)"
+		case m.OutputStated > 0:
+			lim += " (stated)"
+		}
+		out := strconv.FormatInt(m.OutputWindow, 10)
+		if m.OutputBudget > 0 {
+			out = fmt.Sprintf("%d/%d (%d%%)", m.OutputWindow, m.OutputBudget, 100*m.OutputWindow/m.OutputBudget)
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", m.Provider, m.Model, out, lim)
+	}
+	if tw == nil {
+		return nil
+	}
+	return tw.Flush()
 }
 
 // writeSharedText shows the shared store: its health and what all instances

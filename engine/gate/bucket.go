@@ -29,6 +29,9 @@ type bucket struct {
 	// the admission check and the learner's readings use that one.
 	done         slidingWindow
 	atCompletion bool
+	// out is the output axis: each call's output against a limit on output
+	// tokens alone, when one is known (output.go).
+	out outputAxis
 	// arrivalAlone counts the 429s, a window or more apart, that refuted the
 	// arrival view and not the completion view since a 429 last refuted the
 	// completion view (or the view was switched or set); arrivalAloneAt is the
@@ -238,6 +241,7 @@ type ticketSlot struct {
 	shared              string // the shared window's entry id; "" without one
 	alone               bool   // admitted while the store failed open: not in the shared window yet
 	paced               bool   // its reservation was charged to the token pacer
+	outSeq              uint64 // its entry in the output window (output.go)
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -319,6 +323,8 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// a longer one held the model at a fraction of its limit until the
 		// slow re-probe, hours on.
 		b.learn.rescale(float64(cfg.Window) / float64(b.window))
+		b.out.trigger *= float64(cfg.Window) / float64(b.window)
+		b.out.stated *= float64(cfg.Window) / float64(b.window)
 		b.window = cfg.Window
 		b.stepHeld = 0 // held in the old window's units
 		// Levels served in the old window's units refute nothing in the new.
@@ -382,6 +388,7 @@ func newBucket(l *Ledger, cfg *Config, provider, model string, ps *providerState
 		window:        cfg.Window,
 		win:           newSlidingWindow(cfg.Window),
 		done:          newSlidingWindow(cfg.Window),
+		out:           outputAxis{win: newSlidingWindow(cfg.Window)},
 		learn:         newLearner(lim.TPM, cfg.Learn, now),
 		est:           newEstimator(cfg.OutputReserveTokens),
 		lastUsed:      now,
@@ -425,6 +432,7 @@ func (b *bucket) expireLocked(now time.Time) {
 	b.followClockLocked(now)
 	b.win.expire(now)
 	b.done.expire(now)
+	b.out.win.expire(now)
 }
 
 // clockStep is how far the wall clock may move against the time that passed
@@ -464,6 +472,7 @@ func (b *bucket) followClockLocked(now time.Time) {
 	b.seenAt, b.seen, b.steppedAt = at, now, now
 	b.win.shift(step, now)
 	b.done.shift(step, now)
+	b.out.win.shift(step, now)
 	for i := range b.slots {
 		if s := &b.slots[i]; s.open {
 			s.admitted += step
@@ -486,8 +495,10 @@ func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	guard := b.guardFor(cfg)
 	b.win.span = cfg.Window + guard
 	b.done.span = b.win.span
+	b.out.win.span = b.win.span
 	b.win.setInner(cfg.Window, now)
 	b.done.setInner(cfg.Window, now)
+	b.out.win.setInner(cfg.Window, now)
 	fixed := b.fixedWindowsLocked()
 	b.win.setFixed(fixed, cfg.Window, guard, now)
 	b.done.setFixed(fixed, cfg.Window, guard, now)
@@ -571,6 +582,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.Fixed = b.fixedWindowsLocked()
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
 	q.Window = b.window
+	q.OutputTrigger, q.OutputLast429 = b.out.trigger, b.out.last429
 	return q
 }
 
@@ -582,6 +594,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	q = q.inWindow(b.window)
 	b.learn.restore(q)
+	b.out.trigger, b.out.last429 = q.OutputTrigger, q.OutputLast429
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()
 	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled && q.DecidesLearned != b.decidesLearnedKnown {
@@ -649,7 +662,7 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 // block says why a reservation of res for session cannot go now, and for how long
 // at least: wait = max(cooldown left, TPM drain, RPM drain). capped means the
 // session's in-flight cap holds it until one of its calls settles.
-func (b *bucket) block(now time.Time, res int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
+func (b *bucket) block(now time.Time, res, out int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
 	budget, learned := b.tokenBudget(now), b.learnedTokenBudget()
 	over := res > learned // it could never fit: it goes at once (fail open)
@@ -692,7 +705,8 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 	if b.aboveHeldRequestsLocked(now) {
 		pace = max(pace, b.stepNext.Sub(now))
 	}
-	wait = max(cd, tpm, rpm, pace)
+	otpm := b.outputDrainLocked(now, out)
+	wait = max(cd, tpm, rpm, pace, otpm)
 	switch {
 	case wait == 0:
 	case cd == wait:
@@ -701,6 +715,8 @@ func (b *bucket) block(now time.Time, res int64, variance float64, session strin
 		reason = "tpm"
 	case rpm == wait:
 		reason = "rpm"
+	case otpm == wait:
+		reason = "otpm"
 	default:
 		reason = "pace"
 	}
@@ -812,7 +828,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	sz := b.reservation(req)
 	res := sz.total
 	if len(b.waiters) == 0 {
-		reason, wait, capped := b.block(now, res, sz.variance, req.Session)
+		reason, wait, capped := b.block(now, res, sz.output, sz.variance, req.Session)
 		if wait == 0 && !capped {
 			id, sw, sreason := b.sharedReserveLocked(now, sz, false)
 			if sw == 0 {
@@ -908,7 +924,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			w.size = b.reservation(w.req)
 			w.reserved = w.size.total
 		}
-		reason, wait, capped := b.block(now, w.reserved, w.size.variance, w.req.Session)
+		reason, wait, capped := b.block(now, w.reserved, w.size.output, w.size.variance, w.req.Session)
 		var id string
 		if wait == 0 && !capped {
 			var sw time.Duration
@@ -1024,6 +1040,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	b.noteSpentLocked(now, float64(res))
 	reqArrival, reqDone := b.providerRequestsIn(false), b.providerRequestsIn(true) // without this call
 	seq := b.win.add(now, res, out, sz.asked)
+	outSeq := b.out.win.add(now, out, 0, false)
 	var idx int32
 	if n := len(b.free); n > 0 {
 		idx = b.free[n-1]
@@ -1036,6 +1053,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	s.open, s.seq, s.reserved, s.output, s.asked, s.bytes, s.session = true, seq, res, out, sz.asked, req.InputBytes, req.Session
 	s.guessed, s.input, s.variance, s.admitted = sz.guessed, sz.input, sz.variance, now.UnixNano()
 	s.inputVar, s.output0, s.sendPending = sz.inputVar, out, req.Sends
+	s.outSeq = outSeq
 	if req.Sends {
 		s.unsent = b.providerCostLocked(res, out)
 		b.unsent += s.unsent
@@ -1109,6 +1127,16 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	}
 	b.expireLocked(now)
 	b.lastUsed = now
+	switch {
+	case s.sendPending && u == nil:
+		b.out.win.drop(s.outSeq)
+	case u != nil:
+		b.out.win.settle(s.outSeq, u.OutputTokens) // what it wrote, as the provider corrects it at the end
+	case tokens == 0:
+		b.out.win.settle(s.outSeq, 0) // released: it wrote nothing the caller saw
+	default:
+		b.out.win.settle(s.outSeq, s.output0) // kept at its reserve, as the token window keeps it
+	}
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it
 	} else if u != nil && b.outputWhenWrittenLocked() && u.OutputTokens > s.output0 {
@@ -1204,6 +1232,17 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, engine.AxisUnknown.String()
 		b.l.emit(e)
 		b.learn.noteOther429(now, cfg.Window)
+		return
+	}
+	if sig.Axis == engine.AxisOutputTokens {
+		// About the output limit: the output axis learns it; the token
+		// window, whose reading says nothing of it, is not taught (output.go).
+		e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
+		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, sig.Axis.String()
+		b.l.emit(e)
+		b.learn.noteOther429(now, cfg.Window)
+		b.outputRateLimitedLocked(now)
+		b.saveLearnedLocked()
 		return
 	}
 	b.observeStatedWaitLocked(now, sig.Admitted, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells
@@ -1367,6 +1406,7 @@ func (b *bucket) resetLocked(now time.Time) {
 		b.forgetStatedRequestsLocked(now)
 	}
 	b.learn.reset(now)
+	b.forgetOutputLocked()
 	if b.decidesLearnedKnown {
 		b.switchDecidesLocked(now, false, 0) // read again from the headers
 	}

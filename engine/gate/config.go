@@ -33,6 +33,12 @@ type ModelLimits struct {
 	// user's limit, not the provider's.
 	MaxTPM int
 	MaxRPM int
+	// OTPM is a limit on output tokens alone, per window (Anthropic's OTPM,
+	// per minute there; 0: none known). The gate holds each call's output —
+	// its max_tokens while in flight, what it wrote once settled — under it,
+	// apart from the token window (output.go). A limit the provider states
+	// replaces it, and a 429 about the output sets one without it.
+	OTPM int
 	// Windows is how the provider's window moves, when the user knows it:
 	// WindowsFixed, clock-aligned windows whose count restarts at each
 	// multiple of the window since the Unix epoch (fixedwindow.go), or
@@ -269,6 +275,9 @@ func (c Config) Limits(key string) ModelLimits {
 		}
 		if m.MaxRPM > 0 {
 			l.MaxRPM = m.MaxRPM
+		}
+		if m.OTPM > 0 {
+			l.OTPM = m.OTPM
 		}
 	}
 	// A start above a cap starts at the cap.

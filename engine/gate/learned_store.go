@@ -59,6 +59,11 @@ type LearnedQuota struct {
 	// taken as the bucket's). A record from an instance with another window is
 	// adopted at the same rate, as a reload that changes the window converts.
 	Window time.Duration `json:"window,omitempty"`
+	// OutputTrigger is the output axis's trigger (output.go): the output
+	// window's reading at the last 429 about the output, or a relax step
+	// from it; 0: none. OutputLast429 is that 429.
+	OutputTrigger float64   `json:"outputTrigger,omitempty"`
+	OutputLast429 time.Time `json:"outputLast429,omitzero"`
 }
 
 // inWindow is q's token figures converted to a window of to, at the same rate
@@ -71,6 +76,7 @@ func (q LearnedQuota) inWindow(to time.Duration) LearnedQuota {
 	r := float64(to) / float64(q.Window)
 	q.Quota, q.Trigger, q.CleanMax = q.Quota*r, q.Trigger*r, q.CleanMax*r
 	q.PreProbe, q.FirstFrom, q.RefusedLevel = q.PreProbe*r, q.FirstFrom*r, q.RefusedLevel*r
+	q.OutputTrigger *= r
 	q.Window = to
 	return q
 }

@@ -560,6 +560,7 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 	defer b.mu.Unlock()
 	if b.model == model { // folded into OtherModel: one model's stated limits are not the others'
 		b.statedIn429Locked(now, sig)
+		b.adoptStatedOutputLocked(now, sig.StatedOutputTokens)
 	}
 	b.rateLimitedLocked(now, sig, retryAfter, fallback)
 }

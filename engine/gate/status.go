@@ -53,6 +53,18 @@ type BucketStatus struct {
 	// the answers' stated token resets);
 	// WindowTokens is then the current one's.
 	Windows string `json:"windows,omitempty"`
+	// The output axis (when a limit on output tokens alone is known: otpm,
+	// stated, or taught by a 429 about the output). OutputLimit is the limit
+	// held to per window, OutputBudget it times the safety factor,
+	// OutputWindow the output in the window (reserves of the calls in flight,
+	// what the settled ones wrote), OutputStated the provider's figure and
+	// OutputTrigger the reading at its last 429 about the output (0: none).
+	OutputLimit   float64 `json:"outputLimit,omitempty"`
+	OutputBudget  int64   `json:"outputBudget,omitempty"`
+	OutputWindow  int64   `json:"outputWindow,omitempty"`
+	OutputStated  float64 `json:"outputStated,omitempty"`
+	OutputTrigger float64 `json:"outputTrigger,omitempty"`
+	OTPM          int     `json:"otpm,omitempty"` // the configured output limit per window (otpm)
 }
 
 // Status returns a snapshot of every bucket at now, sorted by provider and model.
@@ -119,6 +131,10 @@ func (b *bucket) statusLocked(now time.Time) BucketStatus {
 	}
 	if !b.last429.IsZero() {
 		s.Last429 = b.last429.UTC().Format(time.RFC3339)
+	}
+	if lim := b.outputLimitLocked(); lim > 0 {
+		s.OutputLimit, s.OutputBudget, s.OutputWindow = lim, b.outputBudgetLocked(), b.out.win.tokens
+		s.OutputStated, s.OutputTrigger, s.OTPM = b.out.stated, b.out.trigger, b.limits.OTPM
 	}
 	return s
 }

@@ -1,0 +1,204 @@
+package gate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/engine"
+)
+
+// The output axis (output.go): a limit on output tokens alone, held apart from
+// the token window.
+
+// outGate is testGate with a token limit far above anything the tests spend:
+// whatever holds a call back is the output axis.
+func outGate(otpm int) Config {
+	c := testGate()
+	c.Defaults = ModelLimits{TPM: 100_000, RPM: 1000, OTPM: otpm}
+	return c
+}
+
+// outReq is a call of 10 input tokens asking max_tokens out.
+func outReq(session string, out int) Request {
+	return Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
+}
+
+func TestOutputLimitHoldsTheOutput(t *testing.T) {
+	l, _, _ := newTestLedger(t, outGate(1000))
+	a := mustAdmit(t, l, t0, outReq("a", 400))
+	mustAdmit(t, l, t0.Add(time.Second), outReq("b", 400))
+	// 800 of 1,000 reserved: a third max_tokens of 400 waits for the first to
+	// leave the window, though the token window is nearly empty.
+	w := mustWait(t, l, t0.Add(2*time.Second), outReq("c", 400), "otpm", 60*time.Second)
+	if st := l.BucketStatus(t0.Add(2*time.Second), "p", "m"); st.OutputLimit != 1000 || st.OutputWindow != 800 || st.OutputBudget != 1000 || st.OTPM != 1000 {
+		t.Fatalf("status %+v, want the output limit 1000, 800 of it in the window", st)
+	}
+	// The first call wrote 100 of its 400: the provider corrects it at the
+	// end, and so does the window — the third goes now.
+	if err := l.Settle(t0.Add(3*time.Second), a, Usage{InputTokens: 10, OutputTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if !w.granted {
+		t.Fatalf("the third call still waits after the first settled at 100 of 400 (window %d)", l.BucketStatus(t0.Add(3*time.Second), "p", "m").OutputWindow)
+	}
+
+	t.Run("NoLimitNoAxis", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, outGate(0))
+		for i := range 10 {
+			mustAdmit(t, l, t0, outReq("s", 4000+i))
+		}
+		if st := l.BucketStatus(t0, "p", "m"); st.OutputLimit != 0 || st.OutputBudget != 0 {
+			t.Fatalf("status %+v, want no output axis without a limit", st)
+		}
+	})
+	t.Run("ACallLargerThanTheLimitGoes", func(t *testing.T) {
+		// The over-budget rule: it could never fit, so it goes at once
+		// rather than wait forever.
+		l, _, _ := newTestLedger(t, outGate(1000))
+		mustAdmit(t, l, t0, outReq("a", 500))
+		mustAdmit(t, l, t0, outReq("b", 4096))
+	})
+	t.Run("ReleasedAndAbandoned", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, outGate(1000))
+		r := mustAdmit(t, l, t0, outReq("a", 400))
+		k := mustAdmit(t, l, t0, outReq("b", 400))
+		if err := l.Release(t0.Add(time.Second), r); err != nil { // refused: nothing written
+			t.Fatal(err)
+		}
+		if _, err := l.Abandon(t0.Add(time.Second), k); err != nil { // its client left: the provider still counts it
+			t.Fatal(err)
+		}
+		if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputWindow; got != 400 {
+			t.Fatalf("output window %d, want 400: the released call's reserve back, the abandoned one's kept", got)
+		}
+	})
+}
+
+func TestOutput429TeachesTheOutputAxisAlone(t *testing.T) {
+	// The token limit is stated (as Anthropic's input-tokens-* headers state
+	// it) and far from reached; the 429s are about the output.
+	l, _, ev := newTestLedger(t, outGate(0))
+	l.Calibrate(t0, "p", "m", 100_000, 100_000, -1, -1)
+	for i := range 3 {
+		mustAdmit(t, l, t0, outReq(string(rune('a'+i)), 400))
+	}
+	before := l.BucketStatus(t0, "p", "m")
+	l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: 5 * time.Second, Axis: engine.AxisOutputTokens})
+	st := l.BucketStatus(t0.Add(time.Second), "p", "m")
+	if st.Trigger != before.Trigger || st.Quota != before.Quota || st.TokenBudget != before.TokenBudget {
+		t.Fatalf("the token window moved on a 429 about the output: trigger %g → %g, quota %g → %g, budget %d → %d",
+			before.Trigger, st.Trigger, before.Quota, st.Quota, before.TokenBudget, st.TokenBudget)
+	}
+	if st.OutputTrigger != 1200 || st.OutputLimit != 1200 || st.CooldownMs != 5000 {
+		t.Fatalf("status %+v, want the output trigger and limit at the reading 1200 and a 5 s cooldown", st)
+	}
+	if got := ev.kinds(EventRateLimited); len(got) != 1 || got[0].Reason != "output-tokens" {
+		t.Fatalf("rate-limited events %+v, want one about the output tokens", got)
+	}
+	// After the cooldown the output window still holds the three calls: a
+	// fourth waits for it, not for the token window.
+	mustWait(t, l, t0.Add(6*time.Second), outReq("d", 400), "otpm", 60*time.Second)
+
+	t.Run("ReadAsTokensItPoisonedTheTokenWindow", func(t *testing.T) {
+		// What the same 429 did before it had an axis of its own: read in
+		// the token window, it set a trigger there (1,230 of the 100,000
+		// stated) — or, suspect below the stated limit, it taught nothing
+		// and the gate refilled into the next one.
+		l, _, _ := newTestLedger(t, outGate(0))
+		for i := range 3 {
+			mustAdmit(t, l, t0, outReq(string(rune('a'+i)), 400))
+		}
+		l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: 5 * time.Second, Axis: engine.AxisTokens})
+		if st := l.BucketStatus(t0.Add(time.Second), "p", "m"); st.Trigger == 0 || st.OutputLimit != 0 {
+			t.Fatalf("status %+v: a token 429 should set the token trigger and no output limit", st)
+		}
+	})
+}
+
+func TestStatedOutputLimit(t *testing.T) {
+	c := outGate(500)
+	c.Window = 10 * time.Second
+	c.MaxWait = 20 * time.Second
+	l, _, ev := newTestLedger(t, c)
+	l.StateOutputLimit(t0, "p", "m", 12_000) // per minute: 2,000 a 10 s window, replacing the configured 500
+	if st := l.BucketStatus(t0, "p", "m"); st.OutputStated != 2000 || st.OutputLimit != 2000 {
+		t.Fatalf("status %+v, want the stated 12,000 a minute as 2,000 a window", st)
+	}
+	if got := ev.kinds(EventLearn); len(got) != 1 || got[0].Step != "output-stated" || got[0].To != 2000 {
+		t.Fatalf("learn events %+v, want one output-stated to 2000", got)
+	}
+	// A 429 about the output below it (another client's spend): the trigger
+	// is what is left, and it steps back up once outputRelaxWindows passed,
+	// a step a window while it holds calls back, never above the stated limit.
+	mustAdmit(t, l, t0, outReq("a", 1000))
+	l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputLimit; got != 1000 {
+		t.Fatalf("output limit %g after the 429, want the reading 1000", got)
+	}
+	l.StateOutputLimit(t0.Add(2*time.Second), "p", "m", 12_000) // restated: the trigger stands
+	if got := l.BucketStatus(t0.Add(2*time.Second), "p", "m").OutputLimit; got != 1000 {
+		t.Fatalf("output limit %g after the figure was restated, want the trigger 1000 to stand", got)
+	}
+	at := t0.Add(time.Second)
+	var limits []float64
+	for range 30 {
+		at = at.Add(c.Window)
+		mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget)))
+		heldBack(l, at, outReq("b", 100))
+		limits = append(limits, l.BucketStatus(at, "p", "m").OutputLimit)
+	}
+	if limits[7] != 1000 {
+		t.Fatalf("output limits %v: stepped up within outputRelaxWindows of the 429", limits)
+	}
+	if limits[len(limits)-1] != 2000 || limits[12] <= 1000 || limits[12] >= 2000 {
+		t.Fatalf("output limits %v: want steps of ×1.05 from window 10 up to the stated 2000", limits)
+	}
+
+	t.Run("AResetForgetsTheTrigger", func(t *testing.T) {
+		l, _, _ := newTestLedger(t, outGate(1000))
+		mustAdmit(t, l, t0, outReq("a", 300))
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+		if got := l.BucketStatus(t0, "p", "m").OutputLimit; got != 300 {
+			t.Fatalf("output limit %g, want the reading 300", got)
+		}
+		l.Reset(t0, "p", "m")
+		if st := l.BucketStatus(t0, "p", "m"); st.OutputLimit != 1000 || st.OutputTrigger != 0 {
+			t.Fatalf("after a reset: %+v, want the configured 1000 and no trigger", st)
+		}
+	})
+	t.Run("AFloorBelowTheLimit", func(t *testing.T) {
+		// A 429 read while the window held nothing cannot stop the model.
+		l, _, _ := newTestLedger(t, outGate(16_000))
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+		if got := l.BucketStatus(t0, "p", "m").OutputLimit; got != 1000 {
+			t.Fatalf("output limit %g after a 429 read at 0, want the floor 16,000 ÷ 16", got)
+		}
+	})
+}
+
+func TestOutputTriggerKeptAndConverted(t *testing.T) {
+	store := &MemoryLearnedStore{}
+	c := outGate(0)
+	l, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, l, t0, outReq("a", 600))
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	// Another instance (or this one after a restart) on the same store.
+	l2, err := NewLedger(c, engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 600 {
+		t.Fatalf("output trigger %g from the store, want 600", got)
+	}
+	// A reload to a 30 s window: the same rate, half the tokens a window.
+	c.Window, c.MaxWait = 30*time.Second, 60*time.Second
+	if err := l2.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 300 {
+		t.Fatalf("output trigger %g in a 30 s window, want 300", got)
+	}
+}
