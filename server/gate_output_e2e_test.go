@@ -1,0 +1,287 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/internal/testenv"
+)
+
+// The output axis over real HTTP: an Anthropic Messages API on 127.0.0.1 whose
+// binding limit is on output tokens alone (its OTPM), a real gatectl server in
+// front of it, and 30 closed-loop sessions writing long answers. The input
+// limit is far away; the output limit is hidden, but where the answers' headers
+// state it, as Anthropic's do.
+//
+//	go test ./server/ -run TestGateOutputLimitE2E -v -count=1
+//
+// Before the output axis, a 429 about the output was read in the token window:
+// under the input limit the headers stated it was taken for another client's
+// spend and taught nothing, so the gate refilled into the next 429 at each
+// cooldown's end (docs/benchmarks.md, "Output tokens apart").
+
+const (
+	otpmWindow   = 5 * time.Second
+	otpmLimit    = 20_000 // output tokens per otpmWindow: 240,000 a minute
+	otpmDuration = 15 * time.Second
+	otpmSessions = 30
+	otpmMax      = 400 // each call's max_tokens; it writes 150–350
+)
+
+// otpmUpstream is the fake: it counts a call's max_tokens against the output
+// limit when the call arrives and corrects it to what it wrote when it ends
+// (as Anthropic documents for OTPM), in a sliding window.
+type otpmUpstream struct {
+	headers bool
+
+	mu      sync.Mutex
+	epoch   time.Time
+	entries []otpmEntry
+	seq     int
+	served  []int64 // output written per window since epoch
+	refused []time.Duration
+	calls   int
+}
+
+type otpmEntry struct {
+	at  time.Time
+	out int64
+	id  int
+}
+
+func (u *otpmUpstream) usedLocked(now time.Time) int64 {
+	var n int64
+	keep := u.entries[:0]
+	for _, e := range u.entries {
+		if now.Sub(e.at) < otpmWindow {
+			keep = append(keep, e)
+			n += e.out
+		}
+	}
+	u.entries = keep
+	return n
+}
+
+func (u *otpmUpstream) limitHeaders(h http.Header, remaining int64) {
+	if !u.headers {
+		return
+	}
+	perMinute := int64(otpmLimit * int64(time.Minute/otpmWindow))
+	h.Set("anthropic-ratelimit-input-tokens-limit", "40000000")
+	h.Set("anthropic-ratelimit-input-tokens-remaining", "39000000")
+	h.Set("anthropic-ratelimit-output-tokens-limit", strconv.FormatInt(perMinute, 10))
+	h.Set("anthropic-ratelimit-output-tokens-remaining", strconv.FormatInt(max(0, remaining)*int64(time.Minute/otpmWindow), 10))
+	h.Set("anthropic-ratelimit-requests-limit", "100000")
+	h.Set("anthropic-ratelimit-requests-remaining", "99000")
+}
+
+func (u *otpmUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		MaxTokens int64 `json:"max_tokens"`
+		Seed      int   `json:"metadata_seed"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.MaxTokens <= 0 {
+		http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens is required"}}`, http.StatusBadRequest)
+		return
+	}
+	now := time.Now()
+	u.mu.Lock()
+	u.calls++
+	used := u.usedLocked(now)
+	if used+req.MaxTokens > otpmLimit {
+		// When the oldest entries free enough room: the wait Anthropic's
+		// retry-after states, in whole seconds.
+		wait, free := time.Duration(0), used+req.MaxTokens-otpmLimit
+		for _, e := range u.entries {
+			if free -= e.out; free <= 0 {
+				wait = otpmWindow - now.Sub(e.at)
+				break
+			}
+		}
+		u.refused = append(u.refused, now.Sub(u.epoch))
+		u.limitHeaders(w.Header(), 0)
+		u.mu.Unlock()
+		w.Header().Set("retry-after", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (fake) of %d output tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}`, otpmLimit*int64(time.Minute/otpmWindow))
+		return
+	}
+	u.seq++
+	id := u.seq
+	u.entries = append(u.entries, otpmEntry{at: now, out: req.MaxTokens, id: id})
+	remaining := otpmLimit - used - req.MaxTokens
+	u.mu.Unlock()
+
+	rng := rand.New(rand.NewPCG(uint64(id), 9))
+	out := int64(150 + rng.IntN(201))
+	time.Sleep(5*time.Millisecond + time.Duration(out)*50*time.Microsecond)
+	in := int64(len(body) / 4)
+
+	u.mu.Lock()
+	for i := range u.entries {
+		if u.entries[i].id == id {
+			u.entries[i].out = out // corrected to what it wrote
+		}
+	}
+	if k := int(now.Sub(u.epoch) / otpmWindow); k >= 0 {
+		for len(u.served) <= k {
+			u.served = append(u.served, 0)
+		}
+		u.served[k] += out
+	}
+	u.limitHeaders(w.Header(), remaining)
+	u.mu.Unlock()
+	w.Header().Set("content-type", "application/json")
+	fmt.Fprintf(w, `{"id":"msg_%d","type":"message","role":"assistant","model":"claude-fake","content":[{"type":"text","text":"%s"}],"stop_reason":"end_turn","usage":{"input_tokens":%d,"output_tokens":%d}}`,
+		id, strings.Repeat("x", int(out)), in, out)
+}
+
+type otpmResult struct {
+	ok, lost, harness int
+	refused           []time.Duration
+	served            []int64
+	status            string
+}
+
+// runOTPM runs the sessions against a fake with headers or without for
+// otpmDuration and returns what the provider and the clients saw.
+func runOTPM(t *testing.T, headers bool) otpmResult {
+	up := &otpmUpstream{headers: headers}
+	hs := httptest.NewServer(up)
+	t.Cleanup(hs.Close)
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  anth: {kind: anthropic, baseURL: %s}
+gate:
+  window: %s
+  defaults: {tpm: 10000000, rpm: 100000}
+`, hs.URL, otpmWindow), nil)
+	tr := &http.Transport{MaxIdleConnsPerHost: 2 * otpmSessions}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+
+	start := time.Now()
+	up.mu.Lock()
+	up.epoch = start
+	up.mu.Unlock()
+	stopAt := start.Add(otpmDuration)
+	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(2*otpmWindow))
+	defer cancel()
+	var res otpmResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for s := range otpmSessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			session := fmt.Sprintf("s%02d", s)
+			for i := 0; i < 2000 && time.Now().Before(stopAt); i++ {
+				body := fmt.Sprintf(`{"model":"anth/claude-fake","max_tokens":%d,"messages":[{"role":"user","content":"%s turn %d %s"}]}`,
+					otpmMax, session, i, strings.Repeat("lorem ", 600)) // about 900 input tokens
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/messages", strings.NewReader(body))
+				req.Header.Set("content-type", "application/json")
+				req.Header.Set("X-Gate-Session", session)
+				resp, err := client.Do(req)
+				if err != nil {
+					return // cut at the end
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				switch {
+				case resp.StatusCode == http.StatusOK:
+					res.ok++
+				case resp.Header.Get("X-Gate-Class") != "":
+					res.lost++
+				default:
+					res.harness++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	up.mu.Lock()
+	res.refused = append([]time.Duration(nil), up.refused...)
+	res.served = append([]int64(nil), up.served...)
+	up.mu.Unlock()
+	if resp, err := http.Get(f.url + "/gate/v1/status"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res.status = string(b)
+	}
+	return res
+}
+
+func TestGateOutputLimitE2E(t *testing.T) {
+	testenv.RealTiming(t)
+	cases := []struct {
+		name    string
+		headers bool
+		max429  int
+	}{
+		// Anthropic's way: every answer states the output limit; the gate holds
+		// to it from the first answer on.
+		{"OTPMStated", true, 0},
+		// Only the 429's words name the output limit: the first 429 teaches it.
+		// The calls already sent when it comes back meet it too (three within
+		// 2 ms in the runs recorded), and none may come after the first window.
+		{"OTPMInWords", false, 5},
+	}
+	results := make([]otpmResult, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i] = runOTPM(t, c.headers) }()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		r := results[i]
+		windows := int(otpmDuration / otpmWindow)
+		var served []string
+		var learned, total int64
+		for k := 0; k < windows && k < len(r.served); k++ {
+			served = append(served, fmt.Sprintf("%.1fk", float64(r.served[k])/1000))
+			total += r.served[k]
+			if k >= 1 {
+				learned += r.served[k]
+			}
+		}
+		util := float64(learned) / float64(otpmLimit*(windows-1))
+		t.Logf("%s: %d calls ok, %d lost, %d harness errors; %d 429s (at %v); output served per %s window: %s; from window 1 on %.3f of the limit",
+			c.name, r.ok, r.lost, r.harness, len(r.refused), r.refused, otpmWindow, strings.Join(served, " "), util)
+		if r.harness > 0 || r.ok == 0 {
+			t.Errorf("%s: %d harness errors, %d calls served", c.name, r.harness, r.ok)
+		}
+		if r.lost > 0 {
+			t.Errorf("%s: %d calls lost", c.name, r.lost)
+		}
+		if len(r.refused) > c.max429 {
+			t.Errorf("%s: %d 429s, want at most %d", c.name, len(r.refused), c.max429)
+		}
+		for _, at := range r.refused {
+			if at >= otpmWindow {
+				t.Errorf("%s: a 429 at %s, after the first window: the output limit was not learned", c.name, at)
+				break
+			}
+		}
+		if util < 0.85 {
+			t.Errorf("%s: %.3f of the output limit served from window 1 on, want at least 0.85", c.name, util)
+		}
+		if !strings.Contains(r.status, `"outputLimit"`) {
+			t.Errorf("%s: the model's status shows no output limit: %.400s", c.name, r.status)
+		}
+	}
+}
