@@ -45,7 +45,9 @@ type Event struct {
 	// unstated-rpm, rpm-ceiling, rpm-probe (From and To are then the request
 	// limit per window, not the budget), reread-requests (unnamed 429s read
 	// as tokens were the request limit's: From and To are the token budget
-	// before and after what they taught it was taken back).
+	// before and after what they taught it was taken back), output-stated,
+	// output-trigger, output-relax (the output axis: From and To are its
+	// limit per window; output.go).
 	Step string
 	From float64
 	To   float64
