@@ -53,6 +53,7 @@ gate:
   models:
     fake/small: {tpm: 12000, rpm: 600, safetyFactor: 1}
     alpha/held: {tpm: 1000, rpm: 600, safetyFactor: 1}
+    alpha/out: {otpm: 2000, safetyFactor: 1}
 retry:
   rounds: 4
   initialDelay: 2s
@@ -397,6 +398,20 @@ func TestConsole(t *testing.T) {
 		)
 		if errs := b.logs.take(); len(errs) != 0 {
 			t.Fatalf("the console reported errors on load:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("OutputLimitShows", func(t *testing.T) {
+		// A model with a limit on output tokens alone shows its output window
+		// against it, beside the token window.
+		e.call(http.MethodPost, "/gate/v1/admit", `{"provider":"alpha","model":"out","session":"writer","inputTokens":10,"maxTokens":500}`, http.StatusOK)
+		legend := `article.model[data-model="alpha/out"] .output-legend`
+		b.run(t, "waiting for the output window to show", 10*time.Second,
+			chromedp.Navigate(e.url+"/ui#models"),
+			chromedp.WaitVisible(legend, chromedp.ByQuery),
+		)
+		if got := b.text(t, legend); !strings.Contains(got, "500 / 2000 output tokens in window") {
+			t.Fatalf("output legend %q, want 500 / 2000 output tokens in window", got)
 		}
 	})
 

@@ -221,3 +221,27 @@ func TestRequestsTextShowsTheCap(t *testing.T) {
 		t.Errorf("requestsText = %q, want \"3/60\"", got)
 	}
 }
+
+func TestOutputTextShowsModelsWithAnOutputLimit(t *testing.T) {
+	var b strings.Builder
+	if err := writeOutputText(&b, []gate.BucketStatus{
+		{Provider: "p", Model: "none"},
+		{Provider: "anthropic", Model: "stated", OutputLimit: 20000, OutputBudget: 19800, OutputWindow: 9900, OutputStated: 20000},
+		{Provider: "anthropic", Model: "learned", OutputLimit: 6000, OutputBudget: 5940, OutputWindow: 5940, OutputStated: 20000, OutputTrigger: 6000},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{"OUTPUT WINDOW", "anthropic/stated   9900/19800 (50%)", "20000 (stated)", "anthropic/learned", "5940/5940 (100%)", "6000 (learned from a 429)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output table missing %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "p/none") {
+		t.Errorf("a model without an output limit is listed:\n%s", got)
+	}
+	b.Reset()
+	if err := writeOutputText(&b, []gate.BucketStatus{{Provider: "p", Model: "none"}}); err != nil || b.Len() != 0 {
+		t.Fatalf("no model with an output limit wrote %q (%v), want nothing", b.String(), err)
+	}
+}

@@ -234,6 +234,8 @@ const views = {
           ${m.waiting ? `<span class="badge warm">${m.waiting} waiting</span>` : ""}</header>
         ${bar(m.windowTokens, m.tokenBudget, m.reserved)}
         <p class="bar-legend">${num(m.windowTokens)} / ${num(m.tokenBudget)} tokens in window · ${m.windowRequests} / ${m.rpmBudget} requests${m.maxRpm ? ` (cap ${m.maxRpm})` : ""}</p>
+        ${m.outputLimit ? `${bar(m.outputWindow || 0, m.outputBudget || 0, 0)}
+        <p class="bar-legend output-legend">${num(m.outputWindow || 0)} / ${num(m.outputBudget || 0)} output tokens in window${m.outputTrigger && m.outputTrigger <= m.outputLimit ? " (limit learned from a 429)" : m.outputStated ? " (limit stated)" : ""}</p>` : ""}
         <dl class="facts">
           <div><dt>reserved</dt><dd>${num(m.reserved)}</dd></div>
           <div><dt>in flight</dt><dd>${m.inFlight}</dd></div>
