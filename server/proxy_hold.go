@@ -287,6 +287,8 @@ func gateReasonText(reason string) string {
 		return "token budget (tpm)"
 	case "rpm":
 		return "request budget (rpm)"
+	case "otpm":
+		return "output token budget (otpm)"
 	case "pace":
 		return "pacing"
 	case "session-cap":

@@ -445,3 +445,15 @@ proxy:
 		t.Fatalf("error event %s (%v), want TIMEOUT with code 504", events[0], err)
 	}
 }
+
+func TestGateReasonTextNamesEveryBudget(t *testing.T) {
+	for reason, want := range map[string]string{
+		"cooldown": "rate limit", "tpm": "token budget (tpm)", "rpm": "request budget (rpm)",
+		"otpm": "output token budget (otpm)", "pace": "pacing", "session-cap": "in-flight cap of the session",
+		"queue": "queue", "something new": "admission",
+	} {
+		if got := gateReasonText(reason); got != want {
+			t.Errorf("gateReasonText(%q) = %q, want %q", reason, got, want)
+		}
+	}
+}
