@@ -447,6 +447,13 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	} else {
 		s.seq, at = b.win.restamp(s.seq, now.UnixNano())
 	}
+	// The output window likewise: the provider counts the call's output from
+	// its send too.
+	if s.outSeq < b.out.win.headSeq {
+		s.outSeq = b.out.win.add(now, s.output0, 0, false)
+	} else {
+		s.outSeq, _ = b.out.win.restamp(s.outSeq, now.UnixNano())
+	}
 	if s.sendPending {
 		s.sendPending = false
 		b.land.open(s.landing) // at the provider from now: it may complete

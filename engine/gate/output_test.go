@@ -202,3 +202,31 @@ func TestOutputTriggerKeptAndConverted(t *testing.T) {
 		t.Fatalf("output trigger %g in a 30 s window, want 300", got)
 	}
 }
+
+func TestOutputCountsFromTheSend(t *testing.T) {
+	// A call sent half a window after its admission is in the provider's
+	// output window from its send: it leaves the gate's a window after that.
+	l, _, _ := newTestLedger(t, outGate(1000))
+	r := outReq("a", 600)
+	r.Sends = true
+	tk := mustAdmit(t, l, t0, r)
+	l.Sent(t0.Add(30*time.Second), tk)
+	if got := l.BucketStatus(t0.Add(70*time.Second), "p", "m").OutputWindow; got != 600 {
+		t.Fatalf("output window %d at 70 s, want the call sent at 30 s still in it (600)", got)
+	}
+	if got := l.BucketStatus(t0.Add(91*time.Second), "p", "m").OutputWindow; got != 0 {
+		t.Fatalf("output window %d at 91 s, want it gone a window after its send", got)
+	}
+	// Sent a whole window after its admission: counted again from the send.
+	tk2 := mustAdmit(t, l, t0.Add(100*time.Second), r)
+	l.Sent(t0.Add(170*time.Second), tk2)
+	if got := l.BucketStatus(t0.Add(171*time.Second), "p", "m").OutputWindow; got != 600 {
+		t.Fatalf("output window %d just after a send a window late, want 600", got)
+	}
+	if err := l.Settle(t0.Add(172*time.Second), tk2, Usage{InputTokens: 10, OutputTokens: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BucketStatus(t0.Add(172*time.Second), "p", "m").OutputWindow; got != 50 {
+		t.Fatalf("output window %d after it settled at 50, want 50", got)
+	}
+}
