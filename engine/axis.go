@@ -11,10 +11,14 @@ func RateLimitAxis(f *Failure) Axis {
 		return AxisUnknown
 	}
 	// Anthropic states its output limit apart (OTPM): at zero there, with
-	// its input and request counts left, the 429 was about the output.
+	// its input and request counts left, the 429 was about the output. Its
+	// anthropic-ratelimit-tokens-* is the tighter of the two token limits, at
+	// zero whenever either is: it names the axis only for an upstream that
+	// states nothing else.
 	output := zeroHeader(f, "anthropic-ratelimit-output-tokens-remaining")
-	tokens := zeroHeader(f, "x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining",
-		"anthropic-ratelimit-input-tokens-remaining")
+	split := f.Header("anthropic-ratelimit-input-tokens-remaining") != "" || f.Header("anthropic-ratelimit-output-tokens-remaining") != ""
+	tokens := zeroHeader(f, "x-ratelimit-remaining-tokens", "anthropic-ratelimit-input-tokens-remaining") ||
+		(!split && zeroHeader(f, "anthropic-ratelimit-tokens-remaining"))
 	requests := zeroHeader(f, "x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining")
 	switch {
 	case output && !tokens && !requests:
@@ -43,8 +47,8 @@ func RateLimitAxis(f *Failure) Axis {
 // is not here: it names the status, not the limit.
 var (
 	// outputWords name a limit on output tokens alone: "8,000 output tokens
-	// per minute" (Anthropic), "output tokens per minute (OTPM)".
-	outputWords = []string{"output tokens per", "(otpm)", " otpm", "输出token", "输出令牌"}
+	// per minute" (Anthropic), "output tokens per minute (OTPM)", "OTPM: …".
+	outputWords = []string{"output tokens per", "otpm", "输出token", "输出令牌"}
 	tokenWords  = []string{"tokens per min", "tokens per minute", "(tpm)", " tpm", "tpm:", "token rate limit",
 		"input tokens per", "tokens per day", "每分钟token", "token数", "tpm限制", "令牌"}
 	requestWords = []string{"requests per min", "requests per minute", "(rpm)", " rpm", "rpm:", "request rate limit",

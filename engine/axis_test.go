@@ -17,6 +17,15 @@ func TestRateLimitAxis(t *testing.T) {
 		{"too many requests names no limit", &Failure{Status: 429, Body: "Too Many Requests"}, AxisUnknown},
 		{"both named", &Failure{Status: 429, Body: "limits: 100 requests per minute and 10000 tokens per minute"}, AxisUnknown},
 		// A limit on output tokens alone (Anthropic's OTPM): its own axis.
+		{"anthropic's whole header set, the output at zero", &Failure{Status: 429, Headers: map[string]string{
+			"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "38000",
+			"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-requests-remaining": "49"},
+			Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 8,000 output tokens per minute."}}`}, AxisOutputTokens},
+		{"anthropic's whole header set, the input at zero", &Failure{Status: 429, Headers: map[string]string{
+			"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "0",
+			"anthropic-ratelimit-output-tokens-remaining": "7000", "anthropic-ratelimit-requests-remaining": "49"}}, AxisTokens},
+		{"anthropic's combined tokens alone", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-tokens-remaining": "0"}}, AxisTokens},
+		{"otpm with a colon", &Failure{Status: 429, Body: `{"error":"OTPM: limit 8000, used 7900"}`}, AxisOutputTokens},
 		{"anthropic otpm header", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "38000", "anthropic-ratelimit-requests-remaining": "49"}}, AxisOutputTokens},
 		{"anthropic otpm words", &Failure{Status: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 8,000 output tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}`}, AxisOutputTokens},
 		{"anthropic itpm words", &Failure{Status: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 40,000 input tokens per minute."}}`}, AxisTokens},

@@ -81,6 +81,9 @@ func (u *otpmUpstream) limitHeaders(h http.Header, remaining int64) {
 	h.Set("anthropic-ratelimit-input-tokens-remaining", "39000000")
 	h.Set("anthropic-ratelimit-output-tokens-limit", strconv.FormatInt(perMinute, 10))
 	h.Set("anthropic-ratelimit-output-tokens-remaining", strconv.FormatInt(max(0, remaining)*int64(time.Minute/otpmWindow), 10))
+	// The tighter of the two token limits, as Anthropic states it: the output one.
+	h.Set("anthropic-ratelimit-tokens-limit", strconv.FormatInt(perMinute, 10))
+	h.Set("anthropic-ratelimit-tokens-remaining", strconv.FormatInt(max(0, remaining)*int64(time.Minute/otpmWindow), 10))
 	h.Set("anthropic-ratelimit-requests-limit", "100000")
 	h.Set("anthropic-ratelimit-requests-remaining", "99000")
 }

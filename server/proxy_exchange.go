@@ -334,7 +334,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if tooLarge := (*errTooLarge)(nil); errors.As(err, &tooLarge) {
 		// Another download would be as large: the failure is permanent, whatever a
 		// classifier would make of a broken transfer. What was used is settled.
-		_ = s.ledger.Settle(s.clock.Now(), t, gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)})
+		_ = s.ledger.Settle(s.clock.Now(), t, gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputUnseen: true})
 		x.giveUp(&upstreamFailure{route: route, f: engine.Failure{Status: resp.StatusCode, Body: tooLarge.Error() +
 			": it is not retried", Provider: route.Provider, Model: route.Model}},
 			engine.Verdict{Class: engine.ClassUnknown, By: "gatectl/response-too-large"}, tooLarge.Error(), true)
@@ -369,7 +369,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		return x.httpFailure(route, resp, b), false
 	}
 	if !hasUsage {
-		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0)}
+		u = gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputUnseen: true}
 	}
 	_ = s.ledger.Settle(s.clock.Now(), t, u)
 	readLimits()

@@ -324,7 +324,6 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// slow re-probe, hours on.
 		b.learn.rescale(float64(cfg.Window) / float64(b.window))
 		b.out.trigger *= float64(cfg.Window) / float64(b.window)
-		b.out.stated *= float64(cfg.Window) / float64(b.window)
 		b.window = cfg.Window
 		b.stepHeld = 0 // held in the old window's units
 		// Levels served in the old window's units refute nothing in the new.
@@ -660,7 +659,7 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 }
 
 // block says why a reservation of res for session cannot go now, and for how long
-// at least: wait = max(cooldown left, TPM drain, RPM drain). capped means the
+// at least: wait = max(cooldown left, TPM drain, RPM drain, pace, output drain). capped means the
 // session's in-flight cap holds it until one of its calls settles.
 func (b *bucket) block(now time.Time, res, out int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
@@ -1130,12 +1129,17 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	switch {
 	case s.sendPending && u == nil:
 		b.out.win.drop(s.outSeq)
+	case u != nil && u.OutputUnseen:
+		b.out.win.settle(s.outSeq, s.output0) // answered without usage: what it wrote is unknown
 	case u != nil:
 		b.out.win.settle(s.outSeq, u.OutputTokens) // what it wrote, as the provider corrects it at the end
 	case tokens == 0:
 		b.out.win.settle(s.outSeq, 0) // released: it wrote nothing the caller saw
 	default:
-		b.out.win.settle(s.outSeq, s.output0) // kept at its reserve, as the token window keeps it
+		// Abandoned (kept at what the provider is expected to count), or
+		// settled by another instance with its whole cost: the output part of
+		// that, at most the reserve.
+		b.out.win.settle(s.outSeq, min(s.output0, max(0, tokens-s.input)))
 	}
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it

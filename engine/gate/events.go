@@ -25,7 +25,7 @@ type Event struct {
 	Provider string
 	Model    string
 	Session  string
-	// Reason is why a call waited or failed open: cooldown, tpm, rpm, pace, over-budget,
+	// Reason is why a call waited or failed open: cooldown, tpm, rpm, otpm, pace, over-budget,
 	// session-cap, queue, max-wait, no-bucket, internal.
 	Reason       string
 	Wait         time.Duration

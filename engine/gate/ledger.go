@@ -53,6 +53,10 @@ type Usage struct {
 	// pays all of it, so the reservation covers that and the settle refunds
 	// the cached part.
 	CacheReadsUncounted bool
+	// OutputUnseen: the answer reported no usage, so its output is unknown
+	// (OutputTokens is 0 for the estimator's sake): the output window keeps the
+	// call at its output reserve (output.go).
+	OutputUnseen bool
 }
 
 // Total is every token the provider counts against the window.
@@ -340,7 +344,7 @@ func (b *bucket) evictableLocked(now time.Time, idle time.Duration) bool {
 		return false
 	}
 	if b.rateLimited > 0 || b.statedTokens > 0 || b.statedRequests > 0 || b.rpmTrigger > 0 || b.rpmLearned > 0 ||
-		b.learn.trigger > 0 || b.learn.quota != b.learn.start {
+		b.learn.trigger > 0 || b.learn.quota != b.learn.start || b.out.statedPerMinute > 0 || b.out.trigger > 0 {
 		return false
 	}
 	b.expireLocked(now)

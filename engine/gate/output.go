@@ -26,15 +26,16 @@ import (
 // learned.
 type outputAxis struct {
 	win slidingWindow
-	// stated is the provider's stated output limit for one window; 0: none.
-	stated float64
-	// trigger is the output window's reading at the last 429 about the
-	// output, or a relax step up from it; 0: none.
+	// statedPerMinute is the provider's stated output limit, per minute as
+	// stated (converted to the bucket's window where it is read, so a reload
+	// that changes the window converts it); 0: none.
+	statedPerMinute int64
+	// trigger is the output window's reading at the first 429 of the last
+	// burst about the output, or a relax step up from it; 0: none.
 	trigger float64
-	// last429 is the last 429 about the output; heldAt the last window the
-	// output budget held a call back (the relax steps only then, as probes
-	// do: never while the output is not what binds).
-	last429, relaxedAt, heldAt time.Time
+	// last429 is the last 429 about the output, burstAt the first of its
+	// burst (429s within a window of it), relaxedAt the last relax step.
+	last429, burstAt, relaxedAt time.Time
 }
 
 // Output axis constants.
@@ -70,10 +71,16 @@ func (b *bucket) outputLimitLocked() float64 {
 // outputBaseLocked is the stated output limit, else the configured one; 0:
 // neither.
 func (b *bucket) outputBaseLocked() float64 {
-	if b.out.stated > 0 {
-		return b.out.stated
+	if st := b.outputStatedLocked(); st > 0 {
+		return st
 	}
 	return float64(b.limits.OTPM)
+}
+
+// outputStatedLocked is the stated output limit for one of the bucket's
+// windows; 0: none.
+func (b *bucket) outputStatedLocked() float64 {
+	return float64(b.out.statedPerMinute) * float64(b.window) / float64(rateLimitPeriod)
 }
 
 // outputBudgetLocked is the output budget: the limit times the safety factor;
@@ -104,7 +111,6 @@ func (b *bucket) outputDrainLocked(now time.Time, out int64) time.Duration {
 // relaxes a trigger that has stood long enough (see outputRelaxWindows).
 func (b *bucket) outputHeldLocked(now time.Time) {
 	span := b.l.conf().Window
-	b.out.heldAt = now
 	if b.out.trigger <= 0 || !b.learn.enabled {
 		return
 	}
@@ -133,11 +139,19 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 // outputRateLimitedLocked learns from a 429 about the output (the cooldown is
 // the caller's): the output window's reading is the limit's level, what is
 // left to the gate of it when another client spends the key too.
+//
+// The first 429 of a burst reads it; the later ones of the same burst (within
+// a window) read a window their refused calls emptied, and teach nothing. A
+// 429 never raises a trigger: a window above it holds calls that went past
+// the budget (larger than it, or failed open at maxWait), not room the
+// provider gave; the trigger rises by its relax steps and stated limits.
 func (b *bucket) outputRateLimitedLocked(now time.Time) {
+	span := b.l.conf().Window
 	b.out.last429 = now
-	if !b.learn.enabled {
+	if !b.learn.enabled || (!b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span) {
 		return
 	}
+	b.out.burstAt = now
 	reading := float64(b.out.win.tokens)
 	floor := float64(outputFloorMin)
 	if base := b.outputBaseLocked(); base > 0 {
@@ -146,27 +160,27 @@ func (b *bucket) outputRateLimitedLocked(now time.Time) {
 		floor = math.Max(floor, b.out.trigger*outputFloorShare)
 	}
 	from := b.out.trigger
-	b.out.trigger = math.Max(reading, floor)
-	if base := b.outputBaseLocked(); base > 0 && b.out.trigger > base {
-		b.out.trigger = base // the limit said is not refuted by a 429 above it: that was another client's spend
+	t := math.Max(reading, floor)
+	if from > 0 {
+		t = math.Min(t, from)
 	}
+	if base := b.outputBaseLocked(); base > 0 && t > base {
+		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
+	}
+	b.out.trigger = t
 	b.emitOutputLearnLocked(now, "output-trigger", from, b.out.trigger)
 }
 
 // adoptStatedOutputLocked adopts an output limit the provider stated, per
 // minute: it replaces the configured one, and a trigger above it.
 func (b *bucket) adoptStatedOutputLocked(now time.Time, perMinute int64) {
-	if perMinute <= 0 {
-		return
-	}
-	stated := float64(perMinute) * float64(b.l.conf().Window) / float64(rateLimitPeriod)
-	if stated == b.out.stated {
+	if perMinute <= 0 || perMinute == b.out.statedPerMinute {
 		return
 	}
 	from := b.outputLimitLocked()
-	b.out.stated = stated
-	if b.out.trigger > stated {
-		b.out.trigger = 0 // the provider's word above what a 429 read: it raised the limit
+	b.out.statedPerMinute = perMinute
+	if b.out.trigger > b.outputStatedLocked() {
+		b.out.trigger = 0 // the provider's word below what a 429 read: the limit it states now is the tighter
 	}
 	b.emitOutputLearnLocked(now, "output-stated", from, b.outputLimitLocked())
 }
@@ -174,7 +188,7 @@ func (b *bucket) adoptStatedOutputLocked(now time.Time, perMinute int64) {
 // forgetOutputLocked forgets what 429s taught of the output limit (a reset):
 // the configured or stated limit stands again.
 func (b *bucket) forgetOutputLocked() {
-	b.out.trigger, b.out.last429, b.out.relaxedAt = 0, time.Time{}, time.Time{}
+	b.out.trigger, b.out.last429, b.out.burstAt, b.out.relaxedAt = 0, time.Time{}, time.Time{}, time.Time{}
 }
 
 func (b *bucket) emitOutputLearnLocked(now time.Time, step string, from, to float64) {

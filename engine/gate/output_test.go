@@ -98,21 +98,6 @@ func TestOutput429TeachesTheOutputAxisAlone(t *testing.T) {
 	// After the cooldown the output window still holds the three calls: a
 	// fourth waits for it, not for the token window.
 	mustWait(t, l, t0.Add(6*time.Second), outReq("d", 400), "otpm", 60*time.Second)
-
-	t.Run("ReadAsTokensItPoisonedTheTokenWindow", func(t *testing.T) {
-		// What the same 429 did before it had an axis of its own: read in
-		// the token window, it set a trigger there (1,230 of the 100,000
-		// stated) — or, suspect below the stated limit, it taught nothing
-		// and the gate refilled into the next one.
-		l, _, _ := newTestLedger(t, outGate(0))
-		for i := range 3 {
-			mustAdmit(t, l, t0, outReq(string(rune('a'+i)), 400))
-		}
-		l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: 5 * time.Second, Axis: engine.AxisTokens})
-		if st := l.BucketStatus(t0.Add(time.Second), "p", "m"); st.Trigger == 0 || st.OutputLimit != 0 {
-			t.Fatalf("status %+v: a token 429 should set the token trigger and no output limit", st)
-		}
-	})
 }
 
 func TestStatedOutputLimit(t *testing.T) {
@@ -228,5 +213,88 @@ func TestOutputCountsFromTheSend(t *testing.T) {
 	}
 	if got := l.BucketStatus(t0.Add(172*time.Second), "p", "m").OutputWindow; got != 50 {
 		t.Fatalf("output window %d after it settled at 50, want 50", got)
+	}
+}
+
+func TestOutput429sReadTheBurstsFirst(t *testing.T) {
+	l, _, _ := newTestLedger(t, outGate(0))
+	var tks []Ticket
+	for i := range 4 {
+		tks = append(tks, mustAdmit(t, l, t0, outReq(string(rune('a'+i)), 400)))
+	}
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	// Another call refused with it, released as a refused call is before its
+	// 429 is told: it reads a window the refusal emptied. The first reading
+	// stands.
+	if err := l.Release(t0.Add(time.Millisecond), tks[3]); err != nil {
+		t.Fatal(err)
+	}
+	l.RateLimitedBy(t0.Add(time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	if got := l.BucketStatus(t0.Add(time.Millisecond), "p", "m").OutputTrigger; got != 1600 {
+		t.Fatalf("output trigger %g after a second 429 in the burst, want the first reading 1600", got)
+	}
+	// A call larger than the whole budget goes at once (over budget) and
+	// fills the window above the trigger; a 429 after it does not raise it.
+	at := t0.Add(61 * time.Second)
+	mustAdmit(t, l, at, outReq("big", 3000))
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1600 {
+		t.Fatalf("output trigger %g after a 429 read at 3000, want it kept at 1600", got)
+	}
+	// A later burst that reads lower lowers it.
+	at = at.Add(61 * time.Second)
+	mustAdmit(t, l, at, outReq("a", 1000))
+	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1000 {
+		t.Fatalf("output trigger %g after a later burst read at 1000, want 1000", got)
+	}
+}
+
+func TestOutputUnseenKeepsTheReserve(t *testing.T) {
+	// An answer without usage: its output is unknown, so the window keeps
+	// its reserve; the estimator is told nothing of an output.
+	l, _, _ := newTestLedger(t, outGate(1000))
+	tk := mustAdmit(t, l, t0, outReq("a", 400))
+	if err := l.Settle(t0.Add(time.Second), tk, Usage{InputTokens: 10, OutputUnseen: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputWindow; got != 400 {
+		t.Fatalf("output window %d after an answer without usage, want the reserve 400", got)
+	}
+	tk = mustAdmit(t, l, t0, outReq("b", 300))
+	if err := l.Settle(t0.Add(time.Second), tk, Usage{InputTokens: 10, OutputTokens: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputWindow; got != 400 {
+		t.Fatalf("output window %d after an answer that wrote nothing, want 400 (the first call's)", got)
+	}
+}
+
+func TestOutputLimitSurvivesEviction(t *testing.T) {
+	// A stated output limit is what the provider said: the bucket that holds
+	// it is not dropped as idle.
+	l, _, _ := newTestLedger(t, outGate(0))
+	l.StateOutputLimit(t0, "p", "m", 6000)
+	if got := l.Evict(t0.Add(time.Hour), time.Minute); len(got) != 0 {
+		t.Fatalf("evicted %v, want the bucket with a stated output limit kept", got)
+	}
+	if got := l.BucketStatus(t0.Add(time.Hour), "p", "m").OutputStated; got != 6000 {
+		t.Fatalf("stated output %g after the idle hour, want 6000", got)
+	}
+}
+
+func TestStatedOutputFollowsTheWindow(t *testing.T) {
+	// Stated per minute, read in the bucket's window: a reload to a 30 s
+	// window halves it, once.
+	c := outGate(0)
+	l, _, _ := newTestLedger(t, c)
+	l.StateOutputLimit(t0, "p", "m", 8000)
+	c.Window, c.MaxWait = 30*time.Second, 60*time.Second
+	if err := l.Reconfigure(t0, c); err != nil {
+		t.Fatal(err)
+	}
+	l.StateOutputLimit(t0, "p", "m", 8000) // restated after the reload
+	if got := l.BucketStatus(t0, "p", "m").OutputStated; got != 4000 {
+		t.Fatalf("stated output %g in a 30 s window, want 4000", got)
 	}
 }

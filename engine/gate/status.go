@@ -134,7 +134,7 @@ func (b *bucket) statusLocked(now time.Time) BucketStatus {
 	}
 	if lim := b.outputLimitLocked(); lim > 0 {
 		s.OutputLimit, s.OutputBudget, s.OutputWindow = lim, b.outputBudgetLocked(), b.out.win.tokens
-		s.OutputStated, s.OutputTrigger, s.OTPM = b.out.stated, b.out.trigger, b.limits.OTPM
+		s.OutputStated, s.OutputTrigger, s.OTPM = b.outputStatedLocked(), b.out.trigger, b.limits.OTPM
 	}
 	return s
 }

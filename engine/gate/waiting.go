@@ -16,7 +16,7 @@ type HeldCall struct {
 	Priority string `json:"priority"`
 	// Tokens is what the call reserves once admitted (input estimate + output reserve).
 	Tokens int64 `json:"tokens"`
-	// Reason is why it first waited: cooldown, tpm, rpm, pace, session-cap (its
+	// Reason is why it first waited: cooldown, tpm, rpm, otpm, pace, session-cap (its
 	// session's in-flight cap) or queue (behind an earlier call that holds it).
 	Reason string `json:"reason"`
 	// Since is when it was queued; ExpectedAt when the gate next expects to admit
