@@ -1245,7 +1245,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, sig.Axis.String()
 		b.l.emit(e)
 		b.learn.noteOther429(now, cfg.Window)
-		b.outputRateLimitedLocked(now)
+		b.outputRateLimitedLocked(now, sig.Admitted)
 		b.saveLearnedLocked()
 		return
 	}

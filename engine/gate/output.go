@@ -138,21 +138,35 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 
 // outputRateLimitedLocked learns from a 429 about the output (the cooldown is
 // the caller's): the output window's reading is the limit's level, what is
-// left to the gate of it when another client spends the key too.
+// left to the gate of it when another client spends the key too. It is read as
+// the refused call met it, admitted at admitted (zero: unknown, read now): the
+// 429 comes back a round trip later, and the calls admitted meanwhile were not
+// in the provider's count.
+//
+// The trigger goes stepDown below the reading: the window counts the calls in
+// flight at their max_tokens until their answers are read, while the provider
+// corrected those it finished a moment before, and over real HTTP the first
+// reading lay up to 4% above the limit (a second 429 a window later).
 //
 // The first 429 of a burst reads it; the later ones of the same burst (within
 // a window) read a window their refused calls emptied, and teach nothing. A
 // 429 never raises a trigger: a window above it holds calls that went past
 // the budget (larger than it, or failed open at maxWait), not room the
 // provider gave; the trigger rises by its relax steps and stated limits.
-func (b *bucket) outputRateLimitedLocked(now time.Time) {
+func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	span := b.l.conf().Window
 	b.out.last429 = now
-	if !b.learn.enabled || (!b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span) {
+	if !b.learn.enabled {
+		return
+	}
+	reading := float64(b.out.win.tokens)
+	if !admitted.IsZero() && admitted.Before(now) {
+		reading -= float64(b.out.win.tokensAfter(admitted.UnixNano()))
+	}
+	if !b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span {
 		return
 	}
 	b.out.burstAt = now
-	reading := float64(b.out.win.tokens)
 	floor := float64(outputFloorMin)
 	if base := b.outputBaseLocked(); base > 0 {
 		floor = math.Max(floor, base*outputFloorShare)
@@ -160,7 +174,7 @@ func (b *bucket) outputRateLimitedLocked(now time.Time) {
 		floor = math.Max(floor, b.out.trigger*outputFloorShare)
 	}
 	from := b.out.trigger
-	t := math.Max(reading, floor)
+	t := math.Max(stepDown*reading, floor)
 	if from > 0 {
 		t = math.Min(t, from)
 	}

@@ -89,8 +89,8 @@ func TestOutput429TeachesTheOutputAxisAlone(t *testing.T) {
 		t.Fatalf("the token window moved on a 429 about the output: trigger %g → %g, quota %g → %g, budget %d → %d",
 			before.Trigger, st.Trigger, before.Quota, st.Quota, before.TokenBudget, st.TokenBudget)
 	}
-	if st.OutputTrigger != 1200 || st.OutputLimit != 1200 || st.CooldownMs != 5000 {
-		t.Fatalf("status %+v, want the output trigger and limit at the reading 1200 and a 5 s cooldown", st)
+	if st.OutputTrigger != 1164 || st.OutputLimit != 1164 || st.CooldownMs != 5000 {
+		t.Fatalf("status %+v, want the output trigger and limit stepDown below the reading 1200 (1164) and a 5 s cooldown", st)
 	}
 	if got := ev.kinds(EventRateLimited); len(got) != 1 || got[0].Reason != "output-tokens" {
 		t.Fatalf("rate-limited events %+v, want one about the output tokens", got)
@@ -117,12 +117,12 @@ func TestStatedOutputLimit(t *testing.T) {
 	// a step a window while it holds calls back, never above the stated limit.
 	mustAdmit(t, l, t0, outReq("a", 1000))
 	l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputLimit; got != 1000 {
-		t.Fatalf("output limit %g after the 429, want the reading 1000", got)
+	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputLimit; got != 970 {
+		t.Fatalf("output limit %g after the 429, want stepDown below the reading 1000", got)
 	}
 	l.StateOutputLimit(t0.Add(2*time.Second), "p", "m", 12_000) // restated: the trigger stands
-	if got := l.BucketStatus(t0.Add(2*time.Second), "p", "m").OutputLimit; got != 1000 {
-		t.Fatalf("output limit %g after the figure was restated, want the trigger 1000 to stand", got)
+	if got := l.BucketStatus(t0.Add(2*time.Second), "p", "m").OutputLimit; got != 970 {
+		t.Fatalf("output limit %g after the figure was restated, want the trigger 970 to stand", got)
 	}
 	at := t0.Add(time.Second)
 	var limits []float64
@@ -132,10 +132,10 @@ func TestStatedOutputLimit(t *testing.T) {
 		heldBack(l, at, outReq("b", 100))
 		limits = append(limits, l.BucketStatus(at, "p", "m").OutputLimit)
 	}
-	if limits[7] != 1000 {
+	if limits[7] != 970 {
 		t.Fatalf("output limits %v: stepped up within outputRelaxWindows of the 429", limits)
 	}
-	if limits[len(limits)-1] != 2000 || limits[12] <= 1000 || limits[12] >= 2000 {
+	if limits[len(limits)-1] != 2000 || limits[12] <= 970 || limits[12] >= 2000 {
 		t.Fatalf("output limits %v: want steps of ×1.05 from window 10 up to the stated 2000", limits)
 	}
 
@@ -143,8 +143,8 @@ func TestStatedOutputLimit(t *testing.T) {
 		l, _, _ := newTestLedger(t, outGate(1000))
 		mustAdmit(t, l, t0, outReq("a", 300))
 		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-		if got := l.BucketStatus(t0, "p", "m").OutputLimit; got != 300 {
-			t.Fatalf("output limit %g, want the reading 300", got)
+		if got := l.BucketStatus(t0, "p", "m").OutputLimit; got != 291 {
+			t.Fatalf("output limit %g, want stepDown below the reading 300", got)
 		}
 		l.Reset(t0, "p", "m")
 		if st := l.BucketStatus(t0, "p", "m"); st.OutputLimit != 1000 || st.OutputTrigger != 0 {
@@ -175,16 +175,16 @@ func TestOutputTriggerKeptAndConverted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 600 {
-		t.Fatalf("output trigger %g from the store, want 600", got)
+	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 582 {
+		t.Fatalf("output trigger %g from the store, want 582 (stepDown below the reading 600)", got)
 	}
 	// A reload to a 30 s window: the same rate, half the tokens a window.
 	c.Window, c.MaxWait = 30*time.Second, 60*time.Second
 	if err := l2.Reconfigure(t0, c); err != nil {
 		t.Fatal(err)
 	}
-	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 300 {
-		t.Fatalf("output trigger %g in a 30 s window, want 300", got)
+	if got := l2.BucketStatus(t0, "p", "m").OutputTrigger; got != 291 {
+		t.Fatalf("output trigger %g in a 30 s window, want 291", got)
 	}
 }
 
@@ -230,23 +230,23 @@ func TestOutput429sReadTheBurstsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.RateLimitedBy(t0.Add(time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if got := l.BucketStatus(t0.Add(time.Millisecond), "p", "m").OutputTrigger; got != 1600 {
-		t.Fatalf("output trigger %g after a second 429 in the burst, want the first reading 1600", got)
+	if got := l.BucketStatus(t0.Add(time.Millisecond), "p", "m").OutputTrigger; got != 1552 {
+		t.Fatalf("output trigger %g after a second 429 in the burst, want the first reading's 1552", got)
 	}
 	// A call larger than the whole budget goes at once (over budget) and
 	// fills the window above the trigger; a 429 after it does not raise it.
 	at := t0.Add(61 * time.Second)
 	mustAdmit(t, l, at, outReq("big", 3000))
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1600 {
-		t.Fatalf("output trigger %g after a 429 read at 3000, want it kept at 1600", got)
+	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1552 {
+		t.Fatalf("output trigger %g after a 429 read at 3000, want it kept at 1552", got)
 	}
 	// A later burst that reads lower lowers it.
 	at = at.Add(61 * time.Second)
 	mustAdmit(t, l, at, outReq("a", 1000))
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1000 {
-		t.Fatalf("output trigger %g after a later burst read at 1000, want 1000", got)
+	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 970 {
+		t.Fatalf("output trigger %g after a later burst read at 1000, want 970", got)
 	}
 }
 
@@ -296,5 +296,24 @@ func TestStatedOutputFollowsTheWindow(t *testing.T) {
 	l.StateOutputLimit(t0, "p", "m", 8000) // restated after the reload
 	if got := l.BucketStatus(t0, "p", "m").OutputStated; got != 4000 {
 		t.Fatalf("stated output %g in a 30 s window, want 4000", got)
+	}
+}
+
+func TestOutput429ReadAsTheRefusedCallMetIt(t *testing.T) {
+	// The 429 comes back a round trip after its call was admitted; the calls
+	// admitted meanwhile were not in the provider's count when it refused.
+	l, _, _ := newTestLedger(t, outGate(0))
+	for i := range 3 {
+		mustAdmit(t, l, t0, outReq(string(rune('a'+i)), 400))
+	}
+	refused := mustAdmit(t, l, t0.Add(time.Millisecond), outReq("x", 400))
+	mustAdmit(t, l, t0.Add(2*time.Millisecond), outReq("d", 400))
+	mustAdmit(t, l, t0.Add(2*time.Millisecond), outReq("e", 400))
+	if err := l.Release(t0.Add(3*time.Millisecond), refused); err != nil {
+		t.Fatal(err)
+	}
+	l.RateLimitedBy(t0.Add(3*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: t0.Add(time.Millisecond)})
+	if got := l.BucketStatus(t0.Add(3*time.Millisecond), "p", "m").OutputTrigger; got != 1164 {
+		t.Fatalf("output trigger %g, want 1164: stepDown below the window the refused call met (1200), without the two admitted after it", got)
 	}
 }

@@ -293,6 +293,23 @@ func (w *slidingWindow) closeFixed(seq uint64, e *windowEntry) {
 // requests is the number of requests in the window.
 func (w *slidingWindow) requests() int { return w.n - w.holes - w.outputs }
 
+// tokensAfter is the tokens of the window's entries added after at (unix
+// nanoseconds), holes aside.
+func (w *slidingWindow) tokensAfter(at int64) int64 {
+	var sum int64
+	for i := w.n - 1; i >= 0; i-- {
+		e := w.entries[(w.head+i)%len(w.entries)]
+		if e.at == holeAt {
+			continue
+		}
+		if e.at <= at {
+			break
+		}
+		sum += e.tokens
+	}
+	return sum
+}
+
 // requestsAfter is how many of the window's requests were added after at
 // (unix nanoseconds).
 func (w *slidingWindow) requestsAfter(at int64) int {
