@@ -29,8 +29,10 @@ func RateLimitAxis(f *Failure) Axis {
 		return AxisRequests
 	}
 	body := strings.ToLower(f.Body)
-	o := containsAny(body, outputWords)
-	t := containsAny(blankOutputWords.Replace(body), tokenWords) // token words besides the output ones
+	o := containsAny(body, outputWords) || hasWord(body, "otpm")
+	// Token words besides the output ones; "input and output tokens per
+	// minute" is one limit on both.
+	t := containsAny(blankOutputWords.Replace(body), tokenWords) || containsAny(body, bothWords)
 	r := containsAny(body, requestWords)
 	switch {
 	case o && !t && !r:
@@ -48,7 +50,8 @@ func RateLimitAxis(f *Failure) Axis {
 var (
 	// outputWords name a limit on output tokens alone: "8,000 output tokens
 	// per minute" (Anthropic), "output tokens per minute (OTPM)", "OTPM: …".
-	outputWords = []string{"output tokens per", "otpm", "输出token", "输出令牌"}
+	outputWords = []string{"output tokens per", "输出token", "输出令牌"} // and the word "otpm" (hasWord)
+	bothWords   = []string{"input and output tokens", "input + output tokens", "input/output tokens"}
 	tokenWords  = []string{"tokens per min", "tokens per minute", "(tpm)", " tpm", "tpm:", "token rate limit",
 		"input tokens per", "tokens per day", "每分钟token", "token数", "tpm限制", "令牌"}
 	requestWords = []string{"requests per min", "requests per minute", "(rpm)", " rpm", "rpm:", "request rate limit",
@@ -76,9 +79,31 @@ func containsAny(s string, words []string) bool {
 // blankOutputWords takes the output words out of a message, so that the token
 // words found in what is left name another token limit.
 var blankOutputWords = func() *strings.Replacer {
-	pairs := make([]string, 0, 2*len(outputWords))
-	for _, w := range outputWords {
+	pairs := make([]string, 0, 2*len(outputWords)+2)
+	for _, w := range append([]string{"otpm"}, outputWords...) {
 		pairs = append(pairs, w, " ")
 	}
 	return strings.NewReplacer(pairs...)
 }()
+
+// hasWord reports whether s holds w between non-letters (or its ends): "otpm"
+// in "OTPM: 8000" but not inside an identifier that happens to contain it.
+func hasWord(s, w string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], w)
+		if j < 0 {
+			return false
+		}
+		j += i
+		before := j == 0 || !isWordByte(s[j-1])
+		after := j+len(w) == len(s) || !isWordByte(s[j+len(w)])
+		if before && after {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}

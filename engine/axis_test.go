@@ -25,6 +25,8 @@ func TestRateLimitAxis(t *testing.T) {
 			"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "0",
 			"anthropic-ratelimit-output-tokens-remaining": "7000", "anthropic-ratelimit-requests-remaining": "49"}}, AxisTokens},
 		{"anthropic's combined tokens alone", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-tokens-remaining": "0"}}, AxisTokens},
+		{"a combined limit on input and output", &Failure{Status: 429, Body: "Rate limit of 100,000 input and output tokens per minute exceeded"}, AxisTokens},
+		{"otpm inside an identifier", &Failure{Status: 429, Body: `{"error":"rate limited on tokens per min","request_id":"req_xotpmz"}`}, AxisTokens},
 		{"otpm with a colon", &Failure{Status: 429, Body: `{"error":"OTPM: limit 8000, used 7900"}`}, AxisOutputTokens},
 		{"anthropic otpm header", &Failure{Status: 429, Headers: map[string]string{"anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-remaining": "38000", "anthropic-ratelimit-requests-remaining": "49"}}, AxisOutputTokens},
 		{"anthropic otpm words", &Failure{Status: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (org-x) of 8,000 output tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}`}, AxisOutputTokens},

@@ -331,5 +331,5 @@ func (s *streamUsage) settleUsage(t gate.Ticket) gate.Usage {
 		}
 		return u
 	}
-	return gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk}
+	return gate.Usage{InputTokens: max(t.Reserved-t.ReservedOutput, 0), OutputTokens: s.chunk, OutputUnseen: true}
 }

@@ -242,6 +242,7 @@ type ticketSlot struct {
 	alone               bool   // admitted while the store failed open: not in the shared window yet
 	paced               bool   // its reservation was charged to the token pacer
 	outSeq              uint64 // its entry in the output window (output.go)
+	settledElsewhere    bool   // closed by SettledElsewhere: another instance has its usage
 }
 
 // reconfigureLocked adopts a reloaded configuration (see Ledger.Reconfigure).
@@ -1130,15 +1131,19 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	case s.sendPending && u == nil:
 		b.out.win.drop(s.outSeq)
 	case u != nil && u.OutputUnseen:
-		b.out.win.settle(s.outSeq, s.output0) // answered without usage: what it wrote is unknown
+		b.out.win.settle(s.outSeq, max(s.output0, u.OutputTokens)) // what it wrote is not known: its reserve
 	case u != nil:
 		b.out.win.settle(s.outSeq, u.OutputTokens) // what it wrote, as the provider corrects it at the end
 	case tokens == 0:
 		b.out.win.settle(s.outSeq, 0) // released: it wrote nothing the caller saw
+	case s.settledElsewhere:
+		// Another instance settled it with its whole cost, cache reads and
+		// all, against an input this one only estimated: no output share can
+		// be told from it. Its reserve.
+		b.out.win.settle(s.outSeq, s.output0)
 	default:
-		// Abandoned (kept at what the provider is expected to count), or
-		// settled by another instance with its whole cost: the output part of
-		// that, at most the reserve.
+		// Abandoned, kept at what the provider is expected to count of a call
+		// in flight: its input and expected output. The output part.
 		b.out.win.settle(s.outSeq, min(s.output0, max(0, tokens-s.input)))
 	}
 	if s.sendPending && u == nil {

@@ -53,9 +53,12 @@ type Usage struct {
 	// pays all of it, so the reservation covers that and the settle refunds
 	// the cached part.
 	CacheReadsUncounted bool
-	// OutputUnseen: the answer reported no usage, so its output is unknown
-	// (OutputTokens is 0 for the estimator's sake): the output window keeps the
-	// call at its output reserve (output.go).
+	// OutputUnseen: the answer did not report what it wrote (no usage, or a
+	// stream cut before its final usage), so OutputTokens is at most a lower
+	// bound: the output window keeps the call at its output reserve, or
+	// OutputTokens when that is larger (output.go). The token window and the
+	// estimator take OutputTokens as before: an upstream that never reports
+	// usage is admitted on its input.
 	OutputUnseen bool
 }
 

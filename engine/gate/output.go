@@ -111,7 +111,7 @@ func (b *bucket) outputDrainLocked(now time.Time, out int64) time.Duration {
 // relaxes a trigger that has stood long enough (see outputRelaxWindows).
 func (b *bucket) outputHeldLocked(now time.Time) {
 	span := b.l.conf().Window
-	if b.out.trigger <= 0 || !b.learn.enabled {
+	if b.out.trigger <= 0 || !b.learn.enabled || b.cooldownLeft(now) > 0 {
 		return
 	}
 	base := b.outputBaseLocked()
@@ -149,18 +149,24 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 // reading lay up to 4% above the limit (a second 429 a window later).
 //
 // The first 429 of a burst reads it; the later ones of the same burst (within
-// a window) read a window their refused calls emptied, and teach nothing. A
-// 429 never raises a trigger: a window above it holds calls that went past
-// the budget (larger than it, or failed open at maxWait), not room the
-// provider gave; the trigger rises by its relax steps and stated limits.
+// a window) read a window their refused calls emptied, and teach nothing. The
+// next burst reads it again, up or down: what the provider held then is the
+// latest word on the limit. (Kept from an earlier burst, a trigger read over a
+// nearly empty window — after a restart, or while another client spent the
+// key — stayed at the floor for good: every call larger than its budget went
+// at once, none waited to step it back up, and a 429 came each cooldown.)
 func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	span := b.l.conf().Window
 	b.out.last429 = now
 	if !b.learn.enabled {
 		return
 	}
-	reading := float64(b.out.win.tokens)
+	// The provider's window as the refused call met it: without what only
+	// the count guard keeps (unless it was still in that window then), and
+	// without the calls admitted after it.
+	reading := float64(b.out.win.tokens - b.out.win.tail())
 	if !admitted.IsZero() && admitted.Before(now) {
+		reading += float64(b.out.win.tailAfter(admitted.Add(-span).UnixNano()))
 		reading -= float64(b.out.win.tokensAfter(admitted.UnixNano()))
 	}
 	if !b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span {
@@ -175,9 +181,6 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	}
 	from := b.out.trigger
 	t := math.Max(stepDown*reading, floor)
-	if from > 0 {
-		t = math.Min(t, from)
-	}
 	if base := b.outputBaseLocked(); base > 0 && t > base {
 		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
 	}

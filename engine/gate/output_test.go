@@ -233,15 +233,15 @@ func TestOutput429sReadTheBurstsFirst(t *testing.T) {
 	if got := l.BucketStatus(t0.Add(time.Millisecond), "p", "m").OutputTrigger; got != 1552 {
 		t.Fatalf("output trigger %g after a second 429 in the burst, want the first reading's 1552", got)
 	}
-	// A call larger than the whole budget goes at once (over budget) and
-	// fills the window above the trigger; a 429 after it does not raise it.
+	// The next burst reads it again, up as well as down: a trigger kept from
+	// a burst read over a nearly empty window would hold every later call
+	// over budget (they go at once, none waits to step it back up).
 	at := t0.Add(61 * time.Second)
 	mustAdmit(t, l, at, outReq("big", 3000))
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 1552 {
-		t.Fatalf("output trigger %g after a 429 read at 3000, want it kept at 1552", got)
+	if got := l.BucketStatus(at, "p", "m").OutputTrigger; got != 2910 {
+		t.Fatalf("output trigger %g after the next burst read at 3000, want 2910", got)
 	}
-	// A later burst that reads lower lowers it.
 	at = at.Add(61 * time.Second)
 	mustAdmit(t, l, at, outReq("a", 1000))
 	l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
@@ -252,7 +252,7 @@ func TestOutput429sReadTheBurstsFirst(t *testing.T) {
 
 func TestOutputUnseenKeepsTheReserve(t *testing.T) {
 	// An answer without usage: its output is unknown, so the window keeps
-	// its reserve; the estimator is told nothing of an output.
+	// its reserve.
 	l, _, _ := newTestLedger(t, outGate(1000))
 	tk := mustAdmit(t, l, t0, outReq("a", 400))
 	if err := l.Settle(t0.Add(time.Second), tk, Usage{InputTokens: 10, OutputUnseen: true}); err != nil {
@@ -315,5 +315,23 @@ func TestOutput429ReadAsTheRefusedCallMetIt(t *testing.T) {
 	l.RateLimitedBy(t0.Add(3*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: t0.Add(time.Millisecond)})
 	if got := l.BucketStatus(t0.Add(3*time.Millisecond), "p", "m").OutputTrigger; got != 1164 {
 		t.Fatalf("output trigger %g, want 1164: stepDown below the window the refused call met (1200), without the two admitted after it", got)
+	}
+}
+
+func TestOutput429LeavesOutWhatOnlyTheGuardKeeps(t *testing.T) {
+	// The count guard keeps a call a little past the window; the provider had
+	// dropped it when it refused, and the reading leaves it out.
+	c := outGate(4000)  // above what the test spends: the status shows the window
+	c.CountGuard = 0.01 // 600 ms at 60 s
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, outReq("a", 400))
+	at := t0.Add(60*time.Second + 300*time.Millisecond)
+	mustAdmit(t, l, at, outReq("b", 400))
+	if got := l.BucketStatus(at, "p", "m").OutputWindow; got != 800 {
+		t.Fatalf("output window %d, want the guard still keeping the first call (800)", got)
+	}
+	l.RateLimitedBy(at.Add(10*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: at.Add(5 * time.Millisecond)})
+	if got := l.BucketStatus(at.Add(10*time.Millisecond), "p", "m").OutputTrigger; got != 388 {
+		t.Fatalf("output trigger %g, want 388: stepDown below the second call alone (400)", got)
 	}
 }

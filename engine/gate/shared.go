@@ -229,6 +229,7 @@ func (l *Ledger) SettledElsewhere(now time.Time, t Ticket, tokens int64) error {
 	defer b.mu.Unlock()
 	if int(t.slot) < len(b.slots) && b.slots[t.slot].gen == t.gen {
 		b.slots[t.slot].shared = ""
+		b.slots[t.slot].settledElsewhere = true
 	}
 	return b.closeLocked(now, t, max(tokens, 0), nil)
 }
