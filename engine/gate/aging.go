@@ -165,6 +165,7 @@ func (b *bucket) ageLocked(now time.Time) {
 		if out := int64(math.Ceil(mean)); out != s.output {
 			d := out - s.output
 			b.win.resize(s.seq, s.reserved+d, out)
+			b.out.win.resize(s.outSeq, out, 0) // the output window too: it has written at least that
 			b.reservedOpen += d
 			b.spent += float64(d)
 			s.reserved += d

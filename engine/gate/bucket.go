@@ -1131,7 +1131,7 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	case s.sendPending && u == nil:
 		b.out.win.drop(s.outSeq)
 	case u != nil && u.OutputUnseen:
-		b.out.win.settle(s.outSeq, max(s.output0, u.OutputTokens)) // what it wrote is not known: its reserve
+		b.out.win.settle(s.outSeq, max(s.output, u.OutputTokens)) // what it wrote is not known: its reserve (brought up to its age)
 	case u != nil:
 		b.out.win.settle(s.outSeq, u.OutputTokens) // what it wrote, as the provider corrects it at the end
 	case tokens == 0:
@@ -1140,11 +1140,11 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		// Another instance settled it with its whole cost, cache reads and
 		// all, against an input this one only estimated: no output share can
 		// be told from it. Its reserve.
-		b.out.win.settle(s.outSeq, s.output0)
+		b.out.win.settle(s.outSeq, s.output)
 	default:
 		// Abandoned, kept at what the provider is expected to count of a call
 		// in flight: its input and expected output. The output part.
-		b.out.win.settle(s.outSeq, min(s.output0, max(0, tokens-s.input)))
+		b.out.win.settle(s.outSeq, min(s.output, max(0, tokens-s.input)))
 	}
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it

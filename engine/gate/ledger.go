@@ -457,7 +457,7 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	// The output window likewise: the provider counts the call's output from
 	// its send too.
 	if s.outSeq < b.out.win.headSeq {
-		s.outSeq = b.out.win.add(now, s.output0, 0, false)
+		s.outSeq = b.out.win.add(now, s.output, 0, false)
 	} else {
 		s.outSeq, _ = b.out.win.restamp(s.outSeq, now.UnixNano())
 	}

@@ -335,3 +335,20 @@ func TestOutput429LeavesOutWhatOnlyTheGuardKeeps(t *testing.T) {
 		t.Fatalf("output trigger %g, want 388: stepDown below the second call alone (400)", got)
 	}
 }
+
+func TestOutputWindowFollowsTheCallsAge(t *testing.T) {
+	// A call without max_tokens reserves the plain mean output; one still
+	// running long after most have ended has written at least what its age
+	// says, in the output window as in the token window (aging.go).
+	l, trained := agingLedger(t, func(c *Config) { c.Defaults.OTPM = 1 << 30 })
+	now := trained.Add(2 * time.Minute) // the training calls have left the window
+	fresh := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 10})
+	if got := l.BucketStatus(now, "p", "m").OutputWindow; got != fresh.ReservedOutput {
+		t.Fatalf("output window %d, want the fresh call's reserve %d", got, fresh.ReservedOutput)
+	}
+	later := now.Add(30500 * time.Millisecond)
+	l.Submit(later, Request{Provider: "p", Model: "m", InputTokens: 10}) // any admission ages the calls in flight
+	if got := l.BucketStatus(later, "p", "m").OutputWindow; got < 3000+400 {
+		t.Fatalf("output window %d after 30.5 s in flight, want the first call above 3,000", got)
+	}
+}
