@@ -160,7 +160,7 @@ type otpmResult struct {
 	served            []int64
 	status            string
 	model             gate.BucketStatus // the model's status at the end
-	steps             []string // the gate's log lines about output limits and 429s
+	steps             []string          // the gate's log lines about output limits and 429s
 }
 
 // runOTPM runs the sessions against a fake with headers or without for
