@@ -110,3 +110,17 @@ func TestProxyCacheReadsCountPerProvider(t *testing.T) {
 		t.Errorf("openai window %d, want 9110 (cached tokens count toward TPM)", got)
 	}
 }
+
+func TestStreamWithoutUsageSaysItsOutputIsUnseen(t *testing.T) {
+	// A stream cut before any usage settles what its chunks say it wrote at
+	// least, and says so: the output window keeps the call's reserve.
+	s := &streamUsage{kind: kindAnthropic, chunk: 12}
+	u := s.settleUsage(gate.Ticket{Reserved: 1400, ReservedOutput: 400})
+	if !u.OutputUnseen || u.OutputTokens != 12 || u.InputTokens != 1000 {
+		t.Fatalf("usage %+v, want the input 1000, at least 12 output tokens, and the output unseen", u)
+	}
+	seen := &streamUsage{kind: kindAnthropic, seen: true, final: true, u: gate.Usage{InputTokens: 900, OutputTokens: 300}}
+	if u := seen.settleUsage(gate.Ticket{Reserved: 1400, ReservedOutput: 400}); u.OutputUnseen {
+		t.Fatalf("usage %+v: a stream that stated its usage has seen its output", u)
+	}
+}

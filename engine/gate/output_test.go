@@ -352,3 +352,33 @@ func TestOutputWindowFollowsTheCallsAge(t *testing.T) {
 		t.Fatalf("output window %d after 30.5 s in flight, want the first call above 3,000", got)
 	}
 }
+
+func TestOutputKeepsTheReserveSettledElsewhere(t *testing.T) {
+	// Another instance settled the call with its whole cost: no output share
+	// can be told from it, and the reserve stays.
+	l, _, _ := newTestLedger(t, outGate(1000))
+	tk := mustAdmit(t, l, t0, outReq("a", 400))
+	if err := l.SettledElsewhere(t0.Add(time.Second), tk, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputWindow; got != 400 {
+		t.Fatalf("output window %d after a settle elsewhere at 100 tokens, want the reserve 400", got)
+	}
+}
+
+func TestOutputRelaxWaitsOutACooldown(t *testing.T) {
+	c := outGate(2000)
+	c.Window, c.MaxWait = 10*time.Second, 200*time.Second
+	l, _, _ := newTestLedger(t, c)
+	mustAdmit(t, l, t0, outReq("a", 1000))
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	at := t0.Add(11 * c.Window) // past outputRelaxWindows
+	mustAdmit(t, l, at, outReq("b", 900))
+	// A 429 about tokens cools the model for 60 s: a call the output budget
+	// holds meanwhile does not step the trigger (it would, outside one).
+	l.RateLimitedBy(at.Add(time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: 60 * time.Second, Axis: engine.AxisTokens})
+	heldBack(l, at.Add(2*time.Second), outReq("c", 500))
+	if got := l.BucketStatus(at.Add(2*time.Second), "p", "m").OutputLimit; got != 970 {
+		t.Fatalf("output limit %g in a cooldown, want the trigger 970 unmoved", got)
+	}
+}
