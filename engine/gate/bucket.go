@@ -1234,24 +1234,24 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	b.stepHeld = 0 // the step, if one was tried, is answered (the request step below)
 	b.lastUsed = now
 	cfg := b.l.conf()
-	if sig.Unread {
-		// The cooldown, and no lesson; the window is not clean and the next
-		// probe waits a window, as for a 429 about another limit.
+	if sig.Unread || sig.Axis == engine.AxisOutputTokens {
+		// Unread: the cooldown, and no lesson. About the output limit: the
+		// output axis learns it (output.go), and the token window, whose
+		// reading says nothing of it, is not taught. Either way the window
+		// is not clean and the next probe waits a window, as for a 429 about
+		// another limit.
+		axis := engine.AxisUnknown
+		if !sig.Unread {
+			axis = sig.Axis
+		}
 		e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
-		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, engine.AxisUnknown.String()
+		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, axis.String()
 		b.l.emit(e)
 		b.learn.noteOther429(now, cfg.Window)
-		return
-	}
-	if sig.Axis == engine.AxisOutputTokens {
-		// About the output limit: the output axis learns it; the token
-		// window, whose reading says nothing of it, is not taught (output.go).
-		e := b.newEvent(EventRateLimited, now, "", "", 0, 0)
-		e.RetryAfter, e.FromFallback, e.Reason = retryAfter, fallback, sig.Axis.String()
-		b.l.emit(e)
-		b.learn.noteOther429(now, cfg.Window)
-		b.outputRateLimitedLocked(now, sig.Admitted)
-		b.saveLearnedLocked()
+		if axis == engine.AxisOutputTokens {
+			b.outputRateLimitedLocked(now, sig.Admitted)
+			b.saveLearnedLocked()
+		}
 		return
 	}
 	b.observeStatedWaitLocked(now, sig.Admitted, retryAfter, fallback) // before the reading: this 429 is read in the windows it tells

@@ -158,9 +158,10 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	span := b.l.conf().Window
 	b.out.last429 = now
-	if !b.learn.enabled {
+	if !b.learn.enabled || (!b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span) {
 		return
 	}
+	b.out.burstAt = now
 	// The provider's window as the refused call met it: without what only
 	// the count guard keeps (unless it was still in that window then), and
 	// without the calls admitted after it.
@@ -169,19 +170,15 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		reading += float64(b.out.win.tailAfter(admitted.Add(-span).UnixNano()))
 		reading -= float64(b.out.win.tokensAfter(admitted.UnixNano()))
 	}
-	if !b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span {
-		return
-	}
-	b.out.burstAt = now
-	floor := float64(outputFloorMin)
-	if base := b.outputBaseLocked(); base > 0 {
+	base, floor := b.outputBaseLocked(), float64(outputFloorMin)
+	if base > 0 {
 		floor = math.Max(floor, base*outputFloorShare)
 	} else if b.out.trigger > 0 {
 		floor = math.Max(floor, b.out.trigger*outputFloorShare)
 	}
 	from := b.out.trigger
 	t := math.Max(stepDown*reading, floor)
-	if base := b.outputBaseLocked(); base > 0 && t > base {
+	if base > 0 && t > base {
 		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
 	}
 	b.out.trigger = t
