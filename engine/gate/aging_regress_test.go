@@ -222,8 +222,8 @@ func TestAgingRegressionRateWithASharedWindowReadsOneInstance(t *testing.T) {
 
 type grantAllShared struct{}
 
-func (grantAllShared) Reserve(SharedReserve) (SharedGrant, error) { return SharedGrant{ID: "x"}, nil }
-func (grantAllShared) Settle(string, string, string, int64) error { return nil }
+func (grantAllShared) Reserve(SharedReserve) (SharedGrant, error)        { return SharedGrant{ID: "x"}, nil }
+func (grantAllShared) Settle(string, string, string, int64, int64) error { return nil }
 func (grantAllShared) Cooldown(string, string, time.Time, time.Time, time.Duration) (int64, error) {
 	return 0, errors.New("no read")
 }

@@ -150,8 +150,8 @@ func TestAgingOffWithASharedWindow(t *testing.T) {
 // whether the bucket would use ages with one.
 type nopShared struct{}
 
-func (nopShared) Reserve(SharedReserve) (SharedGrant, error) { return SharedGrant{}, nil }
-func (nopShared) Settle(string, string, string, int64) error { return nil }
+func (nopShared) Reserve(SharedReserve) (SharedGrant, error)        { return SharedGrant{}, nil }
+func (nopShared) Settle(string, string, string, int64, int64) error { return nil }
 func (nopShared) Cooldown(string, string, time.Time, time.Time, time.Duration) (int64, error) {
 	return 0, nil
 }

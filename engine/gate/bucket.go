@@ -195,12 +195,16 @@ type bucket struct {
 	rateCap rateBound
 
 	// With a shared window (shared.go): the tokens the other instances held at
-	// the last answer, and the refusal that holds calls at least holdNeed large
-	// until holdUntil unless a release notification lifts it first.
-	sharedOthers     int64
-	sharedHoldUntil  time.Time
-	sharedHoldNeed   int64
-	sharedHoldReason string
+	// the last answer (and their output, when the output window is shared),
+	// and the refusal that holds calls at least holdNeed large until holdUntil
+	// unless a release notification lifts it first.
+	sharedOthers       int64
+	sharedOthersOutput int64
+	sharedOutputsOpen  bool // the calls in flight were added to the shared output window
+	sharedHoldUntil    time.Time
+	sharedHoldNeed     int64
+	sharedHoldOutput   int64 // an output refusal's: a call with less output may fit
+	sharedHoldReason   string
 	// alone: calls admitted while the store failed open, closed since, kept
 	// for a window so recovery writes them to the shared window (shared.go).
 	alone []aloneCall
@@ -1127,24 +1131,28 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	}
 	b.expireLocked(now)
 	b.lastUsed = now
+	var output int64 // what the call counts in the output window from now on
 	switch {
 	case s.sendPending && u == nil:
 		b.out.win.drop(s.outSeq)
 	case u != nil && u.OutputUnseen:
-		b.out.win.settle(s.outSeq, max(s.output, u.OutputTokens)) // what it wrote is not known: its reserve (brought up to its age)
+		output = max(s.output, u.OutputTokens) // what it wrote is not known: its reserve (brought up to its age)
 	case u != nil:
-		b.out.win.settle(s.outSeq, u.OutputTokens) // what it wrote, as the provider corrects it at the end
+		output = u.OutputTokens // what it wrote, as the provider corrects it at the end
 	case tokens == 0:
-		b.out.win.settle(s.outSeq, 0) // released: it wrote nothing the caller saw
+		output = 0 // released: it wrote nothing the caller saw
 	case s.settledElsewhere:
 		// Another instance settled it with its whole cost, cache reads and
 		// all, against an input this one only estimated: no output share can
 		// be told from it. Its reserve.
-		b.out.win.settle(s.outSeq, s.output)
+		output = s.output
 	default:
 		// Abandoned, kept at what the provider is expected to count of a call
 		// in flight: its input and expected output. The output part.
-		b.out.win.settle(s.outSeq, min(s.output, max(0, tokens-s.input)))
+		output = min(s.output, max(0, tokens-s.input))
+	}
+	if !(s.sendPending && u == nil) {
+		b.out.win.settle(s.outSeq, output)
 	}
 	if s.sendPending && u == nil {
 		b.win.drop(s.seq) // released before it was sent: the provider never saw it
@@ -1208,9 +1216,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 		b.servedReqArrival.note(now, int64(s.reqArrival)+1, span)
 		b.servedReqDone.note(now, int64(s.reqDone)+1, span)
 	}
-	b.closeSharedLocked(s.shared, tokens)
+	b.closeSharedLocked(s.shared, tokens, output)
 	if s.alone && !(s.sendPending && u == nil) {
-		b.keepAloneLocked(now, s.admitted, tokens)
+		b.keepAloneLocked(now, s.admitted, tokens, output)
 	}
 	*s = ticketSlot{gen: s.gen + 1}
 	b.free = append(b.free, t.slot)

@@ -170,6 +170,9 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		reading += float64(b.out.win.tailAfter(admitted.Add(-span).UnixNano()))
 		reading -= float64(b.out.win.tokensAfter(admitted.UnixNano()))
 	}
+	// With a shared window the limit is the key's: what the other instances
+	// held at the last answer counts too (shared.go).
+	reading += float64(b.sharedOthersOutput)
 	base, floor := b.outputBaseLocked(), float64(outputFloorMin)
 	if base > 0 {
 		floor = math.Max(floor, base*outputFloorShare)

@@ -21,8 +21,11 @@ type SharedWindow interface {
 	// records its reservation and returns the entry's id.
 	Reserve(r SharedReserve) (SharedGrant, error)
 	// Settle replaces the entry id's reservation with the real usage; 0
-	// releases it (the request still counts, its tokens do not).
-	Settle(provider, model, id string, tokens int64) error
+	// releases it (the request still counts, its tokens do not). output is
+	// what the call counts in the output window from now on, when Reserve
+	// recorded an output reserve (SharedReserve.OutputBudget); negative: not
+	// known, the entry keeps its output reserve.
+	Settle(provider, model, id string, tokens, output int64) error
 	// Cooldown extends the model's shared cooldown to until (never shortens
 	// it) and returns the shared window's tokens, the learner's reading.
 	Cooldown(provider, model string, now, until time.Time, span time.Duration) (windowTokens int64, err error)
@@ -59,6 +62,23 @@ type SharedReserve struct {
 	Budget          int64         // token budget; 0: no token check (an over-budget call)
 	RPM             int           // request budget; 0: no request check
 	Force           bool          // record without checking (a call that fails open)
+	// The output window (output.go), shared when the model has an output
+	// limit: the call's output reserve recorded, checked against
+	// OutputBudget; OutputBudget 0: none recorded, no output check.
+	Output, OutputBudget int64
+	// What this instance's output window held before the output limit was
+	// known, added to the shared output window before the check, once, when
+	// the axis first binds (a limit stated by the first answers comes after
+	// the first calls): OpenOutputs, its calls in flight, whose entries the
+	// settle then corrects; OutputBefore, what settled, from when it counts.
+	OpenOutputs  []SharedOutput
+	OutputBefore []SharedCall
+}
+
+// SharedOutput is an entry's output reserve: its id as Reserve returned it.
+type SharedOutput struct {
+	ID     string
+	Output int64
 }
 
 // SharedGrant is the answer of Reserve: an entry id, or how long until the
@@ -66,8 +86,9 @@ type SharedReserve struct {
 type SharedGrant struct {
 	ID           string
 	Wait         time.Duration // > 0 when refused
-	Reason       string        // why refused: cooldown | tpm | rpm
+	Reason       string        // why refused: cooldown | tpm | rpm | otpm
 	WindowTokens int64         // the shared window's tokens after the decision
+	WindowOutput int64         // its output tokens, when the request had an OutputBudget
 }
 
 // ErrStoreUnavailable is Admit's answer when the shared store is down and its
@@ -92,12 +113,38 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	}
 	budget := b.tokenBudget(now)
 	need := sz.total + b.margin(sz.variance)
-	if !force && now.Before(b.sharedHoldUntil) && need >= b.sharedHoldNeed {
+	if !force && now.Before(b.sharedHoldUntil) && need >= b.sharedHoldNeed && sz.output >= b.sharedHoldOutput {
 		// A call at least this large was refused until then; no release arrived since.
 		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
 	}
 	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
 		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force}
+	ob := b.outputBudgetLocked()
+	if ob <= 0 {
+		// The axis stopped binding (a reload, a reset): when it binds again,
+		// what this instance spent meanwhile goes to the shared window again.
+		// (What was there already may count twice for a window: the safe side.)
+		b.sharedOutputsOpen = false
+	}
+	if ob > 0 && sz.output > 0 {
+		// The output limit is the key's too: every instance's output counts.
+		// A call larger than the whole budget is recorded and not checked, as
+		// locally (outputDrainLocked).
+		r.Output, r.OutputBudget = sz.output, ob
+		if sz.output > ob {
+			r.OutputBudget = -1
+		}
+		if !b.sharedOutputsOpen {
+			for i := range b.slots {
+				if sl := &b.slots[i]; sl.open && sl.shared != "" && sl.output > 0 {
+					r.OpenOutputs = append(r.OpenOutputs, SharedOutput{ID: sl.shared, Output: sl.output})
+				}
+			}
+			b.out.win.eachSettled(func(at, tokens int64) {
+				r.OutputBefore = append(r.OutputBefore, SharedCall{At: time.Unix(0, at), Output: tokens})
+			})
+		}
+	}
 	switch {
 	case b.overCapLocked(sz.total):
 		// Larger than the user's cap: only into an empty shared window, like locally.
@@ -107,6 +154,9 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		r.Budget = 0 // it could never fit: admitted without waiting for the window, like locally
 	}
 	g, err := s.Reserve(r)
+	if err == nil && r.OutputBudget != 0 {
+		b.sharedOutputsOpen = true // the calls in flight are in the output window now, or left the shared one
+	}
 	if err != nil {
 		if s.Available() != nil {
 			return "", storeRetry, "store"
@@ -118,8 +168,18 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		others -= sz.total // the window Redis reported holds this call already; the local one will
 	}
 	b.sharedOthers = max(0, others)
+	if r.OutputBudget != 0 {
+		outOthers := g.WindowOutput - b.out.win.tokens
+		if g.ID != "" {
+			outOthers -= sz.output
+		}
+		b.sharedOthersOutput = max(0, outOthers)
+	}
 	if g.Wait > 0 {
-		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldReason = now.Add(g.Wait), need, g.Reason
+		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldOutput, b.sharedHoldReason = now.Add(g.Wait), need, 0, g.Reason
+		if g.Reason == "otpm" {
+			b.sharedHoldNeed, b.sharedHoldOutput = 0, sz.output // the output held it, whatever its tokens
+		}
 		if g.Reason == "rpm" {
 			b.rpmBoundAt = now // the shared request count binds: the request pacer runs
 		}
@@ -172,12 +232,16 @@ func (l *Ledger) AdoptLearned(provider, model string, q LearnedQuota) {
 	b.dispatchLocked(now) // a raised quota may let waiters through
 }
 
-// closeSharedLocked settles or releases the shared entry of a closing slot.
-func (b *bucket) closeSharedLocked(id string, tokens int64) {
+// closeSharedLocked settles or releases the shared entry of a closing slot,
+// output its count in the output window.
+func (b *bucket) closeSharedLocked(id string, tokens, output int64) {
 	if id == "" || b.l.shared == nil {
 		return
 	}
-	_ = b.l.shared.Settle(b.provider, b.model, id, tokens) // the store counts and logs its own failures
+	if !b.sharedOutputsOpen {
+		output = -1 // the output window was never shared from here: nothing of this call is in it
+	}
+	_ = b.l.shared.Settle(b.provider, b.model, id, tokens, output) // the store counts and logs its own failures
 }
 
 // sharedCooldownLocked shares a 429's cooldown and refreshes the reading of
@@ -285,14 +349,16 @@ type SharedWriteBack interface {
 	WriteBack(provider, model string, now time.Time, span time.Duration, calls []SharedCall) (handled int, err error)
 }
 
-// SharedCall is one closed call written back: when it counts from, and its tokens.
+// SharedCall is one closed call written back: when it counts from, its
+// tokens, and its output when the model has an output limit (0 otherwise).
 type SharedCall struct {
-	At     time.Time
-	Tokens int64
+	At             time.Time
+	Tokens, Output int64
 }
 
-// aloneCall is a call admitted alone, closed since (unix nanos, tokens).
-type aloneCall struct{ at, tokens int64 }
+// aloneCall is a call admitted alone, closed since (unix nanos, tokens, and
+// its output when the model has an output limit).
+type aloneCall struct{ at, tokens, output int64 }
 
 // maxAloneCalls bounds what a model keeps for the write-back through an outage
 // longer than a window: the calls older than a window are dropped first, then
@@ -300,14 +366,17 @@ type aloneCall struct{ at, tokens int64 }
 const maxAloneCalls = 1 << 13
 
 // keepAloneLocked keeps a closed call that was admitted alone for the write-back.
-func (b *bucket) keepAloneLocked(now time.Time, at, tokens int64) {
+func (b *bucket) keepAloneLocked(now time.Time, at, tokens, output int64) {
 	if len(b.alone) >= maxAloneCalls {
 		b.pruneAloneLocked(now)
 		if len(b.alone) >= maxAloneCalls {
 			b.alone = append(b.alone[:0], b.alone[len(b.alone)/2:]...)
 		}
 	}
-	b.alone = append(b.alone, aloneCall{at, tokens})
+	if b.outputBudgetLocked() <= 0 {
+		output = 0 // no output limit: the shared output window is not kept
+	}
+	b.alone = append(b.alone, aloneCall{at, tokens, output})
 }
 
 // pruneAloneLocked drops the kept calls that left the window.
@@ -359,7 +428,7 @@ func (l *Ledger) WriteBackAlone() {
 		}
 		out := make([]SharedCall, len(calls))
 		for i, c := range calls {
-			out[i] = SharedCall{At: time.Unix(0, c.at), Tokens: c.tokens}
+			out[i] = SharedCall{At: time.Unix(0, c.at), Tokens: c.tokens, Output: c.output}
 		}
 		n, _ := wb.WriteBack(b.provider, b.model, now, span, out) // the store counts and logs its own failures
 		if n < len(calls) {
@@ -387,8 +456,12 @@ func (b *bucket) shareOpenAloneLocked(now time.Time) bool {
 			s.alone = false // left the window: the provider no longer counts it
 			continue
 		}
-		g, err := b.l.shared.Reserve(SharedReserve{Provider: b.provider, Model: b.model, Now: time.Unix(0, s.admitted),
-			Span: span, Tokens: s.reserved, Need: s.reserved, Force: true})
+		r := SharedReserve{Provider: b.provider, Model: b.model, Now: time.Unix(0, s.admitted),
+			Span: span, Tokens: s.reserved, Need: s.reserved, Force: true}
+		if b.outputBudgetLocked() > 0 && s.output > 0 {
+			r.Output, r.OutputBudget = s.output, -1 // recorded, not checked
+		}
+		g, err := b.l.shared.Reserve(r)
 		if err != nil {
 			return false
 		}

@@ -25,7 +25,7 @@ func (s *downStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	s.opened++
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *downStore) Settle(_, _, _ string, _ int64) error { return nil }
+func (s *downStore) Settle(_, _, _ string, _, _ int64) error { return nil }
 func (s *downStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
 	return 0, nil
 }

@@ -310,6 +310,17 @@ func (w *slidingWindow) tokensAfter(at int64) int64 {
 	return sum
 }
 
+// eachSettled calls fn with each settled entry's time and tokens (calls
+// settled and outputs written alone; not calls in flight), oldest first.
+func (w *slidingWindow) eachSettled(fn func(at, tokens int64)) {
+	for i := 0; i < w.n; i++ {
+		e := w.entries[(w.head+i)%len(w.entries)]
+		if e.at != holeAt && (e.open == 0 || e.open == outputOnly) && e.tokens > 0 {
+			fn(e.at, e.tokens)
+		}
+	}
+}
+
 // requestsAfter is how many of the window's requests were added after at
 // (unix nanoseconds).
 func (w *slidingWindow) requestsAfter(at int64) int {

@@ -14,7 +14,10 @@ import (
 
 // benchLedger is a ledger on a shared Redis store with a budget no benchmark
 // reaches, so every call is admitted: what is measured is the decision's cost.
-func benchLedger(b *testing.B) *gate.Ledger {
+func benchLedger(b *testing.B) *gate.Ledger { return benchLedgerOTPM(b, 0) }
+
+// benchLedgerOTPM is benchLedger with an output limit of otpm (0: none).
+func benchLedgerOTPM(b *testing.B, otpm int) *gate.Ledger {
 	srv := redistest.Start(b)
 	s, err := Open(Options{URL: srv.URL(), KeyPrefix: "bench:", Timeout: time.Second}, nil)
 	if err != nil {
@@ -22,7 +25,7 @@ func benchLedger(b *testing.B) *gate.Ledger {
 	}
 	b.Cleanup(func() { s.Close() })
 	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 1 << 40, RPM: 1 << 30}
+	cfg.Defaults = gate.ModelLimits{TPM: 1 << 40, RPM: 1 << 30, OTPM: otpm}
 	cfg.Pace = 0
 	l, err := gate.NewLedger(cfg, engine.SystemClock{}, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
 	if err != nil {
@@ -34,8 +37,13 @@ func benchLedger(b *testing.B) *gate.Ledger {
 
 // BenchmarkRedisAdmitSettle is one call's admission and settlement through
 // Redis (two round trips), one at a time: its latency, p50 and p99.
-func BenchmarkRedisAdmitSettle(b *testing.B) {
-	l := benchLedger(b)
+func BenchmarkRedisAdmitSettle(b *testing.B) { benchAdmitSettle(b, benchLedger(b)) }
+
+// BenchmarkRedisAdmitSettleOutput is the same with an output limit: the
+// output window is checked and kept in the same scripts.
+func BenchmarkRedisAdmitSettleOutput(b *testing.B) { benchAdmitSettle(b, benchLedgerOTPM(b, 1<<30)) }
+
+func benchAdmitSettle(b *testing.B, l *gate.Ledger) {
 	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 500, MaxTokens: 200}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

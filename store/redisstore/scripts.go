@@ -17,6 +17,16 @@ import "github.com/redis/go-redis/v9"
 //	…:q   the id sequence
 //	…:cd  the cooldown's end (ms)
 //
+// and, for a model with an output limit (gate.SharedReserve.OutputBudget),
+// its output window: the calls recorded with an output reserve, in a window
+// of their own so an instance that does not keep it (an older version, during
+// a rolling upgrade) neither breaks nor empties it — it only leaves its own
+// calls' output out:
+//
+//	…:ow  sorted set: entry id → admission time (ms), as in …:w
+//	…:ot  hash: entry id → output tokens (the reserve, then what it wrote)
+//	…:os  the sum of …:ot
+//
 // Every write refreshes a TTL of two windows: a model nobody calls leaves
 // nothing behind.
 
@@ -42,42 +52,107 @@ local function expire(w, t, s, o, cutoff, ttl)
 end
 `
 
-// reserveScript: KEYS w t s q cd o; ARGV now span tokens need budget rpm force ttl nonce.
-// Returns {id, wait ms, reason, window tokens}: an id when the call was
-// recorded, else the time until it could fit and what holds it.
-var reserveScript = redis.NewScript(expireLua + `
+// expireOutLua drops the output window's entries older than cutoff and
+// returns its new sum; fitsLua is how long until a window (zset w, hash t,
+// sum) has room for need under budget: 0 when it has.
+const expireOutLua = `
+local function expireOut(ow, ot, os, cutoff, ttl)
+  local sum = tonumber(redis.call('GET', os) or '0')
+  while true do
+    local old = redis.call('ZRANGEBYSCORE', ow, '-inf', cutoff, 'LIMIT', 0, 500)
+    if #old == 0 then break end
+    local ts = redis.call('HMGET', ot, unpack(old))
+    for i = 1, #ts do
+      if ts[i] then sum = sum - tonumber(ts[i]) end
+    end
+    redis.call('ZREM', ow, unpack(old))
+    redis.call('HDEL', ot, unpack(old))
+  end
+  if sum < 0 then sum = 0 end
+  redis.call('SET', os, sum, 'PX', ttl)
+  return sum
+end
+local function untilFits(w, t, sum, need, budget, now, span)
+  if sum + need <= budget then return 0 end
+  -- walk from the oldest entry until enough of the window has left
+  local freed, off = 0, 0
+  while true do
+    local es = redis.call('ZRANGE', w, off, off + 199, 'WITHSCORES')
+    if #es == 0 then break end
+    local ids = {}
+    for i = 1, #es, 2 do ids[#ids + 1] = es[i] end
+    local ts = redis.call('HMGET', t, unpack(ids))
+    for i = 1, #ids do
+      freed = freed + tonumber(ts[i] or '0')
+      if sum - freed + need <= budget then
+        return math.max(1, tonumber(es[2 * i]) + span - now)
+      end
+    end
+    off = off + 200
+  end
+  return span
+end
+`
+
+// reserveScript: KEYS w t s q cd o ow ot os; ARGV now span tokens need budget
+// rpm force ttl nonce output outputBudget, then n and the entry and output
+// of n calls in flight, then the time (ms) and output of settled calls: what
+// the instance's output window held before the output limit was known, added
+// to the output window first. Returns {id, wait ms, reason,
+// window tokens, window output}: an id when the call was recorded, else the
+// time until it could fit and what holds it. outputBudget 0 leaves the output
+// window alone; below 0 records the output without checking it (a call larger
+// than the whole output budget, which goes at once).
+var reserveScript = redis.NewScript(expireLua + expireOutLua + `
 local now, span = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tokens, need, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rpm, force, ttl = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+local out, outBudget = tonumber(ARGV[10] or '0'), tonumber(ARGV[11] or '0')
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now - span, ttl)
+local osum = 0
+if outBudget ~= 0 then
+  osum = expireOut(KEYS[7], KEYS[8], KEYS[9], now - span, ttl)
+  -- what the instance's output window held before the output limit was
+  -- known: its calls in flight (entry, output: from when the entry counts,
+  -- unless there already), then what settled (at, output: a closed entry)
+  local open = tonumber(ARGV[12] or '0')
+  for i = 13, 12 + 2 * open, 2 do
+    local at = redis.call('ZSCORE', KEYS[1], ARGV[i])
+    if at and redis.call('HEXISTS', KEYS[8], ARGV[i]) == 0 then
+      redis.call('ZADD', KEYS[7], at, ARGV[i])
+      redis.call('HSET', KEYS[8], ARGV[i], ARGV[i + 1])
+      osum = osum + tonumber(ARGV[i + 1])
+    end
+  end
+  for i = 13 + 2 * open, #ARGV - 1, 2 do
+    if tonumber(ARGV[i]) > now - span then
+      local id = 'b' .. redis.call('INCR', KEYS[4])
+      redis.call('ZADD', KEYS[7], ARGV[i], id)
+      redis.call('HSET', KEYS[8], id, ARGV[i + 1])
+      osum = osum + tonumber(ARGV[i + 1])
+    end
+  end
+  redis.call('SET', KEYS[9], osum, 'PX', ttl)
+  redis.call('PEXPIRE', KEYS[7], ttl)
+  redis.call('PEXPIRE', KEYS[8], ttl)
+end
 if not force then
   local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
-  if cd > now then return {'', cd - now, 'cooldown', sum} end
+  if cd > now then return {'', cd - now, 'cooldown', sum, osum} end
   if rpm > 0 then
     local n = redis.call('ZCARD', KEYS[1])
     if n >= rpm then
       local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
-      return {'', math.max(1, tonumber(e[2]) + span - now), 'rpm', sum}
+      return {'', math.max(1, tonumber(e[2]) + span - now), 'rpm', sum, osum}
     end
   end
-  if budget > 0 and sum + need > budget then
-    -- walk from the oldest entry until enough of the window has left
-    local freed, off = 0, 0
-    while true do
-      local es = redis.call('ZRANGE', KEYS[1], off, off + 199, 'WITHSCORES')
-      if #es == 0 then break end
-      local ids = {}
-      for i = 1, #es, 2 do ids[#ids + 1] = es[i] end
-      local ts = redis.call('HMGET', KEYS[2], unpack(ids))
-      for i = 1, #ids do
-        freed = freed + tonumber(ts[i] or '0')
-        if sum - freed + need <= budget then
-          return {'', math.max(1, tonumber(es[2 * i]) + span - now), 'tpm', sum}
-        end
-      end
-      off = off + 200
-    end
-    return {'', span, 'tpm', sum}
+  if budget > 0 then
+    local wait = untilFits(KEYS[1], KEYS[2], sum, need, budget, now, span)
+    if wait > 0 then return {'', wait, 'tpm', sum, osum} end
+  end
+  if outBudget > 0 then
+    local wait = untilFits(KEYS[7], KEYS[8], osum, out, outBudget, now, span)
+    if wait > 0 then return {'', wait, 'otpm', sum, osum} end
   end
 end
 local id = redis.call('INCR', KEYS[4])
@@ -90,32 +165,48 @@ redis.call('SET', KEYS[3], sum, 'PX', ttl)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('PEXPIRE', KEYS[4], ttl)
-return {tostring(id), 0, '', sum}
+if outBudget ~= 0 and out > 0 then
+  redis.call('ZADD', KEYS[7], now, id)
+  redis.call('HSET', KEYS[8], id, out)
+  osum = osum + out
+  redis.call('SET', KEYS[9], osum, 'PX', ttl)
+  redis.call('PEXPIRE', KEYS[7], ttl)
+  redis.call('PEXPIRE', KEYS[8], ttl)
+end
+return {tostring(id), 0, '', sum, osum}
 `)
 
-// writeBackScript: KEYS w t s q o; ARGV cutoff ttl, then at tokens for each
-// call. Records closed calls an instance admitted while the store was down
-// (gate.SharedWriteBack), each from its time, those at cutoff or before left
-// out. Closed: no nonce in …:o, so no settle touches them. Returns the
+// writeBackScript: KEYS w t s q o ow ot os; ARGV cutoff ttl, then at tokens
+// output for each call. Records closed calls an instance admitted while the
+// store was down (gate.SharedWriteBack), each from its time, those at cutoff
+// or before left out; a call's output goes to the output window when it is
+// above 0. Closed: no nonce in …:o, so no settle touches them. Returns the
 // window's tokens.
-var writeBackScript = redis.NewScript(expireLua + `
+var writeBackScript = redis.NewScript(expireLua + expireOutLua + `
 local cutoff, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[5], cutoff, ttl)
-for i = 3, #ARGV - 1, 2 do
-  local at, tokens = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+local osum = expireOut(KEYS[6], KEYS[7], KEYS[8], cutoff, ttl)
+for i = 3, #ARGV - 2, 3 do
+  local at, tokens, out = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if at > cutoff then
     local id = redis.call('INCR', KEYS[4])
     redis.call('ZADD', KEYS[1], at, id)
     redis.call('HSET', KEYS[2], id, tokens)
     sum = sum + tokens
+    if out > 0 then
+      redis.call('ZADD', KEYS[6], at, id)
+      redis.call('HSET', KEYS[7], id, out)
+      osum = osum + out
+    end
   end
 end
 redis.call('SET', KEYS[3], sum, 'PX', ttl)
-for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+redis.call('SET', KEYS[8], osum, 'PX', ttl)
+for _, i in ipairs({1, 2, 4, 6, 7}) do redis.call('PEXPIRE', KEYS[i], ttl) end
 return sum
 `)
 
-// closeScript: KEYS w t s o; ARGV id tokens channel note nonce. Replaces an open
+// closeScript: KEYS w t s o [ow ot os]; ARGV id tokens channel note nonce [output]. Replaces an open
 // entry's reservation with the real usage (0 for a release: the request still
 // counts, its tokens do not) and announces the refund on the model's channel so
 // waiting instances try again; note, when not empty, is announced too (a
@@ -124,6 +215,10 @@ return sum
 // tokens -1 keeps the reservation (an abandoned call: the provider had it):
 // note is then the ticket alone, announced as "s <kept> <ticket>", and the
 // return is the tokens kept.
+//
+// KEYS ow ot os and ARGV output, when given, settle the entry's output too:
+// output below 0 (not known, as for a call another instance settled) keeps
+// its output reserve.
 var closeScript = redis.NewScript(`
 local held = redis.call('HGET', KEYS[4], ARGV[1])
 if held ~= ARGV[5] and held ~= ARGV[5] .. ':sent' then return -1 end
@@ -142,12 +237,25 @@ local sum = tonumber(redis.call('GET', KEYS[3]) or '0') + tokens - cur
 if sum < 0 then sum = 0 end
 redis.call('HSET', KEYS[2], ARGV[1], tokens)
 redis.call('SET', KEYS[3], sum, 'PX', ttl)
-if tokens < cur then redis.call('PUBLISH', ARGV[3], 'r') end
+local freed = tokens < cur
+local out = tonumber(ARGV[6] or '-1')
+if #KEYS >= 7 and out >= 0 then
+  local oc = redis.call('HGET', KEYS[6], ARGV[1])
+  if oc then
+    oc = tonumber(oc)
+    local osum = tonumber(redis.call('GET', KEYS[7]) or '0') + out - oc
+    if osum < 0 then osum = 0 end
+    redis.call('HSET', KEYS[6], ARGV[1], out)
+    redis.call('SET', KEYS[7], osum, 'PX', ttl)
+    freed = freed or out < oc
+  end
+end
+if freed then redis.call('PUBLISH', ARGV[3], 'r') end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return cur - tokens
 `)
 
-// sentScript: KEYS w t s o; ARGV id at nonce ttl. Moves an open entry to at
+// sentScript: KEYS w t s o ow ot os; ARGV id at nonce ttl. Moves an open entry to at
 // (ms), the time its call was sent, when it counts from earlier: the window
 // then frees it when the provider does, and the window's keys live two
 // windows from now, past the moved entry. A call is sent once: the first
@@ -167,6 +275,9 @@ if tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
 local ttl = tonumber(ARGV[4])
 for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+if #KEYS >= 7 and redis.call('ZADD', KEYS[5], 'XX', 'CH', ARGV[2], ARGV[1]) == 1 then
+  for i = 5, 7 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 return 1
 `)
 

@@ -409,14 +409,34 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 	_, _ = rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])
 	err := s.call(func(ctx context.Context) error {
-		v, err := reserveScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o"},
-			r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce).Slice()
+		keys := []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o"}
+		args := []any{r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce}
+		if r.OutputBudget != 0 { // the output window, only for a model with an output limit
+			keys = append(keys, k+"ow", k+"ot", k+"os")
+			args = append(args, max(r.Output, 0), r.OutputBudget)
+		}
+		if r.OutputBudget != 0 && len(r.OpenOutputs)+len(r.OutputBefore) > 0 {
+			open := make([]any, 0, 2*len(r.OpenOutputs))
+			for _, o := range r.OpenOutputs {
+				if entry, _, ok := strings.Cut(o.ID, "-"); ok && o.Output > 0 {
+					open = append(open, entry, o.Output)
+				}
+			}
+			args = append(append(args, len(open)/2), open...)
+			for _, c := range r.OutputBefore {
+				if c.Output > 0 {
+					args = append(args, c.At.UnixMilli(), c.Output)
+				}
+			}
+		}
+		v, err := reserveScript.Run(ctx, s.c, keys, args...).Slice()
 		if err != nil {
 			return err
 		}
-		if len(v) != 4 {
+		if len(v) != 5 {
 			return fmt.Errorf("redisstore: reserve answered %d values", len(v))
 		}
+		g.WindowOutput, _ = v[4].(int64)
 		if g.ID, _ = v[0].(string); g.ID != "" {
 			g.ID += "-" + nonce // the entry, and the proof of holding it
 		}
@@ -439,13 +459,13 @@ func (s *Store) WriteBack(provider, model string, now time.Time, span time.Durat
 	cutoff := now.Add(-span).UnixMilli()
 	for done := 0; done < len(calls); {
 		chunk := calls[done:min(done+writeBackChunk, len(calls))]
-		args := make([]any, 0, 2+2*len(chunk))
+		args := make([]any, 0, 2+3*len(chunk))
 		args = append(args, cutoff, windowTTL(span))
 		for _, c := range chunk {
-			args = append(args, c.At.UnixMilli(), max(c.Tokens, 0))
+			args = append(args, c.At.UnixMilli(), max(c.Tokens, 0), max(c.Output, 0))
 		}
 		err := s.call(func(ctx context.Context) error {
-			return writeBackScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "o"}, args...).Err()
+			return writeBackScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "q", k + "o", k + "ow", k + "ot", k + "os"}, args...).Err()
 		})
 		if err != nil {
 			return done, err
@@ -456,8 +476,8 @@ func (s *Store) WriteBack(provider, model string, now time.Time, span time.Durat
 }
 
 // Settle implements gate.SharedWindow.
-func (s *Store) Settle(provider, model, id string, tokens int64) error {
-	_, err := s.settle(provider, model, id, tokens, "")
+func (s *Store) Settle(provider, model, id string, tokens, output int64) error {
+	_, err := s.settle(provider, model, id, tokens, output, "")
 	return err
 }
 
@@ -472,7 +492,7 @@ func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket strin
 	if tokens < 0 {
 		return 0, fmt.Errorf("redisstore: settle with %d tokens (-1 is AbandonFor's)", tokens)
 	}
-	refund, err := s.settle(provider, model, id, tokens, "s "+strconv.FormatInt(tokens, 10)+" "+ticket)
+	refund, err := s.settle(provider, model, id, tokens, -1, "s "+strconv.FormatInt(tokens, 10)+" "+ticket) // its output not known here: the entry keeps its reserve
 	if err == nil && refund < 0 {
 		return 0, ErrNotOpen
 	}
@@ -484,14 +504,14 @@ func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket strin
 // had the call), and that instance is told as SettleFor tells it, with the
 // tokens kept. It returns them.
 func (s *Store) AbandonFor(provider, model, id, ticket string) (kept int64, err error) {
-	kept, err = s.settle(provider, model, id, -1, ticket)
+	kept, err = s.settle(provider, model, id, -1, -1, ticket)
 	if err == nil && kept < 0 {
 		return 0, ErrNotOpen
 	}
 	return kept, err
 }
 
-func (s *Store) settle(provider, model, id string, tokens int64, note string) (int64, error) {
+func (s *Store) settle(provider, model, id string, tokens, output int64, note string) (int64, error) {
 	entry, nonce, ok := strings.Cut(id, "-")
 	if !ok {
 		return -1, nil
@@ -500,7 +520,12 @@ func (s *Store) settle(provider, model, id string, tokens int64, note string) (i
 	var refund int64
 	err := s.call(func(ctx context.Context) error {
 		var err error
-		refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, tokens, s.channel(provider, model), note, nonce).Int64()
+		if output < 0 { // no output to settle: the token window's keys alone
+			refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, tokens, s.channel(provider, model), note, nonce).Int64()
+			return err
+		}
+		refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o", k + "ow", k + "ot", k + "os"},
+			entry, tokens, s.channel(provider, model), note, nonce, output).Int64()
 		return err
 	})
 	return refund, err
@@ -518,7 +543,7 @@ func (s *Store) Sent(provider, model, id string, at time.Time, span time.Duratio
 	var r int64
 	err = s.call(func(ctx context.Context) error {
 		var err error
-		r, err = sentScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, at.UnixMilli(), nonce, windowTTL(span)).Int64()
+		r, err = sentScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o", k + "ow", k + "ot", k + "os"}, entry, at.UnixMilli(), nonce, windowTTL(span)).Int64()
 		return err
 	})
 	switch {

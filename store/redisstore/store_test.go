@@ -49,14 +49,14 @@ func TestReserveSettleRelease(t *testing.T) {
 	if b.ID != "" || b.Reason != "tpm" || b.Wait != 50*time.Second {
 		t.Fatalf("over the budget: %+v, want refused for tpm until the first entry leaves (50s)", b)
 	}
-	if err := s.Settle("p", "m", a.ID, 100); err != nil { // the call used 100: 500 come back
+	if err := s.Settle("p", "m", a.ID, 100, -1); err != nil { // the call used 100: 500 come back
 		t.Fatal(err)
 	}
 	c := reserve(t, s, t0.Add(10*time.Second), 600, 1000)
 	if c.ID == "" || c.WindowTokens != 700 {
 		t.Fatalf("after the refund: %+v, want admitted with 700 in the window", c)
 	}
-	if err := s.Settle("p", "m", c.ID, 0); err != nil { // released: the tokens leave, the request stays
+	if err := s.Settle("p", "m", c.ID, 0, -1); err != nil { // released: the tokens leave, the request stays
 		t.Fatal(err)
 	}
 	v, err := s.View("p", "m")
@@ -124,7 +124,7 @@ func TestReserveAtomicAcrossInstances(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stores[0].Settle("p", "m", k.(string), 4); err != nil {
+			if err := stores[0].Settle("p", "m", k.(string), 4, -1); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -159,7 +159,9 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	s := open(t, srv, FailOpen)
 	now := time.Now()
 	g := reserve(t, s, now, 10, 1000)
-	_ = s.Settle("p", "m", g.ID, 5)
+	_ = s.Settle("p", "m", g.ID, 5, -1)
+	o := reserveOut(t, s, now, 10, 5, 100) // the output window's keys
+	_ = s.Settle("p", "m", o.ID, 8, 3)
 	_, _ = s.Cooldown("p", "m", now, now.Add(10*time.Second), time.Minute)
 	s.Save("p", "m", gate.LearnedQuota{Quota: 500})
 	reserve(t, s, now, 10, 1000)
@@ -186,8 +188,8 @@ func TestKeysHaveTTLAndHashTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) < 6+len(others) {
-		t.Fatalf("keys %v: want the window, tokens, sum, sequence, cooldown and learned keys, and %v", keys, others)
+	if len(keys) < 9+len(others) {
+		t.Fatalf("keys %v: want the window, tokens, sum, sequence, cooldown, learned and output window keys, and %v", keys, others)
 	}
 	for _, k := range keys {
 		if !strings.HasPrefix(k, "test:{p/m}:") && !others[k] {
