@@ -386,7 +386,7 @@ func (a *api) handleSettle(w http.ResponseWriter, r *http.Request) {
 	now := a.s.clock.Now()
 	a.sweepTickets(now)
 	tk := a.tickets.take(req.Ticket)
-	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), closing(req)) {
+	if tk == nil && a.settleElsewhere(w, req.Ticket, u.Total(), u.OutputTokens, closing(req)) {
 		return
 	}
 	if tk == nil {

@@ -40,10 +40,10 @@ func parseSharedTicket(id string) (provider, model, shared string, ok bool) {
 }
 
 // settleElsewhere settles, through the shared store, a ticket another instance
-// issued. handled is false when id is not such a ticket (or there is no store):
-// the caller answers 404 as for any unknown ticket. An abandoned call keeps its
-// entry's reservation.
-func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, how settleKind) (handled bool) {
+// issued, output of its tokens written. handled is false when id is not such a
+// ticket (or there is no store): the caller answers 404 as for any unknown
+// ticket. An abandoned call keeps its entry's reservation.
+func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens, output int64, how settleKind) (handled bool) {
 	if a.s.shared == nil {
 		return false
 	}
@@ -57,7 +57,7 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens int64, ho
 		reserved, err = a.s.shared.AbandonFor(provider, model, shared, id)
 		tokens = reserved
 	} else {
-		reserved, err = a.s.shared.SettleFor(provider, model, shared, tokens, id)
+		reserved, err = a.s.shared.SettleFor(provider, model, shared, tokens, output, id)
 	}
 	switch {
 	case errors.Is(err, redisstore.ErrNotOpen):

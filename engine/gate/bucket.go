@@ -198,13 +198,14 @@ type bucket struct {
 	// the last answer (and their output, when the output window is shared),
 	// and the refusal that holds calls at least holdNeed large until holdUntil
 	// unless a release notification lifts it first.
-	sharedOthers       int64
-	sharedOthersOutput int64
-	sharedOutputsOpen  bool // the calls in flight were added to the shared output window
-	sharedHoldUntil    time.Time
-	sharedHoldNeed     int64
-	sharedHoldOutput   int64 // an output refusal's: a call with less output may fit
-	sharedHoldReason   string
+	sharedOthers         int64
+	sharedOthersOutput   int64
+	sharedOthersOutputAt time.Time // when the store last said it
+	sharedOutputsOpen    bool      // the calls in flight were added to the shared output window
+	sharedHoldUntil      time.Time
+	sharedHoldNeed       int64
+	sharedHoldOutput     int64 // an output refusal's: a call with less output may fit
+	sharedHoldReason     string
 	// alone: calls admitted while the store failed open, closed since, kept
 	// for a window so recovery writes them to the shared window (shared.go).
 	alone []aloneCall

@@ -171,8 +171,11 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		reading -= float64(b.out.win.tokensAfter(admitted.UnixNano()))
 	}
 	// With a shared window the limit is the key's: what the other instances
-	// held at the last answer counts too (shared.go).
-	reading += float64(b.sharedOthersOutput)
+	// held at the last answer counts too (shared.go), unless that answer is
+	// older than a tenth of the window (their calls may have left it since).
+	if now.Sub(b.sharedOthersOutputAt) <= span/10 {
+		reading += float64(b.sharedOthersOutput)
+	}
 	base, floor := b.outputBaseLocked(), float64(outputFloorMin)
 	if base > 0 {
 		floor = math.Max(floor, base*outputFloorShare)

@@ -113,18 +113,21 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	}
 	budget := b.tokenBudget(now)
 	need := sz.total + b.margin(sz.variance)
-	if !force && now.Before(b.sharedHoldUntil) && need >= b.sharedHoldNeed && sz.output >= b.sharedHoldOutput {
-		// A call at least this large was refused until then; no release arrived since.
+	ob := b.outputBudgetLocked()
+	// A call at least this large was refused until then, and no release
+	// arrived since: held (for an output refusal, a call with as much output
+	// that could fit the output budget at all).
+	held := need >= b.sharedHoldNeed && sz.output >= b.sharedHoldOutput && (b.sharedHoldOutput == 0 || sz.output <= ob)
+	if !force && now.Before(b.sharedHoldUntil) && held {
 		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
 	}
 	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
 		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force}
-	ob := b.outputBudgetLocked()
 	if ob <= 0 {
 		// The axis stopped binding (a reload, a reset): when it binds again,
 		// what this instance spent meanwhile goes to the shared window again.
 		// (What was there already may count twice for a window: the safe side.)
-		b.sharedOutputsOpen = false
+		b.sharedOutputsOpen, b.sharedOthersOutput = false, 0
 	}
 	if ob > 0 && sz.output > 0 {
 		// The output limit is the key's too: every instance's output counts.
@@ -173,12 +176,15 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		if g.ID != "" {
 			outOthers -= sz.output
 		}
-		b.sharedOthersOutput = max(0, outOthers)
+		b.sharedOthersOutput, b.sharedOthersOutputAt = max(0, outOthers), now
 	}
 	if g.Wait > 0 {
 		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldOutput, b.sharedHoldReason = now.Add(g.Wait), need, 0, g.Reason
 		if g.Reason == "otpm" {
 			b.sharedHoldNeed, b.sharedHoldOutput = 0, sz.output // the output held it, whatever its tokens
+			// The shared window holds calls back now, where the local one (this
+			// instance's share) may not: a trigger under the limit relaxes here.
+			b.outputHeldLocked(now)
 		}
 		if g.Reason == "rpm" {
 			b.rpmBoundAt = now // the shared request count binds: the request pacer runs
@@ -373,8 +379,10 @@ func (b *bucket) keepAloneLocked(now time.Time, at, tokens, output int64) {
 			b.alone = append(b.alone[:0], b.alone[len(b.alone)/2:]...)
 		}
 	}
-	if b.outputBudgetLocked() <= 0 {
-		output = 0 // no output limit: the shared output window is not kept
+	if b.outputBudgetLocked() <= 0 || !b.sharedOutputsOpen {
+		// No output limit, or the shared output window not yet joined: the
+		// first reservation under the limit brings this call in (OutputBefore).
+		output = 0
 	}
 	b.alone = append(b.alone, aloneCall{at, tokens, output})
 }
@@ -458,8 +466,8 @@ func (b *bucket) shareOpenAloneLocked(now time.Time) bool {
 		}
 		r := SharedReserve{Provider: b.provider, Model: b.model, Now: time.Unix(0, s.admitted),
 			Span: span, Tokens: s.reserved, Need: s.reserved, Force: true}
-		if b.outputBudgetLocked() > 0 && s.output > 0 {
-			r.Output, r.OutputBudget = s.output, -1 // recorded, not checked
+		if b.outputBudgetLocked() > 0 && s.output > 0 && b.sharedOutputsOpen {
+			r.Output, r.OutputBudget = s.output, -1 // recorded, not checked (not yet joined: OpenOutputs brings it)
 		}
 		g, err := b.l.shared.Reserve(r)
 		if err != nil {

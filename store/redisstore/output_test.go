@@ -150,6 +150,13 @@ func TestLedgersShareTheOutputLimit(t *testing.T) {
 		t.Fatal("B held a call of 100 output tokens that fits beside A's 600, as if the output refusal were a token one")
 	}
 	_ = b.Release(clock.Now(), tc)
+	// A call asking more output than the whole budget goes at once, as
+	// locally: the hold does not keep it either.
+	if td, wd := b.Submit(clock.Now(), req("d", 2000)); wd != nil || td.Shared == "" {
+		t.Fatal("B held a call of 2,000 output tokens, more than the whole output budget: it goes at once")
+	} else {
+		_ = b.Release(clock.Now(), td)
+	}
 	if err := a.Settle(clock.Now(), ta, gate.Usage{InputTokens: 10, OutputTokens: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +173,53 @@ func TestLedgersShareTheOutputLimit(t *testing.T) {
 	b.RateLimitedBy(clock.Now(), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
 	if st := b.BucketStatus(clock.Now(), "p", "m"); st.OutputTrigger < 0.9*700 || st.OutputTrigger > 700 {
 		t.Fatalf("B's output trigger %v, want about the shared reading 700 (A's 100 and B's 600), under it by the step down", st.OutputTrigger)
+	}
+}
+
+// A trigger under the limit steps back up while the shared window holds calls
+// back, as it does while the local one does: with several instances each
+// local window holds only its share, and the trigger stayed low for good.
+func TestSharedOutputTriggerRelaxes(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(t0)
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func() *gate.Ledger {
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(open(t, srv, FailOpen)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := ledger(), ledger()
+	req := func(session string, out int) gate.Request {
+		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
+	}
+	tb, _ := b.Submit(clock.Now(), req("b", 300))
+	b.RateLimitedBy(clock.Now(), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	_ = b.Release(clock.Now(), tb)
+	low := b.BucketStatus(clock.Now(), "p", "m").OutputTrigger
+	if low <= 0 || low >= 400 {
+		t.Fatalf("B's trigger after the 429: %v, want about its 300", low)
+	}
+	// Twelve windows on, A fills the shared window each window, and B's call,
+	// which its own window has room for, is refused there.
+	for i := range 12 {
+		clock.Advance(time.Minute)
+		ta, w := a.Submit(clock.Now(), req("a", 900))
+		if w != nil {
+			t.Fatalf("window %d: A's call waited", i)
+		}
+		_, w = b.Submit(clock.Now(), req("b", int(low/2)))
+		if w == nil {
+			t.Fatalf("window %d: B admitted beside A's 900 of 1,000", i)
+		}
+		w.Cancel(clock.Now())
+		_ = a.Release(clock.Now(), ta)
+	}
+	if st := b.BucketStatus(clock.Now(), "p", "m"); st.OutputTrigger <= low {
+		t.Fatalf("B's trigger stayed at %v after twelve windows held by the shared window, want stepped up from %v", st.OutputTrigger, low)
 	}
 }
 
@@ -219,5 +273,87 @@ func TestSharedOutputBroughtInWhenTheLimitIsLearned(t *testing.T) {
 	}
 	if v := s.c.Get(ctx, s.base("p", "m")+"os").Val(); v != "500" {
 		t.Fatalf("after a fourth call the shared output window holds %s, want 500", v)
+	}
+}
+
+// A sum never outlives its entries: the settle gives the output sum the
+// output window's own TTL, and a sum whose entries expired before it reads 0
+// (in the token window too): kept, it re-set itself at every call and held
+// the model at "full" for good.
+func TestSharedSumsNeverOutliveTheirEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, FailOpen)
+	ctx := context.Background()
+	k := s.base("p", "m")
+	a := reserveOut(t, s, t0, 1000, 600, 1000)
+	s.c.PExpire(ctx, k+"ow", 3*time.Second)
+	s.c.PExpire(ctx, k+"ot", 3*time.Second)
+	reserve(t, s, t0.Add(time.Second), 100, 100_000) // a call without output refreshes the token keys only
+	if err := s.Settle("p", "m", a.ID, 800, 200); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := s.c.PTTL(ctx, k+"os").Val(); ttl > 3*time.Second {
+		t.Fatalf("the output sum expires in %s after the settle, past its entries (3s)", ttl)
+	}
+	// Entries gone, sums left: a window's keys expiring apart.
+	s.c.Del(ctx, k+"ow", k+"ot", k+"w", k+"t")
+	s.c.Set(ctx, k+"os", 900, time.Minute)
+	s.c.Set(ctx, k+"s", 90_000, time.Minute)
+	if g := reserveOut(t, s, t0.Add(2*time.Second), 1000, 600, 1000); g.ID == "" || g.WindowOutput != 600 || g.WindowTokens != 1000 {
+		t.Fatalf("with the entries gone and the sums left: %+v, want admitted into empty windows", g)
+	}
+}
+
+// A ticket settled on another instance (the decision API behind a load
+// balancer) corrects the output window to what the call wrote; an abandoned
+// one keeps its reserve.
+func TestSettleForCorrectsTheOutput(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, FailOpen)
+	a := reserveOut(t, s, t0, 1000, 600, 1000)
+	b := reserveOut(t, s, t0, 1000, 300, 1000)
+	if _, err := s.SettleFor("p", "m", a.ID, 1100, 100, "gts_a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AbandonFor("p", "m", b.ID, "gts_b"); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "400" {
+		t.Fatalf("the output window after SettleFor (600 → 100) and AbandonFor (300 kept): %s, want 400", v)
+	}
+}
+
+// Calls admitted alone while Redis was down, with an output limit configured:
+// after the recovery their output is in the shared output window once, not
+// once by the write-back and again by the first reservation under the limit.
+func TestSharedOutputOfCallsAdmittedAloneCountsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 10_000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	s := open(t, srv, FailOpen)
+	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	for _, session := range []string{"a", "b"} {
+		tk, w := l.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: 400})
+		if w != nil || tk.Shared != "" {
+			t.Fatal("with Redis down the call was not admitted alone")
+		}
+		if err := l.Settle(clock.Now(), tk, gate.Usage{InputTokens: 10, OutputTokens: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Restart()
+	waitUndegraded(t, s)
+	l.WriteBackAlone()
+	if _, w := l.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, MaxTokens: 100}); w != nil {
+		t.Fatal("the call after the recovery waited")
+	}
+	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "500" {
+		t.Fatalf("the shared output window after the recovery holds %s, want 500: the two calls' 200 each, once, and the new 100", v)
 	}
 }

@@ -21,7 +21,8 @@ import "github.com/redis/go-redis/v9"
 // its output window: the calls recorded with an output reserve, in a window
 // of their own so an instance that does not keep it (an older version, during
 // a rolling upgrade) neither breaks nor empties it — it only leaves its own
-// calls' output out:
+// calls' output out (so while both versions run, the key can go over its
+// output limit by what the older instances write):
 //
 //	…:ow  sorted set: entry id → admission time (ms), as in …:w
 //	…:ot  hash: entry id → output tokens (the reserve, then what it wrote)
@@ -35,6 +36,7 @@ import "github.com/redis/go-redis/v9"
 const expireLua = `
 local function expire(w, t, s, o, cutoff, ttl)
   local sum = tonumber(redis.call('GET', s) or '0')
+  if redis.call('EXISTS', w) == 0 then sum = 0 end -- the entries expired before their sum: nothing is left to count
   while true do
     local old = redis.call('ZRANGEBYSCORE', w, '-inf', cutoff, 'LIMIT', 0, 500)
     if #old == 0 then break end
@@ -58,6 +60,7 @@ end
 const expireOutLua = `
 local function expireOut(ow, ot, os, cutoff, ttl)
   local sum = tonumber(redis.call('GET', os) or '0')
+  if redis.call('EXISTS', ow) == 0 then sum = 0 end
   while true do
     local old = redis.call('ZRANGEBYSCORE', ow, '-inf', cutoff, 'LIMIT', 0, 500)
     if #old == 0 then break end
@@ -133,8 +136,9 @@ if outBudget ~= 0 then
     end
   end
   redis.call('SET', KEYS[9], osum, 'PX', ttl)
-  redis.call('PEXPIRE', KEYS[7], ttl)
-  redis.call('PEXPIRE', KEYS[8], ttl)
+  for _, i in ipairs({4, 7, 8}) do
+    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
 end
 if not force then
   local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
@@ -185,7 +189,12 @@ return {tostring(id), 0, '', sum, osum}
 var writeBackScript = redis.NewScript(expireLua + expireOutLua + `
 local cutoff, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[5], cutoff, ttl)
-local osum = expireOut(KEYS[6], KEYS[7], KEYS[8], cutoff, ttl)
+local withOut = false -- the output window only for a model whose calls carry output
+for i = 5, #ARGV, 3 do
+  if tonumber(ARGV[i]) > 0 then withOut = true end
+end
+local osum = 0
+if withOut then osum = expireOut(KEYS[6], KEYS[7], KEYS[8], cutoff, ttl) end
 for i = 3, #ARGV - 2, 3 do
   local at, tokens, out = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if at > cutoff then
@@ -201,8 +210,13 @@ for i = 3, #ARGV - 2, 3 do
   end
 end
 redis.call('SET', KEYS[3], sum, 'PX', ttl)
-redis.call('SET', KEYS[8], osum, 'PX', ttl)
-for _, i in ipairs({1, 2, 4, 6, 7}) do redis.call('PEXPIRE', KEYS[i], ttl) end
+for _, i in ipairs({1, 2, 4}) do redis.call('PEXPIRE', KEYS[i], ttl) end
+if withOut then
+  redis.call('SET', KEYS[8], osum, 'PX', ttl)
+  for _, i in ipairs({6, 7}) do
+    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
 return sum
 `)
 
@@ -211,7 +225,8 @@ return sum
 // counts, its tokens do not) and announces the refund on the model's channel so
 // waiting instances try again; note, when not empty, is announced too (a
 // ticket settled on another instance than its own). Returns the tokens
-// refunded, or -1 when the entry is closed already or left the window.
+// refunded (below 0 when the call used more than it reserved), or nil when
+// the entry is closed already or left the window.
 // tokens -1 keeps the reservation (an abandoned call: the provider had it):
 // note is then the ticket alone, announced as "s <kept> <ticket>", and the
 // return is the tokens kept.
@@ -221,10 +236,10 @@ return sum
 // its output reserve.
 var closeScript = redis.NewScript(`
 local held = redis.call('HGET', KEYS[4], ARGV[1])
-if held ~= ARGV[5] and held ~= ARGV[5] .. ':sent' then return -1 end
+if held ~= ARGV[5] and held ~= ARGV[5] .. ':sent' then return false end
 redis.call('HDEL', KEYS[4], ARGV[1])
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur then return -1 end
+if not cur then return false end
 cur = tonumber(cur)
 local tokens = tonumber(ARGV[2])
 if tokens == -1 then
@@ -245,8 +260,10 @@ if #KEYS >= 7 and out >= 0 then
     oc = tonumber(oc)
     local osum = tonumber(redis.call('GET', KEYS[7]) or '0') + out - oc
     if osum < 0 then osum = 0 end
+    local ottl = redis.call('PTTL', KEYS[6]) -- the output window's own: a sum never outlives its entries
+    if ottl < 1000 then ottl = 1000 end
     redis.call('HSET', KEYS[6], ARGV[1], out)
-    redis.call('SET', KEYS[7], osum, 'PX', ttl)
+    redis.call('SET', KEYS[7], osum, 'PX', ottl)
     freed = freed or out < oc
   end
 end

@@ -477,7 +477,7 @@ func (s *Store) WriteBack(provider, model string, now time.Time, span time.Durat
 
 // Settle implements gate.SharedWindow.
 func (s *Store) Settle(provider, model, id string, tokens, output int64) error {
-	_, err := s.settle(provider, model, id, tokens, output, "")
+	_, _, err := s.settle(provider, model, id, tokens, output, "")
 	return err
 }
 
@@ -486,15 +486,16 @@ var ErrNotOpen = errors.New("redisstore: the entry is settled already or left th
 
 // SettleFor settles the entry of a ticket another instance issued, and tells
 // that instance (its Notify onSettled receives ticket and tokens) so it drops
-// its own record of the call without settling it twice. It returns the tokens
-// the entry had reserved.
-func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket string) (reserved int64, err error) {
+// its own record of the call without settling it twice; output is what the
+// call wrote (0 for a release), which the output window takes when the entry
+// has one. It returns the tokens the entry had reserved.
+func (s *Store) SettleFor(provider, model, id string, tokens, output int64, ticket string) (reserved int64, err error) {
 	if tokens < 0 {
 		return 0, fmt.Errorf("redisstore: settle with %d tokens (-1 is AbandonFor's)", tokens)
 	}
-	refund, err := s.settle(provider, model, id, tokens, -1, "s "+strconv.FormatInt(tokens, 10)+" "+ticket) // its output not known here: the entry keeps its reserve
-	if err == nil && refund < 0 {
-		return 0, ErrNotOpen
+	refund, open, err := s.settle(provider, model, id, tokens, max(output, 0), "s "+strconv.FormatInt(tokens, 10)+" "+ticket)
+	if err == nil && !open {
+		return 0, ErrNotOpen // (a call that used more than it reserved is open: its refund is below 0)
 	}
 	return refund + tokens, err
 }
@@ -504,21 +505,20 @@ func (s *Store) SettleFor(provider, model, id string, tokens int64, ticket strin
 // had the call), and that instance is told as SettleFor tells it, with the
 // tokens kept. It returns them.
 func (s *Store) AbandonFor(provider, model, id, ticket string) (kept int64, err error) {
-	kept, err = s.settle(provider, model, id, -1, -1, ticket)
-	if err == nil && kept < 0 {
+	kept, open, err := s.settle(provider, model, id, -1, -1, ticket)
+	if err == nil && !open {
 		return 0, ErrNotOpen
 	}
 	return kept, err
 }
 
-func (s *Store) settle(provider, model, id string, tokens, output int64, note string) (int64, error) {
+func (s *Store) settle(provider, model, id string, tokens, output int64, note string) (refund int64, open bool, err error) {
 	entry, nonce, ok := strings.Cut(id, "-")
 	if !ok {
-		return -1, nil
+		return 0, false, nil
 	}
 	k := s.base(provider, model)
-	var refund int64
-	err := s.call(func(ctx context.Context) error {
+	err = s.call(func(ctx context.Context) error {
 		var err error
 		if output < 0 { // no output to settle: the token window's keys alone
 			refund, err = closeScript.Run(ctx, s.c, []string{k + "w", k + "t", k + "s", k + "o"}, entry, tokens, s.channel(provider, model), note, nonce).Int64()
@@ -528,7 +528,10 @@ func (s *Store) settle(provider, model, id string, tokens, output int64, note st
 			entry, tokens, s.channel(provider, model), note, nonce, output).Int64()
 		return err
 	})
-	return refund, err
+	if errors.Is(err, redis.Nil) { // closed already, or gone from the window
+		return 0, false, nil
+	}
+	return refund, err == nil, err
 }
 
 // Sent implements gate.SharedSends: entry id counts from at, when it is open

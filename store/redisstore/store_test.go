@@ -246,7 +246,7 @@ func TestAbandonForKeepsTheEntry(t *testing.T) {
 	if _, err := b.AbandonFor("p", "m", g.ID, "gts_abandoned"); !errors.Is(err, ErrNotOpen) {
 		t.Fatalf("abandoned twice: %v, want ErrNotOpen", err)
 	}
-	if _, err := b.SettleFor("p", "m", g.ID, 10, "gts_abandoned"); !errors.Is(err, ErrNotOpen) {
+	if _, err := b.SettleFor("p", "m", g.ID, 10, 0, "gts_abandoned"); !errors.Is(err, ErrNotOpen) {
 		t.Fatalf("settled after the abandon: %v, want ErrNotOpen", err)
 	}
 }
