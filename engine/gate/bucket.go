@@ -587,7 +587,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.Fixed = b.fixedWindowsLocked()
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
 	q.Window = b.window
-	q.OutputTrigger, q.OutputLast429 = b.out.trigger, b.out.last429
+	q.OutputTrigger, q.OutputLast429, q.OutputRelaxedAt = b.out.trigger, b.out.last429, b.out.relaxedAt
 	return q
 }
 
@@ -600,6 +600,8 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	q = q.inWindow(b.window)
 	b.learn.restore(q)
 	b.out.trigger, b.out.last429 = q.OutputTrigger, q.OutputLast429
+	// Another instance's relax step counts here too (LearnedQuota.OutputRelaxedAt).
+	b.out.relaxedAt = maxTime(b.out.relaxedAt, q.OutputRelaxedAt)
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere
 	b.forgetTokenReadLocked()
 	if b.limits.Decides == "" && b.l.shared == nil && b.learn.enabled && q.DecidesLearned != b.decidesLearnedKnown {
@@ -1258,6 +1260,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.l.emit(e)
 		b.learn.noteOther429(now, cfg.Window)
 		if axis == engine.AxisOutputTokens {
+			b.sharedOutputReadLocked(now)
 			b.outputRateLimitedLocked(now, sig.Admitted)
 			b.saveLearnedLocked()
 		}

@@ -61,9 +61,13 @@ type LearnedQuota struct {
 	Window time.Duration `json:"window,omitempty"`
 	// OutputTrigger is the output axis's trigger (output.go): the output
 	// window's reading at the last 429 about the output, or a relax step
-	// from it; 0: none. OutputLast429 is that 429.
-	OutputTrigger float64   `json:"outputTrigger,omitempty"`
-	OutputLast429 time.Time `json:"outputLast429,omitzero"`
+	// from it; 0: none. OutputLast429 is that 429, and OutputRelaxedAt the
+	// last relax step: shared as LastRelax is, so instances that all see the
+	// shared window hold calls back step once a window between them, not
+	// once each (the steps would compound).
+	OutputTrigger   float64   `json:"outputTrigger,omitempty"`
+	OutputLast429   time.Time `json:"outputLast429,omitzero"`
+	OutputRelaxedAt time.Time `json:"outputRelaxedAt,omitzero"`
 }
 
 // inWindow is q's token figures converted to a window of to, at the same rate

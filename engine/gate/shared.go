@@ -261,6 +261,26 @@ func (b *bucket) sharedCooldownLocked(now, until time.Time) {
 	}
 }
 
+// SharedOutputReading is an optional capability of a SharedWindow: reading
+// the model's shared output window (store/redisstore has it). A 429 about the
+// output reads it, so what the other instances hold counts as it is then, not
+// as the last answer said.
+type SharedOutputReading interface {
+	OutputWindow(provider, model string, now time.Time, span time.Duration) (int64, error)
+}
+
+// sharedOutputReadLocked refreshes what the other instances hold of the output
+// window, when this instance keeps it shared.
+func (b *bucket) sharedOutputReadLocked(now time.Time) {
+	r, ok := b.l.shared.(SharedOutputReading)
+	if !ok || !b.sharedOutputsOpen {
+		return
+	}
+	if n, err := r.OutputWindow(b.provider, b.model, now, b.win.span); err == nil {
+		b.sharedOthersOutput, b.sharedOthersOutputAt = max(0, n-b.out.win.tokens), now
+	}
+}
+
 // StoreAvailable is nil unless a shared store is down under failClosed.
 func (l *Ledger) StoreAvailable() error {
 	if l.shared == nil {

@@ -168,11 +168,16 @@ func TestLedgersShareTheOutputLimit(t *testing.T) {
 	if tk, ok := w.Ticket(); !ok || tk.Shared == "" {
 		t.Fatalf("B's waiter: %+v %v", tk, ok)
 	}
-	// The shared window now holds A's 100 and B's 600. B meets a 429 about
-	// the output: its reading is the key's window, not its own 600.
+	// The shared window holds A's 100 and B's 600, and A adds 200 after B's
+	// last answer. B meets a 429 about the output: its reading is the key's
+	// window as it is then (900), not its own 600 nor the 700 of its last
+	// answer.
+	if _, w := a.Submit(clock.Now(), req("a2", 200)); w != nil {
+		t.Fatal("A's second call waited: 900 of 1,000")
+	}
 	b.RateLimitedBy(clock.Now(), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-	if st := b.BucketStatus(clock.Now(), "p", "m"); st.OutputTrigger < 0.9*700 || st.OutputTrigger > 700 {
-		t.Fatalf("B's output trigger %v, want about the shared reading 700 (A's 100 and B's 600), under it by the step down", st.OutputTrigger)
+	if st := b.BucketStatus(clock.Now(), "p", "m"); st.OutputTrigger < 0.9*900 || st.OutputTrigger > 900 {
+		t.Fatalf("B's output trigger %v, want about the shared reading 900 (A's 300 and B's 600), under it by the step down", st.OutputTrigger)
 	}
 }
 
@@ -355,5 +360,71 @@ func TestSharedOutputOfCallsAdmittedAloneCountsOnce(t *testing.T) {
 	}
 	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "500" {
 		t.Fatalf("the shared output window after the recovery holds %s, want 500: the two calls' 200 each, once, and the new 100", v)
+	}
+}
+
+// Instances that share the learned state step a low output trigger up once a
+// window between them: the shared window refuses each of them, and each step
+// one instance takes reaches the others with its time.
+func TestSharedOutputRelaxStepsOnceAWindowBetweenInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(t0)
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	ledger := func() *gate.Ledger {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
+		return l
+	}
+	a, b := ledger(), ledger()
+	waitSubscribed(t, srv)
+	req := func(session string, out int) gate.Request {
+		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
+	}
+	trigger := func(l *gate.Ledger) float64 { return l.BucketStatus(clock.Now(), "p", "m").OutputTrigger }
+	agree := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for trigger(a) != want || trigger(b) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the instances' output triggers %v and %v, want both at %v", trigger(a), trigger(b), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ta, _ := a.Submit(clock.Now(), req("a", 200))
+	tb, _ := b.Submit(clock.Now(), req("b", 300))
+	b.RateLimitedBy(clock.Now(), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	_, _ = a.Release(clock.Now(), ta), b.Release(clock.Now(), tb)
+	low := trigger(b)
+	agree(low)
+	stepped := 0
+	for range 12 {
+		clock.Advance(time.Minute)
+		before := trigger(a)
+		// A call larger than the whole budget goes at once and fills the
+		// shared window; then each instance's call is refused there.
+		tf, _ := a.Submit(clock.Now(), req("f", 2000))
+		for _, l := range []*gate.Ledger{a, b} {
+			if _, w := l.Submit(clock.Now(), req("x", 10)); w != nil {
+				w.Cancel(clock.Now())
+			}
+			agree(trigger(l)) // the step, if one was taken, reached the other
+		}
+		if after := trigger(a); after > before {
+			stepped++
+			if after > before*1.06 {
+				t.Fatalf("one window stepped the trigger %v → %v: each instance took a step", before, after)
+			}
+		}
+		_ = a.Release(clock.Now(), tf)
+	}
+	if stepped == 0 {
+		t.Fatalf("the trigger stayed at %v for twelve windows held by the shared window", low)
 	}
 }

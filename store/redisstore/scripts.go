@@ -136,9 +136,7 @@ if outBudget ~= 0 then
     end
   end
   redis.call('SET', KEYS[9], osum, 'PX', ttl)
-  for _, i in ipairs({4, 7, 8}) do
-    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
-  end
+  for _, i in ipairs({4, 7, 8}) do redis.call('PEXPIRE', KEYS[i], ttl) end -- (none on a key that is not there)
 end
 if not force then
   local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
@@ -213,9 +211,7 @@ redis.call('SET', KEYS[3], sum, 'PX', ttl)
 for _, i in ipairs({1, 2, 4}) do redis.call('PEXPIRE', KEYS[i], ttl) end
 if withOut then
   redis.call('SET', KEYS[8], osum, 'PX', ttl)
-  for _, i in ipairs({6, 7}) do
-    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
-  end
+  for _, i in ipairs({6, 7}) do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 return sum
 `)
@@ -296,6 +292,13 @@ if #KEYS >= 7 and redis.call('ZADD', KEYS[5], 'XX', 'CH', ARGV[2], ARGV[1]) == 1
   for i = 5, 7 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 return 1
+`)
+
+// outputWindowScript: KEYS ow ot os; ARGV now span ttl. The output window's
+// sum at now, its entries older than span dropped; 0 when there is none.
+var outputWindowScript = redis.NewScript(expireOutLua + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return expireOut(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
 `)
 
 // cooldownScript: KEYS cd s; ARGV until ttl. Extends the cooldown to until —

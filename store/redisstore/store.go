@@ -571,6 +571,19 @@ func (s *Store) Cooldown(provider, model string, now, until time.Time, span time
 	return n, err
 }
 
+// OutputWindow implements gate.SharedOutputReading: the model's shared output
+// window at now.
+func (s *Store) OutputWindow(provider, model string, now time.Time, span time.Duration) (int64, error) {
+	k := s.base(provider, model)
+	var n int64
+	err := s.call(func(ctx context.Context) error {
+		var err error
+		n, err = outputWindowScript.Run(ctx, s.c, []string{k + "ow", k + "ot", k + "os"}, now.UnixMilli(), span.Milliseconds(), windowTTL(span)).Int64()
+		return err
+	})
+	return n, err
+}
+
 // Available implements gate.SharedWindow: under failClosed, a degraded store
 // refuses calls.
 func (s *Store) Available() error {
@@ -582,6 +595,7 @@ func (s *Store) Available() error {
 
 var _ gate.SharedWindow = (*Store)(nil)
 var _ gate.SharedSends = (*Store)(nil)
+var _ gate.SharedOutputReading = (*Store)(nil)
 
 // Load implements gate.LearnedStore.
 func (s *Store) Load(provider, model string) (gate.LearnedQuota, bool) {
