@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gatectl/gatectl/internal/fakeprovider"
+	"github.com/gatectl/gatectl/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A decision-API ticket settled on another instance than the one that issued
+// it corrects the shared output window to what the call wrote: with the
+// decision API behind a load balancer most settles land elsewhere, and each
+// kept its max_tokens there for the window.
+func TestSettleElsewhereCorrectsTheSharedOutput(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
+	defer up.Close()
+	cfg := fmt.Sprintf(`providers:
+  up: {kind: openai, baseURL: "%s/v1"}
+gate:
+  defaults: {tpm: 1000000, otpm: 1000}
+store:
+  redis: {url: "%s"}
+`, up.URL, rs.URL())
+	a, b := newPxFixture(t, cfg, false), newPxFixture(t, cfg, false)
+	post := func(url, body string, out any) int {
+		t.Helper()
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			_ = json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	var adm struct {
+		Ticket string `json:"ticket"`
+	}
+	if code := post(a.url+"/gate/v1/admit", `{"provider":"up","model":"m1","session":"s","inputTokens":10,"maxTokens":600}`, &adm); code != 200 || adm.Ticket == "" {
+		t.Fatalf("admit on A: %d %+v", code, adm)
+	}
+	var st struct {
+		Settled bool `json:"settled"`
+	}
+	if code := post(b.url+"/gate/v1/settle", `{"ticket":"`+adm.Ticket+`","usage":{"inputTokens":10,"outputTokens":100}}`, &st); code != 200 || !st.Settled {
+		t.Fatalf("settle on B of A's ticket: %d %+v", code, st)
+	}
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), "*{up/m1}:os").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the shared output window's sum: keys %v (%v)", keys, err)
+	}
+	if v := c.Get(context.Background(), keys[0]).Val(); v != "100" {
+		t.Fatalf("the shared output window holds %s after the settle on B, want 100 (what the call wrote, not its 600)", v)
+	}
+}
