@@ -2,11 +2,8 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/gatectl/gatectl/internal/fakeprovider"
@@ -29,30 +26,11 @@ gate:
 store:
   redis: {url: "%s"}
 `, up.URL, rs.URL())
-	a, b := newPxFixture(t, cfg, false), newPxFixture(t, cfg, false)
-	post := func(url, body string, out any) int {
-		t.Helper()
-		resp, err := http.Post(url, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if out != nil {
-			_ = json.NewDecoder(resp.Body).Decode(out)
-		}
-		return resp.StatusCode
-	}
-	var adm struct {
-		Ticket string `json:"ticket"`
-	}
-	if code := post(a.url+"/gate/v1/admit", `{"provider":"up","model":"m1","session":"s","inputTokens":10,"maxTokens":600}`, &adm); code != 200 || adm.Ticket == "" {
-		t.Fatalf("admit on A: %d %+v", code, adm)
-	}
-	var st struct {
-		Settled bool `json:"settled"`
-	}
-	if code := post(b.url+"/gate/v1/settle", `{"ticket":"`+adm.Ticket+`","usage":{"inputTokens":10,"outputTokens":100}}`, &st); code != 200 || !st.Settled {
-		t.Fatalf("settle on B of A's ticket: %d %+v", code, st)
+	a, b := newAPIEnv(t, cfg), newAPIEnv(t, cfg)
+	adm := a.post("/gate/v1/admit", `{"provider":"up","model":"m1","session":"s","inputTokens":10,"maxTokens":600}`, 200)
+	ticket, _ := adm["ticket"].(string)
+	if st := b.post("/gate/v1/settle", `{"ticket":"`+ticket+`","usage":{"inputTokens":10,"outputTokens":100}}`, 200); st["settled"] != true {
+		t.Fatalf("settle on B of A's ticket %q: %v", ticket, st)
 	}
 	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer c.Close()

@@ -24,6 +24,38 @@ func reserveOut(t *testing.T, s *Store, now time.Time, tokens, output, outputBud
 	return g
 }
 
+// outLedger is a ledger on its own store on srv, with an output limit of
+// otpm a window (0: none), its token limit far away, nothing random; told of
+// releases, and with learned, sharing the learned state too. The store is
+// returned with it.
+func outLedger(t *testing.T, srv *redistest.Server, clock engine.Clock, otpm int, learned bool) (*gate.Ledger, *Store) {
+	t.Helper()
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: otpm, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	s := open(t, srv, FailOpen)
+	opts := []gate.Option{gate.WithSharedWindow(s)}
+	h := Handlers{}
+	if learned {
+		opts = append(opts, gate.WithLearnedStore(s))
+	}
+	l, err := gate.NewLedger(cfg, clock, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Released = l.SharedReleased
+	if learned {
+		h.Learned = l.AdoptLearned
+	}
+	s.Notify(h)
+	return l, s
+}
+
+// outReq is a call of 10 input tokens asking max_tokens out.
+func outReq(session string, out int) gate.Request {
+	return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
+}
+
 func TestSharedOutputWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv, FailOpen)
@@ -115,23 +147,10 @@ func TestSharedOutputSentAndWrittenBack(t *testing.T) {
 func TestLedgersShareTheOutputLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := engine.NewFakeClock(time.Now())
-	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 1000, SafetyFactor: 1}
-	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
-	ledger := func() *gate.Ledger {
-		s := open(t, srv, FailOpen)
-		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Notify(Handlers{Released: l.SharedReleased})
-		return l
-	}
-	a, b := ledger(), ledger()
+	a, _ := outLedger(t, srv, clock, 1000, false)
+	b, _ := outLedger(t, srv, clock, 1000, false)
 	waitSubscribed(t, srv)
-	req := func(session string, out int) gate.Request {
-		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
-	}
+	req := outReq
 	ta, w := a.Submit(clock.Now(), req("a", 600))
 	if w != nil || ta.Shared == "" {
 		t.Fatal("A's call was not admitted through the store")
@@ -187,20 +206,9 @@ func TestLedgersShareTheOutputLimit(t *testing.T) {
 func TestSharedOutputTriggerRelaxes(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := engine.NewFakeClock(t0)
-	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 1000, SafetyFactor: 1}
-	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
-	ledger := func() *gate.Ledger {
-		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(open(t, srv, FailOpen)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	a, b := ledger(), ledger()
-	req := func(session string, out int) gate.Request {
-		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
-	}
+	a, _ := outLedger(t, srv, clock, 1000, false)
+	b, _ := outLedger(t, srv, clock, 1000, false)
+	req := outReq
 	tb, _ := b.Submit(clock.Now(), req("b", 300))
 	b.RateLimitedBy(clock.Now(), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
 	_ = b.Release(clock.Now(), tb)
@@ -235,18 +243,9 @@ func TestSharedOutputTriggerRelaxes(t *testing.T) {
 // when they count — so the other instances see them too.
 func TestSharedOutputBroughtInWhenTheLimitIsLearned(t *testing.T) {
 	srv := redistest.Start(t)
-	s := open(t, srv, FailOpen)
 	clock := engine.NewFakeClock(t0)
-	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, SafetyFactor: 1}
-	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
-	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := func(session string, out int) gate.Request {
-		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
-	}
+	l, s := outLedger(t, srv, clock, 0, false)
+	req := outReq
 	settled, _ := l.Submit(clock.Now(), req("a", 400))
 	open, _ := l.Submit(clock.Now(), req("b", 300))
 	clock.Advance(time.Second)
@@ -334,14 +333,7 @@ func TestSettleForCorrectsTheOutput(t *testing.T) {
 func TestSharedOutputOfCallsAdmittedAloneCountsOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := engine.NewFakeClock(time.Now())
-	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 10_000, SafetyFactor: 1}
-	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
-	s := open(t, srv, FailOpen)
-	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, s := outLedger(t, srv, clock, 10_000, false)
 	srv.Kill()
 	for _, session := range []string{"a", "b"} {
 		tk, w := l.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: 400})
@@ -369,23 +361,10 @@ func TestSharedOutputOfCallsAdmittedAloneCountsOnce(t *testing.T) {
 func TestSharedOutputRelaxStepsOnceAWindowBetweenInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := engine.NewFakeClock(t0)
-	cfg := gate.DefaultConfig()
-	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 1000, SafetyFactor: 1}
-	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
-	ledger := func() *gate.Ledger {
-		s := open(t, srv, FailOpen)
-		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Notify(Handlers{Released: l.SharedReleased, Learned: l.AdoptLearned})
-		return l
-	}
-	a, b := ledger(), ledger()
+	a, _ := outLedger(t, srv, clock, 1000, true)
+	b, _ := outLedger(t, srv, clock, 1000, true)
 	waitSubscribed(t, srv)
-	req := func(session string, out int) gate.Request {
-		return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
-	}
+	req := outReq
 	trigger := func(l *gate.Ledger) float64 { return l.BucketStatus(clock.Now(), "p", "m").OutputTrigger }
 	agree := func(want float64) {
 		t.Helper()

@@ -31,8 +31,11 @@ import "github.com/redis/go-redis/v9"
 // Every write refreshes a TTL of two windows: a model nobody calls leaves
 // nothing behind.
 
-// expireLua drops the entries older than now-span from the window and returns
-// the new sum. It is the common prologue of reserveScript.
+// expireLua drops the entries older than cutoff from a window (zset w, hash
+// t, sum s; o, the open entries' nonces, for the token window, nil for the
+// output window) and returns the new sum; untilFits is how long until a
+// window has room for need under budget: 0 when it has. They are the common
+// prologue of the scripts that read a window.
 const expireLua = `
 local function expire(w, t, s, o, cutoff, ttl)
   local sum = tonumber(redis.call('GET', s) or '0')
@@ -46,33 +49,10 @@ local function expire(w, t, s, o, cutoff, ttl)
     end
     redis.call('ZREM', w, unpack(old))
     redis.call('HDEL', t, unpack(old))
-    redis.call('HDEL', o, unpack(old))
+    if o then redis.call('HDEL', o, unpack(old)) end
   end
   if sum < 0 then sum = 0 end
   redis.call('SET', s, sum, 'PX', ttl)
-  return sum
-end
-`
-
-// expireOutLua drops the output window's entries older than cutoff and
-// returns its new sum; fitsLua is how long until a window (zset w, hash t,
-// sum) has room for need under budget: 0 when it has.
-const expireOutLua = `
-local function expireOut(ow, ot, os, cutoff, ttl)
-  local sum = tonumber(redis.call('GET', os) or '0')
-  if redis.call('EXISTS', ow) == 0 then sum = 0 end
-  while true do
-    local old = redis.call('ZRANGEBYSCORE', ow, '-inf', cutoff, 'LIMIT', 0, 500)
-    if #old == 0 then break end
-    local ts = redis.call('HMGET', ot, unpack(old))
-    for i = 1, #ts do
-      if ts[i] then sum = sum - tonumber(ts[i]) end
-    end
-    redis.call('ZREM', ow, unpack(old))
-    redis.call('HDEL', ot, unpack(old))
-  end
-  if sum < 0 then sum = 0 end
-  redis.call('SET', os, sum, 'PX', ttl)
   return sum
 end
 local function untilFits(w, t, sum, need, budget, now, span)
@@ -106,7 +86,7 @@ end
 // time until it could fit and what holds it. outputBudget 0 leaves the output
 // window alone; below 0 records the output without checking it (a call larger
 // than the whole output budget, which goes at once).
-var reserveScript = redis.NewScript(expireLua + expireOutLua + `
+var reserveScript = redis.NewScript(expireLua + `
 local now, span = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tokens, need, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rpm, force, ttl = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
@@ -114,7 +94,7 @@ local out, outBudget = tonumber(ARGV[10] or '0'), tonumber(ARGV[11] or '0')
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now - span, ttl)
 local osum = 0
 if outBudget ~= 0 then
-  osum = expireOut(KEYS[7], KEYS[8], KEYS[9], now - span, ttl)
+  osum = expire(KEYS[7], KEYS[8], KEYS[9], nil, now - span, ttl)
   -- what the instance's output window held before the output limit was
   -- known: its calls in flight (entry, output: from when the entry counts,
   -- unless there already), then what settled (at, output: a closed entry)
@@ -184,7 +164,7 @@ return {tostring(id), 0, '', sum, osum}
 // or before left out; a call's output goes to the output window when it is
 // above 0. Closed: no nonce in …:o, so no settle touches them. Returns the
 // window's tokens.
-var writeBackScript = redis.NewScript(expireLua + expireOutLua + `
+var writeBackScript = redis.NewScript(expireLua + `
 local cutoff, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[5], cutoff, ttl)
 local withOut = false -- the output window only for a model whose calls carry output
@@ -192,7 +172,7 @@ for i = 5, #ARGV, 3 do
   if tonumber(ARGV[i]) > 0 then withOut = true end
 end
 local osum = 0
-if withOut then osum = expireOut(KEYS[6], KEYS[7], KEYS[8], cutoff, ttl) end
+if withOut then osum = expire(KEYS[6], KEYS[7], KEYS[8], nil, cutoff, ttl) end
 for i = 3, #ARGV - 2, 3 do
   local at, tokens, out = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if at > cutoff then
@@ -296,9 +276,9 @@ return 1
 
 // outputWindowScript: KEYS ow ot os; ARGV now span ttl. The output window's
 // sum at now, its entries older than span dropped; 0 when there is none.
-var outputWindowScript = redis.NewScript(expireOutLua + `
+var outputWindowScript = redis.NewScript(expireLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return expireOut(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
+return expire(KEYS[1], KEYS[2], KEYS[3], nil, tonumber(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
 `)
 
 // cooldownScript: KEYS cd s; ARGV until ttl. Extends the cooldown to until —
