@@ -51,6 +51,12 @@ func outLedger(t *testing.T, srv *redistest.Server, clock engine.Clock, otpm int
 	return l, s
 }
 
+// outputSum is the shared output window's sum as Redis holds it ("" when
+// there is none).
+func outputSum(s *Store) string {
+	return s.c.Get(context.Background(), s.base("p", "m")+"os").Val()
+}
+
 // outReq is a call of 10 input tokens asking max_tokens out.
 func outReq(session string, out int) gate.Request {
 	return gate.Request{Provider: "p", Model: "m", Session: session, InputTokens: 10, MaxTokens: out}
@@ -91,7 +97,7 @@ func TestSharedOutputWindow(t *testing.T) {
 	if err := s.Settle("p", "m", c.ID, 1000, -1); err != nil {
 		t.Fatal(err)
 	}
-	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "700" {
+	if v := outputSum(s); v != "700" {
 		t.Fatalf("the output sum after a settle without output: %s, want 700 (the reserve kept)", v)
 	}
 	// A call larger than the whole output budget is recorded, not checked
@@ -136,7 +142,7 @@ func TestSharedOutputSentAndWrittenBack(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "900" {
+	if v := outputSum(s); v != "900" {
 		t.Fatalf("output after the write-back: %s, want 900 (600 sent + 300 written back)", v)
 	}
 }
@@ -261,21 +267,21 @@ func TestSharedOutputBroughtInWhenTheLimitIsLearned(t *testing.T) {
 	if w != nil || third.Shared == "" {
 		t.Fatal("the third call was not admitted through the store")
 	}
-	if v := s.c.Get(ctx, s.base("p", "m")+"os").Val(); v != "650" {
+	if v := outputSum(s); v != "650" {
 		t.Fatalf("the shared output window holds %s, want 650: the settled 250, the open 300 and the new 100", v)
 	}
 	// The call in flight came in by its entry: its settle corrects it.
 	if err := l.Settle(clock.Now(), open, gate.Usage{InputTokens: 10, OutputTokens: 50}); err != nil {
 		t.Fatal(err)
 	}
-	if v := s.c.Get(ctx, s.base("p", "m")+"os").Val(); v != "400" {
+	if v := outputSum(s); v != "400" {
 		t.Fatalf("after the open call's settle the shared output window holds %s, want 400", v)
 	}
 	// Brought in once: a later reservation adds only its own output.
 	if _, w := l.Submit(clock.Now(), req("d", 100)); w != nil {
 		t.Fatal("the fourth call waited")
 	}
-	if v := s.c.Get(ctx, s.base("p", "m")+"os").Val(); v != "500" {
+	if v := outputSum(s); v != "500" {
 		t.Fatalf("after a fourth call the shared output window holds %s, want 500", v)
 	}
 }
@@ -322,7 +328,7 @@ func TestSettleForCorrectsTheOutput(t *testing.T) {
 	if _, err := s.AbandonFor("p", "m", b.ID, "gts_b"); err != nil {
 		t.Fatal(err)
 	}
-	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "400" {
+	if v := outputSum(s); v != "400" {
 		t.Fatalf("the output window after SettleFor (600 → 100) and AbandonFor (300 kept): %s, want 400", v)
 	}
 }
@@ -350,7 +356,7 @@ func TestSharedOutputOfCallsAdmittedAloneCountsOnce(t *testing.T) {
 	if _, w := l.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, MaxTokens: 100}); w != nil {
 		t.Fatal("the call after the recovery waited")
 	}
-	if v := s.c.Get(context.Background(), s.base("p", "m")+"os").Val(); v != "500" {
+	if v := outputSum(s); v != "500" {
 		t.Fatalf("the shared output window after the recovery holds %s, want 500: the two calls' 200 each, once, and the new 100", v)
 	}
 }
