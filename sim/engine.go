@@ -34,6 +34,7 @@ type gateLimits struct {
 	countsAt     string // gate.ModelLimits.CountsAt: "" learns it
 	decides      string // gate.ModelLimits.Decides: "" is whole
 	windows      string // gate.ModelLimits.Windows: "" is sliding unless learned
+	otpm         int    // gate.ModelLimits.OTPM: the output limit per window, 0 none
 }
 
 func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Time, trace io.Writer) (*gateAdapter, error) {
@@ -41,7 +42,7 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	cfg.Window = lim.window
 	cfg.MaxWait = max(cfg.MaxWait, 2*cfg.Window)
 	cfg.SafetyFactor = lim.safetyFactor
-	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt, Decides: lim.decides, Windows: lim.windows}
+	cfg.Defaults = gate.ModelLimits{TPM: lim.tpm, RPM: lim.rpm, CountsAt: lim.countsAt, Decides: lim.decides, Windows: lim.windows, OTPM: lim.otpm}
 	cfg.Learn = lim.learn
 	lim.admission.applyAdmission(&cfg)
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
@@ -120,6 +121,8 @@ func (g *gateAdapter) rateLimited(now time.Time, retryAfter time.Duration, ax ax
 		ga = engine.AxisTokens
 	case axisRequests:
 		ga = engine.AxisRequests
+	case axisOutput:
+		ga = engine.AxisOutputTokens
 	}
 	g.l.RateLimitedBy(now, simProvider, simModel, engine.RateLimit{RetryAfter: retryAfter, Axis: ga, Admitted: admitted, Tokens: reserved,
 		StatedTokens: statedTokens, StatedRequests: statedRequests})
@@ -132,6 +135,9 @@ func (g *gateAdapter) calibrate(now, sent time.Time, h headers) {
 	g.l.CalibrateAnswer(now, sent, simProvider, simModel, h.limitTokens, h.remainingTokens, h.limitRequests, h.remainingRequests)
 	if h.tokensReset > 0 {
 		g.l.ObserveTokensReset(now, simProvider, simModel, sent, engine.TokenReset{In: h.tokensReset})
+	}
+	if h.limitOutput > 0 {
+		g.l.StateOutputLimit(now, simProvider, simModel, h.limitOutput)
 	}
 }
 

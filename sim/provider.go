@@ -51,11 +51,13 @@ const (
 
 // cost is a call's cost to a limiter: decide is what the provider knows when
 // it arrives, whole what it costs once answered. They are equal unless the
-// provider decides on what it knows.
-type cost struct{ decide, whole int64 }
+// provider decides on what it knows. outDecide and outWhole are the same for
+// its output alone, which an output limit (provider.otpm) counts: at arrival
+// its max_tokens when it sent one, corrected to what it wrote once answered.
+type cost struct{ decide, whole, outDecide, outWhole int64 }
 
 // whole is a cost known in full at arrival.
-func whole(tokens int64) cost { return cost{tokens, tokens} }
+func whole(tokens int64) cost { return cost{decide: tokens, whole: tokens} }
 
 // held identifies what a limiter counted for an accepted call, so its
 // completion can settle the count to the whole cost: the sliding window's
@@ -64,6 +66,7 @@ func whole(tokens int64) cost { return cost{tokens, tokens} }
 type held struct {
 	seq    uint64
 	window time.Time
+	outSeq uint64 // the output window's entry (provider.otpm); 0: none
 }
 
 // LimitModels lists the provider limit models in report order.
@@ -76,6 +79,7 @@ const (
 	axisNone     axis = iota // accepted; as a 429's axis: the provider did not say
 	axisTokens               // tokens per window (TPM)
 	axisRequests             // requests per window (RPM)
+	axisOutput               // output tokens per window (OTPM)
 )
 
 func (a axis) String() string {
@@ -84,6 +88,8 @@ func (a axis) String() string {
 		return "tokens"
 	case axisRequests:
 		return "requests"
+	case axisOutput:
+		return "output"
 	}
 	return "none"
 }
@@ -386,8 +392,16 @@ type provider struct {
 	window     time.Duration
 	served     [2]int64 // tokens counted, by source
 	requests   [2]int64 // requests counted, by source
-	refusedBy  [3]int   // refusals of session calls, by axis
+	refusedBy  [4]int   // refusals of session calls, by axis
 	refusedOut int      // refusals of outside calls
+	// The output limit (provider.otpm; nil without one): a sliding window of
+	// the sessions' output, as Anthropic counts OTPM — a call's max_tokens
+	// when it arrives (or, without one, what the provider knows of its
+	// output: all of it deciding on the whole cost, none deciding on what it
+	// knows), corrected to what it wrote when it completes. The outside
+	// client writes none. outServed is the output written.
+	out       *slidingWindow
+	outServed int64
 }
 
 func newProvider(p ProviderSpec, window time.Duration) (*provider, error) {
@@ -395,7 +409,11 @@ func newProvider(p ProviderSpec, window time.Duration) (*provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &provider{lim: lim, spec: p, window: window}, nil
+	pr := &provider{lim: lim, spec: p, window: window}
+	if p.OTPM > 0 {
+		pr.out = &slidingWindow{window: window}
+	}
+	return pr, nil
 }
 
 // refusal is a 429 as the provider sends it.
@@ -404,12 +422,28 @@ type refusal struct {
 	retryAfter time.Duration // the Retry-After header
 }
 
-// offer is a call arriving at now.
+// offer is a call arriving at now. The output limit is checked first: a call
+// it refuses is not offered to the token and request limits.
 func (p *provider) offer(now time.Time, c cost, src source) (refusal, held) {
-	ax, fit, h := p.lim.offer(now, c)
+	var ax axis
+	var fit time.Duration
+	var h held
+	if p.out != nil {
+		p.out.expire(now)
+		ax, fit = p.out.check(now, c.outDecide, int64(p.spec.OTPM), math.MaxInt64)
+		if ax == axisTokens {
+			ax = axisOutput
+		}
+	}
+	if ax == axisNone {
+		ax, fit, h = p.lim.offer(now, c)
+	}
 	if ax == axisNone {
 		if !p.lim.countsOnDone() {
 			p.count(c.whole, src)
+		}
+		if p.out != nil && c.outDecide > 0 {
+			h.outSeq = p.out.add(now, c.outDecide)
 		}
 		return refusal{}, h
 	}
@@ -432,6 +466,17 @@ func (p *provider) done(now time.Time, c cost, h held, src source) {
 	if p.lim.countsOnDone() {
 		p.count(c.whole, src)
 	}
+	if p.out == nil || src != fromSessions {
+		return
+	}
+	p.out.expire(now)
+	switch {
+	case h.outSeq != 0:
+		p.out.settle(h.outSeq, c.outWhole-c.outDecide) // (gone from the window: nothing to correct)
+	case c.outWhole > 0:
+		p.out.add(now, c.outWhole) // nothing counted at arrival: counted as written
+	}
+	p.outServed += c.outWhole
 }
 
 func (p *provider) count(tokens int64, src source) {
@@ -446,6 +491,9 @@ type headers struct {
 	// again, as x-ratelimit-reset-tokens says (0: it is whole now). The gate
 	// reads it from when the answer reaches it, a one-way trip late.
 	tokensReset time.Duration
+	// limitOutput is the output limit, per minute, as Anthropic's
+	// anthropic-ratelimit-output-tokens-limit states it (0: none).
+	limitOutput int64
 }
 
 func (p *provider) headers(now time.Time) headers {
@@ -458,5 +506,8 @@ func (p *provider) headers(now time.Time) headers {
 		limitRequests: scale(int64(p.spec.RPM)), remainingRequests: scale(max(0, rr)),
 	}
 	h.tokensReset = p.lim.tokensReset(now)
+	if p.out != nil {
+		h.limitOutput = scale(int64(p.spec.OTPM))
+	}
 	return h
 }

@@ -130,10 +130,10 @@ func runKnownSteps(t *testing.T, model string, steps []knownStep) {
 	}
 	hs := make([]held, len(steps))
 	for i, s := range steps {
-		c := cost{s.decide, s.whole}
+		c := cost{decide: s.decide, whole: s.whole}
 		if s.op == "done" {
 			o := steps[s.of]
-			l.done(s.at, cost{o.decide, o.whole}, hs[s.of])
+			l.done(s.at, cost{decide: o.decide, whole: o.whole}, hs[s.of])
 			continue
 		}
 		ax, fit, h := l.offer(s.at, c)
@@ -201,7 +201,10 @@ func TestLimitModelsDecideOnWhatTheyKnow(t *testing.T) {
 }
 
 // A session's call costs the provider its input and max_tokens at arrival when
-// it decides on what it knows, and its whole cost either way once done.
+// it decides on what it knows, and its whole cost either way once done. An
+// output limit counts its max_tokens at arrival when it sends one, else its
+// output as the provider knows it (all of it, or none deciding on what it
+// knows), and what it wrote once done.
 func TestCallCost(t *testing.T) {
 	j := job{prompt: 100, output: 50, maxTokens: 80}
 	free := job{prompt: 100, output: 50}
@@ -210,10 +213,10 @@ func TestCallCost(t *testing.T) {
 		j       job
 		want    cost
 	}{
-		{"", j, cost{150, 150}},
-		{DecidesWhole, free, cost{150, 150}},
-		{DecidesKnown, j, cost{180, 150}},
-		{DecidesKnown, free, cost{100, 150}},
+		{"", j, cost{150, 150, 80, 50}},
+		{DecidesWhole, free, cost{150, 150, 50, 50}},
+		{DecidesKnown, j, cost{180, 150, 80, 50}},
+		{DecidesKnown, free, cost{100, 150, 0, 50}},
 	} {
 		r := &runner{s: Scenario{Provider: ProviderSpec{Decides: tc.decides}}}
 		if got := r.cost(tc.j); got != tc.want {
@@ -281,5 +284,51 @@ func TestProviderTokensReset(t *testing.T) {
 		if got := p.headers(at).tokensReset; got != c.want {
 			t.Errorf("%s: reset %v, want %v", c.model, got, c.want)
 		}
+	}
+}
+
+// An output limit counts a call's max_tokens when it arrives and what it wrote
+// once it is done, in a sliding window of its own, checked before the token
+// limit: a call it refuses counts nothing, and the refusal names it, with the
+// wait until the refused output fits. A call whose output the provider does
+// not know at arrival counts it as written; the outside client writes none.
+func TestProviderOutputLimit(t *testing.T) {
+	spec := ProviderSpec{Model: LimitSlidingArrival, TPM: 1000, RPM: 100, OTPM: 100, RetryAfter: Duration(30 * time.Second), ComputeRetryAfter: true}
+	p, err := newProvider(spec, testWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := func(at time.Time, c cost, src source, want axis) held {
+		t.Helper()
+		ref, h := p.offer(at, c, src)
+		if ref.axis != want {
+			t.Fatalf("+%s %+v: refused by %s, want %s", at.Sub(t0), c, ref.axis, want)
+		}
+		return h
+	}
+	asked := cost{decide: 90, whole: 70, outDecide: 80, outWhole: 60} // max_tokens 80, wrote 60
+	ha := offer(t0, asked, fromSessions, axisNone)
+	ref, _ := p.offer(t1, cost{decide: 30, whole: 30, outDecide: 30, outWhole: 30}, fromSessions)
+	if ref.axis != axisOutput || ref.retryAfter != 9*time.Second {
+		t.Fatalf("80 reserved + 30 over an output limit of 100: %+v, want refused by the output limit, Retry-After 9s (the t0 call leaves at +10s)", ref)
+	}
+	if tok, _ := p.lim.remaining(t1); tok != 1000-90 {
+		t.Fatalf("the call the output limit refused was counted by the token limit: %d tokens left, want %d", tok, 1000-90)
+	}
+	p.done(t2, asked, ha, fromSessions) // corrected to the 60 it wrote
+	offer(t2, cost{decide: 30, whole: 30, outDecide: 30, outWhole: 30}, fromSessions, axisNone)
+	offer(t2, whole(500), fromOutside, axisNone)         // no output
+	unknown := cost{decide: 10, whole: 50, outWhole: 40} // deciding on what it knows, no max_tokens
+	hu := offer(t5, unknown, fromSessions, axisNone)     // 60 + 30 + nothing yet
+	p.done(t5, unknown, hu, fromSessions)                // + the 40 it wrote: 130
+	offer(t5, cost{decide: 1, whole: 1, outDecide: 1, outWhole: 1}, fromSessions, axisOutput)
+	if p.refusedBy[axisOutput] != 2 || p.refusedBy[axisTokens] != 0 {
+		t.Fatalf("refusals by axis %v, want 2 by the output limit and none by tokens", p.refusedBy)
+	}
+	if p.outServed != 60+40 {
+		t.Fatalf("output served %d, want the 100 the two finished calls wrote", p.outServed)
+	}
+	if h := p.headers(t5); h.limitOutput != 600 {
+		t.Fatalf("headers state an output limit of %d a minute, want 600 (100 a 10 s window)", h.limitOutput)
 	}
 }

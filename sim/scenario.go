@@ -27,11 +27,16 @@ import (
 //	duration: 2h             # simulated time (at most 720h)
 //	window: 60s              # the provider's limit window, and the gate's
 //	sessions: 32             # closed-loop sessions: think, call, wait for the answer, think …
-//	demand: 1.5              # offered load ÷ the binding true limit (TPM or RPM, whichever binds first)
+//	demand: 1.5              # offered load ÷ the binding true limit (TPM, RPM or OTPM, whichever binds first)
 //	provider:                # the hidden truth
 //	  model: sliding-arrival # sliding-arrival | sliding-completion | token-bucket | fixed-window (see LimitModels)
 //	  tpm: 200000            # tokens per window (input + output, the whole cost of a call)
 //	  rpm: 600               # requests per window
+//	  otpm: 0                # output tokens per window (Anthropic's OTPM; 0: none), in a sliding window
+//	                         #   of their own: a call's max_tokens when it arrives (without one, its
+//	                         #   output as the provider knows it: all deciding whole, none deciding
+//	                         #   known), corrected to what it wrote once answered; checked before tpm
+//	                         #   and rpm, and its 429s name it, as Anthropic's do
 //	  retryAfter: 60s        # the Retry-After a 429 carries
 //	  computeRetryAfter: false # true: Retry-After is the real time until the refused call would fit,
 //	                         #   rounded up to whole seconds (≥ 1 s); retryAfter when it never fits
@@ -80,6 +85,9 @@ import (
 //	                         #   max_tokens (the oracle is told provider.decides either way)
 //	  windows: sliding       # or fixed: tell the gate the provider counts in clock-aligned windows
 //	                         #   (the oracle is told the truth either way)
+//	  otpm: 0                # the output limit per window the gate is told, as a model's otpm in the
+//	                         #   config (0: not told; it learns one from the 429s about the output,
+//	                         #   or from the headers; the oracle is told provider.otpm)
 //	promptTokens: {median: 3000, p99: 20000}  # lognormal input size
 //	outputTokens: {median: 400, p99: 3000}    # lognormal output size
 //	maxTokensShare: 0.1      # share of calls that send max_tokens (the gate reserves it; the output is
@@ -114,9 +122,12 @@ type Scenario struct {
 
 // ProviderSpec is the simulated provider's hidden truth and how it answers.
 type ProviderSpec struct {
-	Model             string   `yaml:"model" json:"model"`
-	TPM               int      `yaml:"tpm" json:"tpm"`
-	RPM               int      `yaml:"rpm" json:"rpm"`
+	Model string `yaml:"model" json:"model"`
+	TPM   int    `yaml:"tpm" json:"tpm"`
+	RPM   int    `yaml:"rpm" json:"rpm"`
+	// OTPM is the output limit per window (0: none): see the key's comment
+	// above and provider.out.
+	OTPM              int      `yaml:"otpm" json:"otpm,omitempty"`
 	RetryAfter        Duration `yaml:"retryAfter" json:"retryAfter"`
 	ComputeRetryAfter bool     `yaml:"computeRetryAfter" json:"computeRetryAfter"`
 	Headers           bool     `yaml:"headers" json:"headers"`
@@ -190,6 +201,9 @@ type GateSpec struct {
 	// edges, provider.computeRetryAfter). The oracle is told the truth either
 	// way.
 	Windows string `yaml:"windows,omitempty" json:"windows,omitempty"`
+	// OTPM is the output limit per window the gate is told, as a model's otpm
+	// in the config does (0: not told). The oracle is told provider.otpm.
+	OTPM int `yaml:"otpm,omitempty" json:"otpm,omitempty"`
 }
 
 // applyAdmission sets the admission settings the scenario gives on cfg.
@@ -454,6 +468,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.provider.model: must be set; choices are %v", LimitModels)
 	case s.Provider.TPM <= 0 || s.Provider.RPM <= 0:
 		return fmt.Errorf("scenario.provider: tpm and rpm must be positive")
+	case s.Provider.OTPM < 0 || s.Gate.OTPM < 0:
+		return fmt.Errorf("scenario: provider.otpm and gate.otpm must not be negative (0: none)")
+	case s.Provider.OTPM > 0 && s.MaxTokensShare > 0 && s.MaxTokens > s.Provider.OTPM:
+		return fmt.Errorf("scenario.maxTokens: %d is more than provider.otpm (%d): a call sending it could never fit the output limit", s.MaxTokens, s.Provider.OTPM)
 	case s.Provider.RetryAfter < 0:
 		return fmt.Errorf("scenario.provider.retryAfter: must not be negative")
 	case s.Gate.TPM < 0 || s.Gate.RPM < 0 || s.Gate.Start < 0:

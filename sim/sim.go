@@ -49,16 +49,20 @@ type Metrics struct {
 	RequestUtilization float64 `json:"requestUtilization"`
 	// RateLimited counts the sessions' 429s; ByTokens and ByRequests split it by
 	// the limit that refused (whether or not the provider said so).
-	RateLimited           int     `json:"rateLimited"`
-	RateLimitedByTokens   int     `json:"rateLimitedByTokens"`
-	RateLimitedByRequests int     `json:"rateLimitedByRequests"`
-	RateLimitedPerHour    float64 `json:"rateLimitedPerHour"`
-	OutsideRateLimited    int     `json:"outsideRateLimited,omitempty"` // the outside client's 429s
-	Lost                  int     `json:"lost"`                         // requests that never succeeded
-	Completed             int     `json:"completed"`                    // requests that succeeded
-	WaitP50Ms             int64   `json:"waitP50Ms"`
-	WaitP99Ms             int64   `json:"waitP99Ms"`
-	Fairness              float64 `json:"fairness"` // Jain's index of tokens served per session
+	RateLimited           int `json:"rateLimited"`
+	RateLimitedByTokens   int `json:"rateLimitedByTokens"`
+	RateLimitedByRequests int `json:"rateLimitedByRequests"`
+	// With an output limit (provider.otpm): the sessions' 429s about it, and
+	// the output the provider served ÷ (true OTPM × windows).
+	RateLimitedByOutput int     `json:"rateLimitedByOutput,omitempty"`
+	OutputUtilization   float64 `json:"outputUtilization,omitempty"`
+	RateLimitedPerHour  float64 `json:"rateLimitedPerHour"`
+	OutsideRateLimited  int     `json:"outsideRateLimited,omitempty"` // the outside client's 429s
+	Lost                int     `json:"lost"`                         // requests that never succeeded
+	Completed           int     `json:"completed"`                    // requests that succeeded
+	WaitP50Ms           int64   `json:"waitP50Ms"`
+	WaitP99Ms           int64   `json:"waitP99Ms"`
+	Fairness            float64 `json:"fairness"` // Jain's index of tokens served per session
 	// Gate only: the first window after which the learned quota, min(quota,
 	// trigger, the room the others' spend leaves when the headers say it
 	// plainly), stays within ±5% of the capacity left to the gate (the true
@@ -165,6 +169,9 @@ func thinkMean(s Scenario) float64 {
 	win := time.Duration(s.Window).Seconds()
 	// requests per second the provider allows: whichever limit binds first
 	allowed := math.Min(float64(s.Provider.TPM)/(meanP+meanO), float64(s.Provider.RPM)) / win
+	if s.Provider.OTPM > 0 {
+		allowed = math.Min(allowed, float64(s.Provider.OTPM)/meanO/win)
+	}
 	perSession := s.Demand * allowed / float64(s.Sessions)
 	trip := 2*time.Duration(s.Network.Delay) + time.Duration(s.Network.Jitter)
 	return math.Max(0, 1/perSession-(s.responseTime(int64(meanO))+trip).Seconds())
@@ -316,11 +323,13 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			if s.Provider.Decides == DecidesKnown {
 				lim.decides = gate.DecidesKnown // and what it decides a call on
 			}
+			lim.otpm = s.Provider.OTPM // and the output limit
 		}
 		if mode == ModeGate {
 			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it
 			lim.decides = s.Gate.Decides
 			lim.windows = s.Gate.Windows
+			lim.otpm = s.Gate.OTPM
 		}
 		var trace io.Writer
 		if mode == ModeGate {
@@ -472,8 +481,13 @@ func (r *runner) handle(e event) {
 // else on its whole cost.
 func (r *runner) cost(j job) cost {
 	c := whole(j.prompt + j.output)
+	c.outDecide, c.outWhole = j.output, j.output
 	if r.s.Provider.Decides == DecidesKnown {
 		c.decide = j.prompt + j.maxTokens
+		c.outDecide = 0 // an output limit counts it as written
+	}
+	if j.maxTokens > 0 {
+		c.outDecide = j.maxTokens // what an output limit counts at arrival
 	}
 	return c
 }
@@ -534,8 +548,8 @@ func (r *runner) refused(now time.Time, s *session) {
 	ref := s.pending
 	if r.gate != nil {
 		ax := axisNone
-		if r.s.Provider.NamesLimit {
-			ax = ref.axis
+		if r.s.Provider.NamesLimit || ref.axis == axisOutput {
+			ax = ref.axis // (a 429 about the output limit names it, as Anthropic's words and headers do)
 		}
 		reserved := s.adm.ticket.Reserved
 		var stated headers // what the 429's words state: nothing unless provider.statesLimit
@@ -665,6 +679,10 @@ func (r *runner) metrics() Metrics {
 		Lost:                  r.lost,
 		Completed:             r.done,
 		Fairness:              jain(r.sessions),
+	}
+	if r.s.Provider.OTPM > 0 {
+		m.RateLimitedByOutput = p.refusedBy[axisOutput]
+		m.OutputUtilization = float64(p.outServed) / (float64(r.s.Provider.OTPM) * windows)
 	}
 	if !r.stopped.IsZero() {
 		left := r.end.Sub(r.stopped).Seconds() / time.Duration(r.s.Window).Seconds()

@@ -160,6 +160,9 @@ func TestParseScenario(t *testing.T) {
 		{"GateStartNull", "gate: {start: ~}\n", "scenario.gate.start: must be positive (got ~)"},
 		{"LimitModelEmpty", "provider: {model: \"\"}\n", "scenario.provider.model: must be set; choices are [sliding-arrival"},
 		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
+		{"OTPMNegative", "provider: {otpm: -1}\n", "scenario: provider.otpm and gate.otpm must not be negative"},
+		{"GateOTPMNegative", "gate: {otpm: -1}\n", "scenario: provider.otpm and gate.otpm must not be negative"},
+		{"MaxTokensOverOTPM", "provider: {otpm: 1000}\n", "scenario.maxTokens: 4096 is more than provider.otpm (1000): a call sending it could never fit the output limit"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1029,5 +1032,42 @@ func TestOutsideWarmFillsTheWindow(t *testing.T) {
 				t.Errorf("the provider's window holds %d outside tokens at the start, want %d", held, tc.want)
 			}
 		})
+	}
+}
+
+// With an output limit (Anthropic's OTPM) binding far under the token limit
+// and every call sending max_tokens: naive retries meet it tens of thousands
+// of times an hour; the oracle, told it, holds to it without a 429; the gate
+// not told learns it from the 429s that name it — one — and serves over 90%
+// of the output the oracle does; told, it does what the oracle does. The
+// token and request limits refuse nothing.
+func TestOutputLimit(t *testing.T) {
+	s := loadScenario(t, "output-limit.yaml")
+	rep := run(t, s)
+	o, g, n := rep.Modes[ModeOracle], rep.Modes[ModeGate], rep.Modes[ModeNaive]
+	for m, x := range map[string]Metrics{ModeOracle: o, ModeGate: g, ModeNaive: n} {
+		t.Logf("%-6s output %.3f  429s %d (output %d)", m, x.OutputUtilization, x.RateLimited, x.RateLimitedByOutput)
+		if x.RateLimitedByTokens+x.RateLimitedByRequests > 0 || x.RateLimitedByOutput != x.RateLimited {
+			t.Fatalf("%s: %d 429s, %d of them about the output; want all about the output", m, x.RateLimited, x.RateLimitedByOutput)
+		}
+	}
+	if n.RateLimited < 10000 || n.Lost == 0 {
+		t.Fatalf("naive: %d 429s, %d lost; want the output limit met over and over", n.RateLimited, n.Lost)
+	}
+	if o.RateLimited > 0 || o.OutputUtilization < 0.75 {
+		t.Fatalf("oracle: %d 429s, %.3f of the output limit; want none and ≥ 0.75", o.RateLimited, o.OutputUtilization)
+	}
+	if g.RateLimited > 1 || g.Lost > 0 || g.OutputUtilization < 0.9*o.OutputUtilization {
+		t.Fatalf("gate not told: %d 429s, %d lost, %.3f of the output limit (oracle %.3f); want ≤ 1, none lost, ≥ 90%% of the oracle's",
+			g.RateLimited, g.Lost, g.OutputUtilization, o.OutputUtilization)
+	}
+	s.Gate.OTPM = s.Provider.OTPM
+	told := runGate(t, s)
+	if told.RateLimited > 0 || told.OutputUtilization < 0.99*o.OutputUtilization {
+		t.Fatalf("gate told: %d 429s, %.3f of the output limit (oracle %.3f); want none and the oracle's", told.RateLimited, told.OutputUtilization, o.OutputUtilization)
+	}
+	s.Provider.OTPM, s.Gate.OTPM = 0, 0
+	if none := runGate(t, s); none.OutputUtilization != 0 || none.RateLimited > 0 {
+		t.Fatalf("without an output limit: output utilization %.3f, %d 429s; want 0 (no limit to measure against) and none", none.OutputUtilization, none.RateLimited)
 	}
 }

@@ -23,9 +23,9 @@ func simCommand() *cli.Command {
 			"Without --scenario it runs the built-in scenario: 32 sessions offering 1.5× a 200k TPM limit on a\n" +
 			"sliding window counted at arrival, 5–15 ms of network delay each way, 10% of calls sending max_tokens,\n" +
 			"the gate configured at the truth. Scenario keys (docs/sim.md has them all): seed, duration, window,\n" +
-			"sessions, demand, provider {model, tpm, rpm, retryAfter, computeRetryAfter, headers, headersAt, namesLimit, statesLimit, decides},\n" +
+			"sessions, demand, provider {model, tpm, rpm, otpm, retryAfter, computeRetryAfter, headers, headersAt, namesLimit, statesLimit, decides},\n" +
 			"network {delay, jitter}, response {base, perOutputToken}, outside {share, pattern, callTokens, every, warm, until},\n" +
-			"gate {start, tpm, rpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt, decides, windows}, promptTokens {median, p99},\n" +
+			"gate {start, tpm, rpm, otpm, safetyFactor, pace, paceBurst, marginSigmas, countsAt, decides, windows}, promptTokens {median, p99},\n" +
 			"outputTokens {median, p99}, maxTokensShare, maxTokens.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "scenario", Usage: "YAML scenario `FILE` (keys override the built-in scenario)"},
@@ -114,8 +114,12 @@ func simCommand() *cli.Command {
 func writeSimText(w io.Writer, r sim.Report) {
 	s := r.Scenario
 	fmt.Fprintf(w, "scenario: %s offering %.2f× the limit for %s (seed %d)\n", plural(s.Sessions, "session", "sessions"), s.Demand, time.Duration(s.Duration), s.Seed)
-	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM per %s window, Retry-After %s%s%s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
-		time.Duration(s.Window), time.Duration(s.Provider.RetryAfter), simIf(s.Provider.ComputeRetryAfter, " (or the real wait)"),
+	otpm := ""
+	if s.Provider.OTPM > 0 {
+		otpm = fmt.Sprintf(", %d OTPM", s.Provider.OTPM)
+	}
+	fmt.Fprintf(w, "provider: %s, %d TPM, %d RPM%s per %s window, Retry-After %s%s%s%s%s%s\n", s.Provider.Model, s.Provider.TPM, s.Provider.RPM,
+		otpm, time.Duration(s.Window), time.Duration(s.Provider.RetryAfter), simIf(s.Provider.ComputeRetryAfter, " (or the real wait)"),
 		simIf(s.Provider.Headers, ", rate-limit headers"), simIf(s.Provider.NamesLimit, ", 429s name the limit"), simIf(s.Provider.StatesLimit, ", 429s state the limits"),
 		simIf(s.Provider.Decides == sim.DecidesKnown, ", decides on input + max_tokens"))
 	fmt.Fprintf(w, "network:  %s + up to %s each way; answers take %s + %s per output token\n", time.Duration(s.Network.Delay), time.Duration(s.Network.Jitter),
@@ -134,26 +138,37 @@ func writeSimText(w io.Writer, r sim.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "mode\tutilization")
 	after := s.Outside.Share > 0 && s.Outside.Until > 0 && s.Outside.Until < s.Duration
+	output := s.Provider.OTPM > 0
+	if output {
+		fmt.Fprint(tw, "\toutput")
+	}
 	if s.Outside.Share > 0 {
 		fmt.Fprint(tw, "\tof remaining")
 	}
 	if after {
 		fmt.Fprint(tw, "\tafter it stopped")
 	}
-	fmt.Fprintln(tw, "\trequests\t429s\t(tok/req)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness")
+	fmt.Fprintf(tw, "\trequests\t429s\t(tok/req%s)\t429s/h\tlost\tcompleted\twait p50\twait p99\tfairness\n", simIf(output, "/out"))
 	for _, m := range sim.Modes {
 		x, ok := r.Modes[m]
 		if !ok {
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%.3f", m, x.Utilization)
+		if output {
+			fmt.Fprintf(tw, "\t%.3f", x.OutputUtilization)
+		}
 		if s.Outside.Share > 0 {
 			fmt.Fprintf(tw, "\t%.3f", x.RemainingUtilization)
 		}
 		if after {
 			fmt.Fprintf(tw, "\t%.3f", x.AfterOutside)
 		}
-		fmt.Fprintf(tw, "\t%.3f\t%d\t%d/%d\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RequestUtilization, x.RateLimited, x.RateLimitedByTokens, x.RateLimitedByRequests, x.RateLimitedPerHour,
+		split := fmt.Sprintf("%d/%d", x.RateLimitedByTokens, x.RateLimitedByRequests)
+		if output {
+			split += fmt.Sprintf("/%d", x.RateLimitedByOutput)
+		}
+		fmt.Fprintf(tw, "\t%.3f\t%d\t%s\t%.1f\t%d\t%d\t%s\t%s\t%.3f\n", x.RequestUtilization, x.RateLimited, split, x.RateLimitedPerHour,
 			x.Lost, x.Completed, time.Duration(x.WaitP50Ms)*time.Millisecond, time.Duration(x.WaitP99Ms)*time.Millisecond, x.Fairness)
 	}
 	tw.Flush()
@@ -270,6 +285,9 @@ func marginText(g sim.GateSpec) string {
 	}
 	if g.Decides == gate.DecidesKnown {
 		t += ", told the provider decides on input + max_tokens"
+	}
+	if g.OTPM > 0 {
+		t += fmt.Sprintf(", told OTPM %d", g.OTPM)
 	}
 	if g.Windows == gate.WindowsFixed {
 		t += ", told the provider counts in fixed windows"

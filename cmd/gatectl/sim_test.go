@@ -115,3 +115,25 @@ func TestWriteSweepTextNothingNudged(t *testing.T) {
 		t.Fatalf("first line %q, want it to count the settings run", lines[0])
 	}
 }
+
+// With an output limit the report gains an output column and splits the 429s
+// three ways (tokens/requests/output); without one it is as it was.
+func TestWriteSimTextOutputColumn(t *testing.T) {
+	s := sim.DefaultScenario()
+	rep := sim.Report{Scenario: s, Modes: map[string]sim.Metrics{
+		sim.ModeGate: {Utilization: 0.5, OutputUtilization: 0.75, RateLimited: 3, RateLimitedByTokens: 1, RateLimitedByRequests: 0, RateLimitedByOutput: 2},
+	}}
+	var b bytes.Buffer
+	writeSimText(&b, rep)
+	if strings.Contains(b.String(), "OTPM") || strings.Contains(b.String(), "utilization  output") || !strings.Contains(b.String(), "(tok/req) ") {
+		t.Fatalf("without an output limit the report speaks of one:\n%s", b.String())
+	}
+	rep.Scenario.Provider.OTPM, rep.Scenario.Gate.OTPM = 80000, 60000
+	b.Reset()
+	writeSimText(&b, rep)
+	for _, want := range []string{", 80000 OTPM per 1m0s window", "told OTPM 60000", "utilization  output", "(tok/req/out)", "gate  0.500        0.750", " 1/0/2 "} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
