@@ -45,7 +45,9 @@ type Spec struct {
 	// os.LookupEnv. Tests inject a map.
 	LookupEnv func(string) (string, bool)
 	// HTTPClient is used by the http and wasm kinds; nil means a client with no
-	// timeout of its own (each read is bounded by Timeout through its context).
+	// timeout of its own (each read is bounded by Timeout through its context)
+	// that follows a redirect only within the URL's origin (the request's
+	// headers hold the key: sameorigin.CheckRedirect).
 	HTTPClient *http.Client
 	// Logger receives the source's own debug lines; nil discards them.
 	Logger hclog.Logger

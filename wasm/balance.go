@@ -57,7 +57,7 @@ type Balance struct {
 	url       string
 	headers   balance.Headers
 	lookupEnv func(string) (string, bool)
-	client    *http.Client
+	client    *http.Client // nil: balance.Fetch's, which keeps the key within the URL's origin
 	timeout   time.Duration
 	config    json.RawMessage
 	clock     engine.Clock
@@ -111,9 +111,6 @@ func NewBalance(ctx context.Context, h *Host, s balance.Spec) (*Balance, error) 
 	}
 	if b.timeout <= 0 {
 		b.timeout = enginepool.DefaultBalanceTimeout
-	}
-	if b.client == nil {
-		b.client = &http.Client{}
 	}
 	if b.logger == nil {
 		b.logger = hclog.NewNullLogger()

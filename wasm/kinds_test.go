@@ -112,6 +112,42 @@ func TestBalanceHostFetches(t *testing.T) {
 	}
 }
 
+// The request a balance module maps carries the key in its headers, so it
+// follows a redirect only within the URL's origin, as the http kind's does: Go's
+// own client drops only Authorization and cookies at another host, and would
+// hand it an X-Api-Key. A redirect elsewhere is the module's answer to map.
+func TestBalanceKeyStaysWithinTheOrigin(t *testing.T) {
+	var leaked string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked = r.Header.Get("X-Api-Key")
+		w.Write([]byte(`{}`))
+	}))
+	defer other.Close()
+	otherURL := strings.Replace(other.URL, "127.0.0.1", "localhost", 1) // another origin, same machine
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, otherURL+"/steal", http.StatusFound)
+	}))
+	defer origin.Close()
+	th := newTestHost(t, "")
+	b, err := NewBalance(context.Background(), th.Host, balance.Spec{
+		Provider: "p", APIKeyEnv: "TEST_KEY",
+		LookupEnv: func(k string) (string, bool) { return "sk-secret-key-123", k == "TEST_KEY" },
+		Wasm: &balance.WasmSpec{Module: modulePath(t, "echo.wasm"), URL: origin.URL + "/balance",
+			Headers: map[string]string{"X-Api-Key": "${TEST_KEY}"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, _ = b.Read(context.Background())
+	if leaked != "" {
+		t.Fatalf("the key followed a redirect to another origin: %q", leaked)
+	}
+	if log := th.log.String(); !strings.Contains(log, `\"status\":302`) {
+		t.Fatalf("the module was not handed the redirect as its own answer:\n%s", log)
+	}
+}
+
 func TestBalanceErrors(t *testing.T) {
 	th := newTestHost(t, "")
 	echo := modulePath(t, "echo.wasm")
