@@ -1039,8 +1039,8 @@ func TestOutsideWarmFillsTheWindow(t *testing.T) {
 // and every call sending max_tokens: naive retries meet it tens of thousands
 // of times an hour; the oracle, told it, holds to it without a 429; the gate
 // not told learns it from the 429s that name it — one — and serves over 90%
-// of the output the oracle does; told, it does what the oracle does. The
-// token and request limits refuse nothing.
+// of the output the oracle does; told, it does what the oracle does; told
+// twice the truth, it takes 3. The token and request limits refuse nothing.
 func TestOutputLimit(t *testing.T) {
 	s := loadScenario(t, "output-limit.yaml")
 	rep := run(t, s)
@@ -1065,6 +1065,13 @@ func TestOutputLimit(t *testing.T) {
 	told := runGate(t, s)
 	if told.RateLimited > 0 || told.OutputUtilization < 0.99*o.OutputUtilization {
 		t.Fatalf("gate told: %d 429s, %.3f of the output limit (oracle %.3f); want none and the oracle's", told.RateLimited, told.OutputUtilization, o.OutputUtilization)
+	}
+	// Told twice the truth: the 429 at its own level refutes the figure,
+	// and the trigger is not stepped back up toward it every ten windows
+	// (11 429s an hour before).
+	s.Gate.OTPM = 2 * s.Provider.OTPM
+	if twice := runGate(t, s); twice.RateLimited > 3 || twice.OutputUtilization < 0.9*o.OutputUtilization {
+		t.Fatalf("gate told twice the output limit: %d 429s, %.3f of it (oracle %.3f); want ≤ 3 and ≥ 90%% of the oracle's", twice.RateLimited, twice.OutputUtilization, o.OutputUtilization)
 	}
 	s.Provider.OTPM, s.Gate.OTPM = 0, 0
 	if none := runGate(t, s); none.OutputUtilization != 0 || none.RateLimited > 0 {

@@ -36,6 +36,11 @@ type outputAxis struct {
 	// last429 is the last 429 about the output, burstAt the first of its
 	// burst (429s within a window of it), relaxedAt the last relax step.
 	last429, burstAt, relaxedAt time.Time
+	// atOwnLevel: the trigger was read where the gate had filled the output
+	// window to its own budget, under a configured limit (no stated one): the
+	// provider refused the gate's own excess, and the configured figure is
+	// wrong (see outputHeldLocked).
+	atOwnLevel bool
 }
 
 // Output axis constants.
@@ -44,8 +49,11 @@ const (
 	// limit steps back up × learnProbeFactor once a window, while it holds
 	// calls back, from this many windows after the 429 that set it: what
 	// another client spent, or a burst of long answers, passes. Without a
-	// limit to step toward it is re-probed as the token trigger is
-	// (triggerReprobeWindows).
+	// limit to step toward, or below a configured one the provider refused
+	// at the gate's own level (outputAxis.atOwnLevel), it is re-probed as
+	// the token trigger is (triggerReprobeWindows): stepping back up toward
+	// such a figure each outputRelaxWindows met the limit again each time (a
+	// configured otpm twice the truth, in the simulator: 12 429s an hour).
 	outputRelaxWindows = 10
 	// outputFloorShare: a trigger is never below this share of the limit it
 	// was read under, nor below outputFloorMin tokens, so a 429 read while
@@ -120,7 +128,7 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 	}
 	since := maxTime(b.out.last429, b.out.relaxedAt)
 	wait := outputRelaxWindows * span
-	if base <= 0 {
+	if base <= 0 || (b.out.atOwnLevel && b.outputStatedLocked() == 0) {
 		wait = triggerReprobeWindows * span
 	}
 	if now.Sub(b.out.last429) < wait || now.Sub(since) < span {
@@ -183,6 +191,9 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		floor = math.Max(floor, b.out.trigger*outputFloorShare)
 	}
 	from := b.out.trigger
+	// Refused where the gate filled its window to its budget, under a figure
+	// only configured: that figure is wrong, not another client's spend.
+	b.out.atOwnLevel = b.outputStatedLocked() == 0 && reading >= suspectRatio*float64(b.outputBudgetLocked())
 	t := math.Max(stepDown*reading, floor)
 	if base > 0 && t > base {
 		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
@@ -209,6 +220,7 @@ func (b *bucket) adoptStatedOutputLocked(now time.Time, perMinute int64) {
 // the configured or stated limit stands again.
 func (b *bucket) forgetOutputLocked() {
 	b.out.trigger, b.out.last429, b.out.burstAt, b.out.relaxedAt = 0, time.Time{}, time.Time{}, time.Time{}
+	b.out.atOwnLevel = false
 }
 
 func (b *bucket) emitOutputLearnLocked(now time.Time, step string, from, to float64) {

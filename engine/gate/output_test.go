@@ -382,3 +382,56 @@ func TestOutputRelaxWaitsOutACooldown(t *testing.T) {
 		t.Fatalf("output limit %g in a cooldown, want the trigger 970 unmoved", got)
 	}
 }
+
+// A configured output limit the provider refuses where the gate had filled the
+// window to its own budget is wrong, not another client's spend: the trigger
+// read there is re-probed as the token trigger is, once per
+// triggerReprobeWindows, rather than stepped back up toward the configured
+// figure from outputRelaxWindows on — which met the limit again each time (a
+// configured otpm twice the truth, in the simulator: 12 429s an hour, 4 now).
+// One read well under the budget still steps back up from window 10; so does
+// one under a stated limit (TestStatedOutputLimit). The record keeps which.
+func TestOutputTriggerAtTheGatesOwnLevelIsNotRelaxed(t *testing.T) {
+	relaxed := func(t *testing.T, first int) (limits []float64) {
+		t.Helper()
+		c := outGate(2000)
+		c.Window, c.MaxWait = 10*time.Second, 200*time.Second
+		l, _, _ := newTestLedger(t, c)
+		mustAdmit(t, l, t0, outReq("a", first))
+		l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+		at := t0.Add(time.Second)
+		for range 30 {
+			at = at.Add(c.Window)
+			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget)))
+			heldBack(l, at, outReq("b", 100))
+			limits = append(limits, l.BucketStatus(at, "p", "m").OutputLimit)
+		}
+		return limits
+	}
+	own := relaxed(t, 1900) // 1,900 of a budget of 2,000: the gate's own level
+	if own[0] != 1843 || own[len(own)-1] != 1843 {
+		t.Fatalf("output limits %v: want the trigger 0.97 × 1900 to stand for 30 windows", own)
+	}
+	// Another instance (or this one after a restart) on the same store.
+	store := &MemoryLearnedStore{}
+	l, err := NewLedger(outGate(2000), engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, l, t0, outReq("a", 1900))
+	l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+	l2, err := NewLedger(outGate(2000), engine.NewFakeClock(t0), WithLearnedStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := l2.lockedBucketFor("p", "m", t0)
+	restored := b.out.atOwnLevel
+	b.mu.Unlock()
+	if !restored {
+		t.Fatal("restored from the learned store, the trigger no longer says it was read at the gate's own level")
+	}
+	other := relaxed(t, 1000) // half the budget: another client may have spent the rest
+	if other[7] != 970 || other[12] <= 970 {
+		t.Fatalf("output limits %v: want the trigger 970 stepped back up from window 10", other)
+	}
+}
