@@ -1040,7 +1040,9 @@ func TestOutsideWarmFillsTheWindow(t *testing.T) {
 // of times an hour; the oracle, told it, holds to it without a 429; the gate
 // not told learns it from the 429s that name it — one — and serves over 90%
 // of the output the oracle does; told, it does what the oracle does; told
-// twice the truth, it takes 3. The token and request limits refuse nothing.
+// twice the truth, it takes 3. Without max_tokens, each call reserving the
+// output it is expected to write, neither takes more than a few. The token
+// and request limits refuse nothing.
 func TestOutputLimit(t *testing.T) {
 	s := loadScenario(t, "output-limit.yaml")
 	rep := run(t, s)
@@ -1072,6 +1074,15 @@ func TestOutputLimit(t *testing.T) {
 	s.Gate.OTPM = 2 * s.Provider.OTPM
 	if twice := runGate(t, s); twice.RateLimited > 3 || twice.OutputUtilization < 0.9*o.OutputUtilization {
 		t.Fatalf("gate told twice the output limit: %d 429s, %.3f of it (oracle %.3f); want ≤ 3 and ≥ 90%% of the oracle's", twice.RateLimited, twice.OutputUtilization, o.OutputUtilization)
+	}
+	// No call sends max_tokens: each reserves the output it is expected to
+	// write, and the window keeps room for their spread (the oracle took 36
+	// 429s an hour without it, and served 0.647 of the output limit).
+	s.Gate.OTPM, s.MaxTokensShare = 0, 0
+	free := run(t, s)
+	if o, g := free.Modes[ModeOracle], free.Modes[ModeGate]; o.RateLimited > 1 || o.OutputUtilization < 0.85 || g.RateLimited > 3 || g.OutputUtilization < 0.95*o.OutputUtilization {
+		t.Fatalf("without max_tokens: oracle %d 429s and %.3f of the output limit, gate %d and %.3f; want the oracle ≤ 1 and ≥ 0.85, the gate ≤ 3 and ≥ 95%% of it",
+			o.RateLimited, o.OutputUtilization, g.RateLimited, g.OutputUtilization)
 	}
 	s.Provider.OTPM, s.Gate.OTPM = 0, 0
 	if none := runGate(t, s); none.OutputUtilization != 0 || none.RateLimited > 0 {

@@ -54,6 +54,7 @@ type bucket struct {
 	reservedOpen                    int64   // reservations of tickets not yet settled
 	land                            landing // the calls in flight as completions to come (landing.go)
 	openVar                         float64 // invariant: the sum of the open tickets' cost variances
+	openInputVar                    float64 // the part of openVar their inputs' estimates make (output.go)
 	inFlight                        int
 	perSession                      map[string]int // in flight per session; kept only with a cap
 
@@ -670,7 +671,7 @@ func (b *bucket) cooldownLeft(now time.Time) time.Duration {
 // block says why a reservation of res for session cannot go now, and for how long
 // at least: wait = max(cooldown left, TPM drain, RPM drain, pace, output drain). capped means the
 // session's in-flight cap holds it until one of its calls settles.
-func (b *bucket) block(now time.Time, res, out int64, variance float64, session string) (reason string, wait time.Duration, capped bool) {
+func (b *bucket) block(now time.Time, res, out int64, variance, outVar float64, session string) (reason string, wait time.Duration, capped bool) {
 	cd := b.cooldownLeft(now)
 	budget, learned := b.tokenBudget(now), b.learnedTokenBudget()
 	over := res > learned // it could never fit: it goes at once (fail open)
@@ -713,7 +714,7 @@ func (b *bucket) block(now time.Time, res, out int64, variance float64, session 
 	if b.aboveHeldRequestsLocked(now) {
 		pace = max(pace, b.stepNext.Sub(now))
 	}
-	otpm := b.outputDrainLocked(now, out)
+	otpm := b.outputDrainLocked(now, out, outVar)
 	wait = max(cd, tpm, rpm, pace, otpm)
 	switch {
 	case wait == 0:
@@ -836,7 +837,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	sz := b.reservation(req)
 	res := sz.total
 	if len(b.waiters) == 0 {
-		reason, wait, capped := b.block(now, res, sz.output, sz.variance, req.Session)
+		reason, wait, capped := b.block(now, res, sz.output, sz.variance, sz.variance-sz.inputVar, req.Session)
 		if wait == 0 && !capped {
 			id, sw, sreason := b.sharedReserveLocked(now, sz, false)
 			if sw == 0 {
@@ -932,7 +933,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			w.size = b.reservation(w.req)
 			w.reserved = w.size.total
 		}
-		reason, wait, capped := b.block(now, w.reserved, w.size.output, w.size.variance, w.req.Session)
+		reason, wait, capped := b.block(now, w.reserved, w.size.output, w.size.variance, w.size.variance-w.size.inputVar, w.req.Session)
 		var id string
 		if wait == 0 && !capped {
 			var sw time.Duration
@@ -1075,6 +1076,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.land.open(s.landing) // (a call the caller sends later opens there: Sent)
 	}
 	b.openVar += sz.variance
+	b.openInputVar += sz.inputVar
 	if budget := b.tokenBudget(now); reason != "max-wait" && !over {
 		// Only calls the pacer let through spend it (not fail-open or over-budget
 		// ones), and never more than a budget below its burst: the longest pace
@@ -1188,6 +1190,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 	}
 	if b.openVar -= s.variance; b.openVar < 0 || b.inFlight == 1 {
 		b.openVar = 0 // no float residue once nothing is open
+	}
+	if b.openInputVar -= s.inputVar; b.openInputVar < 0 || b.inFlight == 1 {
+		b.openInputVar = 0
 	}
 	b.inFlight--
 	if b.perSession != nil {

@@ -97,23 +97,33 @@ func (b *bucket) outputBudgetLocked() int64 {
 	return int64(b.outputLimitLocked() * b.factor())
 }
 
-// outputDrainLocked is how long a call reserving out output tokens waits for
-// the output window. One that could never fit goes at once (the over-budget
-// rule: failing open beats waiting forever).
-func (b *bucket) outputDrainLocked(now time.Time, out int64) time.Duration {
+// outputDrainLocked is how long a call reserving out output tokens (an
+// output of variance outVar: 0 when it reserved its max_tokens) waits for the
+// output window. One that could never fit goes at once (the over-budget rule:
+// failing open beats waiting forever).
+//
+// A call without max_tokens reserves the output it is expected to write, and
+// the provider counts what it writes: the window keeps room for the spread of
+// the calls in flight, one margin for all of them as the token window keeps
+// (bucket.margin), or their outputs above the expected take the window over
+// the limit. (In the simulator, 32 sessions under an output limit without
+// max_tokens: the gate told the limit took 34 429s an hour without it.)
+func (b *bucket) outputDrainLocked(now time.Time, out int64, outVar float64) time.Duration {
 	budget := b.outputBudgetLocked()
-	if budget <= 0 || out <= 0 {
+	if budget <= 0 || out <= 0 || out > budget {
 		return 0
 	}
-	wait, ok := b.out.win.tokenDrain(now, out, budget)
-	if !ok {
-		return 0
-	}
+	need := min(out+b.marginOf(b.openOutputVarLocked()+outVar), budget)
+	wait, _ := b.out.win.tokenDrain(now, need, budget)
 	if wait > 0 {
 		b.outputHeldLocked(now)
 	}
 	return wait
 }
+
+// openOutputVarLocked is the variance of the outputs of the calls in flight
+// that reserved an expected output: their cost variance less their input's.
+func (b *bucket) openOutputVarLocked() float64 { return max(0, b.openVar-b.openInputVar) }
 
 // outputHeldLocked notes that the output budget held a call back at now, and
 // relaxes a trigger that has stood long enough (see outputRelaxWindows).

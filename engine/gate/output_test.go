@@ -435,3 +435,44 @@ func TestOutputTriggerAtTheGatesOwnLevelIsNotRelaxed(t *testing.T) {
 		t.Fatalf("output limits %v: want the trigger 970 stepped back up from window 10", other)
 	}
 }
+
+// A call without max_tokens reserves the output it is expected to write, and
+// the provider counts what it writes: the output window keeps room for the
+// spread of those in flight, one margin for all of them as the token window
+// does. A call that reserved its max_tokens adds no spread of its own. (In the
+// simulator, 32 sessions without max_tokens under an output limit, the limit
+// told: 34 429s an hour without the margin, 2 with.)
+func TestOutputKeepsRoomForTheSpreadOfExpectedOutputs(t *testing.T) {
+	c := outGate(3000)
+	c.MarginSigmas = 2
+	c.Window, c.MaxWait = 10*time.Second, 20*time.Second
+	l, _, _ := newTestLedger(t, c)
+	free := func(s string) Request { return Request{Provider: "p", Model: "m", Session: s, InputTokens: 10} }
+	// Outputs of 100 and 900 in turn, one a window: a mean of 500, a spread
+	// of 400.
+	for i := range 16 {
+		at := t0.Add(time.Duration(i) * c.Window)
+		tk := mustAdmit(t, l, at, free("warm"))
+		if err := l.Settle(at.Add(time.Millisecond), tk, Usage{InputTokens: 10, OutputTokens: int64(100 + 800*(i%2))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(20 * c.Window) // the window is empty again
+	if st := l.BucketStatus(at, "p", "m"); st.OutputReserve != 500 {
+		t.Fatalf("a call without max_tokens reserves %d, want the mean output 500", st.OutputReserve)
+	}
+	// The k-th call needs its 500 and 2σ of k outputs' spread (800√k): the
+	// fourth, 500 + 1,600 beside the 1,500 in the window, waits — without
+	// the margin, six would go.
+	for _, s := range []string{"a", "b", "c"} {
+		mustAdmit(t, l, at, free(s))
+	}
+	if _, w := l.Submit(at, free("d")); w == nil || w.reason != "otpm" {
+		t.Fatalf("a fourth call without max_tokens went, or waited for something else (%v)", w)
+	} else {
+		w.Cancel(at)
+	}
+	// 100 of max_tokens and the three in flight's margin (800√3 = 1,386)
+	// fit the 1,500 left; with a spread of its own (800√4) they would not.
+	mustAdmit(t, l, at, outReq("e", 100))
+}
