@@ -146,6 +146,12 @@ func (g *gateAdapter) decides(now time.Time) string {
 	return g.l.BucketStatus(now, simProvider, simModel).Decides
 }
 
+// outputLimit is the output limit the engine holds to per window (configured,
+// stated or learned; 0: none).
+func (g *gateAdapter) outputLimit(now time.Time) float64 {
+	return g.l.BucketStatus(now, simProvider, simModel).OutputLimit
+}
+
 // windows is how the engine took the provider's window to move: "fixed", or
 // "" for sliding.
 func (g *gateAdapter) windows(now time.Time) string {

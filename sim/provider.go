@@ -399,9 +399,10 @@ type provider struct {
 	// when it arrives (or, without one, what the provider knows of its
 	// output: all of it deciding on the whole cost, none deciding on what it
 	// knows), corrected to what it wrote when it completes. The outside
-	// client writes none. outServed is the output written.
+	// client's calls write outside.outputShare of it, known at arrival.
+	// outServed is the output written, by source.
 	out       *slidingWindow
-	outServed int64
+	outServed [2]int64
 }
 
 func newProvider(p ProviderSpec, window time.Duration) (*provider, error) {
@@ -466,17 +467,17 @@ func (p *provider) done(now time.Time, c cost, h held, src source) {
 	if p.lim.countsOnDone() {
 		p.count(c.whole, src)
 	}
-	if p.out == nil || src != fromSessions {
+	if p.out == nil {
 		return
 	}
 	p.out.expire(now)
 	switch {
 	case h.outSeq != 0:
 		p.out.settle(h.outSeq, c.outWhole-c.outDecide) // (gone from the window: nothing to correct)
-	case c.outWhole > 0:
+	case c.outDecide == 0 && c.outWhole > 0:
 		p.out.add(now, c.outWhole) // nothing counted at arrival: counted as written
 	}
-	p.outServed += c.outWhole
+	p.outServed[src] += c.outWhole
 }
 
 func (p *provider) count(tokens int64, src source) {

@@ -291,7 +291,8 @@ func TestProviderTokensReset(t *testing.T) {
 // once it is done, in a sliding window of its own, checked before the token
 // limit: a call it refuses counts nothing, and the refusal names it, with the
 // wait until the refused output fits. A call whose output the provider does
-// not know at arrival counts it as written; the outside client writes none.
+// not know at arrival counts it as written; an outside call writes what its
+// cost says, here none.
 func TestProviderOutputLimit(t *testing.T) {
 	spec := ProviderSpec{Model: LimitSlidingArrival, TPM: 1000, RPM: 100, OTPM: 100, RetryAfter: Duration(30 * time.Second), ComputeRetryAfter: true}
 	p, err := newProvider(spec, testWindow)
@@ -325,8 +326,8 @@ func TestProviderOutputLimit(t *testing.T) {
 	if p.refusedBy[axisOutput] != 2 || p.refusedBy[axisTokens] != 0 {
 		t.Fatalf("refusals by axis %v, want 2 by the output limit and none by tokens", p.refusedBy)
 	}
-	if p.outServed != 60+40 {
-		t.Fatalf("output served %d, want the 100 the two finished calls wrote", p.outServed)
+	if p.outServed[fromSessions] != 60+40 || p.outServed[fromOutside] != 0 {
+		t.Fatalf("output served %v, want the 100 the two finished calls wrote, none the outside's", p.outServed)
 	}
 	if h := p.headers(t5); h.limitOutput != 600 {
 		t.Fatalf("headers state an output limit of %d a minute, want 600 (100 a 10 s window)", h.limitOutput)

@@ -375,3 +375,34 @@ func TestSampleAtTheOutsideStopJudgesTheWindowBefore(t *testing.T) {
 		t.Fatalf("stopped %v, %d samples: want the stop and 5", r.stopped, len(r.learned))
 	}
 }
+
+// No call writes more than the output limit: one that would could never fit
+// it, and no gate could save it (its 429s and its loss would say nothing of
+// the gate). Without an output limit the outputs are drawn as before.
+func TestOutputsCappedAtTheOutputLimit(t *testing.T) {
+	s := small()
+	s.Output = SizeSpec{Median: 400, P99: 3000}
+	s.Provider.OTPM = 1000
+	r, err := newRunner(s, ModeNaive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Provider.OTPM = 0
+	free, err := newRunner(s, ModeNaive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := 0
+	for range 2000 {
+		j, f := r.sessions[0].trace.next(), free.sessions[0].trace.next()
+		if j.output > 1000 || j.output != min(f.output, 1000) {
+			t.Fatalf("an output of %d under an output limit of 1000 (%d drawn without it)", j.output, f.output)
+		}
+		if f.output > 1000 {
+			capped++
+		}
+	}
+	if capped == 0 {
+		t.Fatal("no output above the limit was drawn: the test says nothing")
+	}
+}

@@ -69,6 +69,8 @@ import (
 //	                         #   window starts with its last window of calls (not counted as served)
 //	  until: 0s              # it stops spending this long into the run (0: never); from then on
 //	                         #   the capacity left to the gate is the whole limit
+//	  outputShare: 0         # the fraction of provider.otpm its calls write (0: none), a part of
+//	                         #   each call's tokens: at most share × tpm ÷ otpm
 //	gate:                    # the gate's configured start, possibly wrong
 //	  start: 1.0             # a multiple of the truth for both tpm and rpm (when tpm/rpm are not given);
 //	                         #   positive (0 in a Scenario value means unset: 1.0)
@@ -172,6 +174,9 @@ type OutsideSpec struct {
 	// Until: the client stops spending this long into the run (0: never), so
 	// the capacity left to the gate is the whole limit from then on.
 	Until Duration `yaml:"until" json:"until"`
+	// OutputShare: the fraction of provider.otpm the client's calls write
+	// (0: none), a part of each call's tokens.
+	OutputShare float64 `yaml:"outputShare" json:"outputShare,omitempty"`
 }
 
 // GateSpec is the gate's configured start, possibly wrong.
@@ -494,6 +499,13 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.outside.until: must not be negative (got %s)", time.Duration(s.Outside.Until))
 	case s.Outside.Until > 0 && s.Outside.Share == 0:
 		return fmt.Errorf("scenario.outside.until: there is no outside client to stop (outside.share is 0)")
+	case s.Outside.OutputShare < 0 || s.Outside.OutputShare >= 1:
+		return fmt.Errorf("scenario.outside.outputShare: must be in [0, 1) (got %g)", s.Outside.OutputShare)
+	case s.Outside.OutputShare > 0 && (s.Outside.Share == 0 || s.Provider.OTPM == 0):
+		return fmt.Errorf("scenario.outside.outputShare: needs an outside client (outside.share) and an output limit (provider.otpm)")
+	case s.Outside.OutputShare*float64(s.Provider.OTPM) > s.Outside.Share*float64(s.Provider.TPM):
+		return fmt.Errorf("scenario.outside.outputShare: the client would write more output (%g × otpm) than it spends tokens (%g × tpm): at most %.4g",
+			s.Outside.OutputShare, s.Outside.Share, s.Outside.Share*float64(s.Provider.TPM)/float64(s.Provider.OTPM))
 	case s.MaxTokensShare < 0 || s.MaxTokensShare > 1:
 		return fmt.Errorf("scenario.maxTokensShare: must be in [0, 1] (got %g)", s.MaxTokensShare)
 	case s.MaxTokensShare > 0 && s.MaxTokens <= 0:

@@ -52,17 +52,22 @@ type Metrics struct {
 	RateLimited           int `json:"rateLimited"`
 	RateLimitedByTokens   int `json:"rateLimitedByTokens"`
 	RateLimitedByRequests int `json:"rateLimitedByRequests"`
-	// With an output limit (provider.otpm): the sessions' 429s about it, and
-	// the output the provider served ÷ (true OTPM × windows).
-	RateLimitedByOutput int     `json:"rateLimitedByOutput,omitempty"`
-	OutputUtilization   float64 `json:"outputUtilization,omitempty"`
-	RateLimitedPerHour  float64 `json:"rateLimitedPerHour"`
-	OutsideRateLimited  int     `json:"outsideRateLimited,omitempty"` // the outside client's 429s
-	Lost                int     `json:"lost"`                         // requests that never succeeded
-	Completed           int     `json:"completed"`                    // requests that succeeded
-	WaitP50Ms           int64   `json:"waitP50Ms"`
-	WaitP99Ms           int64   `json:"waitP99Ms"`
-	Fairness            float64 `json:"fairness"` // Jain's index of tokens served per session
+	// With an output limit (provider.otpm): the sessions' 429s about it; the
+	// output the provider served (the sessions' and the outside client's) ÷
+	// (true OTPM × windows); with an outside client that writes output, the
+	// sessions' ÷ (true OTPM × windows − the client's); and, engine modes,
+	// the output limit the gate held to at the end (0: none).
+	RateLimitedByOutput        int     `json:"rateLimitedByOutput"`
+	OutputUtilization          float64 `json:"outputUtilization"`
+	RemainingOutputUtilization float64 `json:"remainingOutputUtilization,omitempty"`
+	FinalOutputLimit           float64 `json:"finalOutputLimit,omitempty"`
+	RateLimitedPerHour         float64 `json:"rateLimitedPerHour"`
+	OutsideRateLimited         int     `json:"outsideRateLimited,omitempty"` // the outside client's 429s
+	Lost                       int     `json:"lost"`                         // requests that never succeeded
+	Completed                  int     `json:"completed"`                    // requests that succeeded
+	WaitP50Ms                  int64   `json:"waitP50Ms"`
+	WaitP99Ms                  int64   `json:"waitP99Ms"`
+	Fairness                   float64 `json:"fairness"` // Jain's index of tokens served per session
 	// Gate only: the first window after which the learned quota, min(quota,
 	// trigger, the room the others' spend leaves when the headers say it
 	// plainly), stays within ±5% of the capacity left to the gate (the true
@@ -127,6 +132,7 @@ type trace struct {
 	thinkMeanSec   float64
 	maxTokensShare float64
 	maxTokens      int64
+	maxOutput      int64 // provider.otpm when set: no call writes more than the output limit (0: no cap)
 }
 
 type job struct {
@@ -143,6 +149,9 @@ func (t *trace) next() job {
 	if t.maxTokensShare > 0 && t.rng.Float64() < t.maxTokensShare { // no draw without the share: older traces stay as they were
 		j.maxTokens = t.maxTokens
 		j.output = min(j.output, t.maxTokens)
+	}
+	if t.maxOutput > 0 {
+		j.output = min(j.output, t.maxOutput) // it could never fit: no gate could save it
 	}
 	return j
 }
@@ -323,7 +332,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			if s.Provider.Decides == DecidesKnown {
 				lim.decides = gate.DecidesKnown // and what it decides a call on
 			}
-			lim.otpm = s.Provider.OTPM // and the output limit
+			lim.otpm = int(float64(s.Provider.OTPM) * (1 - s.Outside.OutputShare)) // and the output limit, less the others' share
 		}
 		if mode == ModeGate {
 			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it
@@ -346,7 +355,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 		ss := &session{id: i, trace: trace{
 			rng:      rand.New(rand.NewPCG(s.Seed, uint64(i)+1)),
 			promptMu: pm, promptSigma: ps, outputMu: om, outputSigma: os, thinkMeanSec: think,
-			maxTokensShare: s.MaxTokensShare, maxTokens: int64(s.MaxTokens),
+			maxTokensShare: s.MaxTokensShare, maxTokens: int64(s.MaxTokens), maxOutput: int64(s.Provider.OTPM),
 		}}
 		r.sessions = append(r.sessions, ss)
 		// stagger the first requests over the first second, as sessions come up
@@ -463,13 +472,13 @@ func (r *runner) handle(e event) {
 		if r.outsideStopped(now) {
 			return // outside.until: it gives up the calls it had not sent, refused ones waiting to be sent again too
 		}
-		if ref, _ := r.provider.offer(now, whole(e.tokens), fromOutside); ref.axis != axisNone {
+		if ref, _ := r.provider.offer(now, r.outsideCost(e.tokens), fromOutside); ref.axis != axisNone {
 			r.pushTokens(now.Add(outsideRetry), evOutsideCall, nil, e.tokens)
 			return
 		}
 		r.pushTokens(now.Add(time.Duration(r.s.Response.Base)), evOutsideDone, nil, e.tokens)
 	case evOutsideDone:
-		r.provider.done(now, whole(e.tokens), held{}, fromOutside)
+		r.provider.done(now, r.outsideCost(e.tokens), held{}, fromOutside)
 	case evOutsideStop:
 		r.stopped, r.servedAtStop = now, r.provider.served[fromSessions]
 		r.capacity = float64(r.s.Provider.TPM) // the whole limit is the gate's now
@@ -488,6 +497,18 @@ func (r *runner) cost(j job) cost {
 	}
 	if j.maxTokens > 0 {
 		c.outDecide = j.maxTokens // what an output limit counts at arrival
+	}
+	return c
+}
+
+// outsideCost is what an outside call of tokens costs the provider: known in
+// full when it arrives, outside.outputShare of the output limit spread over
+// the client's tokens.
+func (r *runner) outsideCost(tokens int64) cost {
+	c := whole(tokens)
+	if o := r.s.Outside; o.OutputShare > 0 {
+		c.outDecide = int64(math.Round(float64(tokens) * o.OutputShare * float64(r.s.Provider.OTPM) / (o.Share * float64(r.s.Provider.TPM))))
+		c.outWhole = c.outDecide
 	}
 	return c
 }
@@ -618,6 +639,9 @@ func (r *runner) warmOutside(start time.Time) {
 					done = start
 				}
 				r.provider.lim.done(done, whole(c), held{})
+				if out := r.outsideCost(c).outWhole; out > 0 && r.provider.out != nil {
+					r.provider.out.add(at, out) // its output too
+				}
 			}
 		}
 	}
@@ -681,8 +705,12 @@ func (r *runner) metrics() Metrics {
 		Fairness:              jain(r.sessions),
 	}
 	if r.s.Provider.OTPM > 0 {
+		outTruth := float64(r.s.Provider.OTPM) * windows
 		m.RateLimitedByOutput = p.refusedBy[axisOutput]
-		m.OutputUtilization = float64(p.outServed) / (float64(r.s.Provider.OTPM) * windows)
+		m.OutputUtilization = float64(p.outServed[fromSessions]+p.outServed[fromOutside]) / outTruth
+		if p.outServed[fromOutside] > 0 {
+			m.RemainingOutputUtilization = float64(p.outServed[fromSessions]) / (outTruth - float64(p.outServed[fromOutside]))
+		}
 	}
 	if !r.stopped.IsZero() {
 		left := r.end.Sub(r.stopped).Seconds() / time.Duration(r.s.Window).Seconds()
@@ -695,6 +723,7 @@ func (r *runner) metrics() Metrics {
 		_, m.FinalQuota, m.FinalTrigger = r.gate.learned(r.end)
 		m.FinalDecides = r.gate.decides(r.end)
 		m.FinalWindows = r.gate.windows(r.end)
+		m.FinalOutputLimit = r.gate.outputLimit(r.end)
 	}
 	if r.mode == ModeGate {
 		m.LearnedPerWindow = r.learned

@@ -1084,8 +1084,25 @@ func TestOutputLimit(t *testing.T) {
 		t.Fatalf("without max_tokens: oracle %d 429s and %.3f of the output limit, gate %d and %.3f; want the oracle ≤ 1 and ≥ 0.85, the gate ≤ 3 and ≥ 95%% of it",
 			o.RateLimited, o.OutputUtilization, g.RateLimited, g.OutputUtilization)
 	}
-	s.Provider.OTPM, s.Gate.OTPM = 0, 0
-	if none := runGate(t, s); none.OutputUtilization != 0 || none.RateLimited > 0 {
-		t.Fatalf("without an output limit: output utilization %.3f, %d 429s; want 0 (no limit to measure against) and none", none.OutputUtilization, none.RateLimited)
+}
+
+// Another client on the key writes a tenth of its output limit, known when
+// its calls arrive. The gate not told the limit learns what is left to it: no
+// output limit held far below that, a few 429s, and at least 90% of the output
+// the oracle — told the limit less the other's share — is served of what
+// remains.
+func TestOutputLimitWithAnotherClient(t *testing.T) {
+	s := loadScenario(t, "output-limit.yaml")
+	s.Outside = OutsideSpec{Share: 0.05, Pattern: OutsideSmooth, CallTokens: 2000, OutputShare: 0.1}
+	rep := run(t, s)
+	o, g := rep.Modes[ModeOracle], rep.Modes[ModeGate]
+	t.Logf("oracle: %d 429s, %.3f of what remains; gate: %d 429s, %.3f, final limit %.0f", o.RateLimited, o.RemainingOutputUtilization, g.RateLimited, g.RemainingOutputUtilization, g.FinalOutputLimit)
+	left := 0.9 * float64(s.Provider.OTPM)
+	if o.RateLimited > 0 || o.RemainingOutputUtilization < 0.7 {
+		t.Fatalf("oracle: %d 429s, %.3f of the output left to it; want none and ≥ 0.7", o.RateLimited, o.RemainingOutputUtilization)
+	}
+	if g.RateLimited > 3 || g.Lost > 0 || g.RemainingOutputUtilization < 0.9*o.RemainingOutputUtilization || g.FinalOutputLimit < 0.9*left || g.FinalOutputLimit > 1.05*left {
+		t.Fatalf("gate: %d 429s, %d lost, %.3f of the output left (oracle %.3f), holding %.0f at the end; want ≤ 3, none lost, ≥ 90%% of the oracle's, within −10%%/+5%% of the %.0f left",
+			g.RateLimited, g.Lost, g.RemainingOutputUtilization, o.RemainingOutputUtilization, g.FinalOutputLimit, left)
 	}
 }

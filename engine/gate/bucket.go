@@ -589,7 +589,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
 	q.Window = b.window
 	q.OutputTrigger, q.OutputLast429, q.OutputRelaxedAt = b.out.trigger, b.out.last429, b.out.relaxedAt
-	q.OutputAtOwnLevel = b.out.atOwnLevel
+	q.OutputRefutedOTPM = b.out.refutedOTPM
 	return q
 }
 
@@ -601,7 +601,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 func (b *bucket) restoreLocked(q LearnedQuota) {
 	q = q.inWindow(b.window)
 	b.learn.restore(q)
-	b.out.trigger, b.out.last429, b.out.atOwnLevel = q.OutputTrigger, q.OutputLast429, q.OutputAtOwnLevel
+	b.out.trigger, b.out.last429, b.out.refutedOTPM = q.OutputTrigger, q.OutputLast429, q.OutputRefutedOTPM
 	// Another instance's relax step counts here too (LearnedQuota.OutputRelaxedAt).
 	b.out.relaxedAt = maxTime(b.out.relaxedAt, q.OutputRelaxedAt)
 	b.spentFromIdle = false // it was busy lately: its reserve may be anywhere

@@ -68,9 +68,9 @@ type LearnedQuota struct {
 	OutputTrigger   float64   `json:"outputTrigger,omitempty"`
 	OutputLast429   time.Time `json:"outputLast429,omitzero"`
 	OutputRelaxedAt time.Time `json:"outputRelaxedAt,omitzero"`
-	// OutputAtOwnLevel: that 429 refused the gate's own excess under a
-	// configured output limit, which it refutes (output.go, atOwnLevel).
-	OutputAtOwnLevel bool `json:"outputAtOwnLevel,omitempty"`
+	// OutputRefutedOTPM: the configured output limit that 429 refuted,
+	// answering a relax step toward it (output.go, refutedOTPM); 0: none.
+	OutputRefutedOTPM int `json:"outputRefutedOtpm,omitempty"`
 }
 
 // inWindow is q's token figures converted to a window of to, at the same rate

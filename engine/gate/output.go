@@ -36,11 +36,12 @@ type outputAxis struct {
 	// last429 is the last 429 about the output, burstAt the first of its
 	// burst (429s within a window of it), relaxedAt the last relax step.
 	last429, burstAt, relaxedAt time.Time
-	// atOwnLevel: the trigger was read where the gate had filled the output
-	// window to its own budget, under a configured limit (no stated one): the
-	// provider refused the gate's own excess, and the configured figure is
-	// wrong (see outputHeldLocked).
-	atOwnLevel bool
+	// refutedOTPM: the configured limit (none stated) the trigger was read
+	// under at a 429 that answered a relax step toward it, the output window
+	// filled to the level the gate held: the provider refused the gate's own
+	// step, and that figure is wrong (see outputHeldLocked); 0: none. A
+	// reload to another figure leaves it behind.
+	refutedOTPM int
 }
 
 // Output axis constants.
@@ -50,10 +51,10 @@ const (
 	// calls back, from this many windows after the 429 that set it: what
 	// another client spent, or a burst of long answers, passes. Without a
 	// limit to step toward, or below a configured one the provider refused
-	// at the gate's own level (outputAxis.atOwnLevel), it is re-probed as
-	// the token trigger is (triggerReprobeWindows): stepping back up toward
-	// such a figure each outputRelaxWindows met the limit again each time (a
-	// configured otpm twice the truth, in the simulator: 12 429s an hour).
+	// at a step toward it (outputAxis.refutedOTPM), it is re-probed as the
+	// token trigger is (triggerReprobeWindows): stepping back up toward such
+	// a figure each outputRelaxWindows met the limit again each time (a
+	// configured otpm twice the truth, in the simulator: 11–13 429s an hour).
 	outputRelaxWindows = 10
 	// outputFloorShare: a trigger is never below this share of the limit it
 	// was read under, nor below outputFloorMin tokens, so a 429 read while
@@ -107,7 +108,7 @@ func (b *bucket) outputBudgetLocked() int64 {
 // the calls in flight, one margin for all of them as the token window keeps
 // (bucket.margin), or their outputs above the expected take the window over
 // the limit. (In the simulator, 32 sessions under an output limit without
-// max_tokens: the gate told the limit took 34 429s an hour without it.)
+// max_tokens: the oracle, told the limit, took 36 429s an hour without it.)
 func (b *bucket) outputDrainLocked(now time.Time, out int64, outVar float64) time.Duration {
 	budget := b.outputBudgetLocked()
 	if budget <= 0 || out <= 0 || out > budget {
@@ -138,7 +139,7 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 	}
 	since := maxTime(b.out.last429, b.out.relaxedAt)
 	wait := outputRelaxWindows * span
-	if base <= 0 || (b.out.atOwnLevel && b.outputStatedLocked() == 0) {
+	if base <= 0 || (b.out.refutedOTPM > 0 && b.out.refutedOTPM == b.limits.OTPM && b.outputStatedLocked() == 0) {
 		wait = triggerReprobeWindows * span
 	}
 	if now.Sub(b.out.last429) < wait || now.Sub(since) < span {
@@ -175,6 +176,7 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 // at once, none waited to step it back up, and a 429 came each cooldown.)
 func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	span := b.l.conf().Window
+	prev429 := b.out.last429
 	b.out.last429 = now
 	if !b.learn.enabled || (!b.out.burstAt.IsZero() && now.Sub(b.out.burstAt) < span) {
 		return
@@ -201,9 +203,16 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		floor = math.Max(floor, b.out.trigger*outputFloorShare)
 	}
 	from := b.out.trigger
-	// Refused where the gate filled its window to its budget, under a figure
-	// only configured: that figure is wrong, not another client's spend.
-	b.out.atOwnLevel = b.outputStatedLocked() == 0 && reading >= suspectRatio*float64(b.outputBudgetLocked())
+	// Refused within a window of a relax step toward a figure only
+	// configured, the window filled to the level the gate held (its budget
+	// less the margin it keeps for the outputs in flight): the step is
+	// refuted, and so is the figure. A first 429 may be another client's
+	// spend, which passes: its trigger steps back up (outputHeldLocked).
+	held := float64(b.outputBudgetLocked() - b.marginOf(b.openOutputVarLocked()))
+	b.out.refutedOTPM = 0
+	if b.limits.OTPM > 0 && b.outputStatedLocked() == 0 && b.out.relaxedAt.After(prev429) && now.Sub(b.out.relaxedAt) < span && reading >= suspectRatio*held {
+		b.out.refutedOTPM = b.limits.OTPM
+	}
 	t := math.Max(stepDown*reading, floor)
 	if base > 0 && t > base {
 		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
@@ -230,7 +239,7 @@ func (b *bucket) adoptStatedOutputLocked(now time.Time, perMinute int64) {
 // the configured or stated limit stands again.
 func (b *bucket) forgetOutputLocked() {
 	b.out.trigger, b.out.last429, b.out.burstAt, b.out.relaxedAt = 0, time.Time{}, time.Time{}, time.Time{}
-	b.out.atOwnLevel = false
+	b.out.refutedOTPM = 0
 }
 
 func (b *bucket) emitOutputLearnLocked(now time.Time, step string, from, to float64) {

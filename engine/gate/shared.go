@@ -133,7 +133,10 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		// The output limit is the key's too: every instance's output counts.
 		// A call larger than the whole budget is recorded and not checked, as
 		// locally (outputDrainLocked).
-		r.Output, r.OutputBudget = sz.output, ob
+		// The margin for the outputs in flight (outputDrainLocked) as a
+		// smaller budget for this call: the script checks the window plus
+		// its output against it, and records its output alone.
+		r.Output, r.OutputBudget = sz.output, ob-min(b.marginOf(b.openOutputVarLocked()+sz.variance-sz.inputVar), ob-sz.output)
 		if sz.output > ob {
 			r.OutputBudget = -1
 		}

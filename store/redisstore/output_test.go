@@ -413,3 +413,52 @@ func TestSharedOutputRelaxStepsOnceAWindowBetweenInstances(t *testing.T) {
 		t.Fatalf("the trigger stayed at %v for twelve windows held by the shared window", low)
 	}
 }
+
+// Calls without max_tokens reserve an expected output, and the output window
+// keeps room for the spread of those in flight (engine/gate/output.go): the
+// shared window too, by a budget smaller by that margin for the call. B's
+// second such call fits B's own window with its margin, but not the key's,
+// which holds A's output as well.
+func TestSharedOutputKeepsTheMargin(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(t0)
+	ledger := func() *gate.Ledger {
+		cfg := gate.DefaultConfig()
+		cfg.Window, cfg.MaxWait = 10*time.Second, 20*time.Second
+		cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 3000, SafetyFactor: 1}
+		cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 2, 0, 0
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(open(t, srv, FailOpen)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := ledger(), ledger()
+	free := func(s string) gate.Request {
+		return gate.Request{Provider: "p", Model: "m", Session: s, InputTokens: 10}
+	}
+	// B has seen outputs of 100 and 900 in turn: it expects 500, spread 400.
+	for i := range 16 {
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		tk, w := b.Submit(at, free("warm"))
+		if w != nil {
+			t.Fatalf("warm-up call %d waits", i)
+		}
+		if err := b.Settle(at.Add(time.Millisecond), tk, gate.Usage{InputTokens: 10, OutputTokens: int64(100 + 800*(i%2))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(200 * time.Second)
+	if _, w := a.Submit(at, outReq("a", 1500)); w != nil {
+		t.Fatal("A's call of 1,500 waits in an empty window")
+	}
+	// B's first: 1,500 + 500 within 3,000 less 2σ of one output (800).
+	if _, w := b.Submit(at, free("b1")); w != nil {
+		t.Fatal("B's first call without max_tokens waits")
+	}
+	// B's second: its own window (500 + 500 + 2σ of two, 1,131) has room;
+	// the key's (2,000 + 500 within 3,000 less 1,131) has not.
+	if _, w := b.Submit(at, free("b2")); w == nil {
+		t.Fatal("B's second call without max_tokens went: the shared output window kept no margin for the outputs in flight")
+	}
+}
