@@ -473,8 +473,8 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 // the provider counts what it writes: the output window keeps room for the
 // spread of those in flight, one margin for all of them as the token window
 // does. A call that reserved its max_tokens adds no spread of its own. (In the
-// simulator, 32 sessions without max_tokens under an output limit, the limit
-// told: 34 429s an hour without the margin, 2 with.)
+// simulator, 32 sessions without max_tokens under an output limit: the oracle,
+// told the limit, 36 429s an hour without the margin, none with; seed 1.)
 func TestOutputKeepsRoomForTheSpreadOfExpectedOutputs(t *testing.T) {
 	c := outGate(3000)
 	c.MarginSigmas = 2
