@@ -1044,6 +1044,7 @@ func TestOutsideWarmFillsTheWindow(t *testing.T) {
 // output it is expected to write, neither takes more than a few. The token
 // and request limits refuse nothing.
 func TestOutputLimit(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := loadScenario(t, "output-limit.yaml")
 	rep := run(t, s)
 	o, g, n := rep.Modes[ModeOracle], rep.Modes[ModeGate], rep.Modes[ModeNaive]
@@ -1092,6 +1093,7 @@ func TestOutputLimit(t *testing.T) {
 // the oracle — told the limit less the other's share — is served of what
 // remains.
 func TestOutputLimitWithAnotherClient(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := loadScenario(t, "output-limit.yaml")
 	s.Outside = OutsideSpec{Share: 0.05, Pattern: OutsideSmooth, CallTokens: 2000, OutputShare: 0.1}
 	rep := run(t, s)
