@@ -325,6 +325,17 @@ func (s Scenario) validateOutsideRequests() error {
 	return nil
 }
 
+// outputLeft is the output limit less what the outside client writes of it:
+// the most a session call can write and still fit.
+func (s Scenario) outputLeft() int64 {
+	return int64(float64(s.Provider.OTPM) * (1 - s.Outside.OutputShare))
+}
+
+// outsideCallOutput is the output an outside call of tokens writes.
+func (s Scenario) outsideCallOutput(tokens float64) float64 {
+	return tokens * s.Outside.OutputShare * float64(s.Provider.OTPM) / (s.Outside.Share * float64(s.Provider.TPM))
+}
+
 // SizeSpec is a lognormal size given by its median and 99th percentile.
 type SizeSpec struct {
 	Median float64 `yaml:"median" json:"median"`
@@ -475,8 +486,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scenario.provider: tpm and rpm must be positive")
 	case s.Provider.OTPM < 0 || s.Gate.OTPM < 0:
 		return fmt.Errorf("scenario: provider.otpm and gate.otpm must not be negative (0: none)")
-	case s.Provider.OTPM > 0 && s.MaxTokensShare > 0 && s.MaxTokens > s.Provider.OTPM:
-		return fmt.Errorf("scenario.maxTokens: %d is more than provider.otpm (%d): a call sending it could never fit the output limit", s.MaxTokens, s.Provider.OTPM)
+	case s.Provider.OTPM > 0 && s.MaxTokensShare > 0 && int64(s.MaxTokens) > s.outputLeft():
+		return fmt.Errorf("scenario.maxTokens: %d is more than the output limit leaves the sessions (%d: provider.otpm less outside.outputShare): a call sending it could never fit", s.MaxTokens, s.outputLeft())
 	case s.Provider.RetryAfter < 0:
 		return fmt.Errorf("scenario.provider.retryAfter: must not be negative")
 	case s.Gate.TPM < 0 || s.Gate.RPM < 0 || s.Gate.Start < 0:
@@ -506,6 +517,9 @@ func (s Scenario) Validate() error {
 	case s.Outside.OutputShare*float64(s.Provider.OTPM) > s.Outside.Share*float64(s.Provider.TPM):
 		return fmt.Errorf("scenario.outside.outputShare: the client would write more output (%g × otpm) than it spends tokens (%g × tpm): at most %.4g",
 			s.Outside.OutputShare, s.Outside.Share, s.Outside.Share*float64(s.Provider.TPM)/float64(s.Provider.OTPM))
+	case s.Outside.OutputShare > 0 && s.outsideCallOutput(float64(s.Outside.CallTokens)) < 10:
+		return fmt.Errorf("scenario.outside.outputShare: each outside call would write %.3g output tokens (callTokens × outputShare × otpm ÷ (share × tpm)), rounded per call: at least 10 (raise callTokens or outputShare)",
+			s.outsideCallOutput(float64(s.Outside.CallTokens)))
 	case s.MaxTokensShare < 0 || s.MaxTokensShare > 1:
 		return fmt.Errorf("scenario.maxTokensShare: must be in [0, 1] (got %g)", s.MaxTokensShare)
 	case s.MaxTokensShare > 0 && s.MaxTokens <= 0:

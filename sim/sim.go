@@ -132,7 +132,7 @@ type trace struct {
 	thinkMeanSec   float64
 	maxTokensShare float64
 	maxTokens      int64
-	maxOutput      int64 // provider.otpm when set: no call writes more than the output limit (0: no cap)
+	maxOutput      int64 // with provider.otpm, what it leaves the sessions: no call writes more (0: no cap)
 }
 
 type job struct {
@@ -355,7 +355,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 		ss := &session{id: i, trace: trace{
 			rng:      rand.New(rand.NewPCG(s.Seed, uint64(i)+1)),
 			promptMu: pm, promptSigma: ps, outputMu: om, outputSigma: os, thinkMeanSec: think,
-			maxTokensShare: s.MaxTokensShare, maxTokens: int64(s.MaxTokens), maxOutput: int64(s.Provider.OTPM),
+			maxTokensShare: s.MaxTokensShare, maxTokens: int64(s.MaxTokens), maxOutput: s.outputLeft(),
 		}}
 		r.sessions = append(r.sessions, ss)
 		// stagger the first requests over the first second, as sessions come up
@@ -507,7 +507,7 @@ func (r *runner) cost(j job) cost {
 func (r *runner) outsideCost(tokens int64) cost {
 	c := whole(tokens)
 	if o := r.s.Outside; o.OutputShare > 0 {
-		c.outDecide = int64(math.Round(float64(tokens) * o.OutputShare * float64(r.s.Provider.OTPM) / (o.Share * float64(r.s.Provider.TPM))))
+		c.outDecide = int64(math.Round(r.s.outsideCallOutput(float64(tokens))))
 		c.outWhole = c.outDecide
 	}
 	return c

@@ -162,7 +162,11 @@ func TestParseScenario(t *testing.T) {
 		{"MaxTokens", "maxTokensShare: 0.5\nmaxTokens: 0\n", "scenario.maxTokens"},
 		{"OTPMNegative", "provider: {otpm: -1}\n", "scenario: provider.otpm and gate.otpm must not be negative"},
 		{"GateOTPMNegative", "gate: {otpm: -1}\n", "scenario: provider.otpm and gate.otpm must not be negative"},
-		{"MaxTokensOverOTPM", "provider: {otpm: 1000}\n", "scenario.maxTokens: 4096 is more than provider.otpm (1000): a call sending it could never fit the output limit"},
+		{"MaxTokensOverOTPM", "provider: {otpm: 1000}\n", "scenario.maxTokens: 4096 is more than the output limit leaves the sessions (1000: provider.otpm less outside.outputShare): a call sending it could never fit"},
+		{"MaxTokensOverWhatTheOthersLeave", "provider: {otpm: 4500}\noutside: {share: 0.1, outputShare: 0.1}\n", "scenario.maxTokens: 4096 is more than the output limit leaves the sessions (4050"},
+		{"OutsideOutputTooFine", "provider: {otpm: 100000}\noutside: {share: 0.1, callTokens: 100, outputShare: 0.01}\n", "scenario.outside.outputShare: each outside call would write 5 output tokens"},
+		{"OutsideOutputOverItsTokens", "provider: {otpm: 100000}\noutside: {share: 0.1, outputShare: 0.5}\n", "scenario.outside.outputShare: the client would write more output"},
+		{"OutsideOutputNoLimit", "outside: {share: 0.1, outputShare: 0.1}\n", "scenario.outside.outputShare: needs an outside client"},
 		{"Overrides", "sessions: 4\ndemand: 2\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

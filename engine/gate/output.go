@@ -204,13 +204,16 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 	}
 	from := b.out.trigger
 	// Refused within a window of a relax step toward a figure only
-	// configured, the window filled to the level the gate held (its budget
-	// less the margin it keeps for the outputs in flight): the step is
-	// refuted, and so is the figure. A first 429 may be another client's
-	// spend, which passes: its trigger steps back up (outputHeldLocked).
+	// configured, a call admitted after the step, the window filled to the
+	// level the gate held (its budget less the margin it keeps for the
+	// outputs in flight): the step is refuted, and so is the figure. A first
+	// 429 may be another client's spend, which passes: its trigger steps back
+	// up (outputHeldLocked). A later 429 that answers no step leaves the
+	// figure refuted (a reset forgets it; a reload to another figure leaves
+	// it behind).
 	held := float64(b.outputBudgetLocked() - b.marginOf(b.openOutputVarLocked()))
-	b.out.refutedOTPM = 0
-	if b.limits.OTPM > 0 && b.outputStatedLocked() == 0 && b.out.relaxedAt.After(prev429) && now.Sub(b.out.relaxedAt) < span && reading >= suspectRatio*held {
+	if b.limits.OTPM > 0 && b.outputStatedLocked() == 0 && b.out.relaxedAt.After(prev429) && now.Sub(b.out.relaxedAt) < span &&
+		(admitted.IsZero() || !admitted.Before(b.out.relaxedAt)) && reading >= suspectRatio*held {
 		b.out.refutedOTPM = b.limits.OTPM
 	}
 	t := math.Max(stepDown*reading, floor)

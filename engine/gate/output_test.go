@@ -423,8 +423,13 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 	}
 	refused() // a second of the step: the window filled to it
 	trig := l.BucketStatus(at, "p", "m").OutputLimit
+	if later := windows(2); later[1] != trig {
+		t.Fatalf("output limits %v after the step was refused at %g: want it to stand", later, trig)
+	}
+	refused() // a later 429, no step to answer: read again, the figure still refuted
+	trig = l.BucketStatus(at, "p", "m").OutputLimit
 	if later := windows(30); later[0] != trig || later[29] != trig {
-		t.Fatalf("output limits %v after the step was refused at %g: want it to stand for 30 windows", later, trig)
+		t.Fatalf("output limits %v after a later 429 read %g: want it to stand for 30 windows", later, trig)
 	}
 	l2, err := NewLedger(c, engine.NewFakeClock(at), WithLearnedStore(store))
 	if err != nil {
@@ -444,27 +449,56 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 		t.Fatalf("output limits %v after a reload to otpm 3000: want steps up from %g", again, trig)
 	}
 
-	t.Run("ARefusalUnderTheHeldLevel", func(t *testing.T) {
-		// Refused right after a step, but the refused call met a window that
-		// held little (admitted before the step's call): not the gate's own
-		// step that was refused. It steps back up again.
+	t.Run("AStepAnsweredOverAnEmptyWindow", func(t *testing.T) {
+		// Refused after a step, for a call admitted after it — but into a
+		// window that held little: the gate's level was not what the
+		// provider refused. It steps back up again.
 		c := c
 		c.Defaults.OTPM = 2000
 		l, _, _ := newTestLedger(t, c)
 		mustAdmit(t, l, t0, outReq("a", 1000))
 		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
 		at := t0
-		for range 11 {
+		for range 10 {
 			at = at.Add(c.Window)
 			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget)))
-			heldBack(l, at, outReq("b", 100))
+			heldBack(l, at.Add(time.Millisecond), outReq("b", 100)) // at window 10, a step up
 		}
-		l.RateLimitedBy(at.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: at.Add(-time.Millisecond)})
+		late := at.Add(c.Window).Add(500 * time.Microsecond) // the window's fill has left; the step was 9.9995 s ago
+		mustAdmit(t, l, late, outReq("c", 100))
+		l.RateLimitedBy(late.Add(300*time.Microsecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: late})
 		b := l.lockedBucketFor("p", "m", at)
 		got := b.out.refutedOTPM
 		b.mu.Unlock()
 		if got != 0 {
-			t.Fatalf("a 429 whose call met a window all but empty refuted the configured figure (%d)", got)
+			t.Fatalf("a 429 read over a window holding 100 refuted the configured figure (%d)", got)
+		}
+	})
+	t.Run("ACallAdmittedBeforeTheStep", func(t *testing.T) {
+		// Refused right after a step, the window full — but the refused
+		// call was admitted before the step, at the level that held: the
+		// step let nothing into the provider's count, and the 429 says what
+		// a first one says. It steps back up again.
+		c := c
+		c.Defaults.OTPM = 2000
+		l, _, _ := newTestLedger(t, c)
+		mustAdmit(t, l, t0, outReq("a", 1000))
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+		at := t0
+		for range 10 {
+			at = at.Add(c.Window)
+			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget))) // the window full
+			heldBack(l, at.Add(time.Millisecond), outReq("b", 100))                          // at window 10, a step up
+		}
+		if got := l.BucketStatus(at, "p", "m").OutputLimit; got <= 970 {
+			t.Fatalf("output limit %g: the test wants a step up at window 10", got)
+		}
+		l.RateLimitedBy(at.Add(50*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: at})
+		b := l.lockedBucketFor("p", "m", at)
+		got := b.out.refutedOTPM
+		b.mu.Unlock()
+		if got != 0 {
+			t.Fatalf("a 429 for a call admitted before the step refuted the configured figure (%d)", got)
 		}
 	})
 }

@@ -114,10 +114,16 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	budget := b.tokenBudget(now)
 	need := sz.total + b.margin(sz.variance)
 	ob := b.outputBudgetLocked()
+	// What the output check needs of the window: the call's output and the
+	// margin for the outputs in flight (outputDrainLocked), within the budget.
+	var outNeed int64 // (none for a call with no output: the output window does not check it)
+	if sz.output > 0 {
+		outNeed = min(sz.output+b.marginOf(b.openOutputVarLocked()+sz.variance-sz.inputVar), max(ob, sz.output))
+	}
 	// A call at least this large was refused until then, and no release
-	// arrived since: held (for an output refusal, a call with as much output
-	// that could fit the output budget at all).
-	held := need >= b.sharedHoldNeed && sz.output >= b.sharedHoldOutput && (b.sharedHoldOutput == 0 || sz.output <= ob)
+	// arrived since: held (for an output refusal, a call needing as much of
+	// the output window that could fit the output budget at all).
+	held := need >= b.sharedHoldNeed && outNeed >= b.sharedHoldOutput && (b.sharedHoldOutput == 0 || sz.output <= ob)
 	if !force && now.Before(b.sharedHoldUntil) && held {
 		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
 	}
@@ -133,10 +139,9 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		// The output limit is the key's too: every instance's output counts.
 		// A call larger than the whole budget is recorded and not checked, as
 		// locally (outputDrainLocked).
-		// The margin for the outputs in flight (outputDrainLocked) as a
-		// smaller budget for this call: the script checks the window plus
-		// its output against it, and records its output alone.
-		r.Output, r.OutputBudget = sz.output, ob-min(b.marginOf(b.openOutputVarLocked()+sz.variance-sz.inputVar), ob-sz.output)
+		// The margin as a smaller budget for this call: the script checks
+		// the window plus its output against it, and records its output alone.
+		r.Output, r.OutputBudget = sz.output, ob-(outNeed-sz.output)
 		if sz.output > ob {
 			r.OutputBudget = -1
 		}
@@ -184,7 +189,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	if g.Wait > 0 {
 		b.sharedHoldUntil, b.sharedHoldNeed, b.sharedHoldOutput, b.sharedHoldReason = now.Add(g.Wait), need, 0, g.Reason
 		if g.Reason == "otpm" {
-			b.sharedHoldNeed, b.sharedHoldOutput = 0, sz.output // the output held it, whatever its tokens
+			b.sharedHoldNeed, b.sharedHoldOutput = 0, outNeed // the output held it, whatever its tokens
 			// The shared window holds calls back now, where the local one (this
 			// instance's share) may not: a trigger under the limit relaxes here.
 			b.outputHeldLocked(now)
