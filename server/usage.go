@@ -322,12 +322,16 @@ func failureBodyOf(ev *sseEvent) []byte {
 // hung up, an error mid-way) reported its input but not what it wrote: at
 // least one token per content event then. Settled at message_start's one
 // token, the window read lighter than the provider's, which counted what was
-// written, and let the next calls into a 429.
+// written, and let the next calls into a 429. Its output is unseen too: a
+// content event carries several tokens, and the output window keeps the
+// call's reserve (gate.Usage.OutputUnseen), as for a stream cut before any
+// usage.
 func (s *streamUsage) settleUsage(t gate.Ticket) gate.Usage {
 	if s.seen {
 		u := s.u
 		if !s.final {
 			u.OutputTokens = max(u.OutputTokens, s.chunk)
+			u.OutputUnseen = true
 		}
 		return u
 	}

@@ -119,6 +119,11 @@ func TestStreamWithoutUsageSaysItsOutputIsUnseen(t *testing.T) {
 	if !u.OutputUnseen || u.OutputTokens != 12 || u.InputTokens != 1000 {
 		t.Fatalf("usage %+v, want the input 1000, at least 12 output tokens, and the output unseen", u)
 	}
+	// Cut after message_start: its input is known, its output is not.
+	started := &streamUsage{kind: kindAnthropic, seen: true, chunk: 5, u: gate.Usage{InputTokens: 12, OutputTokens: 1}}
+	if u := started.settleUsage(gate.Ticket{Reserved: 1012, ReservedOutput: 1000}); !u.OutputUnseen || u.InputTokens != 12 || u.OutputTokens != 5 {
+		t.Fatalf("usage %+v of a stream cut after message_start, want its input 12, at least 5 output tokens, and the output unseen", u)
+	}
 	seen := &streamUsage{kind: kindAnthropic, seen: true, final: true, u: gate.Usage{InputTokens: 900, OutputTokens: 300}}
 	if u := seen.settleUsage(gate.Ticket{Reserved: 1400, ReservedOutput: 400}); u.OutputUnseen {
 		t.Fatalf("usage %+v: a stream that stated its usage has seen its output", u)
