@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -106,8 +107,15 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	for clean {
 		ev, err = rd.next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) && su.ended {
 				break
+			}
+			if errors.Is(err, io.EOF) {
+				// The body ended cleanly, but the stream's last word never
+				// came (a gateway that closed it early): the answer is cut,
+				// and the client is told so, as for any failure after the
+				// first byte — not a 200 that reads as complete.
+				err = errStreamCut
 			}
 			clean = false
 			if ctx.Err() == nil {
@@ -147,6 +155,10 @@ func (x *exchange) stream(ctx context.Context, route engine.Route, resp *http.Re
 	}
 	return nil, true
 }
+
+// errStreamCut is a stream whose body ended without its last event ([DONE],
+// a finish_reason, message_stop, a Responses terminal event).
+var errStreamCut = fmt.Errorf("the stream ended before its last event: %w", io.ErrUnexpectedEOF)
 
 // midStreamError ends a stream that failed after its first byte: it cannot be
 // retried. readErr is the transport failure (gatectl writes the protocol's error

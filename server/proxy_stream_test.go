@@ -178,6 +178,61 @@ func TestProxyMidStreamError(t *testing.T) {
 			t.Fatalf("window %d reserved %d: want the input estimate plus one chunk settled", st.WindowTokens, st.Reserved)
 		}
 	})
+	t.Run("openai stream ended before its last event", func(t *testing.T) {
+		// The body ends cleanly (a gateway that closed the stream early):
+		// no finish_reason, no usage, no [DONE]. The answer is cut, and the
+		// client is told so — not a 200 that reads as complete.
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, chatChunk("partial"))
+		})
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/chat/completions", chatReq("po/cut", "stream", true, "max_tokens", 100))
+		events := readEvents(t, body)
+		if resp.StatusCode != 200 || len(events) != 2 || !strings.Contains(events[0], "partial") || !strings.HasPrefix(events[1], `{"error":{`) {
+			t.Fatalf("status %d events %q: want the chunk, then an error event", resp.StatusCode, events)
+		}
+		if up.n() != 1 {
+			t.Fatalf("%d upstream calls: a started stream was retried", up.n())
+		}
+	})
+	t.Run("openai finish_reason without [DONE] is complete", func(t *testing.T) {
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, chatChunk("whole"), `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason": "stop"}]}`+"\n\n")
+		})
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/chat/completions", chatReq("po/whole", "stream", true, "max_tokens", 100))
+		if events := readEvents(t, body); resp.StatusCode != 200 || len(events) != 2 || strings.Contains(body, `{"error":{`) {
+			t.Fatalf("status %d events %q: want the two chunks and no error", resp.StatusCode, events)
+		}
+	})
+	t.Run("anthropic stream ended before message_delta", func(t *testing.T) {
+		start := anthropicEvent("message_start", map[string]any{"type": "message_start",
+			"message": map[string]any{"usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})
+		delta := anthropicEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+			"delta": map[string]any{"type": "text_delta", "text": "partial"}})
+		up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, start, delta)
+		})
+		f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+		resp, body := f.call("/v1/messages", chatReq("anth/cut", "stream", true, "max_tokens", 100))
+		if resp.StatusCode != 200 || !strings.Contains(body, "partial") || !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{") {
+			t.Fatalf("status %d body %q: want the events, then Anthropic's error event", resp.StatusCode, body)
+		}
+		// Ended after message_delta, without message_stop: the answer is whole.
+		up2 := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, start, delta, anthropicEvent("message_delta", map[string]any{"type": "message_delta",
+				"delta": map[string]any{"stop_reason": "end_turn"}, "usage": map[string]any{"output_tokens": 3}}))
+		})
+		f2 := newPxFixture(t, streamConfig(up2.URL, up2.URL), true)
+		resp, body = f2.call("/v1/messages", chatReq("anth/whole", "stream", true, "max_tokens", 100))
+		if resp.StatusCode != 200 || strings.Contains(body, "event: error") {
+			t.Fatalf("status %d body %q: a stream that ended after message_delta is whole", resp.StatusCode, body)
+		}
+	})
 	t.Run("anthropic transport cut", func(t *testing.T) {
 		up := newFakeUpstream(t, cutAfter(anthropicEvent("message_start", map[string]any{"type": "message_start",
 			"message": map[string]any{"usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})))

@@ -193,12 +193,19 @@ type streamUsage struct {
 	// message_start states the input and one output token; its message_delta
 	// the output written).
 	final bool
+	// ended: the stream's own last word came — OpenAI's [DONE] or a choice's
+	// finish_reason, a Responses terminal event, Anthropic's message_delta
+	// or message_stop. A stream whose body ends cleanly without it was cut
+	// (a gateway that closed it early): not a complete answer.
+	ended bool
 	chunk int64 // content events passed on, for settling a cut stream without usage
 }
 
 var (
 	evMessageStart      = []byte("message_start")
 	evMessageDelta      = []byte("message_delta")
+	evMessageStop       = []byte("message_stop")
+	keyFinishReason     = []byte(`"finish_reason"`)
 	evError             = []byte("error")
 	evResponseCompleted = []byte("response.completed")
 	evResponseFailed    = []byte("response.failed")
@@ -240,6 +247,9 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 				s.u.CacheWriteTokens = max(s.u.CacheWriteTokens, d.CacheWriteTokens)
 				s.seen, s.final = true, true
 			}
+			s.ended = true
+		case bytes.Equal(ev.name, evMessageStop):
+			s.ended = true
 		default:
 			s.chunk++
 		}
@@ -260,6 +270,7 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 			if json.Unmarshal(ev.data, &m) == nil && m.Response.Usage != nil {
 				s.u, s.seen, s.final = m.Response.Usage.toEngine(kindOpenAI), true, true
 			}
+			s.ended = true
 			// A response that failed is an error event too, classified as any
 			// (its error may be a rate limit: the model then cools down).
 			return bytes.Equal(ev.name, evResponseFailed), false
@@ -268,8 +279,15 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 		}
 		return false, false
 	}
-	if ev.data == nil || bytes.Equal(ev.data, dataDone) {
+	if ev.data == nil {
 		return false, false
+	}
+	if bytes.Equal(ev.data, dataDone) {
+		s.ended = true
+		return false, false
+	}
+	if finishes(ev.data) {
+		s.ended = true // (the chunk is read on below)
 	}
 	hasUsage, hasErr := bytes.Contains(ev.data, keyUsage), bytes.Contains(ev.data, keyError)
 	if !hasUsage && !hasErr {
@@ -294,6 +312,21 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 	}
 	s.chunk++
 	return false, false
+}
+
+// finishes says whether an OpenAI chunk gives a choice's finish_reason: a
+// string, not null (whatever the spacing around the colon).
+func finishes(data []byte) bool {
+	i := bytes.Index(data, keyFinishReason)
+	if i < 0 {
+		return false
+	}
+	rest := bytes.TrimLeft(data[i+len(keyFinishReason):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	return len(rest) > 0 && rest[0] == '"'
 }
 
 // failureBodyOf is what a stream's error event is classified on. OpenAI's
