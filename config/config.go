@@ -95,6 +95,10 @@ type Provider struct {
 	BaseURL   string
 	APIKeyEnv string
 	Headers   map[string]string
+	// NoStreamUsage (streamUsage: false): gatectl does not ask an OpenAI
+	// stream for its usage (stream_options.include_usage), for an upstream
+	// that refuses the parameter.
+	NoStreamUsage bool
 }
 
 // The gate:, retry: and quota: sections decode straight into the engine's own

@@ -625,3 +625,16 @@ func TestDefaultProvidersMarksTheFallback(t *testing.T) {
 		t.Error("a file with its own providers: DefaultProviders = true")
 	}
 }
+
+// streamUsage: false turns off asking an OpenAI stream for its usage; left
+// out, it is asked; anything but a boolean is refused with its place.
+func TestProviderStreamUsage(t *testing.T) {
+	c := mustParse(t, "providers:\n  a: {kind: openai, baseURL: https://a.test}\n  b: {kind: openai, baseURL: https://b.test, streamUsage: false}\n  c: {kind: openai, baseURL: https://c.test, streamUsage: true}\n")
+	if c.Providers["a"].NoStreamUsage || !c.Providers["b"].NoStreamUsage || c.Providers["c"].NoStreamUsage {
+		t.Fatalf("providers %+v: want only b's stream usage off", c.Providers)
+	}
+	_, err := Parse([]byte("providers:\n  a: {kind: openai, baseURL: https://a.test, streamUsage: sometimes}\n"), "gatectl.yaml")
+	if err == nil || !strings.Contains(err.Error(), "providers.a.streamUsage") {
+		t.Fatalf("err %v, want one naming providers.a.streamUsage", err)
+	}
+}

@@ -26,6 +26,12 @@ var providerSchema = &schema[Provider]{
 			func(v *validator, n *yaml.Node, path string, p *Provider) { p.APIKeyEnv = v.envName(n, path) }),
 		customField("headers", "mapping", "extra request headers; a credential must be written as ${NAME}",
 			func(v *validator, n *yaml.Node, path string, p *Provider) { p.Headers = v.headers(n, path) }),
+		customField("streamUsage", "boolean", "true (the default): an OpenAI-kind stream is asked for its usage (stream_options.include_usage), which the gate settles with and the client does not see unless it asked; false for an upstream that refuses the parameter (\"Unrecognized request argument supplied: stream_options\": Azure OpenAI before api-version 2024-09-01-preview): its streams settle on their input and a token per chunk, their output kept at its reserve in an output window",
+			func(v *validator, n *yaml.Node, path string, p *Provider) {
+				if b, ok := v.boolean(n, path); ok {
+					p.NoStreamUsage = !b
+				}
+			}),
 	},
 }
 

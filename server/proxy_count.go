@@ -33,7 +33,7 @@ func (x *exchange) passOnce() {
 		return
 	}
 	x.route, x.attempts = route, 1
-	body, err := upstreamBody(x.pr, route)
+	body, err := upstreamBody(x.pr, route, false) // (not a stream)
 	if err != nil {
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return

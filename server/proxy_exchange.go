@@ -192,7 +192,7 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration, why string) bool 
 func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstreamFailure, done bool) {
 	s, pr := x.s, x.pr
 	pc := x.cfg.Providers[route.Provider]
-	body, err := upstreamBody(pr, route)
+	body, err := upstreamBody(pr, route, !pc.NoStreamUsage)
 	if err != nil {
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true

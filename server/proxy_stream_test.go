@@ -146,6 +146,34 @@ func TestProxyResponsesStreamUsage(t *testing.T) {
 	}
 }
 
+// TestProxyStreamUsageOff: a provider that refuses stream_options (Azure
+// OpenAI before api-version 2024-09-01-preview answers every stream 400 for
+// it) is told so with streamUsage: false — its streams go without the field,
+// and settle on their input and a token per chunk, the output unseen.
+func TestProxyStreamUsageOff(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, chatChunk("hi"), `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n", "data: [DONE]\n\n")
+	})
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  po:  {kind: openai, baseURL: %s/v1}
+  old: {kind: openai, baseURL: %s/v1, streamUsage: false}
+`, up.URL, up.URL), true)
+	for i, c := range []struct {
+		model string
+		asked bool
+	}{{"po/m", true}, {"old/m", false}} {
+		resp, body := f.call("/v1/chat/completions", chatReq(c.model, "stream", true, "max_tokens", 100))
+		if resp.StatusCode != 200 || strings.Contains(body, `{"error":{`) {
+			t.Fatalf("%s: %d %s", c.model, resp.StatusCode, body)
+		}
+		if got := up.call(i).Body["stream_options"] != nil; got != c.asked {
+			t.Fatalf("%s: stream_options sent %v, want %v (%+v)", c.model, got, c.asked, up.call(i).Body)
+		}
+	}
+}
+
 // cutAfter writes events, then drops the connection without ending the chunked
 // body: a transport failure after the first byte.
 func cutAfter(events ...string) http.HandlerFunc {
@@ -458,7 +486,7 @@ func TestUpstreamBodyNullFields(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.body, err)
 		}
-		b, err := upstreamBody(pr, c.route)
+		b, err := upstreamBody(pr, c.route, true)
 		if err != nil {
 			t.Fatalf("%s: %v", c.body, err)
 		}

@@ -204,8 +204,9 @@ func expandEnv(v string) string {
 
 // upstreamBody is the client's body rewritten for route: model replaced, the
 // route's reasoning effort where the API has the field, and for an OpenAI stream
-// stream_options.include_usage set (so gatectl can settle with real usage).
-func upstreamBody(pr *proxyRequest, route engine.Route) ([]byte, error) {
+// stream_options.include_usage set (so gatectl can settle with real usage),
+// unless askUsage is false (the provider's streamUsage: false).
+func upstreamBody(pr *proxyRequest, route engine.Route, askUsage bool) ([]byte, error) {
 	fields := make(map[string]json.RawMessage, len(pr.fields)+2)
 	for k, v := range pr.fields {
 		fields[k] = v
@@ -228,7 +229,7 @@ func upstreamBody(pr *proxyRequest, route engine.Route) ([]byte, error) {
 			fields["reasoning"], _ = json.Marshal(reasoning)
 		}
 	}
-	if pr.stream && pr.ep.injectUsage && !pr.clientUsage {
+	if pr.stream && pr.ep.injectUsage && !pr.clientUsage && askUsage {
 		var opts map[string]json.RawMessage
 		if raw, ok := pr.fields["stream_options"]; ok {
 			_ = json.Unmarshal(raw, &opts)
