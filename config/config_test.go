@@ -637,4 +637,9 @@ func TestProviderStreamUsage(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "providers.a.streamUsage") {
 		t.Fatalf("err %v, want one naming providers.a.streamUsage", err)
 	}
+	// On an anthropic provider it does nothing: said, not refused.
+	c = mustParse(t, "providers:\n  claude: {kind: anthropic, baseURL: https://c.test, streamUsage: false}\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Error(), "providers.claude.streamUsage: has no effect on an anthropic provider") {
+		t.Fatalf("warnings %v, want one that streamUsage does nothing on an anthropic provider", c.Warnings)
+	}
 }

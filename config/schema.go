@@ -333,6 +333,13 @@ func customField[T any](key, kind, doc string, decode func(v *validator, n *yaml
 	return setting[T]{key: key, kind: kind, doc: doc, decode: decode}
 }
 
+// shownBy gives a custom field the default docs/config.md shows (see
+// setting.show).
+func (f setting[T]) shownBy(show func(t *T) string) setting[T] {
+	f.show = show
+	return f
+}
+
 // encodedBy gives a custom field its encoding (see setting.encode).
 func (f setting[T]) encodedBy(encode func(t *T) (any, bool)) setting[T] {
 	f.encode = encode

@@ -3,6 +3,7 @@ package config
 import (
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -26,12 +27,12 @@ var providerSchema = &schema[Provider]{
 			func(v *validator, n *yaml.Node, path string, p *Provider) { p.APIKeyEnv = v.envName(n, path) }),
 		customField("headers", "mapping", "extra request headers; a credential must be written as ${NAME}",
 			func(v *validator, n *yaml.Node, path string, p *Provider) { p.Headers = v.headers(n, path) }),
-		customField("streamUsage", "boolean", "true (the default): an OpenAI-kind stream is asked for its usage (stream_options.include_usage), which the gate settles with and the client does not see unless it asked; false for an upstream that refuses the parameter (\"Unrecognized request argument supplied: stream_options\": Azure OpenAI before api-version 2024-09-01-preview): its streams settle on their input and a token per chunk, their output kept at its reserve in an output window",
+		customField("streamUsage", "boolean", "true: a chat or completions stream (openai kind) is asked for its usage (stream_options.include_usage), which the gate settles with and the client does not see unless it asked; false for an upstream that refuses the parameter (\"Unrecognized request argument supplied: stream_options\": Azure OpenAI before api-version 2024-09-01-preview): no stream_options goes, the client's own neither, and such streams settle on the input gatectl estimated and a token per chunk, their output kept at its reserve in an output window (a Responses stream reports its usage either way)",
 			func(v *validator, n *yaml.Node, path string, p *Provider) {
 				if b, ok := v.boolean(n, path); ok {
 					p.NoStreamUsage = !b
 				}
-			}),
+			}).shownBy(func(p *Provider) string { return strconv.FormatBool(!p.NoStreamUsage) }),
 	},
 }
 
@@ -50,6 +51,9 @@ func (v *validator) providers(n *yaml.Node, path string) {
 		}
 		prov := providerSchema.defaults()
 		providerSchema.decode(v, f.val, p, &prov)
+		if prov.NoStreamUsage && prov.Kind == "anthropic" {
+			v.warnf(f.val, join(p, "streamUsage"), "has no effect on an anthropic provider: its streams report their usage unasked")
+		}
 		v.c.Providers[name] = prov
 	}
 }

@@ -174,6 +174,65 @@ providers:
 	}
 }
 
+// TestProxyStreamEnds: a stream is whole when its own last word came, however
+// it is spelled — or cut when the body ended before it (the client then gets
+// the protocol's error event).
+func TestProxyStreamEnds(t *testing.T) {
+	named := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	finish := func(reason string) string {
+		return `{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":` + reason + `}]}`
+	}
+	for _, c := range []struct {
+		name   string
+		path   string
+		events []string
+		cut    bool
+	}{
+		// The SSE default name is as good as none: a chat stream that names
+		// its events "message" ends as any other.
+		{"event message, finished", "/v1/chat/completions", []string{named("message", finish(`null`)), named("message", finish(`"stop"`))}, false},
+		{"event message, cut", "/v1/chat/completions", []string{named("message", finish(`null`))}, true},
+		{"[DONE] with a space", "/v1/chat/completions", []string{"data: " + finish(`null`) + "\n\n", "data: [DONE] \n\n"}, false},
+		// Some servers send "" before the last chunk: not a finish.
+		{"empty finish_reason, cut", "/v1/chat/completions", []string{"data: " + finish(`""`) + "\n\n"}, true},
+		// The second choice's finish, the first's null.
+		{"a later choice's finish", "/v1/chat/completions", []string{`data: {"choices":[{"index":0,"delta":{},"finish_reason":null},{"index":1,"delta":{},"finish_reason":"stop"}]}` + "\n\n"}, false},
+		// A Responses stream whose events carry their type in the data alone.
+		{"responses, data only", "/v1/responses", []string{`data: {"type":"response.output_text.delta","delta":"x"}` + "\n\n", `data: {"type":"response.completed","response":{"status":"completed"}}` + "\n\n"}, false},
+		{"responses, data only, cut", "/v1/responses", []string{`data: {"type":"response.output_text.delta","delta":"x"}` + "\n\n"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				sse(w, c.events...)
+			})
+			f := newPxFixture(t, streamConfig(up.URL, up.URL), true)
+			req := chatReq("po/m", "stream", true, "max_tokens", 100)
+			if c.path == "/v1/responses" {
+				req = map[string]any{"model": "po/m", "input": "hi", "stream": true}
+			}
+			resp, body := f.call(c.path, req)
+			if cut := strings.Contains(body, "the stream ended before its last event"); resp.StatusCode != 200 || cut != c.cut {
+				t.Fatalf("status %d, cut %v, want %v: %q", resp.StatusCode, cut, c.cut, body)
+			}
+		})
+	}
+}
+
+// TestProxyStreamUsageOffDropsTheClientsOwn: the client's own stream_options
+// would meet the same 400 at such an upstream: it does not go either.
+func TestProxyStreamUsageOffDropsTheClientsOwn(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, chatChunk("hi"), "data: [DONE]\n\n")
+	})
+	f := newPxFixture(t, fmt.Sprintf("providers:\n  old: {kind: openai, baseURL: %s/v1, streamUsage: false}\n", up.URL), true)
+	resp, body := f.call("/v1/chat/completions", chatReq("old/m", "stream", true, "stream_options", map[string]any{"include_usage": true}))
+	if resp.StatusCode != 200 || up.call(0).Body["stream_options"] != nil {
+		t.Fatalf("%d %s: upstream body %+v, want no stream_options", resp.StatusCode, body, up.call(0).Body)
+	}
+}
+
 // cutAfter writes events, then drops the connection without ending the chunked
 // body: a transport failure after the first byte.
 func cutAfter(events ...string) http.HandlerFunc {

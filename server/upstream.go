@@ -229,6 +229,11 @@ func upstreamBody(pr *proxyRequest, route engine.Route, askUsage bool) ([]byte, 
 			fields["reasoning"], _ = json.Marshal(reasoning)
 		}
 	}
+	if pr.stream && pr.ep.injectUsage && !askUsage {
+		// The upstream refuses the parameter (streamUsage: false): not even
+		// the client's own goes, and no usage chunk comes back.
+		delete(fields, "stream_options")
+	}
 	if pr.stream && pr.ep.injectUsage && !pr.clientUsage && askUsage {
 		var opts map[string]json.RawMessage
 		if raw, ok := pr.fields["stream_options"]; ok {

@@ -205,6 +205,8 @@ var (
 	evMessageStart      = []byte("message_start")
 	evMessageDelta      = []byte("message_delta")
 	evMessageStop       = []byte("message_stop")
+	evMessage           = []byte("message") // the SSE default name: as good as none
+	keyResponseEnded    = [][]byte{[]byte(`"response.completed"`), []byte(`"response.failed"`), []byte(`"response.incomplete"`)}
 	keyFinishReason     = []byte(`"finish_reason"`)
 	evError             = []byte("error")
 	evResponseCompleted = []byte("response.completed")
@@ -257,7 +259,7 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 	}
 	// OpenAI: chat/completions and completions send data-only chunks; responses
 	// sends named events.
-	if len(ev.name) > 0 {
+	if len(ev.name) > 0 && !bytes.Equal(ev.name, evMessage) {
 		switch {
 		case bytes.Equal(ev.name, evError):
 			return true, false
@@ -282,11 +284,11 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 	if ev.data == nil {
 		return false, false
 	}
-	if bytes.Equal(ev.data, dataDone) {
+	if bytes.Equal(bytes.TrimSpace(ev.data), dataDone) {
 		s.ended = true
 		return false, false
 	}
-	if finishes(ev.data) {
+	if finishes(ev.data) || responseEnded(ev.data) {
 		s.ended = true // (the chunk is read on below)
 	}
 	hasUsage, hasErr := bytes.Contains(ev.data, keyUsage), bytes.Contains(ev.data, keyError)
@@ -315,18 +317,36 @@ func (s *streamUsage) observe(ev *sseEvent) (isError, usageOnly bool) {
 }
 
 // finishes says whether an OpenAI chunk gives a choice's finish_reason: a
-// string, not null (whatever the spacing around the colon).
+// string that is not empty, not null (whatever the spacing around the colon;
+// some servers send "" on every chunk before the last). Each choice's is read.
 func finishes(data []byte) bool {
-	i := bytes.Index(data, keyFinishReason)
-	if i < 0 {
-		return false
+	for {
+		i := bytes.Index(data, keyFinishReason)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(keyFinishReason):]
+		rest := bytes.TrimLeft(data, " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if len(rest) > 1 && rest[0] == '"' && rest[1] != '"' {
+			return true
+		}
 	}
-	rest := bytes.TrimLeft(data[i+len(keyFinishReason):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return false
+}
+
+// responseEnded says whether a Responses event sent without its name (the
+// type in its data alone) is a terminal one. (A quote inside a JSON string is
+// escaped: these can only be the event's own type.)
+func responseEnded(data []byte) bool {
+	for _, k := range keyResponseEnded {
+		if bytes.Contains(data, k) {
+			return true
+		}
 	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	return len(rest) > 0 && rest[0] == '"'
+	return false
 }
 
 // failureBodyOf is what a stream's error event is classified on. OpenAI's
