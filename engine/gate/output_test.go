@@ -383,6 +383,14 @@ func TestOutputRelaxWaitsOutACooldown(t *testing.T) {
 	}
 }
 
+// refutedOTPM is the configured output limit the model's record says a 429
+// refuted (0: none).
+func refutedOTPM(l *Ledger, now time.Time) int {
+	b := l.lockedBucketFor("p", "m", now)
+	defer b.mu.Unlock()
+	return b.out.refutedOTPM
+}
+
 // A configured output limit the provider refuses at a step toward it, where
 // the gate had filled the window to the level it held, is wrong, not another
 // client's spend: the trigger read there is re-probed as the token trigger is,
@@ -435,10 +443,7 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := l2.lockedBucketFor("p", "m", at)
-	restored := b.out.refutedOTPM
-	b.mu.Unlock()
-	if restored != 2000 {
+	if restored := refutedOTPM(l2, at); restored != 2000 {
 		t.Fatalf("restored from the learned store, the figure refuted is %d, want the configured 2000", restored)
 	}
 	c.Defaults.OTPM = 3000 // the user's new figure: stepped toward from window 10 again
@@ -449,28 +454,36 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 		t.Fatalf("output limits %v after a reload to otpm 3000: want steps up from %g", again, trig)
 	}
 
+	// stepped is a ledger on c with otpm 2,000 whose first 429 came at 1,000,
+	// each window then filled to its budget and a call held back a
+	// millisecond later: at window 10 (at), a step up.
+	stepped := func(t *testing.T) (l *Ledger, at time.Time) {
+		t.Helper()
+		c := c
+		c.Defaults.OTPM = 2000
+		l, _, _ = newTestLedger(t, c)
+		mustAdmit(t, l, t0, outReq("a", 1000))
+		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
+		at = t0
+		for range 10 {
+			at = at.Add(c.Window)
+			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget))) // the window full
+			heldBack(l, at.Add(time.Millisecond), outReq("b", 100))
+		}
+		if got := l.BucketStatus(at, "p", "m").OutputLimit; got <= 970 {
+			t.Fatalf("output limit %g: the test wants a step up at window 10", got)
+		}
+		return l, at
+	}
 	t.Run("AStepAnsweredOverAnEmptyWindow", func(t *testing.T) {
 		// Refused after a step, for a call admitted after it — but into a
 		// window that held little: the gate's level was not what the
 		// provider refused. It steps back up again.
-		c := c
-		c.Defaults.OTPM = 2000
-		l, _, _ := newTestLedger(t, c)
-		mustAdmit(t, l, t0, outReq("a", 1000))
-		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-		at := t0
-		for range 10 {
-			at = at.Add(c.Window)
-			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget)))
-			heldBack(l, at.Add(time.Millisecond), outReq("b", 100)) // at window 10, a step up
-		}
+		l, at := stepped(t)
 		late := at.Add(c.Window).Add(500 * time.Microsecond) // the window's fill has left; the step was 9.9995 s ago
 		mustAdmit(t, l, late, outReq("c", 100))
 		l.RateLimitedBy(late.Add(300*time.Microsecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: late})
-		b := l.lockedBucketFor("p", "m", at)
-		got := b.out.refutedOTPM
-		b.mu.Unlock()
-		if got != 0 {
+		if got := refutedOTPM(l, at); got != 0 {
 			t.Fatalf("a 429 read over a window holding 100 refuted the configured figure (%d)", got)
 		}
 	})
@@ -479,25 +492,9 @@ func TestOutputTriggerRefutedAtAStepIsNotRelaxed(t *testing.T) {
 		// call was admitted before the step, at the level that held: the
 		// step let nothing into the provider's count, and the 429 says what
 		// a first one says. It steps back up again.
-		c := c
-		c.Defaults.OTPM = 2000
-		l, _, _ := newTestLedger(t, c)
-		mustAdmit(t, l, t0, outReq("a", 1000))
-		l.RateLimitedBy(t0, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens})
-		at := t0
-		for range 10 {
-			at = at.Add(c.Window)
-			mustAdmit(t, l, at, outReq("a", int(l.BucketStatus(at, "p", "m").OutputBudget))) // the window full
-			heldBack(l, at.Add(time.Millisecond), outReq("b", 100))                          // at window 10, a step up
-		}
-		if got := l.BucketStatus(at, "p", "m").OutputLimit; got <= 970 {
-			t.Fatalf("output limit %g: the test wants a step up at window 10", got)
-		}
+		l, at := stepped(t)
 		l.RateLimitedBy(at.Add(50*time.Millisecond), "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisOutputTokens, Admitted: at})
-		b := l.lockedBucketFor("p", "m", at)
-		got := b.out.refutedOTPM
-		b.mu.Unlock()
-		if got != 0 {
+		if got := refutedOTPM(l, at); got != 0 {
 			t.Fatalf("a 429 for a call admitted before the step refuted the configured figure (%d)", got)
 		}
 	})

@@ -30,9 +30,18 @@ func reserveOut(t *testing.T, s *Store, now time.Time, tokens, output, outputBud
 // returned with it.
 func outLedger(t *testing.T, srv *redistest.Server, clock engine.Clock, otpm int, learned bool) (*gate.Ledger, *Store) {
 	t.Helper()
+	return outLedgerWith(t, srv, clock, otpm, learned, nil)
+}
+
+// outLedgerWith is outLedger with its config changed by tune first.
+func outLedgerWith(t *testing.T, srv *redistest.Server, clock engine.Clock, otpm int, learned bool, tune func(*gate.Config)) (*gate.Ledger, *Store) {
+	t.Helper()
 	cfg := gate.DefaultConfig()
 	cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: otpm, SafetyFactor: 1}
 	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	if tune != nil {
+		tune(&cfg)
+	}
 	s := open(t, srv, FailOpen)
 	opts := []gate.Option{gate.WithSharedWindow(s)}
 	h := Handlers{}
@@ -423,14 +432,9 @@ func TestSharedOutputKeepsTheMargin(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := engine.NewFakeClock(t0)
 	ledger := func() *gate.Ledger {
-		cfg := gate.DefaultConfig()
-		cfg.Window, cfg.MaxWait = 10*time.Second, 20*time.Second
-		cfg.Defaults = gate.ModelLimits{TPM: 100_000, RPM: 1000, OTPM: 3000, SafetyFactor: 1}
-		cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 2, 0, 0
-		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(open(t, srv, FailOpen)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, _ := outLedgerWith(t, srv, clock, 3000, false, func(c *gate.Config) {
+			c.Window, c.MaxWait, c.MarginSigmas = 10*time.Second, 20*time.Second, 2
+		})
 		return l
 	}
 	a, b := ledger(), ledger()
