@@ -332,7 +332,7 @@ func newRunner(s Scenario, mode string) (*runner, error) {
 			if s.Provider.Decides == DecidesKnown {
 				lim.decides = gate.DecidesKnown // and what it decides a call on
 			}
-			lim.otpm = int(float64(s.Provider.OTPM) * (1 - s.Outside.OutputShare)) // and the output limit, less the others' share
+			lim.otpm = int(s.outputLeft()) // and the output limit, less the others' share
 		}
 		if mode == ModeGate {
 			lim.countsAt = s.Gate.CountsAt // what the user tells the gate: "" learns it

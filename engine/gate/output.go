@@ -114,12 +114,19 @@ func (b *bucket) outputDrainLocked(now time.Time, out int64, outVar float64) tim
 	if budget <= 0 || out <= 0 || out > budget {
 		return 0
 	}
-	need := min(out+b.marginOf(b.openOutputVarLocked()+outVar), budget)
-	wait, _ := b.out.win.tokenDrain(now, need, budget)
+	wait, _ := b.out.win.tokenDrain(now, b.outputNeedLocked(out, outVar, budget), budget)
 	if wait > 0 {
 		b.outputHeldLocked(now)
 	}
 	return wait
+}
+
+// outputNeedLocked is what a call reserving out output tokens (of variance
+// outVar) needs of an output window with budget: its output and the margin
+// for the outputs in flight, within the budget (a call larger than the
+// budget needs its output alone: the over-budget rule lets it go).
+func (b *bucket) outputNeedLocked(out int64, outVar float64, budget int64) int64 {
+	return min(out+b.marginOf(b.openOutputVarLocked()+outVar), max(budget, out))
 }
 
 // openOutputVarLocked is the variance of the outputs of the calls in flight

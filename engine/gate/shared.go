@@ -118,7 +118,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	// margin for the outputs in flight (outputDrainLocked), within the budget.
 	var outNeed int64 // (none for a call with no output: the output window does not check it)
 	if sz.output > 0 {
-		outNeed = min(sz.output+b.marginOf(b.openOutputVarLocked()+sz.variance-sz.inputVar), max(ob, sz.output))
+		outNeed = b.outputNeedLocked(sz.output, sz.variance-sz.inputVar, ob)
 	}
 	// A call at least this large was refused until then, and no release
 	// arrived since: held (for an output refusal, a call needing as much of
