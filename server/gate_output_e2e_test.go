@@ -272,8 +272,10 @@ func TestGateOutputLimitE2E(t *testing.T) {
 		{"OTPMStated", true, 0, 0.90, 1},
 		// Only the 429's words name the output limit: the first 429 teaches it.
 		// The calls already sent when it comes back meet it too (one to six,
-		// all within 90 ms, in the runs recorded: nothing could hold them, no
-		// limit being known), and none may come after the first window. What
+		// all within 90 ms, in most runs recorded; 15 within 65 ms in one
+		// `.ci/run`: nothing could hold them, no limit being known). How many
+		// is the machine's timing, bounded by one a session — each has at
+		// most one call out — and none may come after the first window. What
 		// it learned is on the output axis, the token window untouched (before
 		// the axis, the same 429 set the token trigger). The reading is the
 		// gate's count of a window a third of which is calls in flight at their
@@ -282,7 +284,7 @@ func TestGateOutputLimitE2E(t *testing.T) {
 		// in one `.ci/run` whose reading lay a quarter under the limit
 		// (docs/benchmarks.md). Hence a floor far under the target, which is
 		// logged when missed.
-		{"OTPMInWords", false, 8, 0.60, 1},
+		{"OTPMInWords", false, otpmSessions, 0.60, 1},
 		// Two gatectl instances sharing the key through Redis, the limit
 		// stated: the output window is shared (docs/redis.md), so the two
 		// together hold to it as one does. (With each counting only its own
