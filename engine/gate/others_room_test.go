@@ -2,6 +2,7 @@ package gate
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -250,5 +251,83 @@ func TestOthersRoomKeepsAMarginForTheirSwing(t *testing.T) {
 	}
 	if got := swinging.status().TokenBudget; got < 605 || got > 630 {
 		t.Fatalf("readings of 100 and 200 in turn: budget %d, want about 617 (half a spread of about 66 under 650)", got)
+	}
+}
+
+// A provider that states its count as of each call's arrival, its answers
+// coming five calls later: against the window as each answer comes, another
+// client's steady 150 takes in the calls sent (or, counted at completion,
+// completed) since and those that left the window, and swings by more than it
+// spends — it never reads plainly, and the budget stays whole. Against the
+// window as each call was sent it reads 150 to the token: that is the moment
+// the provider states at, and the room holds the budget under what the other
+// client leaves. The same provider stating as it answers is read at the
+// answers' own moment.
+func TestOthersReadAtTheMomentTheProviderStates(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		atCompletion bool
+		atSend       bool
+	}{
+		{"counted on arrival, stated as the call arrived", false, true},
+		{"counted on arrival, stated as it answers", false, false},
+		{"counted at completion, stated as the call arrived", true, true},
+		{"counted at completion, stated as it answers", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newOutsideRig(t, 8000, func(c *Config) {
+				if tc.atCompletion {
+					c.Defaults.CountsAt = CountsAtCompletion
+				}
+			})
+			rng := rand.New(rand.NewPCG(7, 7))
+			type call struct {
+				tk        Ticket
+				at        time.Time // sent, or completed
+				size      int64
+				sentCount int64 // what the provider counted as the call arrived
+			}
+			var inFlight, done []call
+			// count is what the provider counts at now: the calls sent within
+			// the window, or those completed within it, and the other client's.
+			count := func(now time.Time) int64 {
+				if !tc.atCompletion {
+					return r.status().WindowTokens + 150
+				}
+				n := int64(150)
+				for _, c := range done {
+					if now.Sub(c.at) < time.Minute {
+						n += c.size
+					}
+				}
+				return n
+			}
+			for range 150 {
+				r.now = r.now.Add(outsideTick)
+				size := 5 + rng.Int64N(146)
+				tk := mustAdmit(t, r.l, r.now, Request{Provider: "p", Model: "m", Session: "s", InputTokens: int(size - 1), MaxTokens: 1})
+				r.l.Sent(r.now, tk)
+				inFlight = append(inFlight, call{tk, r.now, size, count(r.now)})
+				if len(inFlight) <= 5 {
+					continue
+				}
+				c := inFlight[0]
+				inFlight = inFlight[1:]
+				if err := r.l.Settle(r.now, c.tk, Usage{InputTokens: c.size - 1, OutputTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+				sent := c.at
+				c.at = r.now
+				done = append(done, c)
+				counted := c.sentCount
+				if !tc.atSend {
+					counted = count(r.now) // as it answers, the call counted
+				}
+				r.l.CalibrateAnswer(r.now, sent, "p", "m", r.stated, r.stated-counted, -1, -1)
+			}
+			if st := r.status(); st.OthersSpend < 145 || st.OthersSpend > 160 || math.Abs(float64(st.TokenBudget-(r.stated-st.OthersSpend))) > 1 {
+				t.Fatalf("others spend %d, budget %d; want about 150 and the stated %d less it", st.OthersSpend, st.TokenBudget, r.stated)
+			}
+		})
 	}
 }

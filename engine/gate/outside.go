@@ -51,6 +51,7 @@ type outsideSpend struct {
 	at429Pending        bool    // at429 is the next window's mean (outsideTriggerSetLocked)
 	liftedAt, refutedAt time.Time
 	others              othersSpend    // the same readings, tracked answer by answer for the room they leave
+	moments             statedMoments  // the readings as the answers came and as their calls were sent: which moment to read
 	refill              *refillReserve // a bucket's reserve since it was last full (refillspend.go); nil until headers state one
 }
 
@@ -105,10 +106,17 @@ func (b *bucket) observeOutsideLocked(now, sent time.Time, limitTokens, remainin
 	if b.fixedWindowsLocked() {
 		tail = 0 // the fixed view's entries before the edge (the guard's) are the provider's too
 	}
-	r := counted - (b.providerViewLocked() - float64(tail))
+	// The window as the answered call was sent (decides.go), for the reading
+	// at that moment.
+	var atSend sendReading
+	found := false
+	if !sent.IsZero() && !b.fixedWindowsLocked() { // (no readings at the send at fixed windows: readAtSendLocked)
+		atSend, found = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
+	}
+	r := b.othersAtStatedMomentLocked(counted-(b.providerViewLocked()-float64(tail)), counted, atSend, found)
 	o.n++
 	o.sum, o.sumSq = o.sum+r, o.sumSq+r*r
-	switch x, ok := b.refillReadingLocked(now, sent, counted, b.learn.stated); {
+	switch x, ok := b.refillReadingLocked(now, sent, atSend, found, counted, b.learn.stated); {
 	case !b.refillRead:
 		o.others.add(now, r, span, b.learn.stated)
 	case ok:
@@ -384,4 +392,61 @@ func (b *bucket) othersRoomLocked(now time.Time) (float64, bool) {
 		return 0, false
 	}
 	return max(b.learn.stated-s.mean-othersSwing*math.Sqrt(s.variance), 0), true
+}
+
+// The moment the provider states at.
+//
+// A provider states what it counted as of one moment: as it answers, or as
+// the call arrived (OpenAI's and Anthropic's limiters decide, and state, as a
+// call arrives). Read against the gate's view at the other moment, the
+// others' spend takes in whatever the gate sent, or saw complete, in between
+// — in a cohort most of the window — and swings with it: against the view
+// as each answer came, a provider counting at completion and stating at
+// arrival read another client's tenth at 0.00 ± 0.11 of the budget over real
+// sockets, and at its send at 0.12 ± 0.04. Swinging so, the spend never read
+// plainly, no room held the gate under what the other client left, and each
+// cooldown's end took a 429 (three in 60 s, the trigger cut each time). So
+// each answer is read at both moments, and the moment whose readings vary
+// less is the one the provider states at: the other one's readings carry the
+// gate's own traffic between the two. The answers' own moment until both
+// have enough readings (and for an answer whose send was not named, or whose
+// reading is gone); the other once its readings vary refillSwitch times less.
+
+// statedMoments is the others' spend read at both moments (refillspend.go
+// follows a bucket's reserve at both, alike).
+type statedMoments struct {
+	now, sent movingSpread
+	useSent   bool
+}
+
+// statedMomentReadings: readings each moment needs before they are compared.
+const statedMomentReadings = 30
+
+// othersAtStatedMomentLocked is the others' spend one answer reads: r, read
+// against the view now, or what counted reads against the view as its call
+// was sent (s, when found), when that is the moment the provider states at.
+func (b *bucket) othersAtStatedMomentLocked(r, counted float64, s sendReading, found bool) float64 {
+	if !found {
+		return r
+	}
+	view := s.arrival
+	if b.atCompletion {
+		view = s.done
+	}
+	atSend := counted - view
+	m := &b.outside.moments
+	m.now.add(r, refillVarSpan)
+	m.sent.add(atSend, refillVarSpan)
+	if m.now.readings >= statedMomentReadings && m.sent.readings >= statedMomentReadings {
+		switch vNow, vSent := m.now.varianceRead(refillVarSpan), m.sent.varianceRead(refillVarSpan); {
+		case m.useSent && vSent > refillSwitch*vNow:
+			m.useSent = false
+		case !m.useSent && vNow > refillSwitch*vSent:
+			m.useSent = true
+		}
+	}
+	if m.useSent {
+		return atSend
+	}
+	return r
 }

@@ -61,8 +61,38 @@ type refillTrack struct {
 	lastDeficit float64
 	// The readings' moving mean and variance: the moment read is the one
 	// whose readings vary less.
+	movingSpread
+}
+
+// movingSpread is a moving mean and variance of readings, over about the
+// last span of them.
+type movingSpread struct {
 	mean, variance float64
 	readings       int
+}
+
+// add weighs in reading x; the first is the mean.
+func (m *movingSpread) add(x float64, span int) {
+	k := 1.0 / float64(span)
+	if m.readings == 0 {
+		m.mean, k = x, 1
+	}
+	dx := x - m.mean
+	m.mean += k * dx
+	m.variance = (1-k)*m.variance + k*dx*dx
+	m.readings++
+}
+
+// varianceRead is the readings' variance, less the weight of the zero it
+// started from (the moving variance's first reading is its own mean).
+func (m *movingSpread) varianceRead(span int) float64 {
+	switch {
+	case m.readings <= 1:
+		return 0
+	case m.readings > 20*span:
+		return m.variance // the zero's weight is under a billionth: no need for the power
+	}
+	return m.variance / (1 - math.Pow(1-1.0/float64(span), float64(m.readings-1)))
 }
 
 // refillReserve is the reserve followed as the answers come and as their
@@ -118,14 +148,7 @@ func (t *refillTrack) read(at int64, deficit, own, stated float64, w int64) (flo
 		if d := at - p.at; d >= int64(refillSpan*float64(w)) {
 			span := float64(d) / float64(w)
 			x := (stated*span - (own - p.own) + deficit - p.deficit) / span
-			k := 1.0 / refillVarSpan
-			if t.readings == 0 {
-				t.mean, k = x, 1
-			}
-			dx := x - t.mean
-			t.mean += k * dx
-			t.variance = (1-k)*t.variance + k*dx*dx
-			t.readings++
+			t.add(x, refillVarSpan)
 			return x, true
 		}
 	}
@@ -136,7 +159,7 @@ func (t *refillTrack) read(at int64, deficit, own, stated float64, w int64) (flo
 // deficit (the stated limit less the remainder, in the window's units) in an
 // answer to a call sent at sent (zero: unknown), or ok is false: the reserve
 // reads full, or the span is too short.
-func (b *bucket) refillReadingLocked(now, sent time.Time, deficit, stated float64) (others float64, ok bool) {
+func (b *bucket) refillReadingLocked(now, sent time.Time, atSend sendReading, found bool, deficit, stated float64) (others float64, ok bool) {
 	if b.outside.refill == nil {
 		b.outside.refill = new(refillReserve) // 2 KiB, for the models whose answers state a limit
 	}
@@ -145,10 +168,8 @@ func (b *bucket) refillReadingLocked(now, sent time.Time, deficit, stated float6
 	x, okNow := r.now.read(now.UnixNano(), deficit, b.ownSpentLocked(), stated, w)
 	var y float64
 	okSent := false
-	if !sent.IsZero() {
-		if s, found := b.sends.near(sent.UnixNano(), int64(2*b.l.conf().Window/decidesPerWindow)); found {
-			y, okSent = r.sent.read(s.at, deficit, s.own, stated, w)
-		}
+	if found {
+		y, okSent = r.sent.read(atSend.at, deficit, atSend.own, stated, w)
 	}
 	if r.answers++; !sent.IsZero() {
 		r.named++
@@ -161,7 +182,7 @@ func (b *bucket) refillReadingLocked(now, sent time.Time, deficit, stated float6
 	// and none while most do and those have too few.
 	named := 2*r.named > r.answers
 	nowReady, sentReady := r.now.readings >= refillVarSpan, named && r.sent.readings >= refillVarSpan
-	switch vNow, vSent := r.now.varianceRead(), r.sent.varianceRead(); {
+	switch vNow, vSent := r.now.varianceRead(refillVarSpan), r.sent.varianceRead(refillVarSpan); {
 	case named && !sentReady:
 		return 0, false
 	case !sentReady:
@@ -193,15 +214,6 @@ func (b *bucket) refillHoldLocked(now time.Time) {
 	if s := &b.outside.others; s.weight > 0 && now.After(s.at) {
 		s.at = now
 	}
-}
-
-// varianceRead is the readings' variance, less the weight of the zero it
-// started from (the moving variance's first reading is its own mean).
-func (t *refillTrack) varianceRead() float64 {
-	if t.readings <= 1 {
-		return 0
-	}
-	return t.variance / (1 - math.Pow(1-1.0/refillVarSpan, float64(t.readings-1)))
 }
 
 // refillQuietLocked decays the others' mean while the reserve reads full:
