@@ -280,8 +280,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		// (The answers keep their first window: decides.since stays.)
 		b.decides, b.decidesAtSend = decidesEvidence{since: b.decides.since, last: b.decides.last}, decidesEvidence{}
 		if lim.Decides == DecidesKnown {
-			b.forgetViewsLocked()
-			b.sends = nil // nothing reads them
+			b.forgetViewsLocked() // (the readings at the send stay: the others' spend reads them, outside.go)
 		}
 	}
 	if known := lim.Decides == DecidesKnown || (lim.Decides == "" && b.decidesLearnedKnown); known != was {

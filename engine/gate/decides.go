@@ -94,8 +94,11 @@ func (b *bucket) observeDecidesLocked(now, sent time.Time, limitTokens, remainin
 	if b.l.shared != nil || !b.learn.enabled || b.fixedWindowsLocked() {
 		return // the entries are another's to size, or the fit (a sliding window) cannot describe fixed windows
 	}
-	if b.sends == nil && (b.limits.Decides == "" || b.viewsReadLocked()) {
-		b.sends = &sendReadings{} // the calls sent from now are read as they leave (near and readAtSendLocked take nil)
+	if b.sends == nil {
+		// The calls sent from now are read as they leave (near and
+		// readAtSendLocked take nil): for the fit, the view and the others'
+		// spend (outside.go), whatever the user set.
+		b.sends = &sendReadings{}
 	}
 	mean := b.est.meanOutput()
 	if mean < 0 {
@@ -192,12 +195,18 @@ func (b *bucket) answerAtSendLocked(now, sent time.Time, limitTokens, remainingT
 		a.counted = 0
 	}
 	b.expireLocked(now)
-	if sent.IsZero() {
-		return a, false
-	}
 	var ok bool
-	a.sendReading, ok = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
+	a.sendReading, ok = b.sendReadingLocked(sent)
 	return a, ok
+}
+
+// sendReadingLocked is the reading kept as a call sent at sent left (ok: one
+// was kept near enough; never for a send not named, sent zero).
+func (b *bucket) sendReadingLocked(sent time.Time) (sendReading, bool) {
+	if sent.IsZero() {
+		return sendReading{}, false
+	}
+	return b.sends.near(sent.UnixNano(), int64(2*b.l.conf().Window/decidesPerWindow))
 }
 
 // decidesFitLocked fits the answers read as they arrived and, once as many

@@ -262,23 +262,28 @@ func TestOthersRoomKeepsAMarginForTheirSwing(t *testing.T) {
 // window as each call was sent it reads 150 to the token: that is the moment
 // the provider states at, and the room holds the budget under what the other
 // client leaves. The same provider stating as it answers is read at the
-// answers' own moment.
+// answers' own moment. So it is whatever the user told the gate of how the
+// provider counts and decides.
 func TestOthersReadAtTheMomentTheProviderStates(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		atCompletion bool
 		atSend       bool
+		decides      string
 	}{
-		{"counted on arrival, stated as the call arrived", false, true},
-		{"counted on arrival, stated as it answers", false, false},
-		{"counted at completion, stated as the call arrived", true, true},
-		{"counted at completion, stated as it answers", true, false},
+		{"counted on arrival, stated as the call arrived", false, true, ""},
+		{"counted on arrival, stated as it answers", false, false, ""},
+		{"counted at completion, stated as the call arrived", true, true, ""},
+		{"counted at completion, stated as it answers", true, false, ""},
+		{"told it decides on what it knows, stated as the call arrived", false, true, DecidesKnown},
+		{"told it counts at completion and decides on the whole cost, stated as the call arrived", true, true, DecidesWhole},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newOutsideRig(t, 8000, func(c *Config) {
 				if tc.atCompletion {
 					c.Defaults.CountsAt = CountsAtCompletion
 				}
+				c.Defaults.Decides = tc.decides
 			})
 			rng := rand.New(rand.NewPCG(7, 7))
 			type call struct {
@@ -329,5 +334,24 @@ func TestOthersReadAtTheMomentTheProviderStates(t *testing.T) {
 				t.Fatalf("others spend %d, budget %d; want about 150 and the stated %d less it", st.OthersSpend, st.TokenBudget, r.stated)
 			}
 		})
+	}
+}
+
+// The moment the provider states at is the provider's: a switch of view
+// drops the readings of the others' spend taken in the old one, not which
+// moment they were read at.
+func TestStatedMomentOutlivesAViewSwitch(t *testing.T) {
+	l, clk, _ := newTestLedger(t, testGate())
+	b := l.lockedBucketFor("p", "m", clk.Now())
+	defer b.mu.Unlock()
+	m := &b.outside.moments
+	for range statedMomentReadings {
+		m.now.add(100, refillVarSpan)
+		m.sent.add(10, refillVarSpan)
+	}
+	m.useSent = true
+	b.completionByHeadersLocked(clk.Now())
+	if m := b.outside.moments; !m.useSent || m.now.readings != 0 || m.sent.readings != 0 {
+		t.Fatalf("after a switch of view: %+v; want the moment at the send kept, the readings gone", m)
 	}
 }

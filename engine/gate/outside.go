@@ -107,11 +107,13 @@ func (b *bucket) observeOutsideLocked(now, sent time.Time, limitTokens, remainin
 		tail = 0 // the fixed view's entries before the edge (the guard's) are the provider's too
 	}
 	// The window as the answered call was sent (decides.go), for the reading
-	// at that moment.
+	// at that moment. Not at fixed windows: their count restarts at each edge,
+	// and no reading is taken at a send there (readAtSendLocked); one taken
+	// before the gate took fixed windows is of a sliding window.
 	var atSend sendReading
 	found := false
-	if !sent.IsZero() && !b.fixedWindowsLocked() { // (no readings at the send at fixed windows: readAtSendLocked)
-		atSend, found = b.sends.near(sent.UnixNano(), int64(2*span/decidesPerWindow))
+	if !b.fixedWindowsLocked() {
+		atSend, found = b.sendReadingLocked(sent)
 	}
 	r := b.othersAtStatedMomentLocked(counted-(b.providerViewLocked()-float64(tail)), counted, atSend, found)
 	o.n++
@@ -139,7 +141,9 @@ func (b *bucket) forgetReadingsLocked() {
 	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{} // the request levels served go with them
 	// A rise refused stays refused, and a reserve followed stays: it is read
 	// in no view.
-	b.outside = outsideSpend{refutedAt: b.outside.refutedAt, refill: b.outside.refill}
+	// The moment the provider states at is the provider's, in any view:
+	// which one stays, its readings in the old view go.
+	b.outside = outsideSpend{refutedAt: b.outside.refutedAt, refill: b.outside.refill, moments: statedMoments{useSent: b.outside.moments.useSent}}
 }
 
 // roll closes the current window of readings.
@@ -411,6 +415,8 @@ func (b *bucket) othersRoomLocked(now time.Time) (float64, bool) {
 // gate's own traffic between the two. The answers' own moment until both
 // have enough readings (and for an answer whose send was not named, or whose
 // reading is gone); the other once its readings vary refillSwitch times less.
+// The moment chosen is the provider's: it stays when the readings go with a
+// switch of view, and the readings start over in the new one.
 
 // statedMoments is the others' spend read at both moments (refillspend.go
 // follows a bucket's reserve at both, alike).
@@ -437,7 +443,7 @@ func (b *bucket) othersAtStatedMomentLocked(r, counted float64, s sendReading, f
 	m := &b.outside.moments
 	m.now.add(r, refillVarSpan)
 	m.sent.add(atSend, refillVarSpan)
-	if m.now.readings >= statedMomentReadings && m.sent.readings >= statedMomentReadings {
+	if m.now.readings >= statedMomentReadings { // (the two take their readings together)
 		switch vNow, vSent := m.now.varianceRead(refillVarSpan), m.sent.varianceRead(refillVarSpan); {
 		case m.useSent && vSent > refillSwitch*vNow:
 			m.useSent = false

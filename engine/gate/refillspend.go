@@ -89,8 +89,8 @@ func (m *movingSpread) varianceRead(span int) float64 {
 	switch {
 	case m.readings <= 1:
 		return 0
-	case m.readings > 20*span:
-		return m.variance // the zero's weight is under a billionth: no need for the power
+	case m.readings > 25*span:
+		return m.variance // the zero's weight is about 1e-11 of it: no need for the power
 	}
 	return m.variance / (1 - math.Pow(1-1.0/float64(span), float64(m.readings-1)))
 }
