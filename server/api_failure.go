@@ -116,15 +116,31 @@ func (a *api) handleFailure(w http.ResponseWriter, r *http.Request) {
 	var reserved int64
 	if req.Ticket != "" {
 		tk := a.tickets.take(req.Ticket)
-		if tk == nil {
-			writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired or already settled", req.Ticket))
-			return
-		}
-		_ = a.s.ledger.Release(now, tk.t)
-		resp.TicketReleased = true
-		admitted, reserved = tk.issued, tk.t.Reserved
-		if !tk.sentAt.IsZero() {
-			admitted = tk.sentAt
+		switch {
+		case tk != nil:
+			_ = a.s.ledger.Release(now, tk.t)
+			resp.TicketReleased = true
+			admitted, reserved = tk.issued, tk.t.Reserved
+			if !tk.sentAt.IsZero() {
+				admitted = tk.sentAt
+			}
+		default:
+			// Another instance's ticket (a load balancer sent the report
+			// here): its entry on the shared window is released through the
+			// store, as a settle of it would be. The failure is classified
+			// and planned here either way once the ticket is known to be open
+			// — a store that cannot answer must not cost the harness its
+			// retry plan — and the issuing instance closes its own record when
+			// the store tells it.
+			released, open, err := a.releaseElsewhere(req.Ticket)
+			if !open {
+				writeError(w, http.StatusNotFound, "ticket", fmt.Sprintf("ticket %q is unknown, expired or already settled", req.Ticket))
+				return
+			}
+			if err != nil {
+				a.s.apiLog.Warn("failure report: the shared gate store (Redis) could not release another instance's ticket; the failure is classified anyway", "ticket", req.Ticket, "error", err)
+			}
+			resp.TicketReleased, reserved = err == nil, released
 		}
 	}
 

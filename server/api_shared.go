@@ -79,6 +79,25 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens, output i
 	return true
 }
 
+// releaseElsewhere releases, through the shared store, a ticket another
+// instance issued, as a settle with release: true does (settleElsewhere):
+// the tokens it reserved, and open: whether it is such a ticket, still open
+// on the shared window — or err says the store could not tell.
+func (a *api) releaseElsewhere(id string) (reserved int64, open bool, err error) {
+	if a.s.shared == nil {
+		return 0, false, nil
+	}
+	provider, model, shared, ok := parseSharedTicket(id)
+	if !ok {
+		return 0, false, nil
+	}
+	reserved, err = a.s.shared.SettleFor(provider, model, shared, 0, 0, id)
+	if errors.Is(err, redisstore.ErrNotOpen) {
+		return 0, false, nil
+	}
+	return reserved, true, err
+}
+
 // settledElsewhere is the store's notice that an instance settled a ticket:
 // when it is one of ours, the local record closes with the real usage and
 // without settling the shared entry a second time.

@@ -42,3 +42,42 @@ store:
 		t.Fatalf("the shared output window holds %s after the settle on B, want 100 (what the call wrote, not its 600)", v)
 	}
 }
+
+// A failure reported to another instance than the one that issued its
+// ticket (a load balancer in front of the decision API) is classified and
+// planned there, and the ticket's entry on the shared window is released, as
+// a settle of it there would be: the issuing instance closes its own record.
+// Before, the report was refused as an unknown ticket (404): no plan, no
+// cooldown, and the reservation held until the ticket expired. An unknown
+// ticket is still refused.
+func TestFailureReportedElsewhereReleasesTheTicket(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
+	defer up.Close()
+	cfg := fmt.Sprintf(`providers:
+  up: {kind: openai, baseURL: "%s/v1"}
+gate:
+  defaults: {tpm: 1000000}
+store:
+  redis: {url: "%s"}
+`, up.URL, rs.URL())
+	a, b := newAPIEnv(t, cfg), newAPIEnv(t, cfg)
+	adm := a.post("/gate/v1/admit", `{"provider":"up","model":"m1","session":"s","inputTokens":10,"maxTokens":600}`, 200)
+	ticket, _ := adm["ticket"].(string)
+	f := b.post("/gate/v1/failure", `{"ticket":"`+ticket+`","provider":"up","model":"m1","session":"s","status":429,"headers":{"retry-after":"7"}}`, 200)
+	if f["ticketReleased"] != true || f["class"] != "RATE_LIMIT" {
+		t.Fatalf("failure on B of A's ticket %q: %v; want it classified and the ticket released", ticket, f)
+	}
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), "*{up/m1}:s").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the shared window's sum: keys %v (%v)", keys, err)
+	}
+	if v := c.Get(context.Background(), keys[0]).Val(); v != "0" {
+		t.Fatalf("the shared window holds %s after the failure on B, want 0 (the refused call released)", v)
+	}
+	// Settled already: the same report again is refused, as a local ticket's.
+	b.post("/gate/v1/failure", `{"ticket":"`+ticket+`","provider":"up","model":"m1","status":429}`, 404)
+	b.post("/gate/v1/failure", `{"ticket":"gts_nope","provider":"up","model":"m1","status":429}`, 404)
+}

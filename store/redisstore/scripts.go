@@ -110,6 +110,7 @@ if outBudget ~= 0 then
   for i = 13 + 2 * open, #ARGV - 1, 2 do
     if tonumber(ARGV[i]) > now - span then
       local id = 'b' .. redis.call('INCR', KEYS[4])
+      while redis.call('HEXISTS', KEYS[8], id) == 1 do id = 'b' .. redis.call('INCR', KEYS[4]) end -- (see the entry's id below)
       redis.call('ZADD', KEYS[7], ARGV[i], id)
       redis.call('HSET', KEYS[8], id, ARGV[i + 1])
       osum = osum + tonumber(ARGV[i + 1])
@@ -137,7 +138,16 @@ if not force then
     if wait > 0 then return {'', wait, 'otpm', sum, osum} end
   end
 end
+-- The sequence may be gone while entries it gave out are not (its TTL runs
+-- from the last reservation, a sent entry's from its send; an eviction policy
+-- may drop it alone): an id still in the window is never given out again —
+-- the new entry would overwrite the old one, whose settle would then be
+-- refused and whose tokens would stay in the sum.
 local id = redis.call('INCR', KEYS[4])
+while redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[6], id) == 1 or
+    (outBudget ~= 0 and redis.call('HEXISTS', KEYS[8], id) == 1) do
+  id = redis.call('INCR', KEYS[4])
+end
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('HSET', KEYS[2], id, tokens)
 redis.call('HSET', KEYS[6], id, ARGV[9])

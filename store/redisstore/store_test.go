@@ -638,3 +638,33 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 		t.Fatalf("store errors: %d, %d", a.Errors(), b.Errors())
 	}
 }
+
+// The id sequence may be gone while an entry it gave out is still in the
+// window: its TTL runs from the last reservation and a sent entry's from its
+// send, and an eviction policy may drop it alone. A new reservation then
+// never takes that entry's id: it would overwrite the entry, whose settle
+// would be refused and whose tokens would stay in the window's sum for as
+// long as anyone reserved.
+func TestReserveNeverReusesALiveEntrysID(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, FailOpen)
+	a := reserve(t, s, t0, 100, 1<<30)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.Del(context.Background(), s.base("p", "m")+"q").Err(); err != nil { // the sequence gone, the entry not
+		t.Fatal(err)
+	}
+	b := reserve(t, s, t0.Add(time.Second), 50, 1<<30)
+	if ea, _, _ := strings.Cut(a.ID, "-"); strings.HasPrefix(b.ID, ea+"-") { // the entry's id, then its nonce
+		t.Fatalf("the second reservation %q took the first's entry (%q)", b.ID, a.ID)
+	}
+	if err := s.Settle("p", "m", a.ID, 100, -1); err != nil {
+		t.Fatalf("settling the first entry: %v", err)
+	}
+	if err := s.Settle("p", "m", b.ID, 50, -1); err != nil {
+		t.Fatalf("settling the second entry: %v", err)
+	}
+	if g := reserve(t, s, t0.Add(2*time.Minute), 1, 1<<30); g.WindowTokens != 1 {
+		t.Fatalf("once both left the window it holds %d tokens, want 1 (the new call alone)", g.WindowTokens)
+	}
+}
