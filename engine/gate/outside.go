@@ -401,15 +401,16 @@ func (b *bucket) othersRoomLocked(now time.Time) (float64, bool) {
 // The moment the provider states at.
 //
 // A provider states what it counted as of one moment: as it answers, or as
-// the call arrived (OpenAI's and Anthropic's limiters decide, and state, as a
-// call arrives). Read against the gate's view at the other moment, the
+// the call arrived (OpenAI reserves a call's tokens as it creates the response
+// and states its limits reflecting that). Read against the gate's view at the
+// other moment, the
 // others' spend takes in whatever the gate sent, or saw complete, in between
 // — in a cohort most of the window — and swings with it: against the view
 // as each answer came, a provider counting at completion and stating at
 // arrival read another client's tenth at 0.00 ± 0.11 of the budget over real
 // sockets, and at its send at 0.12 ± 0.04. Swinging so, the spend never read
-// plainly, no room held the gate under what the other client left, and each
-// cooldown's end took a 429 (three in 60 s, the trigger cut each time). So
+// plainly, no room held the gate under what the other client left, and
+// cooldowns' ends took 429s (two to four in 60 s, the trigger cut at each). So
 // each answer is read at both moments, and the moment whose readings vary
 // less is the one the provider states at: the other one's readings carry the
 // gate's own traffic between the two. The answers' own moment until both
