@@ -74,7 +74,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.s.ledger.StoreAvailable(); err != nil {
-		apiStoreUnavailable(w, err.Error())
+		a.storeUnavailable(w, err.Error())
 		return
 	}
 	a.sweepTickets(a.s.clock.Now())
@@ -111,7 +111,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if res.storeErr != nil {
-			apiStoreUnavailable(w, res.storeErr.Error())
+			a.storeUnavailable(w, res.storeErr.Error())
 			return
 		}
 		if !res.admitted {

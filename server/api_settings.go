@@ -142,7 +142,12 @@ func (s *Server) publishSettings(sec string, over map[string]any) {
 func settingsBody(w http.ResponseWriter, r *http.Request) (map[string]any, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, apiMaxBody))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body exceeds %d bytes", apiMaxBody))
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body exceeds %d bytes", apiMaxBody))
+			return nil, false
+		}
+		writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

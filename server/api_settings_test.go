@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/gatectl/gatectl/config"
@@ -422,5 +424,29 @@ func TestSettingsUnbuildableAtStartDropped(t *testing.T) {
 	defer st.Close()
 	if recs, err := st.LoadSettings(); err != nil || len(recs["retry"]) != 0 {
 		t.Fatalf("the state file still holds the override: %q (%v)", recs["retry"], err)
+	}
+}
+
+// A settings body that cannot be read is a bad request (400, saying so); only
+// one over the size limit is 413.
+func TestSettingsBodyReadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+		code int
+		want string
+	}{
+		{"Broken", iotest.ErrReader(errors.New("connection reset by peer")), http.StatusBadRequest, "reading the request body: connection reset by peer"},
+		{"TooLarge", strings.NewReader(`{"x":"` + strings.Repeat("x", apiMaxBody) + `"}`), http.StatusRequestEntityTooLarge, "exceeds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			if _, ok := settingsBody(rec, httptest.NewRequest(http.MethodPut, "/gate/v1/settings/gate", tc.body)); ok {
+				t.Fatal("read a body that cannot be read")
+			}
+			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("%d %s, want %d naming %q", rec.Code, rec.Body.String(), tc.code, tc.want)
+			}
+		})
 	}
 }

@@ -63,7 +63,7 @@ func (a *api) settleElsewhere(w http.ResponseWriter, id string, tokens, output i
 	case errors.Is(err, redisstore.ErrNotOpen):
 		return false
 	case err != nil:
-		apiStoreUnavailable(w, "the shared gate store (Redis) could not settle the ticket: "+err.Error())
+		a.storeUnavailable(w, "the shared gate store (Redis) could not settle the ticket: "+err.Error())
 		return true
 	}
 	resp := apiSettleResponse{Ticket: id, ReservedTokens: reserved, Provider: provider, Model: model}
@@ -131,7 +131,7 @@ func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (ha
 	case errors.Is(err, gate.ErrSharedEntryClosed):
 		return false
 	case err != nil:
-		apiStoreUnavailable(w, "the shared gate store (Redis) could not record the send: "+err.Error())
+		a.storeUnavailable(w, "the shared gate store (Redis) could not record the send: "+err.Error())
 		return true
 	}
 	resp := apiSentResponse{Ticket: id, Moved: moved, Provider: provider, Model: model}
@@ -142,9 +142,9 @@ func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (ha
 	return true
 }
 
-// apiStoreUnavailable answers 503 for a shared store that could not decide:
-// the caller asks again a second later.
-func apiStoreUnavailable(w http.ResponseWriter, msg string) {
-	w.Header().Set("Retry-After", "1")
+// storeUnavailable answers 503 for a shared store that could not decide,
+// with a Retry-After spread as storeRetryAfter's.
+func (a *api) storeUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", a.s.storeRetryAfter())
 	writeError(w, http.StatusServiceUnavailable, "", msg)
 }

@@ -212,7 +212,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	})
 	x.held += time.Since(t0)
 	if errors.Is(err, gate.ErrStoreUnavailable) {
-		x.w.Header().Set("Retry-After", "1")
+		x.w.Header().Set("Retry-After", s.storeRetryAfter())
 		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
 		return nil, true
 	}

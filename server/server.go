@@ -67,6 +67,7 @@ type Server struct {
 	proxyLog hclog.Logger // logger.Named("proxy"), built once in New
 	apiLog   hclog.Logger // logger.Named("api"), built once in New
 	ledger   *gate.Ledger
+	rnd      engine.Rand // Options.Rand: jitter, route draws, spread Retry-Afters
 	planner  *retry.Planner
 	quota    *pool.Router
 	sessions *pool.Sessions
@@ -122,7 +123,7 @@ func New(o Options) (*Server, error) {
 	snap := o.Manager.Current()
 	s := &Server{snap: o.Manager, clock: o.Clock, logger: o.Logger, proxyLog: o.Logger.Named("proxy"), apiLog: o.Logger.Named("api"),
 		accessLog: o.Logger.Named("access"), bus: NewBusCap(snap.Config.API.MaxSubscribers), grace: o.ShutdownGrace, started: o.Clock.Now(),
-		drain: newDrainer()}
+		drain: newDrainer(), rnd: o.Rand}
 
 	dir := o.StateDir
 	s.stateDirFlag = dir != "" // (the config's stateDir is then not the one in use)

@@ -844,8 +844,13 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 			}
 			reason, wait = sreason, sw
 		}
+		var id, sreason string
 		if wait > b.l.conf().MaxWait {
-			id, _, _ := b.sharedReserveLocked(now, sz, true)
+			// Longer than maxWait: admitted at once (failing open), unless a
+			// failClosed store does not answer — then queued, to ask again.
+			id, _, sreason = b.sharedReserveLocked(now, sz, true)
+		}
+		if wait > b.l.conf().MaxWait && sreason != storeReason {
 			t := b.attachShared(b.grantLocked(now, req, sz, 0, "max-wait"), id)
 			t.FailOpen = true
 			defer func() {
@@ -912,7 +917,11 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				w.reason = "queue"
 			}
 			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
-				id, _, _ := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
+				id, _, sreason := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
+				if sreason == storeReason {
+					w.next = now.Add(storeRetry) // failClosed: held, never a fail-open grant
+					continue
+				}
 				b.grantWaiterLocked(now, w, "max-wait")
 				b.attachWaiterShared(w, id)
 				w.ticket.FailOpen = true
@@ -946,11 +955,14 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			b.grantWaiterLocked(now, w, "")
 			b.attachWaiterShared(w, id)
 			continue
-		case !now.Before(deadline) && b.l.StoreAvailable() != nil:
-			w.next = now.Add(storeRetry) // failClosed: the caller answers 503, never a fail-open grant
-			continue
 		case !now.Before(deadline):
-			id, _, _ = b.sharedReserveLocked(now, w.size, true)
+			var sreason string
+			if id, _, sreason = b.sharedReserveLocked(now, w.size, true); sreason == storeReason {
+				// failClosed and the store does not answer: held, to ask again
+				// (or be refused once the store is down), never a fail-open grant.
+				w.next = now.Add(storeRetry)
+				continue
+			}
 			b.grantWaiterLocked(now, w, "max-wait")
 			b.attachWaiterShared(w, id)
 			w.ticket.FailOpen = true

@@ -18,7 +18,9 @@ import (
 // and the ledger then follows the store's policy (Available).
 type SharedWindow interface {
 	// Reserve checks the model's shared window and, when the call fits,
-	// records its reservation and returns the entry's id.
+	// records its reservation and returns the entry's id. An error that
+	// wraps ErrStoreHolds keeps the call waiting, to ask again (the store
+	// fails closed); any other lets this instance's own gate decide alone.
 	Reserve(r SharedReserve) (SharedGrant, error)
 	// Settle replaces the entry id's reservation with the real usage; 0
 	// releases it (the request still counts, its tokens do not). output is
@@ -96,12 +98,22 @@ type SharedGrant struct {
 // other instances share.
 var ErrStoreUnavailable = errors.New("gate: shared store unavailable (store.redis.onError: failClosed)")
 
+// ErrStoreHolds, wrapped in a Reserve error, asks the gate to hold the call
+// and ask again rather than admit it alone: the store fails closed, and did not
+// answer. Until Available reports the store down, a held call only waits — a
+// slow answer or a dropped connection costs the calls of that moment a few
+// hundred milliseconds, not a refusal each.
+var ErrStoreHolds = errors.New("gate: the shared store did not answer; held to ask again (store.redis.onError: failClosed)")
+
 // WithSharedWindow makes the ledger admit against s as well as its own window.
 func WithSharedWindow(s SharedWindow) Option { return func(l *Ledger) { l.shared = s } }
 
 // storeRetry is how soon a waiter asks again after the store failed to answer
 // under failClosed (Admit then reports ErrStoreUnavailable if it is still down).
 const storeRetry = 200 * time.Millisecond
+
+// storeReason is a wait's reason while a failClosed store does not answer.
+const storeReason = "store"
 
 // sharedReserveLocked asks the shared window for a call the local checks let
 // through. It returns the entry id (or "" without a store, or when the store
@@ -169,8 +181,8 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		b.sharedOutputsOpen = true // the calls in flight are in the output window now, or left the shared one
 	}
 	if err != nil {
-		if s.Available() != nil {
-			return "", storeRetry, "store"
+		if errors.Is(err, ErrStoreHolds) || s.Available() != nil {
+			return "", storeRetry, storeReason
 		}
 		return "", 0, "" // failOpen: the local gate decides alone
 	}

@@ -87,3 +87,64 @@ func TestWriteBackAloneBoundedToTheWindow(t *testing.T) {
 		t.Fatal("a second write-back wrote again")
 	}
 }
+
+// holdingStore is a failClosed shared window that does not answer until up:
+// its Reserve errors wrap ErrStoreHolds; Available stays nil (the store's
+// grace before it refuses).
+type holdingStore struct{ up bool }
+
+func (s *holdingStore) Reserve(SharedReserve) (SharedGrant, error) {
+	if !s.up {
+		return SharedGrant{}, errors.Join(ErrStoreHolds, errDown)
+	}
+	return SharedGrant{ID: "e"}, nil
+}
+func (s *holdingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
+func (s *holdingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *holdingStore) Available() error { return nil }
+
+// A store that holds calls (failClosed, not answering) keeps every way to a
+// grant shut — the window's, the one for a wait longer than maxWait, the one at
+// maxWait — until it answers; then the calls go through it.
+func TestStoreThatHoldsAdmitsNothingAlone(t *testing.T) {
+	cfg := testGate()
+	st := &holdingStore{}
+	clk := engine.NewFakeClock(t0)
+	l, err := NewLedger(cfg, clk, WithSharedWindow(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}
+	var held []*Waiter
+	if tk, w := l.Submit(t0, r); w == nil {
+		t.Fatalf("admitted %+v alone while the store holds calls", tk)
+	} else if w.Reason() != storeReason {
+		t.Fatalf("held for %q, want %q", w.Reason(), storeReason)
+	} else {
+		held = append(held, w)
+	}
+	// A cooldown longer than maxWait: such a call is admitted at once, failing
+	// open — but not past a store that holds calls.
+	q := Request{Provider: "p", Model: "q", Session: "s", InputTokens: 10}
+	l.RateLimited(t0, "p", "q", 2*cfg.MaxWait)
+	if tk, w := l.Submit(t0, q); w == nil {
+		t.Fatalf("a wait past maxWait admitted %+v while the store holds calls", tk)
+	} else {
+		held = append(held, w)
+	}
+	now := t0.Add(cfg.MaxWait + time.Second) // the first call's maxWait passed
+	for _, w := range held {
+		if tk, ok := w.Poll(now); ok {
+			t.Fatalf("granted %+v at maxWait while the store holds calls", tk)
+		}
+	}
+	st.up = true
+	now = now.Add(2 * cfg.MaxWait) // past q's cooldown
+	for i, w := range held {
+		if tk, ok := w.Poll(now); !ok || tk.Shared != "e" {
+			t.Fatalf("call %d once the store answers: granted=%v %+v, want a grant through it", i, ok, tk)
+		}
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,5 +301,89 @@ func TestFailOpenBehindAHeldQueueIsShared(t *testing.T) {
 	}
 	if v, err := s.View("p", "m"); err != nil || v.WindowTokens != 150 {
 		t.Fatalf("the shared window: %+v (%v), want the fail-open call's 150 (the first call left it at 60s)", v, err)
+	}
+}
+
+// Under failClosed, a Redis that stops answering for a moment holds the calls
+// of that moment — queued, not admitted alone, not refused — and the probe's
+// recovery lets them through the shared window. A call that reaches maxWait
+// meanwhile is held too: the gate's max-wait grant fails open, and failClosed
+// never does.
+func TestFailClosedHoldsThroughABlip(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := Open(Options{URL: srv.URL(), KeyPrefix: "test:", Timeout: 100 * time.Millisecond, OnError: FailClosed}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.refuseAfter = time.Minute // the blip below stays under it, however slow the machine
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
+	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer raw.Close()
+	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 1500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000, MaxTokens: 1000}
+	tk, first := l.Submit(clock.Now(), req)
+	if first == nil {
+		t.Fatalf("Redis paused, failClosed: admitted %+v, want the call held", tk)
+	}
+	if !s.Degraded() || l.StoreAvailable() != nil {
+		t.Fatalf("degraded=%v, available=%v: want a degraded store that holds calls", s.Degraded(), l.StoreAvailable())
+	}
+	clock.Advance(cfg.MaxWait / 2)
+	tk, late := l.Submit(clock.Now(), req)
+	if late == nil {
+		t.Fatalf("second call admitted %+v while Redis is paused", tk)
+	}
+	clock.Advance(cfg.MaxWait) // past the first call's maxWait
+	for _, w := range []*gate.Waiter{first, late} {
+		if tk, ok := w.Poll(clock.Now()); ok {
+			t.Fatalf("granted %+v while Redis is paused: failClosed admitted alone", tk)
+		}
+	}
+	waitUndegraded(t, s)
+	clock.Advance(time.Second)
+	for i, w := range []*gate.Waiter{first, late} {
+		tk, ok := w.Poll(clock.Now())
+		if !ok || tk.Shared == "" {
+			t.Fatalf("call %d after Redis answers again: granted=%v %+v, want a grant through the shared window", i, ok, tk)
+		}
+	}
+}
+
+// Every script the package defines is in scripts, which the probe preloads and
+// `gatectl check` loads: one left out costs its first call a second round trip
+// (EVALSHA refused, then EVAL), past the deadline on a slow link — and a
+// managed Redis that forbids Lua would pass the check and fail that call.
+func TestEveryScriptIsPreloaded(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defined += strings.Count(string(src), "= redis.NewScript(")
+	}
+	distinct := map[*redis.Script]bool{}
+	for _, sc := range scripts {
+		distinct[sc] = true
+	}
+	if len(distinct) != defined || len(scripts) != defined {
+		t.Fatalf("the package defines %d scripts; scripts lists %d (%d distinct)", defined, len(scripts), len(distinct))
 	}
 }

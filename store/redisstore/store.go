@@ -98,6 +98,11 @@ const pingEvery = 500 * time.Millisecond
 // dials them, but their set-up waits for the first call to use them.)
 const connectTimeout = 2 * time.Second
 
+// refuseAfter is how long a failClosed store holds calls once it degraded,
+// before it refuses them: four probes (pingEvery), so a blip that the next
+// probe finds over costs the calls of that moment a wait, not a refusal.
+const refuseAfter = 2 * time.Second
+
 // minIdleConns is how many connections the probe sets up at once.
 const minIdleConns = 4
 
@@ -122,10 +127,12 @@ type Store struct {
 	bgMu     sync.Mutex
 	stopping bool
 
-	on         Handlers
-	handlers   atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
-	marksRead  atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
-	degradedAt atomic.Int64             // when the store last turned degraded, unix ms
+	on          Handlers
+	handlers    atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
+	marksRead   atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
+	degradedAt  atomic.Int64             // when the store last turned degraded, unix ms
+	refuseAt    atomic.Int64             // while degraded: when a failClosed store starts refusing, unix ms
+	refuseAfter time.Duration            // refuseAfter (tests shorten it)
 }
 
 // Handlers receive the notifications of the other instances (Notify). Any may
@@ -178,7 +185,7 @@ func Open(opts Options, log hclog.Logger) (*Store, error) {
 	redis.SetLogger(quietLogger{log.Named("client")})
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{opts: opts, c: c, addr: addr, log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{})}
+	s := &Store{opts: opts, c: c, addr: addr, log: log, instance: hex.EncodeToString(id[:]), stop: make(chan struct{}), refuseAfter: refuseAfter}
 	if err := s.probe(); err != nil {
 		s.fail(err)
 	}
@@ -266,6 +273,7 @@ func (s *Store) fail(err error) {
 		return
 	}
 	s.degradedAt.Store(time.Now().UnixMilli())
+	s.refuseAt.Store(time.Now().Add(s.refuseAfter).UnixMilli())
 	s.log.Warn("shared store degraded: Redis does not answer", "policy", s.opts.OnError, "error", err)
 	s.background(s.recover)
 }
@@ -294,6 +302,7 @@ func (s *Store) recover() {
 			return
 		case <-t.C:
 			if err := s.probe(); err == nil {
+				s.refuseAt.Store(0) // (first: a failure just after sets it again)
 				s.degraded.Store(false)
 				s.log.Info("shared store recovered: Redis answers again")
 				s.resync()
@@ -337,8 +346,9 @@ func (s *Store) probe() error {
 	return s.c.Set(ctx, s.opts.KeyPrefix+"{health}", s.instance, time.Minute).Err()
 }
 
-// scripts are every script the store runs, loaded by the probe.
-var scripts = []*redis.Script{reserveScript, writeBackScript, closeScript, sentScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
+// scripts are every script the store runs, loaded by the probe and by Check
+// (TestEveryScriptIsPreloaded holds the list to the package's scripts).
+var scripts = []*redis.Script{reserveScript, writeBackScript, closeScript, sentScript, outputWindowScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript}
 
 // resync hands the handlers what Notify reads at start and what the
 // notifications lost during an outage carried: the provider-wide cooldowns now
@@ -446,6 +456,9 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 		g.WindowTokens, _ = v[3].(int64)
 		return nil
 	})
+	if err != nil && s.opts.OnError == FailClosed {
+		err = fmt.Errorf("%w: %w", gate.ErrStoreHolds, err) // the call waits to ask again
+	}
 	return g, err
 }
 
@@ -584,10 +597,18 @@ func (s *Store) OutputWindow(provider, model string, now time.Time, span time.Du
 	return n, err
 }
 
-// Available implements gate.SharedWindow: under failClosed, a degraded store
-// refuses calls.
+// Available implements gate.SharedWindow: under failClosed, a store degraded
+// for refuseAfter refuses calls. Before that the calls wait (Reserve's
+// gate.ErrStoreHolds) while the probe asks Redis again: one slow answer or
+// dropped connection degrades the store, and refusing at once turned that
+// blip into a 503 for every call of the process, queued ones included, all
+// told to come back at the same second.
 func (s *Store) Available() error {
-	if s.opts.OnError == FailClosed && s.degraded.Load() {
+	if s.opts.OnError != FailClosed || !s.degraded.Load() {
+		return nil
+	}
+	// (0: degraded this instant, refuseAt not yet set)
+	if at := s.refuseAt.Load(); at != 0 && time.Now().UnixMilli() >= at {
 		return gate.ErrStoreUnavailable
 	}
 	return nil

@@ -292,10 +292,16 @@ func waitSubscribed(t *testing.T, srv *redistest.Server) {
 func TestDegradedAndRecovered(t *testing.T) {
 	srv := redistest.Start(t)
 	open_, closed := open(t, srv, FailOpen), open(t, srv, FailClosed)
+	closed.refuseAfter = 300 * time.Millisecond
 	srv.Kill()
 	for _, s := range []*Store{open_, closed} {
-		if _, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute, Tokens: 1, Need: 1, Budget: 10}); err == nil {
+		_, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute, Tokens: 1, Need: 1, Budget: 10})
+		if err == nil {
 			t.Fatal("Reserve with Redis down: no error")
+		}
+		// failClosed holds the call to ask again; failOpen lets the local gate decide.
+		if holds := errors.Is(err, gate.ErrStoreHolds); holds != (s == closed) {
+			t.Fatalf("%s: Reserve's error %v holds the call: %v", s.opts.OnError, err, holds)
 		}
 		if !s.Degraded() || s.Errors() == 0 {
 			t.Fatalf("degraded=%v errors=%d after a failed call", s.Degraded(), s.Errors())
@@ -308,6 +314,12 @@ func TestDegradedAndRecovered(t *testing.T) {
 	if open_.Available() != nil {
 		t.Fatal("failOpen store unavailable: it must let the local gate decide")
 	}
+	// failClosed: degraded, the store holds calls for refuseAfter (a blip
+	// the probe finds over costs a wait), then refuses them.
+	if err := closed.Available(); err != nil {
+		t.Fatalf("failClosed store refuses at once: %v, want calls held for %v", err, closed.refuseAfter)
+	}
+	time.Sleep(closed.refuseAfter) // (the store's own wall clock decides)
 	if !errors.Is(closed.Available(), gate.ErrStoreUnavailable) {
 		t.Fatal("failClosed store available while Redis is down")
 	}
@@ -430,8 +442,10 @@ func TestLedgerWithRedisDown(t *testing.T) {
 	cfg := gate.DefaultConfig()
 	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
 	cfg.MarginSigmas, cfg.Jitter, cfg.Pace = 0, 0, 0
+	stores := map[string]*Store{}
 	ledger := func(policy string) *gate.Ledger {
 		s := open(t, srv, policy)
+		stores[policy] = s
 		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s), gate.WithLearnedStore(s))
 		if err != nil {
 			t.Fatal(err)
@@ -439,6 +453,7 @@ func TestLedgerWithRedisDown(t *testing.T) {
 		return l
 	}
 	fo, fc := ledger(FailOpen), ledger(FailClosed)
+	stores[FailClosed].refuseAfter = 0 // down for good: refused at once (TestFailClosedHoldsThroughABlip: the wait before)
 	srv.Kill()
 	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 3000, MaxTokens: 3000}
 	tk, w := fo.Submit(clock.Now(), req)
