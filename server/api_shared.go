@@ -143,8 +143,8 @@ func (a *api) sentElsewhere(w http.ResponseWriter, now time.Time, id string) (ha
 }
 
 // storeUnavailable answers 503 for a shared store that could not decide,
-// with a Retry-After spread as storeRetryAfter's.
+// with a Retry-After drawn by spreadRetryAfter.
 func (a *api) storeUnavailable(w http.ResponseWriter, msg string) {
-	w.Header().Set("Retry-After", a.s.storeRetryAfter())
+	w.Header().Set("Retry-After", a.s.spreadRetryAfter())
 	writeError(w, http.StatusServiceUnavailable, "", msg)
 }

@@ -135,7 +135,7 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, kind ap
 		// The rest of the body is read and dropped (bodyTimeout bounds it): a
 		// client still sending when the answer comes would see a reset, not the 503.
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", s.spreadRetryAfter())
 		writeFaceError(w, kind, http.StatusServiceUnavailable, "", fmt.Sprintf(
 			"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", s.bodies.max))
 	}

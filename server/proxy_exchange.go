@@ -212,7 +212,7 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	})
 	x.held += time.Since(t0)
 	if errors.Is(err, gate.ErrStoreUnavailable) {
-		x.w.Header().Set("Retry-After", s.storeRetryAfter())
+		x.w.Header().Set("Retry-After", s.spreadRetryAfter())
 		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
 		return nil, true
 	}
@@ -439,11 +439,11 @@ func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine
 		StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(f), Unread: unread})
 }
 
-// budgetFull answers 503 with Retry-After: the body budget had no room for the
+// budgetFull answers 503 with a Retry-After (spreadRetryAfter): the body budget had no room for the
 // upstream's answer within bufferWait. Retrying at once would download it again
 // into the same full budget, so the client is asked to come back shortly.
 func (x *exchange) budgetFull() {
-	x.w.Header().Set("Retry-After", "1")
+	x.w.Header().Set("Retry-After", x.s.spreadRetryAfter())
 	x.fail(http.StatusServiceUnavailable, "", fmt.Sprintf(
 		"gatectl holds as many request and response bodies as it may (server.maxBufferedBytes %d); retry shortly", x.s.bodies.max))
 }

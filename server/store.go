@@ -1,7 +1,6 @@
 package server
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/gatectl/gatectl/engine/gate"
@@ -13,19 +12,6 @@ func (s *Server) closeShared() {
 	if s.shared != nil {
 		_ = s.shared.Close()
 	}
-}
-
-// storeRetryMax is the longest Retry-After of a call refused because the
-// shared store is down (failClosed).
-const storeRetryMax = 4
-
-// storeRetryAfter is the Retry-After of a call refused because the shared store
-// is down: 1 to storeRetryMax seconds, drawn for each answer. The store refuses
-// every call of the process at once, and one fixed figure brought all their
-// clients back in the same second — on a store that takes a probe to recover,
-// to be refused together again.
-func (s *Server) storeRetryAfter() string {
-	return strconv.Itoa(1 + int(s.rnd.Float64()*storeRetryMax)%storeRetryMax)
 }
 
 // storeStatus is the shared store's health for /readyz; nil without one.
