@@ -266,7 +266,9 @@ return cur - tokens
 // same send reported again, to this instance or another — leaves it where the
 // first put it. Returns 1 when it moved, 0 when the entry counts from at or
 // later or was reported sent already, -1 when it is settled, gone or held
-// under another nonce.
+// under another nonce. An entry admitted more than a window before the send
+// is moved too while it is still here (no admission since dropped it as
+// expired): the provider counts the call from its send.
 var sentScript = redis.NewScript(`
 local held = redis.call('HGET', KEYS[4], ARGV[1])
 if held == ARGV[3] .. ':sent' then return 0 end
