@@ -39,7 +39,7 @@ var redisSchema = &schema[redisstore.Options]{
 			func(o *redisstore.Options) *time.Duration { return &o.Timeout }),
 		boolField("cluster", "connect as a Redis Cluster client: url names one node, more with ?addr=host:port; a model's keys share one hash slot (the {provider/model} tag)",
 			func(o *redisstore.Options) *bool { return &o.Cluster }),
-		choiceField("onError", "when Redis fails or is slow: failOpen admits with this process's own gate (logged and counted as degraded), failClosed holds calls for 2 s, then answers 503", redisstore.Policies,
+		choiceField("onError", "when Redis fails or is slow: failOpen admits with this process's own gate (logged and counted as degraded), failClosed holds calls for 1.5 s, then answers 503", redisstore.Policies,
 			func(o *redisstore.Options) *string { return &o.OnError }),
 	},
 }

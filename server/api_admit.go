@@ -51,7 +51,7 @@ type apiAdmitResponse struct {
 	// (the gate's estimate); 0 when admitted.
 	WaitMs int64 `json:"waitMs"`
 	// Reason is why the call waited, failed open or was not admitted: cooldown, tpm,
-	// rpm, otpm, pace, session-cap, queue, over-budget, max-wait, no-bucket, internal; "" when
+	// rpm, otpm, pace, session-cap, queue, store, over-budget, max-wait, no-bucket, internal; "" when
 	// it went straight through.
 	Reason   string `json:"reason"`
 	FailOpen bool   `json:"failOpen"`

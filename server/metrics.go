@@ -52,7 +52,7 @@ func NewMetrics(ledger *gate.Ledger, clock engine.Clock, readings func() []Readi
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gatectl_gate_admissions_total",
-		Help: "Calls admitted by the gate. reason: none (no wait), cooldown, tpm, rpm, otpm, pace, session-cap, queue, over-budget, max-wait, no-bucket, internal.",
+		Help: "Calls admitted by the gate. reason: none (no wait), cooldown, tpm, rpm, otpm, pace, session-cap, queue, store, over-budget, max-wait, no-bucket, internal.",
 	}, []string{"provider", "model", "reason"})
 	m.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gatectl_gate_wait_seconds",

@@ -295,6 +295,8 @@ func gateReasonText(reason string) string {
 		return "in-flight cap of the session"
 	case "queue":
 		return "queue"
+	case "store":
+		return "shared gate store (Redis)"
 	}
 	return "admission"
 }

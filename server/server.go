@@ -46,7 +46,7 @@ type Options struct {
 	Manager *snapshot.Manager // required
 	Clock   engine.Clock      // nil: the system clock
 	Logger  hclog.Logger      // nil: discard
-	Rand    engine.Rand       // jitter and route draws; nil: seeded from the time
+	Rand    engine.Rand       // jitter, route draws, spread Retry-Afters; safe for concurrent use; nil: seeded from the time
 	// Transport carries upstream requests; nil: a pooled transport of its own.
 	Transport http.RoundTripper
 	// StateDir overrides the config's stateDir (the bbolt file lives there).

@@ -207,6 +207,11 @@ type bucket struct {
 	sharedHoldNeed       int64
 	sharedHoldOutput     int64 // an output refusal's: a call with less output may fit
 	sharedHoldReason     string
+	// storeHoldUntil: a failClosed store did not answer (ErrStoreHolds); until
+	// then no call of the model asks it again. Each held waiter asked on every
+	// dispatch pass, and each pass runs over the whole queue: with hundreds
+	// queued, the asking alone kept the bucket's lock busy.
+	storeHoldUntil time.Time
 	// alone: calls admitted while the store failed open, closed since, kept
 	// for a window so recovery writes them to the shared window (shared.go).
 	alone []aloneCall
@@ -835,6 +840,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	b.lastUsed = now
 	sz := b.reservation(req)
 	res := sz.total
+	dueNow := false // its forced grant is due: see below
 	if len(b.waiters) == 0 {
 		reason, wait, capped := b.block(now, res, sz.output, sz.variance, sz.variance-sz.inputVar, req.Session)
 		if wait == 0 && !capped {
@@ -847,10 +853,12 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 		var id, sreason string
 		if wait > b.l.conf().MaxWait {
 			// Longer than maxWait: admitted at once (failing open), unless a
-			// failClosed store does not answer — then queued, to ask again.
+			// failClosed store does not answer — then queued with the forced
+			// grant due, asked again with the queue (not at maxWait).
 			id, _, sreason = b.sharedReserveLocked(now, sz, true)
+			dueNow = sreason == storeReason
 		}
-		if wait > b.l.conf().MaxWait && sreason != storeReason {
+		if wait > b.l.conf().MaxWait && !dueNow {
 			t := b.attachShared(b.grantLocked(now, req, sz, 0, "max-wait"), id)
 			t.FailOpen = true
 			defer func() {
@@ -874,7 +882,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	w := &Waiter{
 		b: b, req: req, reserved: res, size: sz,
 		enqueued: now, round: b.round + queued + 1, arrival: b.arrivals,
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), dueNow: dueNow,
 	}
 	b.waiters = append(b.waiters, w)
 	defer func() {
@@ -912,14 +920,17 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			continue // granted by a dispatch that a panicking event hook cut short
 		}
 		deadline := w.enqueued.Add(b.l.conf().MaxWait)
+		if w.dueNow {
+			deadline = w.enqueued
+		}
 		if held != nil {
 			if w.reason == "" {
 				w.reason = "queue"
 			}
 			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
-				id, _, sreason := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
+				id, sw, sreason := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
 				if sreason == storeReason {
-					w.next = now.Add(storeRetry) // failClosed: held, never a fail-open grant
+					w.next = now.Add(sw) // failClosed: held, never a fail-open grant
 					continue
 				}
 				b.grantWaiterLocked(now, w, "max-wait")
@@ -957,10 +968,11 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			continue
 		case !now.Before(deadline):
 			var sreason string
-			if id, _, sreason = b.sharedReserveLocked(now, w.size, true); sreason == storeReason {
+			var sw time.Duration
+			if id, sw, sreason = b.sharedReserveLocked(now, w.size, true); sreason == storeReason {
 				// failClosed and the store does not answer: held, to ask again
 				// (or be refused once the store is down), never a fail-open grant.
-				w.next = now.Add(storeRetry)
+				w.next = now.Add(sw)
 				continue
 			}
 			b.grantWaiterLocked(now, w, "max-wait")

@@ -26,7 +26,7 @@ type Event struct {
 	Model    string
 	Session  string
 	// Reason is why a call waited or failed open: cooldown, tpm, rpm, otpm, pace, over-budget,
-	// session-cap, queue, max-wait, no-bucket, internal.
+	// session-cap, queue, store, max-wait, no-bucket, internal.
 	Reason       string
 	Wait         time.Duration
 	WindowTokens int64

@@ -618,6 +618,9 @@ type Waiter struct {
 	arrival  uint64
 	reason   string // why it first waited
 	ready    chan struct{}
+	// dueNow: its wait was past maxWait at once, and a failClosed store held
+	// the forced grant; the queue forces it again as soon as the store lets it.
+	dueNow bool
 
 	// guarded by b.mu
 	next      time.Time

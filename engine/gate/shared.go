@@ -123,6 +123,9 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	if s == nil {
 		return "", 0, ""
 	}
+	if now.Before(b.storeHoldUntil) {
+		return "", b.storeHoldUntil.Sub(now), storeReason // a failClosed store did not answer: asked again then
+	}
 	budget := b.tokenBudget(now)
 	need := sz.total + b.margin(sz.variance)
 	ob := b.outputBudgetLocked()
@@ -182,6 +185,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 	}
 	if err != nil {
 		if errors.Is(err, ErrStoreHolds) || s.Available() != nil {
+			b.storeHoldUntil = now.Add(storeRetry)
 			return "", storeRetry, storeReason
 		}
 		return "", 0, "" // failOpen: the local gate decides alone

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,10 +91,14 @@ func TestWriteBackAloneBoundedToTheWindow(t *testing.T) {
 
 // holdingStore is a failClosed shared window that does not answer until up:
 // its Reserve errors wrap ErrStoreHolds; Available stays nil (the store's
-// grace before it refuses).
-type holdingStore struct{ up bool }
+// grace before it refuses). asked counts the Reserve calls.
+type holdingStore struct {
+	up    bool
+	asked int
+}
 
 func (s *holdingStore) Reserve(SharedReserve) (SharedGrant, error) {
+	s.asked++
 	if !s.up {
 		return SharedGrant{}, errors.Join(ErrStoreHolds, errDown)
 	}
@@ -107,7 +112,8 @@ func (s *holdingStore) Available() error { return nil }
 
 // A store that holds calls (failClosed, not answering) keeps every way to a
 // grant shut — the window's, the one for a wait longer than maxWait, the one at
-// maxWait — until it answers; then the calls go through it.
+// maxWait — until it answers; then the calls go through it at once, not at
+// their maxWait.
 func TestStoreThatHoldsAdmitsNothingAlone(t *testing.T) {
 	cfg := testGate()
 	st := &holdingStore{}
@@ -117,34 +123,65 @@ func TestStoreThatHoldsAdmitsNothingAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}
-	var held []*Waiter
-	if tk, w := l.Submit(t0, r); w == nil {
+	tk, w := l.Submit(t0, r)
+	if w == nil {
 		t.Fatalf("admitted %+v alone while the store holds calls", tk)
-	} else if w.Reason() != storeReason {
+	}
+	if w.Reason() != storeReason {
 		t.Fatalf("held for %q, want %q", w.Reason(), storeReason)
-	} else {
-		held = append(held, w)
 	}
 	// A cooldown longer than maxWait: such a call is admitted at once, failing
-	// open — but not past a store that holds calls.
+	// open — but not past a store that holds calls; once it answers, at once.
 	q := Request{Provider: "p", Model: "q", Session: "s", InputTokens: 10}
 	l.RateLimited(t0, "p", "q", 2*cfg.MaxWait)
-	if tk, w := l.Submit(t0, q); w == nil {
+	tk, wq := l.Submit(t0, q)
+	if wq == nil {
 		t.Fatalf("a wait past maxWait admitted %+v while the store holds calls", tk)
-	} else {
-		held = append(held, w)
 	}
-	now := t0.Add(cfg.MaxWait + time.Second) // the first call's maxWait passed
-	for _, w := range held {
-		if tk, ok := w.Poll(now); ok {
-			t.Fatalf("granted %+v at maxWait while the store holds calls", tk)
-		}
+	if tk, ok := wq.Poll(t0.Add(storeRetry / 2)); ok {
+		t.Fatalf("granted %+v while the store holds calls", tk)
 	}
 	st.up = true
-	now = now.Add(2 * cfg.MaxWait) // past q's cooldown
-	for i, w := range held {
-		if tk, ok := w.Poll(now); !ok || tk.Shared != "e" {
-			t.Fatalf("call %d once the store answers: granted=%v %+v, want a grant through it", i, ok, tk)
+	if next := wq.Next(); next.After(t0.Add(storeRetry)) {
+		t.Fatalf("the call past maxWait asks again at %v, want within %v: the store answers by then", next.Sub(t0), storeRetry)
+	}
+	if tk, ok := wq.Poll(t0.Add(storeRetry)); !ok || tk.Shared != "e" || !tk.FailOpen {
+		t.Fatalf("call past maxWait once the store answers: granted=%v %+v, want the max-wait grant, through the store", ok, tk)
+	}
+	st.up = false
+	now := t0.Add(cfg.MaxWait + time.Second) // the first call's maxWait passed
+	if tk, ok := w.Poll(now); ok {
+		t.Fatalf("granted %+v at maxWait while the store holds calls", tk)
+	}
+	st.up = true
+	if tk, ok := w.Poll(now.Add(storeRetry)); !ok || tk.Shared != "e" {
+		t.Fatalf("call at maxWait once the store answers: granted=%v %+v, want a grant through it", ok, tk)
+	}
+}
+
+// While a failClosed store does not answer, a model asks it once per storeRetry,
+// however many calls are queued: each dispatch pass runs over the whole queue,
+// and each held call asking on each pass made the asking grow with the square
+// of the queue, under the model's lock.
+func TestStoreThatHoldsIsAskedOncePerRetry(t *testing.T) {
+	cfg := testGate()
+	st := &holdingStore{}
+	l, err := NewLedger(cfg, engine.NewFakeClock(t0), WithSharedWindow(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*Waiter
+	for i := range 100 {
+		_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprint("s", i), InputTokens: 10})
+		if w == nil {
+			t.Fatal("admitted while the store holds calls")
 		}
+		held = append(held, w)
+	}
+	for _, w := range held {
+		w.Poll(t0.Add(storeRetry))
+	}
+	if st.asked > 2 {
+		t.Fatalf("the store was asked %d times for 100 calls over one retry, want at most 2", st.asked)
 	}
 }

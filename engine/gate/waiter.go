@@ -6,7 +6,7 @@ import (
 )
 
 // Reason says why the waiter is held back — cooldown, tpm, rpm, otpm, pace,
-// session-cap or queue — as the gate's "wait" event reports it. The decision API answers it to a
+// session-cap, queue or store (a failClosed shared store that does not answer) — as the gate's "wait" event reports it. The decision API answers it to a
 // call that asked not to wait (or stopped waiting) before it was granted.
 func (w *Waiter) Reason() string {
 	w.b.mu.Lock()

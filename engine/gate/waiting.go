@@ -17,7 +17,8 @@ type HeldCall struct {
 	// Tokens is what the call reserves once admitted (input estimate + output reserve).
 	Tokens int64 `json:"tokens"`
 	// Reason is why it first waited: cooldown, tpm, rpm, otpm, pace, session-cap (its
-	// session's in-flight cap) or queue (behind an earlier call that holds it).
+	// session's in-flight cap), queue (behind an earlier call that holds it) or
+	// store (a failClosed shared store that does not answer).
 	Reason string `json:"reason"`
 	// Since is when it was queued; ExpectedAt when the gate next expects to admit
 	// it (its drain time, or the maxWait deadline where it fails open). A

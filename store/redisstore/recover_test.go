@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -316,7 +317,7 @@ func TestFailClosedHoldsThroughABlip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	s.refuseAfter = time.Minute // the blip below stays under it, however slow the machine
+	s.refuseAfter = time.Minute // the pause below stays under it
 	clock := engine.NewFakeClock(time.Now())
 	cfg := gate.DefaultConfig()
 	cfg.Defaults = gate.ModelLimits{TPM: 10000, RPM: 1000, SafetyFactor: 1}
@@ -327,7 +328,7 @@ func TestFailClosedHoldsThroughABlip(t *testing.T) {
 	}
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer raw.Close()
-	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 1500, "ALL").Err(); err != nil {
+	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	req := gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000, MaxTokens: 1000}
@@ -349,14 +350,53 @@ func TestFailClosedHoldsThroughABlip(t *testing.T) {
 			t.Fatalf("granted %+v while Redis is paused: failClosed admitted alone", tk)
 		}
 	}
+	if !s.Degraded() {
+		t.Fatal("the store recovered before the polls above: the machine stalled for the whole pause, and they tested nothing")
+	}
 	waitUndegraded(t, s)
 	clock.Advance(time.Second)
 	for i, w := range []*gate.Waiter{first, late} {
 		tk, ok := w.Poll(clock.Now())
-		if !ok || tk.Shared == "" {
+		// Through the shared window; the first call within its maxWait, not
+		// failing open (the second, past it, may be the max-wait grant).
+		if !ok || tk.Shared == "" || (w == first && tk.FailOpen) {
 			t.Fatalf("call %d after Redis answers again: granted=%v %+v, want a grant through the shared window", i, ok, tk)
 		}
 	}
+}
+
+// A store that recovers and fails again at once — the probe reaches Redis, the
+// calls do not (here one model's window key holds the wrong type) — is in one
+// outage: failClosed refuses refuseAfter from its first failure, rather than
+// starting the hold over at each recovery and holding calls for ever.
+func TestFailClosedRefusesAFlappingStore(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, FailClosed)
+	s.refuseAfter = time.Second
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer raw.Close()
+	if err := raw.Set(context.Background(), "test:{p/m}:w", "not a window", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	recovered := false
+	for time.Since(start) < 10*time.Second {
+		if _, err := s.Reserve(reserveArgs(t0)); err == nil {
+			t.Fatal("Reserve on a window of the wrong type: no error")
+		}
+		if errors.Is(s.Available(), gate.ErrStoreUnavailable) {
+			if !recovered {
+				t.Fatal("refused before the store ever recovered: the test did not flap")
+			}
+			if d := time.Since(start); d > 3*s.refuseAfter {
+				t.Fatalf("refused after %v, want about %v from the first failure", d, s.refuseAfter)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		recovered = recovered || !s.Degraded()
+	}
+	t.Fatalf("a store failing every call, recovering between them, still held calls after %v", time.Since(start))
 }
 
 // Every script the package defines is in scripts, which the probe preloads and

@@ -11,8 +11,8 @@
 // Redis down or slow is a policy (Options.OnError): every call has a deadline;
 // after a failure the store is degraded — calls fail at once without touching
 // the network — until a background ping succeeds. failOpen then lets each
-// process's own gate decide alone; failClosed refuses calls (the server answers
-// 503).
+// process's own gate decide alone; failClosed holds calls for refuseAfter from
+// the outage's first failure, then refuses them (the server answers 503).
 package redisstore
 
 import (
@@ -98,10 +98,12 @@ const pingEvery = 500 * time.Millisecond
 // dials them, but their set-up waits for the first call to use them.)
 const connectTimeout = 2 * time.Second
 
-// refuseAfter is how long a failClosed store holds calls once it degraded,
-// before it refuses them: four probes (pingEvery), so a blip that the next
-// probe finds over costs the calls of that moment a wait, not a refusal.
-const refuseAfter = 2 * time.Second
+// refuseAfter is how long a failClosed store holds calls once an outage
+// began, before it refuses them: three probes' time (pingEvery), so a blip
+// that a probe finds over costs the calls of that moment a wait, not a
+// refusal. Under the proxy's default holdNotice (2 s), so a held stream is
+// refused with a 503 before its keep-alive answer begins.
+const refuseAfter = 1500 * time.Millisecond
 
 // minIdleConns is how many connections the probe sets up at once.
 const minIdleConns = 4
@@ -131,7 +133,8 @@ type Store struct {
 	handlers    atomic.Pointer[Handlers] // on, for recover (which may run before Notify)
 	marksRead   atomic.Bool              // the marks in Redis were handed to Handlers.Marked once
 	degradedAt  atomic.Int64             // when the store last turned degraded, unix ms
-	refuseAt    atomic.Int64             // while degraded: when a failClosed store starts refusing, unix ms
+	refuseAt    atomic.Int64             // when a failClosed store degraded now refuses calls: the outage's first failure + refuseAfter, unix ms
+	recoveredAt atomic.Int64             // when the store last recovered, unix ms
 	refuseAfter time.Duration            // refuseAfter (tests shorten it)
 }
 
@@ -269,11 +272,23 @@ func (s *Store) Close() error {
 // fail at once until the background ping finds Redis again.
 func (s *Store) fail(err error) {
 	s.errs.Add(1)
+	if s.degraded.Load() {
+		return
+	}
+	// An outage's hold runs from its first failure: a store that recovers and
+	// fails again within refuseAfter (a Redis the probe reaches and the calls
+	// do not: slower than their deadline, or one model's key of the wrong
+	// type) is still in the same outage, and starting the hold over at each
+	// recovery held calls for ever. Set before degraded turns, so Available
+	// never reads the last outage's time.
+	now := time.Now()
+	if at := s.refuseAt.Load(); at == 0 || now.Sub(time.UnixMilli(s.recoveredAt.Load())) >= s.refuseAfter {
+		s.refuseAt.Store(now.Add(s.refuseAfter).UnixMilli())
+	}
 	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
-	s.degradedAt.Store(time.Now().UnixMilli())
-	s.refuseAt.Store(time.Now().Add(s.refuseAfter).UnixMilli())
+	s.degradedAt.Store(now.UnixMilli())
 	s.log.Warn("shared store degraded: Redis does not answer", "policy", s.opts.OnError, "error", err)
 	s.background(s.recover)
 }
@@ -302,7 +317,7 @@ func (s *Store) recover() {
 			return
 		case <-t.C:
 			if err := s.probe(); err == nil {
-				s.refuseAt.Store(0) // (first: a failure just after sets it again)
+				s.recoveredAt.Store(time.Now().UnixMilli())
 				s.degraded.Store(false)
 				s.log.Info("shared store recovered: Redis answers again")
 				s.resync()
@@ -607,8 +622,7 @@ func (s *Store) Available() error {
 	if s.opts.OnError != FailClosed || !s.degraded.Load() {
 		return nil
 	}
-	// (0: degraded this instant, refuseAt not yet set)
-	if at := s.refuseAt.Load(); at != 0 && time.Now().UnixMilli() >= at {
+	if time.Now().UnixMilli() >= s.refuseAt.Load() {
 		return gate.ErrStoreUnavailable
 	}
 	return nil
@@ -773,7 +787,7 @@ func (s *Store) Check(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
 	}
 	rtt := time.Since(t0)
-	for _, sc := range []*redis.Script{reserveScript, closeScript, cooldownScript, spendScript, providerCooldownScript, unmarkScript} {
+	for _, sc := range scripts {
 		c, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		err := sc.Load(c, s.c).Err()
 		cancel()

@@ -292,7 +292,7 @@ func waitSubscribed(t *testing.T, srv *redistest.Server) {
 func TestDegradedAndRecovered(t *testing.T) {
 	srv := redistest.Start(t)
 	open_, closed := open(t, srv, FailOpen), open(t, srv, FailClosed)
-	closed.refuseAfter = 300 * time.Millisecond
+	closed.refuseAfter = time.Second
 	srv.Kill()
 	for _, s := range []*Store{open_, closed} {
 		_, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: t0, Span: time.Minute, Tokens: 1, Need: 1, Budget: 10})
