@@ -102,7 +102,7 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			res = a.wait(dctx, waiter, start, maxWait)
 			undrain()
 			if res.err != nil && r.Context().Err() == nil {
-				w.Header().Set("Retry-After", "1")
+				w.Header().Set("Retry-After", a.s.spreadRetryAfter())
 				apiFail(w, http.StatusServiceUnavailable, errors.New("gatectl is shutting down: nothing was admitted; ask again"))
 				return
 			}

@@ -172,7 +172,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		// The grace ran out while the call was upstream: it may have been
 		// served, but its answer will not come. Say so, rather than close
 		// the connection on the client.
-		rec.Header().Set("Retry-After", "1")
+		rec.Header().Set("Retry-After", s.spreadRetryAfter())
 		rec.Header().Set("X-Should-Retry", "true")
 		writeFaceError(rec, ep.kind, http.StatusServiceUnavailable, "", "gatectl shut down before the upstream answered; send the request again")
 		_ = http.NewResponseController(rec).Flush() // on the wire before the connections close

@@ -30,7 +30,9 @@ const longRetryAfter = time.Minute
 // model's cooldown left in the ledger) is at least longRetryAfter. Otherwise
 // gatectl did not retry the class by policy (retry.retryOn, retry.rounds 0) and
 // leaves it to the client: x-should-retry follows the class, with Retry-After no
-// shorter than the real wait (1 s when there is none to tell).
+// shorter than the real wait, and none when there is none to tell: a fixed
+// second told to every client the failure met put them in step, where the
+// SDKs' own backoff, jittered, keeps them apart.
 func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string, spent bool) {
 	s := x.s
 	now := s.clock.Now()
@@ -46,8 +48,6 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		if wait < longRetryAfter {
 			wait = 0
 		}
-	case retry && wait <= 0:
-		wait = time.Second
 	}
 	status := fail.f.Status
 	h := x.w.Header()

@@ -121,7 +121,7 @@ func (x *exchange) hold(ctx context.Context, info func() holdInfo, wait func(ctx
 }
 
 // shuttingDown answers a request held when the daemon's shutdown began: 503,
-// come back in a second (to this daemon's successor, or another instance). A
+// come back in 1 to 4 s (to this daemon's successor, or another instance). A
 // held stream gets it as its error event.
 func (x *exchange) shuttingDown() {
 	const msg = "gatectl is shutting down: the request was not sent (or its retry was not); send it again"
@@ -131,7 +131,7 @@ func (x *exchange) shuttingDown() {
 		return
 	}
 	h := x.w.Header()
-	h.Set("Retry-After", "1")
+	h.Set("Retry-After", x.s.spreadRetryAfter()) // every held call is answered at once
 	h.Set("X-Should-Retry", "true")
 	writeFaceError(x.w, x.pr.ep.kind, http.StatusServiceUnavailable, "", msg)
 	_ = http.NewResponseController(x.w).Flush() // on the wire before the connections close

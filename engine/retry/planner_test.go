@@ -155,10 +155,12 @@ func runRetryCase(t *testing.T, tc retryCase) {
 	}
 	for i, st := range tc.steps {
 		a := pl.Plan(context.Background(), retryT0.Add(st.at), st.req)
-		// A table gives a hinted wait as the hint; the plan spreads it past the
-		// hint by the request's own share (spreadHint, checked on its own in
-		// TestHintedRetriesSpread).
-		if strings.HasSuffix(a.Reason, "(the provider's hint)") {
+		// A table gives a hinted wait as the hint, and a hintless or replay
+		// backoff as its schedule; the plan spreads it past that by the
+		// request's own share (spreadHint, checked on its own in
+		// TestHintedRetriesSpread and TestMislabeledRetriesSpread).
+		if spread := slices.ContainsFunc([]string{"(the provider's hint)", "(no hint: hintless backoff)", "(circuit replay backoff)", "(the replay's own hint)"},
+			func(why string) bool { return strings.HasSuffix(a.Reason, why) }); spread {
 			spread := spreadHint(&pol, &st.req, st.round, st.delay)
 			st.reason = strings.Replace(st.reason, "in "+st.delay.String(), "in "+spread.String(), 1)
 			st.delay = spread
@@ -659,6 +661,36 @@ func TestPlannerMislabeled(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runRetryCase(t, tc) })
+	}
+}
+
+// Sessions a saturated gateway refused together, each told the same schedule
+// (or the same hint), come back apart: each wait lies within Jitter of it, at
+// most maxHintSpread past it, and never before it.
+func TestMislabeledRetriesSpread(t *testing.T) {
+	pol := DefaultPolicy()
+	p, err := NewPlanner(pol, PlannerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p.Plan(ctx, retryT0, retryReq(engine.ClassRateLimit, retryMs(1000)))
+	for _, hint := range []*int64{nil, retryMs(20_000)} {
+		want := pol.Mislabeled.InitialDelay
+		if hint != nil {
+			want = 20 * time.Second
+		}
+		seen := map[time.Duration]bool{}
+		for i := range 20 {
+			a := p.Plan(ctx, retryT0.Add(time.Second), retryReq(engine.ClassMislabeled, hint, retrySession(fmt.Sprint("s", i))))
+			if a.Kind != ActionRetry || a.Delay < want || a.Delay > want+min(time.Duration(pol.Jitter*float64(want)), maxHintSpread) {
+				t.Fatalf("session %d: %s %s, want a retry in [%s, %s + its spread]", i, a.Kind, a.Delay, want, want)
+			}
+			seen[a.Delay] = true
+		}
+		if len(seen) < 10 {
+			t.Fatalf("hint %v: 20 sessions came back at %d distinct times, want them apart", hint, len(seen))
+		}
 	}
 }
 

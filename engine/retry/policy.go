@@ -273,16 +273,14 @@ func (p *Policy) Delay(round int, r engine.Rand) time.Duration {
 	return p.jitter(base, r.Float64())
 }
 
-// jitter spreads base by ±Jitter with u in [0, 1): u=0 is the low end, u→1 the high.
+// jitter spreads base by ±Jitter with u in [0, 1): u=0 is the low end, u→1 the
+// high. The spread stays under MaxDelay rather than being clipped to it: from
+// the round whose base reaches the cap, clipping put half of the draws on
+// MaxDelay exactly, and the sessions refused together came back together.
 func (p *Policy) jitter(base time.Duration, u float64) time.Duration {
-	d := time.Duration(float64(base) * (1 + p.Jitter*(2*u-1)))
-	if d > p.MaxDelay {
-		d = p.MaxDelay
-	}
-	if d < 0 {
-		d = 0
-	}
-	return d
+	b := float64(min(base, p.MaxDelay))
+	lo, hi := b*(1-p.Jitter), min(b*(1+p.Jitter), float64(p.MaxDelay))
+	return max(time.Duration(lo+(hi-lo)*u), 0)
 }
 
 // CurvePoint is one round of the curve as Curve draws it.

@@ -103,7 +103,7 @@ func (p *Planner) curveWait(pol *Policy, req *Request, round int) (d time.Durati
 			d = spreadHint(pol, req, round, d)
 		}
 	case !hinted && pol.HintlessBackoff && (cls == engine.ClassOverloaded || cls == engine.ClassServer):
-		d = pol.doublingWait(pol.HintlessBaseDelay, round)
+		d = spreadHint(pol, req, round, pol.doublingWait(pol.HintlessBaseDelay, round))
 		why = "no hint: hintless backoff"
 	default:
 		d = p.jittered(pol, round)
@@ -200,6 +200,7 @@ func (p *Planner) planMislabeled(now time.Time, c *retryConf, req *Request) Acti
 	} else {
 		d = pol.doublingWait(m.InitialDelay, round)
 	}
+	d = spreadHint(pol, req, round, d) // the sessions a saturated gateway refused together come back apart
 	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetMislabeled, Round: round, Rounds: m.Rounds,
 		Reason: fmt.Sprintf("mislabeled 400 on %s (capacity failure %s ago): retry %d/%d in %s (%s)",
 			req.Provider, since.Round(time.Second), round, m.Rounds, d, why)}

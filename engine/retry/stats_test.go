@@ -32,7 +32,7 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 		{0, retryReq(engine.ClassRateLimit, nil, retryOn("nuaa"))},                         // retry via gate, hintless
 		{s, retryReq(engine.ClassOverloaded, retryMs(12000), retryOn("nuaa"))},             // retry 12s
 		{2 * s, retryReq(engine.ClassServer, nil, retryOn("nuaa"))},                        // gave up (spent), hintless
-		{3 * s, retryReq(engine.ClassMislabeled, nil, retryOn("nuaa"))},                    // mislabeled retry 15s
+		{3 * s, retryReq(engine.ClassMislabeled, nil, retryOn("nuaa"))},                    // mislabeled retry 15s (and its spread)
 		{4 * s, retryReq(engine.ClassAuth, nil, retryOn("nuaa"))},                          // not retried
 		{5 * s, retryReq(engine.ClassTimeout, nil, retryOn("deepseek"))},                   // retry 2s
 		{6 * s, retryReq(engine.ClassQuota, nil, retryOn("deepseek"))},                     // failover
@@ -43,7 +43,8 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 	}
 	snap := pl.Stats()
 	life := snap.Lifetime
-	spread := spreadHint(&pol, &steps[1].req, 2, 12*s) - 12*s // the hinted retry waits past its hint
+	spread := spreadHint(&pol, &steps[1].req, 2, 12*s) - 12*s // the hinted retry waits past its hint,
+	spread += spreadHint(&pol, &steps[3].req, 1, 15*s) - 15*s // the mislabeled one past its schedule
 	want := Stats{Retries: 3, MislabeledRetries: 1, Waited: 29*s + spread, GaveUp: 1, NotRetried: 1, HintlessCapacity: 2,
 		Failovers: 1, LongTermWaits: 1}
 	if life.Retries != want.Retries || life.MislabeledRetries != want.MislabeledRetries || life.Waited != want.Waited ||
