@@ -39,7 +39,7 @@ var retrySchema = &schema[Retry]{
 			}),
 		subField("hintClamp", "range a provider's wait hint is trusted in", clampSchema,
 			func(r *Retry) *retry.Clamp { return &r.HintClamp }),
-		boolField("hintlessBackoff", "OVERLOADED and SERVER failures without a hint double from hintlessBaseDelay instead of the curve",
+		boolField("hintlessBackoff", "OVERLOADED and SERVER failures without a hint double from hintlessBaseDelay (each wait spread by the session's own share, at most 5 s) instead of the curve",
 			func(r *Retry) *bool { return &r.HintlessBackoff }),
 		durField("hintlessBaseDelay", "first wait of hintlessBackoff's schedule, clamped to hintClamp", positive,
 			func(r *Retry) *time.Duration { return &r.HintlessBaseDelay }),

@@ -10,7 +10,8 @@ import (
 
 // Shutting down (Serve, once its context ends) has two steps. At once, every
 // request held in gatectl — queued in the gate, waiting to retry, in a
-// long-term wait — is answered 503 with Retry-After: 1: it was not sent, and
+// long-term wait — is answered 503 with a Retry-After of 1 to 4 s, drawn for
+// each (spreadRetryAfter): it was not sent, and
 // its client can send it again to this daemon's successor or another instance
 // (the drain). Calls already upstream go on until the grace ends; then their
 // contexts are cancelled with errShutdown, and each answers its client — 503,

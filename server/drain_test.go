@@ -56,7 +56,8 @@ gate:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Manager: m, StateDir: t.TempDir(), ShutdownGrace: 2 * time.Second})
+	// Every draw reads 0.6: the shutdown's Retry-After is then 3 (spreadRetryAfter), not a fixed 1.
+	srv, err := New(Options{Manager: m, StateDir: t.TempDir(), ShutdownGrace: 2 * time.Second, Rand: fixedRand(0.6)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,16 +119,16 @@ gate:
 	go func() { served <- shutDown() }()
 	for name, ch := range map[string]<-chan answer{"a held call": heldCall, "a held stream": heldStream} {
 		a := <-ch
-		if a.err != nil || a.status != http.StatusServiceUnavailable || !validSpreadRetryAfter(a.header.Get("Retry-After")) ||
+		if a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "3" ||
 			a.header.Get("X-Should-Retry") != "true" || !strings.Contains(a.body, "was not sent") {
-			t.Errorf("%s: %d %v %q (%v), want 503 Retry-After 1-4, should-retry, 'was not sent'", name, a.status, a.header, a.body, a.err)
+			t.Errorf("%s: %d %v %q (%v), want 503 Retry-After 3 (drawn), should-retry, 'was not sent'", name, a.status, a.header, a.body, a.err)
 		}
 	}
-	if a := <-heldAdmit; a.err != nil || a.status != http.StatusServiceUnavailable || !validSpreadRetryAfter(a.header.Get("Retry-After")) || !strings.Contains(a.body, "shutting down") {
-		t.Errorf("a decision-API admission waiting: %d %v %q (%v), want 503 Retry-After 1-4", a.status, a.header, a.body, a.err)
+	if a := <-heldAdmit; a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "3" || !strings.Contains(a.body, "shutting down") {
+		t.Errorf("a decision-API admission waiting: %d %v %q (%v), want 503 Retry-After 3 (drawn)", a.status, a.header, a.body, a.err)
 	}
-	if a := <-upstreamCall; a.err != nil || a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "before the upstream answered") {
-		t.Errorf("a call upstream at the grace's end: %d %q (%v), want 503 saying it shut down before the answer", a.status, a.body, a.err)
+	if a := <-upstreamCall; a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "3" || !strings.Contains(a.body, "before the upstream answered") {
+		t.Errorf("a call upstream at the grace's end: %d %v %q (%v), want 503, Retry-After 3 (drawn), saying it shut down before the answer", a.status, a.header, a.body, a.err)
 	}
 	if a := <-upstreamStream; a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, "tok1") ||
 		!strings.Contains(a.body, `"error"`) || !strings.Contains(a.body, "incomplete") {

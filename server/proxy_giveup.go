@@ -42,8 +42,7 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		wait = cd
 	}
 	retry := shouldRetry(v.Class)
-	switch {
-	case spent:
+	if spent {
 		retry = false
 		if wait < longRetryAfter {
 			wait = 0

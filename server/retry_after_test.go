@@ -14,6 +14,11 @@ type seqRand struct {
 
 func (r *seqRand) Float64() float64 { f := r.v[r.i%len(r.v)]; r.i++; return f }
 
+// fixedRand draws the same value every time.
+type fixedRand float64
+
+func (r fixedRand) Float64() float64 { return float64(r) }
+
 // validSpreadRetryAfter says whether v is a Retry-After spreadRetryAfter draws.
 func validSpreadRetryAfter(v string) bool {
 	n, err := strconv.Atoi(v)

@@ -131,7 +131,8 @@ func (p *Planner) Policy() Policy {
 //   - OVERLOADED, SERVER, TIMEOUT, TRANSPORT and whatever else RetryOn lists wait on
 //     the main budget: the clamped hint when under MaxDelay, else MaxDelay; without
 //     a hint the jittered curve, or for OVERLOADED/SERVER with HintlessBackoff
-//     HintlessBaseDelay·2ⁿ⁻¹.
+//     HintlessBaseDelay·2ⁿ⁻¹; a hint and that schedule each spread by the
+//     request's own share (spreadHint, spreadSchedule).
 //   - A transport failure (Request.Failure.ErrorKind set) of a kind that
 //     Policy.Transport bounds gets at most that many retries on a budget of its own,
 //     each spending a round of the main budget too and waiting on the curve: by
@@ -222,26 +223,47 @@ func (p *Planner) jittered(pol *Policy, round int) time.Duration {
 	return pol.Delay(round, p.rnd)
 }
 
-// maxHintSpread bounds how far past a provider's hint a retry is spread.
+// maxHintSpread bounds how far a hinted or scheduled wait is spread.
 const maxHintSpread = 5 * time.Second
 
 // spreadHint lengthens a hinted wait d by up to Jitter of it (at most
-// maxHintSpread, never past retry.maxDelay), never shortens it: forty sessions
-// refused together with "Retry-After: 2" all came back within 49 ms two
-// seconds later, and a provider that refused them for capacity met them as one
-// burst again. (A rate limit's wait is spread by the gate's queue instead; a
-// 503's or a 529's hint had nothing.) The share is a hash of the request's
-// session, turn, provider and round, not a draw: hints draw nothing from the
-// random source, so the curve's draws stay where they were.
-func spreadHint(pol *Policy, req *Request, round int, d time.Duration) time.Duration {
-	if pol.Jitter == 0 || d <= 0 {
+// maxHintSpread), never shortens it, and stays under ceiling (retry.maxDelay
+// for the provider's hint on the curve, hintClamp.max for a replay's): forty
+// sessions refused together with "Retry-After: 2" all came back within 49 ms
+// two seconds later, and a provider that refused them for capacity met them as
+// one burst again. (A rate limit's wait is spread by the gate's queue instead;
+// a 503's or a 529's hint had nothing.) The spread is scaled into the room
+// under the ceiling rather than clipped at it: clipped, the draws that reached
+// it all landed on it. The share is a hash of the request's session, turn,
+// provider and round, not a draw: hints draw nothing from the random source,
+// so the curve's draws stay where they were.
+func spreadHint(pol *Policy, req *Request, round int, d, ceiling time.Duration) time.Duration {
+	room := min(time.Duration(float64(d)*pol.Jitter), maxHintSpread, ceiling-d)
+	if room <= 0 {
 		return d
 	}
+	return d + time.Duration(float64(room)*spreadShare(req, round))
+}
+
+// spreadSchedule spreads a wait of gatectl's own schedule (the hintless
+// doubling, a mislabeled 400's replay) as spreadHint does a hint; at the
+// ceiling, where a hint stays as it is, the schedule's wait spreads below it —
+// it is no promise to the provider, and every session's schedule reaches the
+// ceiling at the same round.
+func spreadSchedule(pol *Policy, req *Request, round int, d, ceiling time.Duration) time.Duration {
+	if s := spreadHint(pol, req, round, d, ceiling); s != d || d < ceiling {
+		return s
+	}
+	room := min(time.Duration(float64(d)*pol.Jitter), maxHintSpread)
+	return d - time.Duration(float64(room)*spreadShare(req, round))
+}
+
+// spreadShare is the request's share of a spread, in [0, 1): a hash of its
+// session, turn, provider and round.
+func spreadShare(req *Request, round int) float64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", req.Session, req.Turn, req.Provider, round)
-	u := float64(h.Sum64()>>11) / (1 << 53)
-	spread := min(time.Duration(float64(d)*pol.Jitter*u), maxHintSpread)
-	return max(d, min(d+spread, pol.MaxDelay))
+	return float64(h.Sum64()>>11) / (1 << 53)
 }
 
 // noteCapacity records a capacity failure on provider: evidence for MISLABELED.

@@ -159,9 +159,16 @@ func runRetryCase(t *testing.T, tc retryCase) {
 		// backoff as its schedule; the plan spreads it past that by the
 		// request's own share (spreadHint, checked on its own in
 		// TestHintedRetriesSpread and TestMislabeledRetriesSpread).
-		if spread := slices.ContainsFunc([]string{"(the provider's hint)", "(no hint: hintless backoff)", "(circuit replay backoff)", "(the replay's own hint)"},
-			func(why string) bool { return strings.HasSuffix(a.Reason, why) }); spread {
-			spread := spreadHint(&pol, &st.req, st.round, st.delay)
+		var spread time.Duration
+		switch {
+		case strings.HasSuffix(a.Reason, "(the provider's hint)"):
+			spread = spreadHint(&pol, &st.req, st.round, st.delay, pol.MaxDelay)
+		case strings.HasSuffix(a.Reason, "(the replay's own hint)"):
+			spread = spreadHint(&pol, &st.req, st.round, st.delay, pol.HintClamp.Max)
+		case strings.HasSuffix(a.Reason, "(no hint: hintless backoff)"), strings.HasSuffix(a.Reason, "(circuit replay backoff)"):
+			spread = spreadSchedule(&pol, &st.req, st.round, st.delay, pol.HintClamp.Max)
+		}
+		if spread != 0 {
 			st.reason = strings.Replace(st.reason, "in "+st.delay.String(), "in "+spread.String(), 1)
 			st.delay = spread
 		}
@@ -694,6 +701,47 @@ func TestMislabeledRetriesSpread(t *testing.T) {
 	}
 }
 
+// A spread reaching its ceiling is scaled into the room under it, never piled
+// on it: clipped, the sessions whose share reached the ceiling all waited
+// exactly the ceiling (half of them on a 50 s hint under a 60 s maxDelay, all
+// of them on the hintless doubling's 300 s). A hint is never shortened; a
+// schedule of gatectl's own at its ceiling spreads below it.
+func TestSpreadsAreNotPiledAtTheirCeiling(t *testing.T) {
+	pol := DefaultPolicy()
+	for _, tc := range []struct {
+		name       string
+		d, ceiling time.Duration
+		schedule   bool
+		lo, hi     time.Duration
+	}{
+		{"a hint near maxDelay", 50 * time.Second, pol.MaxDelay, false, 50 * time.Second, pol.MaxDelay},
+		{"a hint just under maxDelay", 58 * time.Second, pol.MaxDelay, false, 58 * time.Second, pol.MaxDelay},
+		{"the hintless doubling's round 4", 40 * time.Second, pol.HintClamp.Max, true, 40 * time.Second, 45 * time.Second},
+		{"a mislabeled replay's round 3, at maxDelay", 60 * time.Second, pol.HintClamp.Max, true, 60 * time.Second, 65 * time.Second},
+		{"the hintless doubling at hintClamp.max", pol.HintClamp.Max, pol.HintClamp.Max, true, pol.HintClamp.Max - maxHintSpread, pol.HintClamp.Max},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := map[time.Duration]int{}
+			for i := range 200 {
+				req := &Request{Session: fmt.Sprint("s", i), Turn: "t", Provider: "p"}
+				d := spreadHint(&pol, req, 3, tc.d, tc.ceiling)
+				if tc.schedule {
+					d = spreadSchedule(&pol, req, 3, tc.d, tc.ceiling)
+				}
+				if d < tc.lo || d > tc.hi {
+					t.Fatalf("session %d waits %s, want within [%s, %s]", i, d, tc.lo, tc.hi)
+				}
+				count[d]++
+			}
+			for d, n := range count {
+				if n > 10 {
+					t.Fatalf("%d of 200 sessions wait exactly %s: piled, not spread", n, d)
+				}
+			}
+		})
+	}
+}
+
 func TestPlannerQuota(t *testing.T) {
 	s := time.Second
 	q := engine.ClassQuota
@@ -1097,7 +1145,7 @@ func TestHintedRetriesSpread(t *testing.T) {
 	lo, hi := time.Hour, time.Duration(0)
 	for i := range 40 {
 		req := retryReq(engine.ClassOverloaded, retryMs(2000), retrySession(fmt.Sprintf("s%d", i)))
-		d := spreadHint(&pol, &req, 1, hint)
+		d := spreadHint(&pol, &req, 1, hint, pol.MaxDelay)
 		if d < hint || d > hint+time.Duration(float64(hint)*pol.Jitter) {
 			t.Fatalf("session %d waits %s, want within [%s, %s]", i, d, hint, hint+time.Duration(float64(hint)*pol.Jitter))
 		}
@@ -1107,11 +1155,11 @@ func TestHintedRetriesSpread(t *testing.T) {
 	if len(seen) < 35 || hi-lo < 200*time.Millisecond {
 		t.Errorf("40 sessions spread over %s in %d distinct waits: want them apart", hi-lo, len(seen))
 	}
-	if d := spreadHint(&pol, &Request{Session: "s"}, 1, time.Hour); d > time.Hour+maxHintSpread || d > pol.MaxDelay && d != time.Hour {
+	if d := spreadHint(&pol, &Request{Session: "s"}, 1, time.Hour, pol.MaxDelay); d > time.Hour+maxHintSpread || d > pol.MaxDelay && d != time.Hour {
 		t.Errorf("a long hint spreads to %s: at most maxHintSpread past it, never past maxDelay", d)
 	}
 	pol.Jitter = 0
-	if d := spreadHint(&pol, &Request{Session: "s"}, 1, hint); d != hint {
+	if d := spreadHint(&pol, &Request{Session: "s"}, 1, hint, pol.MaxDelay); d != hint {
 		t.Errorf("jitter 0: %s, want the hint", d)
 	}
 }

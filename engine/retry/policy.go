@@ -32,7 +32,8 @@ type Mislabeled struct {
 	// of the policy: waiting out a circuit must not eat the 429 budget, nor the reverse.
 	Rounds int
 	// InitialDelay is the first wait when the replayed error carries no hint; it
-	// doubles each round.
+	// doubles each round, each wait spread by the session's own share
+	// (spreadSchedule), as a replay's hint is (spreadHint).
 	InitialDelay time.Duration
 	// Evidence is how long a capacity failure on the provider (RATE_LIMIT,
 	// OVERLOADED) still counts as evidence that a 400 is mislabeled.
@@ -131,8 +132,8 @@ type Policy struct {
 	// so a misread or absurd hint can neither spin a turn nor stall it.
 	HintClamp Clamp
 	// HintlessBackoff makes OVERLOADED and SERVER failures without a hint wait
-	// a doubling schedule of its own, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp,
-	// instead of the curve. Off by default: without a hint, a capacity failure looks
+	// a doubling schedule of its own, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp
+	// and spread by the session's own share (spreadSchedule), instead of the curve. Off by default: without a hint, a capacity failure looks
 	// the same as capacity that is not coming back, so retrying it is a policy choice.
 	HintlessBackoff   bool
 	HintlessBaseDelay time.Duration

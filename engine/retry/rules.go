@@ -100,10 +100,10 @@ func (p *Planner) curveWait(pol *Policy, req *Request, round int) (d time.Durati
 		if capped {
 			why = fmt.Sprintf("the provider's hint %s, capped at retry.maxDelay", hint)
 		} else {
-			d = spreadHint(pol, req, round, d)
+			d = spreadHint(pol, req, round, d, pol.MaxDelay)
 		}
 	case !hinted && pol.HintlessBackoff && (cls == engine.ClassOverloaded || cls == engine.ClassServer):
-		d = spreadHint(pol, req, round, pol.doublingWait(pol.HintlessBaseDelay, round))
+		d = spreadSchedule(pol, req, round, pol.doublingWait(pol.HintlessBaseDelay, round), pol.HintClamp.Max)
 		why = "no hint: hintless backoff"
 	default:
 		d = p.jittered(pol, round)
@@ -194,13 +194,13 @@ func (p *Planner) planMislabeled(now time.Time, c *retryConf, req *Request) Acti
 	}
 	var d time.Duration
 	why := "circuit replay backoff"
+	// The sessions a saturated gateway refused together come back apart.
 	if hint, ok := req.Verdict.RetryAfter(); ok && pol.RespectRetryAfter {
-		d = pol.ClampHint(hint)
+		d = spreadHint(pol, req, round, pol.ClampHint(hint), pol.HintClamp.Max)
 		why = "the replay's own hint"
 	} else {
-		d = pol.doublingWait(m.InitialDelay, round)
+		d = spreadSchedule(pol, req, round, pol.doublingWait(m.InitialDelay, round), pol.HintClamp.Max)
 	}
-	d = spreadHint(pol, req, round, d) // the sessions a saturated gateway refused together come back apart
 	return Action{Kind: ActionRetry, Delay: d, Budget: BudgetMislabeled, Round: round, Rounds: m.Rounds,
 		Reason: fmt.Sprintf("mislabeled 400 on %s (capacity failure %s ago): retry %d/%d in %s (%s)",
 			req.Provider, since.Round(time.Second), round, m.Rounds, d, why)}

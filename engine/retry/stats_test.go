@@ -43,8 +43,8 @@ func TestStatsPerTurnAndLifetime(t *testing.T) {
 	}
 	snap := pl.Stats()
 	life := snap.Lifetime
-	spread := spreadHint(&pol, &steps[1].req, 2, 12*s) - 12*s // the hinted retry waits past its hint,
-	spread += spreadHint(&pol, &steps[3].req, 1, 15*s) - 15*s // the mislabeled one past its schedule
+	spread := spreadHint(&pol, &steps[1].req, 2, 12*s, pol.MaxDelay) - 12*s          // the hinted retry waits past its hint,
+	spread += spreadSchedule(&pol, &steps[3].req, 1, 15*s, pol.HintClamp.Max) - 15*s // the mislabeled one past its schedule
 	want := Stats{Retries: 3, MislabeledRetries: 1, Waited: 29*s + spread, GaveUp: 1, NotRetried: 1, HintlessCapacity: 2,
 		Failovers: 1, LongTermWaits: 1}
 	if life.Retries != want.Retries || life.MislabeledRetries != want.MislabeledRetries || life.Waited != want.Waited ||
