@@ -21,7 +21,7 @@ var topSchema = &schema[Config]{
 			func(c *Config) *Upstream { return &c.Upstream }),
 		subField("api", "the decision API and the console: token and event-stream cap", apiSchema,
 			func(c *Config) *API { return &c.API }),
-		strField("stateDir", "directory of the state file and the wasm compilation cache; read at start, a reload does not change it (`serve --state-dir` overrides it for both; a cache directory that cannot be made is a warning, and modules compile in memory)", nil,
+		strField("stateDir", "directory of the state file and the wasm compilation cache (relative: to the config file's directory); read at start, a reload does not change it (`serve --state-dir` overrides it for both; a cache directory that cannot be made is a warning, and modules compile in memory)", nil,
 			func(c *Config) *string { return &c.StateDir }),
 		subField("log", "the root logger", logSchema,
 			func(c *Config) *Log { return &c.Log }),

@@ -64,7 +64,7 @@ func parseResetTarget(arg string) (provider, model string, err error) {
 	provider, model, ok := strings.Cut(arg, "/")
 	switch {
 	case !ok:
-		return "", "", fmt.Errorf("%q is not PROVIDER/MODEL (e.g. deepseek/deepseek-chat)", arg)
+		return "", "", fmt.Errorf("%q is not PROVIDER/MODEL (e.g. deepseek/deepseek-chat; `gatectl status` lists the models the gate knows by that name)", arg)
 	case provider == "":
 		return "", "", fmt.Errorf("%q has no provider before the slash (want PROVIDER/MODEL)", arg)
 	case model == "":

@@ -196,9 +196,17 @@ func writeSimHowToRead(w io.Writer, r sim.Report) {
 		return
 	}
 	fmt.Fprintf(w, "The naive row can look better (more served, no wait) because its clients hammer the provider:\n")
-	fmt.Fprintf(w, "it took %d 429s and lost %d calls your program would have to redo. The gate's waits are its\n", n.RateLimited, n.Lost)
+	fmt.Fprintf(w, "it took %s and lost %d calls your program would have to redo. The gate's waits are its\n", count429s(n.RateLimited), n.Lost)
 	g := r.Modes[sim.ModeGate]
-	fmt.Fprintf(w, "queue: what it pays to see %d 429s and lose %d.\n", g.RateLimited, g.Lost)
+	fmt.Fprintf(w, "queue: what it pays to see %s and lose %d.\n", count429s(g.RateLimited), g.Lost)
+}
+
+// count429s says n 429s in words: "1 429", "3 429s".
+func count429s(n int) string {
+	if n == 1 {
+		return "1 429"
+	}
+	return fmt.Sprintf("%d 429s", n)
 }
 
 func simIf(on bool, s string) string {

@@ -84,7 +84,7 @@ func (v buildVersion) print(w io.Writer) {
 	fmt.Fprintf(w, "gatectl %s %s/%s %s\n", v.Version, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	switch {
 	case v.Commit == "":
-		fmt.Fprintln(w, "commit: unknown (no VCS information in this build: `go build` in a git checkout records it; `go run` does not)")
+		fmt.Fprintln(w, "commit: unknown (no VCS information in this build: `go build` in a git checkout records it, unless -buildvcs=false is set (GOFLAGS); `go run` does not)")
 	default:
 		mod := ""
 		if v.Modified {
