@@ -903,6 +903,20 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	return Ticket{}, w
 }
 
+// forcedReserveLocked asks the shared window for waiter w, past its maxWait:
+// its max-wait grant fails open, and the other instances count it too. A
+// failClosed store that does not answer holds it instead (held, w.next set),
+// to ask again — or to be refused once the store is down — never a fail-open
+// grant.
+func (b *bucket) forcedReserveLocked(now time.Time, w *Waiter) (id string, held bool) {
+	id, wait, reason := b.sharedReserveLocked(now, w.size, true)
+	if reason == storeReason {
+		w.next = now.Add(wait)
+		return "", true
+	}
+	return id, false
+}
+
 // dispatchLocked grants, in fair order, every waiter that fits at now. A waiter
 // that does not fit lets smaller ones behind it through (no head-of-line blocking)
 // until it has waited half a window; from then on it holds everyone behind it, so
@@ -928,9 +942,8 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				w.reason = "queue"
 			}
 			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
-				id, sw, sreason := b.sharedReserveLocked(now, w.size, true) // the other instances count it too
-				if sreason == storeReason {
-					w.next = now.Add(sw) // failClosed: held, never a fail-open grant
+				id, held := b.forcedReserveLocked(now, w)
+				if held {
 					continue
 				}
 				b.grantWaiterLocked(now, w, "max-wait")
@@ -967,12 +980,8 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			b.attachWaiterShared(w, id)
 			continue
 		case !now.Before(deadline):
-			var sreason string
-			var sw time.Duration
-			if id, sw, sreason = b.sharedReserveLocked(now, w.size, true); sreason == storeReason {
-				// failClosed and the store does not answer: held, to ask again
-				// (or be refused once the store is down), never a fail-open grant.
-				w.next = now.Add(sw)
+			var held bool
+			if id, held = b.forcedReserveLocked(now, w); held {
 				continue
 			}
 			b.grantWaiterLocked(now, w, "max-wait")

@@ -9,6 +9,18 @@ import (
 	"github.com/gatectl/gatectl/engine"
 )
 
+// sharedLedger is a ledger on cfg with st as its shared window, on a fake
+// clock at t0.
+func sharedLedger(t *testing.T, cfg Config, st SharedWindow) (*Ledger, *engine.FakeClock) {
+	t.Helper()
+	clk := engine.NewFakeClock(t0)
+	l, err := NewLedger(cfg, clk, WithSharedWindow(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clk
+}
+
 // downStore is a shared window that is down (failing open) until up is set,
 // and records what it is written back.
 type downStore struct {
@@ -46,11 +58,7 @@ func TestWriteBackAloneBoundedToTheWindow(t *testing.T) {
 	cfg := testGate()
 	cfg.Defaults = ModelLimits{TPM: 1 << 40, RPM: 1 << 30}
 	st := &downStore{}
-	clk := engine.NewFakeClock(t0)
-	l, err := NewLedger(cfg, clk, WithSharedWindow(st))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, clk := sharedLedger(t, cfg, st)
 	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}
 	now := t0
 	for i := range 3 * maxAloneCalls {
@@ -117,11 +125,7 @@ func (s *holdingStore) Available() error { return nil }
 func TestStoreThatHoldsAdmitsNothingAlone(t *testing.T) {
 	cfg := testGate()
 	st := &holdingStore{}
-	clk := engine.NewFakeClock(t0)
-	l, err := NewLedger(cfg, clk, WithSharedWindow(st))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _ := sharedLedger(t, cfg, st)
 	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}
 	tk, w := l.Submit(t0, r)
 	if w == nil {
@@ -164,12 +168,8 @@ func TestStoreThatHoldsAdmitsNothingAlone(t *testing.T) {
 // and each held call asking on each pass made the asking grow with the square
 // of the queue, under the model's lock.
 func TestStoreThatHoldsIsAskedOncePerRetry(t *testing.T) {
-	cfg := testGate()
 	st := &holdingStore{}
-	l, err := NewLedger(cfg, engine.NewFakeClock(t0), WithSharedWindow(st))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _ := sharedLedger(t, testGate(), st)
 	var held []*Waiter
 	for i := range 100 {
 		_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprint("s", i), InputTokens: 10})

@@ -133,8 +133,9 @@ type Policy struct {
 	HintClamp Clamp
 	// HintlessBackoff makes OVERLOADED and SERVER failures without a hint wait
 	// a doubling schedule of its own, HintlessBaseDelay·2ⁿ⁻¹ clamped to HintClamp
-	// and spread by the session's own share (spreadSchedule), instead of the curve. Off by default: without a hint, a capacity failure looks
-	// the same as capacity that is not coming back, so retrying it is a policy choice.
+	// and spread by the session's own share (spreadSchedule), instead of the
+	// curve. Off by default: without a hint, a capacity failure looks the same
+	// as capacity that is not coming back, so retrying it is a policy choice.
 	HintlessBackoff   bool
 	HintlessBaseDelay time.Duration
 	Mislabeled        Mislabeled
