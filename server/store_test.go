@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gatectl/gatectl/internal/fakeprovider"
 	"github.com/gatectl/gatectl/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // storeCall sends one chat completion through the proxy and returns its status.
@@ -120,4 +122,37 @@ func storeGrep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Over real sockets: under failClosed, a Redis that stops answering for less
+// than the hold (300 ms of CLIENT PAUSE, against calls with a 100 ms deadline)
+// costs a call through the proxy a wait, not a 503 — it is held, and admitted
+// through the shared window once a probe finds Redis again. Refused at the
+// first failure, as before, the same call was a 503.
+func TestStoreFailClosedBlipIsAWait(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
+	defer up.Close()
+	f := newPxFixture(t, fmt.Sprintf(`providers:
+  up: {kind: openai, baseURL: "%s/v1"}
+store:
+  redis: {url: "%s", timeout: 100ms, onError: failClosed}
+`, up.URL, rs.URL()), false)
+	if code, body := storeCall(t, f.url); code != 200 {
+		t.Fatalf("with Redis up: %d %s", code, body)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer raw.Close()
+	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, body := storeCall(t, f.url)
+	took := time.Since(start)
+	if code != 200 {
+		t.Fatalf("a 300 ms pause of Redis under failClosed: %d %s after %v, want the call held and served", code, body, took)
+	}
+	if !strings.Contains(f.logs.String(), "shared store degraded") {
+		t.Fatalf("served in %v without the store degrading: the pause was not met, and the test tested nothing", took)
+	}
 }
