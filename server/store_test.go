@@ -40,22 +40,30 @@ func storeGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// failClosedProxy is a proxy in front of a fake upstream, sharing its gate on
+// a real redis-server under onError: failClosed with the given call deadline,
+// checked to serve a call while Redis is up.
+func failClosedProxy(t *testing.T, timeout string) (*redistest.Server, *pxFixture) {
+	t.Helper()
+	rs := redistest.Start(t)
+	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
+	t.Cleanup(up.Close)
+	f := newPxFixture(t, fmt.Sprintf(`providers:
+  up: {kind: openai, baseURL: "%s/v1"}
+store:
+  redis: {url: "%s", timeout: %s, onError: failClosed}
+`, up.URL, rs.URL(), timeout), false)
+	if code, body := storeCall(t, f.url); code != 200 {
+		t.Fatalf("with Redis up: %d %s", code, body)
+	}
+	return rs, f
+}
+
 // With failClosed, a Redis that dies turns calls into 503s and /readyz red, says
 // "degraded" once in the log and in the metrics, and everything comes back by
 // itself when Redis does.
 func TestStoreFailClosed(t *testing.T) {
-	rs := redistest.Start(t)
-	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
-	defer up.Close()
-	f := newPxFixture(t, fmt.Sprintf(`providers:
-  up: {kind: openai, baseURL: "%s/v1"}
-store:
-  redis: {url: "%s", timeout: 500ms, onError: failClosed}
-`, up.URL, rs.URL()), false)
-
-	if code, body := storeCall(t, f.url); code != 200 {
-		t.Fatalf("with Redis up: %d %s", code, body)
-	}
+	rs, f := failClosedProxy(t, "500ms")
 	if code, body := storeGet(t, f.url+"/readyz"); code != 200 || !strings.Contains(body, `"state":"ok"`) {
 		t.Fatalf("/readyz with Redis up: %d %s", code, body)
 	}
@@ -130,17 +138,7 @@ func storeGrep(s, sub string) string {
 // through the shared window once a probe finds Redis again. Refused at the
 // first failure, as before, the same call was a 503.
 func TestStoreFailClosedBlipIsAWait(t *testing.T) {
-	rs := redistest.Start(t)
-	up := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Tokens: 1 << 30}))
-	defer up.Close()
-	f := newPxFixture(t, fmt.Sprintf(`providers:
-  up: {kind: openai, baseURL: "%s/v1"}
-store:
-  redis: {url: "%s", timeout: 100ms, onError: failClosed}
-`, up.URL, rs.URL()), false)
-	if code, body := storeCall(t, f.url); code != 200 {
-		t.Fatalf("with Redis up: %d %s", code, body)
-	}
+	rs, f := failClosedProxy(t, "100ms")
 	raw := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer raw.Close()
 	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
