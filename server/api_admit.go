@@ -91,6 +91,10 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	}
 
 	start := a.s.clock.Now()
+	if cd := a.s.longCooldown(start, tgt.Route); cd > 0 {
+		notIntoCooldown(w, tgt, 0, cd)
+		return
+	}
 	t, waiter := a.s.ledger.Submit(start, er)
 	if waiter != nil {
 		var res apiWaitResult
@@ -127,6 +131,11 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		_ = a.s.ledger.Release(now, t)
 		return
 	}
+	if cd := a.s.intoCooldown(now, tgt.Route, t); cd > 0 {
+		_ = a.s.ledger.Release(now, t)
+		notIntoCooldown(w, tgt, t.Waited, cd)
+		return
+	}
 	tk, evicted := a.tickets.add(now, t, er.Provider, er.Model, er.Session)
 	for _, old := range evicted {
 		a.dropTicket(now, old, "evicted")
@@ -136,6 +145,15 @@ func (a *api) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		Ticket: tk.id, Admitted: true, WaitedMs: t.Waited.Milliseconds(), Reason: t.Reason, FailOpen: t.FailOpen,
 		ReservedTokens: t.Reserved, ReservedOutputTokens: t.ReservedOutput, apiTarget: tgt, ExpiresAt: &tk.expires,
 	})
+}
+
+// notIntoCooldown answers an admission the gate would grant failing open into
+// the provider's pause (a cooldown longer than gate.maxWait, or one that
+// outlasted the call's maxWait): not admitted, with the time the pause still
+// runs, as the proxy sends no such call (proxy_cooling.go).
+func notIntoCooldown(w http.ResponseWriter, tgt apiTarget, waited, cd time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((cd+time.Second-1)/time.Second), 10))
+	writeJSON(w, http.StatusOK, apiAdmitResponse{WaitedMs: waited.Milliseconds(), WaitMs: apiMs(cd), Reason: "cooldown", apiTarget: tgt})
 }
 
 // admitRequest validates an admit body and turns it into the ledger's request.

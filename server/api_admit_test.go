@@ -186,6 +186,34 @@ func TestAPIAdmitCooldownAfterRateLimit(t *testing.T) {
 	}
 }
 
+// TestAPIAdmitNotIntoALongCooldown: the provider asked for a pause longer
+// than gate.maxWait. The gate would admit a waiting call failing open at once,
+// into the pause; the API answers it not admitted, with the pause's end, as
+// the proxy sends no such call.
+func TestAPIAdmitNotIntoALongCooldown(t *testing.T) {
+	e := newAPIEnv(t, apiTestConfig)
+	e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t1","status":429,"headers":{"Retry-After":"250"}}`, http.StatusOK)
+	events, stop := e.srv.bus.Subscribe(64)
+	defer stop()
+	status, body, h := e.do(http.MethodPost, "/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s1","inputTokens":10}`)
+	if status != http.StatusOK || !strings.Contains(string(body), `"admitted":false`) || !strings.Contains(string(body), `"reason":"cooldown"`) ||
+		!strings.Contains(string(body), `"waitMs":250000`) || strings.Contains(string(body), `"ticket"`) || h.Get("Retry-After") != "250" {
+		t.Fatalf("admit in the pause: %d %s %v", status, body, h)
+	}
+	if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.Reserved != 0 || b.Waiting != 0 {
+		t.Fatalf("nothing may be held: %+v", b)
+	}
+	for len(events) > 0 {
+		if ev := <-events; ev.Type == "fail-open" {
+			t.Fatalf("the gate was asked, and failed open: %v", ev)
+		}
+	}
+	e.clock.Advance(251 * time.Second)
+	if a := e.post("/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s1","inputTokens":10}`, http.StatusOK); a["admitted"] != true || a["failOpen"] != false {
+		t.Fatalf("after the pause: %v", a)
+	}
+}
+
 func TestAPIAdmitTargets(t *testing.T) {
 	e := newAPIEnv(t, apiTestConfig)
 	route := func(m map[string]any) string {

@@ -111,15 +111,8 @@ func (x *exchange) run() {
 		}
 		switch a.Kind {
 		case retry.ActionRetry:
-			// A cooldown longer than gate.maxWait would make the next admission fail
-			// open at once and send the retry into the cooldown: hand it back instead.
-			if a.ViaGate {
-				cd := time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs) * time.Millisecond
-				if maxWait := s.ledger.Config().MaxWait; cd > maxWait {
-					x.giveUp(fail, v, fmt.Sprintf("the model cools down for %s, longer than gate.maxWait %s", cd, maxWait), true)
-					return
-				}
-			}
+			// (A retry into a cooldown longer than gate.maxWait is handed back
+			// by its attempt: refuseIntoCooldown.)
 			if a.Delay > 0 && !x.sleep(ctx, a.Delay, fmt.Sprintf("retry %d/%d after %s on %s", a.Round, a.Rounds, v.Class, route)) {
 				return
 			}
@@ -197,6 +190,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
 		return nil, true
 	}
+	if cd := s.longCooldown(s.clock.Now(), route); cd > 0 {
+		x.refuseIntoCooldown(route, gate.Ticket{}, cd)
+		return nil, true
+	}
 	t0, c0 := time.Now(), s.clock.Now()
 	var t gate.Ticket
 	var queued atomic.Pointer[gate.Waiter]
@@ -220,6 +217,10 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 		// The client went away while waiting, or was answered at the hold limit:
 		// nothing is held. The access log's gate_wait_ms counts the wait all the same.
 		x.waited += s.clock.Now().Sub(c0)
+		return nil, true
+	}
+	if cd := s.intoCooldown(s.clock.Now(), route, t); cd > 0 {
+		x.refuseIntoCooldown(route, t, cd)
 		return nil, true
 	}
 	x.waited += t.Waited
@@ -551,7 +552,7 @@ func (x *exchange) logPlan(route engine.Route, fail *upstreamFailure, v engine.V
 	s := x.s
 	wait := a.Delay
 	if a.ViaGate { // the wait is the model's cooldown, which the next admission sits out
-		wait = max(wait, time.Duration(s.ledger.BucketStatus(s.clock.Now(), route.Provider, route.Model).CooldownMs)*time.Millisecond)
+		wait = max(wait, s.cooldownLeft(s.clock.Now(), route))
 	}
 	args := []any{"provider", route.Provider, "model", route.Model, "session", x.pr.session, "class", v.Class,
 		"status", fail.f.Status}

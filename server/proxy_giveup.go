@@ -38,7 +38,7 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	now := s.clock.Now()
 	route := fail.route
 	wait, _ := v.RetryAfter()
-	if cd := time.Duration(s.ledger.BucketStatus(now, route.Provider, route.Model).CooldownMs) * time.Millisecond; cd > wait {
+	if cd := s.cooldownLeft(now, route); cd > wait {
 		wait = cd
 	}
 	retry := shouldRetry(v.Class)

@@ -259,6 +259,35 @@ func TestProviderWideCooldownWhenModelUnknown(t *testing.T) {
 	mustWait(t, l, t0, Request{Provider: "p", Model: "new2", InputTokens: 1}, "cooldown", 20*time.Second)
 }
 
+// TestCooldownLeft: a model's own cooldown, its provider's for a model the
+// ledger holds no bucket for, and none elsewhere — without building a bucket.
+func TestCooldownLeft(t *testing.T) {
+	l, _, _ := newTestLedger(t, testGate())
+	if cd := l.CooldownLeft(t0, "p", "m"); cd != 0 || l.Buckets() != 0 {
+		t.Fatalf("nothing known: %s, %d buckets", cd, l.Buckets())
+	}
+	l.RateLimited(t0, "p", "m", 30*time.Second)
+	l.RateLimited(t0, "p", "", 10*time.Second)
+	for _, tc := range []struct {
+		provider, model string
+		at              time.Duration
+		want            time.Duration
+	}{
+		{"p", "m", 0, 30 * time.Second},
+		{"p", "m", 12 * time.Second, 18 * time.Second},
+		{"p", "never-used", 4 * time.Second, 6 * time.Second}, // the provider's
+		{"p", "never-used", 11 * time.Second, 0},
+		{"q", "m", 0, 0},
+	} {
+		if got := l.CooldownLeft(t0.Add(tc.at), tc.provider, tc.model); got != tc.want {
+			t.Errorf("%s/%s at %s: %s, want %s", tc.provider, tc.model, tc.at, got, tc.want)
+		}
+	}
+	if l.Buckets() != 1 {
+		t.Fatalf("%d buckets, want the one the 429 made", l.Buckets())
+	}
+}
+
 func TestPerModelOverrides(t *testing.T) {
 	c := testGate()
 	c.Models = map[string]ModelLimits{"p/big": {TPM: 5000, RPM: 2, SafetyFactor: 0.5}}

@@ -98,6 +98,31 @@ func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatu
 	return l.bucketFor(provider, model, now).status(now)
 }
 
+// CooldownLeft is how long provider/model still cools down: its own cooldown
+// or its provider's. It builds no bucket: a model the ledger does not hold
+// yet has its provider's alone.
+func (l *Ledger) CooldownLeft(now time.Time, provider, model string) time.Duration {
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	b := sh.m[bucketKey{provider, model}]
+	sh.mu.RUnlock()
+	if b == nil {
+		l.mu.RLock()
+		ps := l.providers[provider]
+		l.mu.RUnlock()
+		if ps == nil {
+			return 0
+		}
+		if p := ps.cooldownUntil.Load(); p != nil {
+			return max(p.Sub(now), 0)
+		}
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cooldownLeft(now)
+}
+
 func (b *bucket) status(now time.Time) BucketStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
