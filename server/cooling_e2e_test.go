@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/internal/fakeprovider"
+)
+
+// TestLongPauseOverRealSockets: a provider with a hidden limit answers its
+// 429s with Retry-After: 250 — a pause longer than gate.maxWait (120 s) — and
+// eight sessions keep calling for 3 s through gatectl, each backing off 100
+// ms after a 429 as an SDK would. The calls that met the first 429 (those in
+// flight with it) are the provider's last: every later call is answered by
+// gatectl with the pause's end, and the provider sees nothing more. Before,
+// each later call failed open at once into the pause: a 429 at the provider
+// for every call of every session.
+func TestLongPauseOverRealSockets(t *testing.T) {
+	const (
+		sessions = 8
+		run      = 3 * time.Second
+	)
+	prov := fakeprovider.New(fakeprovider.Config{Tokens: 4000, Window: 10 * time.Second, RetryAfter: 250 * time.Second,
+		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
+		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
+	up := httptest.NewServer(prov)
+	t.Cleanup(up.Close)
+	// Configured at twice the truth: the gate lets more in than the provider
+	// takes, and a 429 comes within the first second.
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  fake: {kind: openai, baseURL: %s/v1}
+gate:
+  window: 10s
+  defaults: {tpm: 8000, rpm: 100000}
+`, up.URL), nil)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions}}
+	start := time.Now()
+	prov.SetEpoch(start)
+	var mu sync.Mutex
+	var ok, refusedHere, other int
+	var afters []string
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(s), 7))
+			session := fmt.Sprintf("s%d", s)
+			for i := 0; i < 200 && time.Since(start) < run; i++ {
+				body := timingBody(session, i, rng, false)
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(string(body)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Gate-Session", session)
+				resp, err := client.Do(req)
+				if err != nil {
+					mu.Lock()
+					other++
+					mu.Unlock()
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				switch {
+				case resp.StatusCode == http.StatusOK:
+					ok++
+				case resp.StatusCode == http.StatusTooManyRequests && strings.Contains(string(b), "nothing was sent"):
+					refusedHere++
+					afters = append(afters, resp.Header.Get("Retry-After"))
+				default:
+					other++
+				}
+				mu.Unlock()
+				if resp.StatusCode != http.StatusOK {
+					time.Sleep(100 * time.Millisecond) // the client's own backoff
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := prov.Stats()
+	t.Logf("over %s: %d answered, %d refused by gatectl (never sent), %d others (the calls that met a 429 at the provider); the provider served %d and refused %d, at %v",
+		run, ok, refusedHere, other, st.Served, st.Refused, st.Refusals)
+	if st.Refused == 0 || refusedHere < 10*sessions {
+		t.Fatalf("the provider refused %d and gatectl %d: the run did not reach the pause", st.Refused, refusedHere)
+	}
+	// Only the calls in flight with the first 429 can meet one.
+	if last, first := st.Refusals[len(st.Refusals)-1], st.Refusals[0]; st.Refused > sessions || last-first > time.Second {
+		t.Fatalf("the provider refused %d calls over %s (at %v): calls were sent into its pause", st.Refused, last-first, st.Refusals)
+	}
+	for _, a := range afters {
+		if n, _ := strconv.Atoi(a); n < 245 || n > 250 {
+			t.Fatalf("Retry-After %q on a call gatectl answered, want the pause's end (≤ 250 s)", a)
+		}
+	}
+}
