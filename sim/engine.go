@@ -48,7 +48,7 @@ func newGateAdapter(lim gateLimits, clock engine.Clock, seed uint64, now time.Ti
 	opts := []gate.Option{gate.WithRand(rand.New(rand.NewPCG(seed, 0x717e7)))}
 	if trace != nil {
 		opts = append(opts, gate.WithEventHook(func(e gate.Event) {
-			if e.Kind == gate.EventLearn || e.Kind == gate.EventRateLimited || e.Kind == gate.EventLeak {
+			if e.Kind == gate.EventLearn || e.Kind == gate.EventRateLimited || e.Kind == gate.EventLeak || e.Kind == gate.EventFailOpen {
 				fmt.Fprintf(trace, "%s %-12s %-8s %-8s from=%.0f to=%.0f quota=%.0f trig=%.0f win=%d budget=%d req=%d\n",
 					e.At.Format("15:04:05.000"), e.Kind, e.Step, e.Reason, e.From, e.To, e.Quota, e.Trigger, e.WindowTokens, e.TokenBudget, e.Requests)
 			}

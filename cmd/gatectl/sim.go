@@ -32,7 +32,7 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text | json"},
 			&cli.BoolFlag{Name: "matrix", Usage: "run the gate for every provider model × {no latency, latency} × start {1, 2, 0.5} × outside {0, 10%} from the scenario, one row per run, against the issue's targets"},
 			&cli.DurationFlag{Name: "duration", Usage: "simulated time per run, overriding the scenario's (--matrix: 1h unless given)"},
-			&cli.BoolFlag{Name: "trace", Usage: "print each 429 and learner step of the gate run to stderr"},
+			&cli.BoolFlag{Name: "trace", Usage: "print each 429, learner step and fail-open grant of the gate run to stderr"},
 			&cli.StringFlag{Name: "seeds", Usage: "with --matrix: run it for each seed of `LIST` (1-6,9) and print the runs meeting every target, the 429s and the misses of each target, summed"},
 			&cli.BoolFlag{Name: "nudges", Usage: "with --matrix: also run it with pace and paceBurst nudged by 1/70 (1.43%) or less, which no target depends on; the spread is the matrix's noise (docs/sim.md)"},
 		},

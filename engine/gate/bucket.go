@@ -903,6 +903,43 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	return Ticket{}, w
 }
 
+// deadlineLocked is when waiter w fails open: gate.maxWait after it queued,
+// less its share of the last Config.Jitter (a tenth) of maxWait (maxWaitShare) — at once
+// when its forced grant was due at its submission (dueNow).
+//
+// A burst queued within a second reached maxWait within that second, and
+// every call of it was let through in one dispatch, into a window the gate
+// held full: a cohort of 429s at the provider. Spread over the last tenth of
+// maxWait (12 s of 120), the first of them meets the provider alone; its 429
+// starts the model's cooldown, and the proxy sends none of the others into it
+// (server/proxy_cooling.go). Earlier, never later: maxWait is a promise.
+func (b *bucket) deadlineLocked(w *Waiter) time.Time {
+	if w.dueNow {
+		return w.enqueued
+	}
+	cfg := b.l.conf()
+	early := time.Duration(cfg.Jitter * maxWaitShare(w.req.Session, w.arrival) * float64(cfg.MaxWait))
+	return w.enqueued.Add(cfg.MaxWait - early)
+}
+
+// maxWaitShare is a share in [0, 1) for a waiter from its session and its
+// arrival number: a hash, not a draw, so the ledger's random source (and a
+// seeded run's sequence) is not touched.
+func maxWaitShare(session string, arrival uint64) float64 {
+	h := uint64(14695981039346656037) // FNV-1a over the session
+	for i := 0; i < len(session); i++ {
+		h ^= uint64(session[i])
+		h *= 1099511628211
+	}
+	h ^= arrival * 0x9e3779b97f4a7c15 // then splitmix64's finalizer
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return float64(h>>11) / (1 << 53)
+}
+
 // forcedReserveLocked asks the shared window for waiter w, past its maxWait:
 // its max-wait grant fails open, and the other instances count it too. A
 // failClosed store that does not answer holds it instead (held, w.next set),
@@ -933,10 +970,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 		if w.granted {
 			continue // granted by a dispatch that a panicking event hook cut short
 		}
-		deadline := w.enqueued.Add(b.l.conf().MaxWait)
-		if w.dueNow {
-			deadline = w.enqueued
-		}
+		deadline := b.deadlineLocked(w)
 		if held != nil {
 			if w.reason == "" {
 				w.reason = "queue"

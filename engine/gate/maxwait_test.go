@@ -1,0 +1,75 @@
+package gate
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestMaxWaitGrantsAreSpread: twenty sessions queue together behind a
+// cooldown that a second 429 lengthens past their maxWait (120 s). Each fails
+// open at its own point of the last Config.Jitter (10%) of maxWait — between
+// 108 and 120 s, never later — not all in the one dispatch at 120 s, which
+// let the whole burst through into a window the gate held full. Without
+// jitter, they all go at 120 s, as before.
+func TestMaxWaitGrantsAreSpread(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		jitter float64
+	}{{"spread", 0.1}, {"no jitter", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testGate()
+			c.Jitter = tc.jitter
+			l, _, _ := newTestLedger(t, c)
+			l.RateLimited(t0, "p", "m", 100*time.Second)
+			var ws []*Waiter
+			for i := range 20 {
+				_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("session-%d", i), InputTokens: 10})
+				if w == nil {
+					t.Fatalf("call %d admitted in the cooldown", i)
+				}
+				ws = append(ws, w)
+			}
+			l.RateLimited(t0.Add(50*time.Second), "p", "m", 300*time.Second)
+			var at []time.Duration
+			seen := make([]bool, len(ws))
+			for now := t0.Add(100 * time.Second); len(at) < len(ws) && now.Before(t0.Add(130*time.Second)); now = now.Add(100 * time.Millisecond) {
+				ws[0].Poll(now) // one dispatch a step, over the whole queue
+				for i, w := range ws {
+					tk, ok := w.Ticket()
+					if !ok || seen[i] {
+						continue
+					}
+					if !tk.FailOpen || tk.Reason != "max-wait" {
+						t.Fatalf("granted %+v, want a max-wait fail-open", tk)
+					}
+					seen[i] = true
+					at = append(at, now.Sub(t0))
+				}
+			}
+			if len(at) != len(ws) {
+				t.Fatalf("%d of %d granted by 130 s", len(at), len(ws))
+			}
+			slices.Sort(at)
+			first, last := at[0], at[len(at)-1]
+			if tc.jitter == 0 {
+				if first != 120*time.Second || last != 120*time.Second {
+					t.Fatalf("granted from %s to %s, want all at maxWait", first, last)
+				}
+				return
+			}
+			perSecond := map[time.Duration]int{}
+			for _, a := range at {
+				perSecond[a.Truncate(time.Second)]++
+			}
+			most := 0
+			for _, n := range perSecond {
+				most = max(most, n)
+			}
+			if first < 108*time.Second || last > 120*time.Second || last-first < 8*time.Second || most > 5 {
+				t.Fatalf("granted at %v (at most %d in one second), want spread over [108 s, 120 s]", at, most)
+			}
+		})
+	}
+}

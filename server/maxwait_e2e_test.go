@@ -1,0 +1,85 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatectl/gatectl/internal/fakeprovider"
+	"github.com/gatectl/gatectl/internal/testenv"
+)
+
+// TestMaxWaitBurstOverRealSockets: sixty sessions send one call each at once
+// to a provider that takes about four a window (2 s), the gate at the truth
+// with a 5 s maxWait. The queue drains four calls a window; the rest reach
+// maxWait together. Each fails open at its own point of maxWait's last tenth
+// (engine/gate, deadlineLocked), so the first meets the provider alone, its
+// 429 starts the cooldown, and the proxy sends none of the others into it
+// (proxy_cooling.go). Before, they all went in one dispatch at 5 s: 41 and
+// 46 429s at the provider in two runs. Now 1–3 (a forced grant a few
+// milliseconds after the first goes before its 429 is back, and a call
+// admitted as a window drained can meet the provider's count of the cohort
+// before it); the bound leaves room for a slower machine.
+func TestMaxWaitBurstOverRealSockets(t *testing.T) {
+	testenv.RealTiming(t)
+	const sessions = 60
+	prov := fakeprovider.New(fakeprovider.Config{Tokens: 5000, Window: 2 * time.Second, RetryAfter: 2 * time.Second,
+		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
+		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
+	up := httptest.NewServer(prov)
+	t.Cleanup(up.Close)
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  fake: {kind: openai, baseURL: %s/v1}
+retry: {rounds: 0}
+gate:
+  window: 2s
+  maxWait: 5s
+  outputReserveTokens: 200
+  defaults: {tpm: 5000, rpm: 100000}
+`, up.URL), nil)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions}, Timeout: 30 * time.Second}
+	start := time.Now()
+	prov.SetEpoch(start)
+	statuses := map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(s), 9))
+			session := fmt.Sprintf("s%02d", s)
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, f.url+"/v1/chat/completions",
+				strings.NewReader(string(timingBody(session, 0, rng, false))))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Gate-Session", session)
+			resp, err := client.Do(req)
+			code := 0
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+			mu.Lock()
+			statuses[code]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	st := prov.Stats()
+	t.Logf("%d calls at once: answers %v; the provider served %d and refused %d, at %v", sessions, statuses, st.Served, st.Refused, st.Refusals)
+	if st.Served < 8 || statuses[0] != 0 {
+		t.Fatalf("served %d, %d calls without an answer: the run did not drain the queue", st.Served, statuses[0])
+	}
+	if st.Refused > 6 {
+		t.Fatalf("the provider refused %d calls at %v: the calls reaching maxWait went together", st.Refused, st.Refusals)
+	}
+}
