@@ -44,3 +44,43 @@ func TestLogLines(t *testing.T) {
 		}
 	}
 }
+
+// A 429 the learner does not take as the limit (read far below a stated one)
+// and a reset move nothing worth a from/to: each says what it was instead.
+func TestLogLinesSuspectAndReset(t *testing.T) {
+	var buf bytes.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})
+	clk := engine.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 1000, RPM: 10, SafetyFactor: 1}
+	cfg.OutputReserveTokens = 20
+	cfg.Pace, cfg.MarginSigmas = 0, 0
+	l, err := gate.NewLedger(cfg, clk, gate.WithEventHook(Hook(logger)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now()
+	for range 5 {
+		tk, w := l.Submit(now, gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 80, MaxTokens: 20})
+		if w != nil {
+			t.Fatal("a call waited in an empty window")
+		}
+		if err := l.Settle(now, tk, gate.Usage{InputTokens: 80, OutputTokens: 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 500 in the window, the provider stating 700: not this gate's excess.
+	l.RateLimitedBy(now, "p", "m", engine.RateLimit{RetryAfter: time.Second, Axis: engine.AxisTokens, StatedTokens: 700})
+	l.Reset(now, "p", "m")
+	out := buf.String()
+	for _, want := range []string{"429 not taken as the limit", "learned quota forgotten (reset)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "learned quota moved") && (strings.Contains(line, "step=suspect") || strings.Contains(line, "step=reset")) {
+			t.Errorf("a suspect 429 or a reset logged as a move: %s", line)
+		}
+	}
+}
