@@ -30,6 +30,9 @@ type APISettingsSection struct {
 	// File is the section as the config file gives it (its defaults for the keys
 	// it leaves out).
 	File map[string]any `json:"file"`
+	// Defaults is the section at gatectl's defaults, as a config file that sets
+	// none of its keys gives it: a file value equal to it is the default.
+	Defaults map[string]any `json:"defaults"`
 	// Warnings are what the change was accepted with (a first wait capped at
 	// maxDelay, say), each "path: message".
 	Warnings []string `json:"warnings,omitempty"`
@@ -79,7 +82,8 @@ func (a *api) settingsView(sec string, warnings []string) APISettingsSection {
 	snap := a.s.snap.Current()
 	eff, _ := config.SectionObject(snap.Config, sec)
 	file, _ := config.SectionObject(snap.File, sec)
-	return APISettingsSection{Section: sec, Effective: eff, Overrides: a.s.settings.Overrides(sec), File: file, Warnings: warnings}
+	defaults, _ := config.SectionObject(config.Default(), sec)
+	return APISettingsSection{Section: sec, Effective: eff, Overrides: a.s.settings.Overrides(sec), File: file, Defaults: defaults, Warnings: warnings}
 }
 
 func (a *api) handleSettingsPut(w http.ResponseWriter, r *http.Request) {

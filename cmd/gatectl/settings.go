@@ -248,14 +248,17 @@ func settingsSetBody(pairs []string, jsonObj string) ([]byte, error) {
 }
 
 // writeSettingsText prints one key a line: its value in force and where it comes
-// from: the file (its default when the file leaves the key out), or a runtime
-// setting with the file's value beside it.
+// from: gatectl's default, the file (a value other than the default), or a
+// runtime setting with the file's value beside it.
 func writeSettingsText(w io.Writer, v server.APISettingsSection) error {
-	eff, over, file := flatSettings(v.Effective), flatSettings(v.Overrides), flatSettings(v.File)
+	eff, over, file, def := flatSettings(v.Effective), flatSettings(v.Overrides), flatSettings(v.File), flatSettings(v.Defaults)
 	fmt.Fprintf(w, "%s (%d runtime setting(s))\n", v.Section, len(over))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range slices.Sorted(maps.Keys(eff)) {
 		src := "file"
+		if d, ok := def[k]; ok && d == file[k] {
+			src = "default"
+		}
 		if _, ok := over[k]; ok {
 			fv, had := file[k]
 			if !had {

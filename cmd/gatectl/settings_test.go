@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,13 @@ func TestSettingsCommands(t *testing.T) {
 	}
 	for _, want := range []string{"retry.rounds", "5", "runtime (file: 3)", "retry.hintClamp.max", "1m30s", "retry.retryOn", "[RATE_LIMIT, SERVER]"} {
 		if !strings.Contains(out, want) {
+			t.Errorf("set output lacks %q:\n%s", want, out)
+		}
+	}
+	// Where each other value comes from: the file's initialDelay (2s, the
+	// default's too), its jitter (0, not the default), the default multiplier.
+	for _, want := range []string{"retry.initialDelay  2s  default", "retry.jitter  0  file", "retry.multiplier  2  default"} {
+		if !regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(want), "  ", `\s+`)).MatchString(out) {
 			t.Errorf("set output lacks %q:\n%s", want, out)
 		}
 	}
