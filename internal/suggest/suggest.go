@@ -30,8 +30,12 @@ func Near(word string, names []string) []string {
 	return out
 }
 
-// Distance is the Levenshtein distance of a and b (bytes; names are ASCII).
+// Distance is the edit distance of a and b with adjacent transpositions
+// (optimal string alignment; bytes, names are ASCII): "rmp" is one edit from
+// "rpm", as a typist's swapped keys are, where plain Levenshtein counts two.
 func Distance(a, b string) int {
+	// Three rows: the one before the previous holds the transposition's source.
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -45,8 +49,11 @@ func Distance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

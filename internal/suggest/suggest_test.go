@@ -17,12 +17,19 @@ func TestNear(t *testing.T) {
 		{"longTermDelayMs", []string{"longTermDelay"}},
 		{"stat", []string{"status", "stats"}}, // prefixes count as one edit: declared order
 		{"zebra", nil},
+		{"wnidow", []string{"window"}}, // two keys swapped: one edit
+		{"stauts", []string{"status", "stats"}}, // a swap, and one letter more
 	} {
 		if got := Near(tc.word, names); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
 			t.Errorf("Near(%q) = %q, want %q", tc.word, got, tc.want)
 		}
 	}
-	if d := Distance("kitten", "sitting"); d != 3 {
-		t.Errorf("Distance = %d, want 3", d)
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{{"kitten", "sitting", 3}, {"rmp", "rpm", 1}, {"ca", "abc", 3}, {"", "abc", 3}, {"abc", "abc", 0}} {
+		if d := Distance(tc.a, tc.b); d != tc.want {
+			t.Errorf("Distance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.want)
+		}
 	}
 }
