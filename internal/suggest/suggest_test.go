@@ -17,7 +17,7 @@ func TestNear(t *testing.T) {
 		{"longTermDelayMs", []string{"longTermDelay"}},
 		{"stat", []string{"status", "stats"}}, // prefixes count as one edit: declared order
 		{"zebra", nil},
-		{"wnidow", []string{"window"}}, // two keys swapped: one edit
+		{"wnidow", []string{"window"}},          // two keys swapped: one edit
 		{"stauts", []string{"status", "stats"}}, // a swap, and one letter more
 	} {
 		if got := Near(tc.word, names); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
