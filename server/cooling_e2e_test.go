@@ -99,8 +99,8 @@ gate:
 		t.Fatalf("the provider refused %d calls over %s (at %v): calls were sent into its pause", st.Refused, last-first, st.Refusals)
 	}
 	for _, a := range afters {
-		if n, _ := strconv.Atoi(a); n < 245 || n > 250 {
-			t.Fatalf("Retry-After %q on a call gatectl answered, want the pause's end (≤ 250 s)", a)
+		if n, _ := strconv.Atoi(a); n < 245 || n > 251 { // 250 s from a later 429 of the same cohort, rounded up
+			t.Fatalf("Retry-After %q on a call gatectl answered, want the pause's end (≤ 251 s)", a)
 		}
 	}
 }

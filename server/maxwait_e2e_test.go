@@ -22,11 +22,12 @@ import (
 // maxWait together. Each fails open at its own point of maxWait's last tenth
 // (engine/gate, deadlineLocked), so the first meets the provider alone, its
 // 429 starts the cooldown, and the proxy sends none of the others into it
-// (proxy_cooling.go). Before, they all went in one dispatch at 5 s: 41 and
-// 46 429s at the provider in two runs. Now 1–3 (a forced grant a few
-// milliseconds after the first goes before its 429 is back, and a call
-// admitted as a window drained can meet the provider's count of the cohort
-// before it); the bound leaves room for a slower machine.
+// (proxy_cooling.go): they sit the pause out and ask again, and a call that
+// reaches maxWait in a pause a second time is answered 429. With the grants
+// forced in one dispatch: 22 and 11 429s at the provider in two runs (a
+// cohort at 5.0 s, or, when a 429 just before covered it, at the next
+// maxWait). Spread: 2–3 (a forced grant a few milliseconds after the first
+// goes before its 429 is back); the bound leaves room for a slower machine.
 func TestMaxWaitBurstOverRealSockets(t *testing.T) {
 	testenv.RealTiming(t)
 	const sessions = 60

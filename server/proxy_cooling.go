@@ -5,7 +5,6 @@ package server
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -70,13 +69,13 @@ func (x *exchange) refuseIntoCooldown(route engine.Route, t gate.Ticket, cd time
 		reason = fmt.Sprintf("the model cools down for %s more (the provider's pause), and the call waited gate.maxWait %s", cd.Round(time.Millisecond), maxWait)
 	}
 	if x.failed != nil {
-		x.giveUp(x.failed, x.failedVerdict, reason, cd > maxWait)
+		x.pauseLeft = cd // after a failover, the pause is this route's, not the failed one's
+		x.giveUp(x.failed, x.failedVerdict, route.String()+": "+reason, cd > maxWait)
 		return
 	}
 	retry := cd <= maxWait
 	h := x.w.Header()
-	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(cd.Seconds())), 10))
-	h.Set("Retry-After-Ms", strconv.FormatInt(cd.Milliseconds(), 10))
+	setRetryAfter(h, cd)
 	h.Set("X-Should-Retry", strconv.FormatBool(retry))
 	h.Set("X-Gate-Class", string(engine.ClassRateLimit))
 	x.gateHeaders(h, route)

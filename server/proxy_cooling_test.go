@@ -59,17 +59,18 @@ func TestProxySendsNothingIntoALongCooldown(t *testing.T) {
 }
 
 // TestProxyQueuedCallNotSentIntoACooldown: a call waits out a cooldown that
-// another 429 lengthens past its maxWait; where it fails open (in maxWait's
-// last tenth, 108–120 s) it is answered with the time the pause still runs,
-// not sent. x-should-retry says whether that is a wait gatectl would sit out.
+// another 429 lengthens past its maxWait. Where it fails open (in maxWait's
+// last tenth, 108–120 s) it is not sent: a pause that still runs past maxWait
+// is answered with its end (x-should-retry false: gatectl will not sit it
+// out); one that ends within maxWait is sat out, and the call sent after it.
 func TestProxyQueuedCallNotSentIntoACooldown(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		extendTo   time.Duration // the second 429's Retry-After, 50 s in
-		wantShould string
+		name     string
+		extendTo time.Duration // the second 429's Retry-After, 50 s in
+		answered bool          // gatectl answers 429; else the call goes after the pause
 	}{
-		{"past maxWait", 300 * time.Second, "false"}, // the pause ends at 350 s
-		{"within maxWait", 80 * time.Second, "true"}, // at 130 s
+		{"past maxWait", 300 * time.Second, true},   // the pause ends at 350 s
+		{"within maxWait", 80 * time.Second, false}, // at 130 s
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newFakeUpstream(t, chatOK(10, 2, 0))
@@ -80,22 +81,28 @@ func TestProxyQueuedCallNotSentIntoACooldown(t *testing.T) {
 			waitFor(t, "the call to queue", func() bool { return f.status("pa", "q").Waiting == 1 && f.clock.Timers() > 0 })
 			f.clock.Advance(50 * time.Second)
 			led.RateLimited(f.clock.Now(), "pa", "q", tc.extendTo)
-			r := advanceUntil(t, f, res, time.Second)
+			r := stepQueued(t, f, res)
+			waited, _ := strconv.Atoi(r.resp.Header.Get("X-Gate-Waited-Ms"))
+			end := int(50*time.Second+tc.extendTo) / int(time.Millisecond)
+			if !tc.answered {
+				if r.resp.StatusCode != http.StatusOK || up.n() != 1 || waited < end {
+					t.Fatalf("status %d after %d upstream calls, waited %d ms: want the call sent after the pause (%d ms)", r.resp.StatusCode, up.n(), waited, end)
+				}
+				return
+			}
 			if r.resp.StatusCode != http.StatusTooManyRequests || up.n() != 0 {
 				t.Fatalf("status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
 			}
-			waited, _ := strconv.Atoi(r.resp.Header.Get("X-Gate-Waited-Ms"))
 			afterMs, _ := strconv.Atoi(r.resp.Header.Get("Retry-After-Ms"))
-			end := int(50*time.Second+tc.extendTo) / int(time.Millisecond)
 			if waited < 108000 || waited > 121000 {
 				t.Fatalf("X-Gate-Waited-Ms %d, want in maxWait's last tenth", waited)
 			}
-			// The wake-up's jitter (≤ 1 s) and the clock's steps (1 s) blur both.
+			// The clock steps a second past each look (the wake-up's jitter).
 			if d := waited + afterMs - end; d < -2000 || d > 2000 {
 				t.Fatalf("waited %d ms, told Retry-After-Ms %d: they end %d ms from the pause's end", waited, afterMs, d)
 			}
-			if r.resp.Header.Get("X-Should-Retry") != tc.wantShould {
-				t.Fatalf("x-should-retry %q, want %s", r.resp.Header.Get("X-Should-Retry"), tc.wantShould)
+			if r.resp.Header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("x-should-retry %q, want false", r.resp.Header.Get("X-Should-Retry"))
 			}
 			if st := f.status("pa", "q"); st.InFlight != 0 || st.Reserved != 0 || st.Waiting != 0 {
 				t.Fatalf("ledger holds %d in flight, %d reserved, %d waiting", st.InFlight, st.Reserved, st.Waiting)
@@ -132,4 +139,37 @@ func TestHeldStreamNotSentIntoACooldown(t *testing.T) {
 	if up.n() != 0 {
 		t.Fatalf("%d upstream calls, want none", up.n())
 	}
+}
+
+// stepQueued moves f's clock to the one queued call's next look, and a second
+// past it (a wake-up's jitter is at most that), then waits until the exchange
+// has looked — answered, or queued again with its next look ahead of the
+// clock — before the next step: stepping on while it has not polled would
+// let the clock pass the pause's end unseen.
+func stepQueued(t *testing.T, f *pxFixture, res <-chan pxResult) pxResult {
+	t.Helper()
+	led := f.srv.Ledger()
+	for range 1000 {
+		select {
+		case r := <-res:
+			return r
+		default:
+		}
+		held := led.Held(f.clock.Now())
+		if len(held) == 0 {
+			// Not queued: sent, answered, or sitting out a pause on a timer.
+			if f.clock.Timers() > 0 {
+				f.clock.Advance(time.Second)
+			}
+			time.Sleep(time.Millisecond) // let the exchange reach its next step
+			continue
+		}
+		f.clock.Advance(held[0].ExpectedAt.Sub(f.clock.Now()) + time.Second)
+		waitFor(t, "the exchange to look again", func() bool {
+			h := led.Held(f.clock.Now())
+			return len(h) == 0 || h[0].ExpectedAt.After(f.clock.Now())
+		})
+	}
+	t.Fatal("no answer after 1000 steps")
+	return pxResult{}
 }

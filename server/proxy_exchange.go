@@ -61,6 +61,9 @@ type exchange struct {
 	// failed: a hold cut at its limit after that gives up with it (tooLong).
 	failed        *upstreamFailure
 	failedVerdict engine.Verdict
+	// pauseLeft is the cooldown a call was not sent into, on a route other
+	// than the failed one's when it failed over: the give-up tells it.
+	pauseLeft time.Duration
 }
 
 // upstreamFailure is one failed attempt: what the classifiers see, and what the
@@ -179,23 +182,12 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration, why string) bool 
 	return !capped && err == nil
 }
 
-// attempt admits and sends one try on route. done is true when the exchange is
-// over (a success, a stream that started, a client that went away, or an error
-// of gatectl's own already answered); otherwise fail is the failure to plan for.
-func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstreamFailure, done bool) {
+// admit asks the gate for route, holding the client as the wait needs; done
+// is true when the exchange is over (the client went away, the hold limit or
+// a shared store that is down answered it).
+func (x *exchange) admit(ctx context.Context, route engine.Route) (t gate.Ticket, done bool) {
 	s, pr := x.s, x.pr
-	pc := x.cfg.Providers[route.Provider]
-	body, err := upstreamBody(pr, route, !pc.NoStreamUsage)
-	if err != nil {
-		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
-		return nil, true
-	}
-	if cd := s.longCooldown(s.clock.Now(), route); cd > 0 {
-		x.refuseIntoCooldown(route, gate.Ticket{}, cd)
-		return nil, true
-	}
 	t0, c0 := time.Now(), s.clock.Now()
-	var t gate.Ticket
 	var queued atomic.Pointer[gate.Waiter]
 	maxWait := s.ledger.Config().MaxWait
 	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
@@ -211,17 +203,57 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	if errors.Is(err, gate.ErrStoreUnavailable) {
 		x.w.Header().Set("Retry-After", s.spreadRetryAfter())
 		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
-		return nil, true
+		return t, true
 	}
 	if capped || err != nil {
 		// The client went away while waiting, or was answered at the hold limit:
 		// nothing is held. The access log's gate_wait_ms counts the wait all the same.
 		x.waited += s.clock.Now().Sub(c0)
+		return t, true
+	}
+	return t, false
+}
+
+// attempt admits and sends one try on route. done is true when the exchange is
+// over (a success, a stream that started, a client that went away, or an error
+// of gatectl's own already answered); otherwise fail is the failure to plan for.
+func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstreamFailure, done bool) {
+	s, pr := x.s, x.pr
+	pc := x.cfg.Providers[route.Provider]
+	body, err := upstreamBody(pr, route, !pc.NoStreamUsage)
+	if err != nil {
+		x.fail(http.StatusInternalServerError, "", "rewriting the request: "+err.Error())
+		return nil, true
+	}
+	if cd := s.longCooldown(s.clock.Now(), route); cd > 0 {
+		x.refuseIntoCooldown(route, gate.Ticket{}, cd)
+		return nil, true
+	}
+	t, done := x.admit(ctx, route)
+	if done {
 		return nil, true
 	}
 	if cd := s.intoCooldown(s.clock.Now(), route, t); cd > 0 {
-		x.refuseIntoCooldown(route, t, cd)
-		return nil, true
+		// Failed open at maxWait into the model's cooldown: nothing is sent.
+		// A pause that ends within maxWait is sat out, and the call asks
+		// again (no round is spent: nothing failed); a longer one, or a
+		// second, is answered (proxy_cooling.go).
+		if cd > s.ledger.Config().MaxWait {
+			x.refuseIntoCooldown(route, t, cd)
+			return nil, true
+		}
+		_ = s.ledger.Release(s.clock.Now(), t)
+		x.waited += t.Waited
+		if !x.sleep(ctx, cd, fmt.Sprintf("the cooldown of %s after gate.maxWait", route)) {
+			return nil, true
+		}
+		if t, done = x.admit(ctx, route); done {
+			return nil, true
+		}
+		if cd := s.intoCooldown(s.clock.Now(), route, t); cd > 0 {
+			x.refuseIntoCooldown(route, t, cd)
+			return nil, true
+		}
 	}
 	x.waited += t.Waited
 	x.admitted, x.reserved = s.clock.Now(), t.Reserved

@@ -41,6 +41,7 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 	if cd := s.cooldownLeft(now, route); cd > wait {
 		wait = cd
 	}
+	wait = max(wait, x.pauseLeft) // the pause of the route it was not sent to (refuseIntoCooldown)
 	retry := shouldRetry(v.Class)
 	if spent {
 		retry = false
@@ -57,8 +58,7 @@ func (x *exchange) giveUp(fail *upstreamFailure, v engine.Verdict, reason string
 		h.Del(k)
 	}
 	if wait > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
-		h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+		setRetryAfter(h, wait)
 	}
 	h.Set("X-Should-Retry", strconv.FormatBool(retry))
 	h.Set("X-Gate-Class", string(v.Class))
@@ -125,4 +125,11 @@ func failureText(fail *upstreamFailure) string {
 		return fail.f.Body
 	}
 	return "status " + strconv.Itoa(fail.f.Status)
+}
+
+// setRetryAfter tells a wait in Retry-After (whole seconds, rounded up) and
+// Retry-After-Ms, which the OpenAI SDKs read first.
+func setRetryAfter(h http.Header, wait time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 }

@@ -903,9 +903,11 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	return Ticket{}, w
 }
 
-// deadlineLocked is when waiter w fails open: gate.maxWait after it queued,
-// less its share of the last Config.Jitter (a tenth) of maxWait (maxWaitShare) — at once
-// when its forced grant was due at its submission (dueNow).
+// deadlineLocked is when waiter w fails open whose wait runs past its
+// maxWait: gate.maxWait after it queued (hard), less its share of the last
+// tenth of maxWait (maxWaitShare) — at once, both, when its forced grant was
+// due at its submission (dueNow). A wait that ends within maxWait is waited
+// out: the spread moves only the grants maxWait forces.
 //
 // A burst queued within a second reached maxWait within that second, and
 // every call of it was let through in one dispatch, into a window the gate
@@ -913,13 +915,32 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 // maxWait (12 s of 120), the first of them meets the provider alone; its 429
 // starts the model's cooldown, and the proxy sends none of the others into it
 // (server/proxy_cooling.go). Earlier, never later: maxWait is a promise.
-func (b *bucket) deadlineLocked(w *Waiter) time.Time {
+func (b *bucket) deadlineLocked(w *Waiter) (spread, hard time.Time) {
 	if w.dueNow {
-		return w.enqueued
+		return w.enqueued, w.enqueued
 	}
 	cfg := b.l.conf()
-	early := time.Duration(cfg.Jitter * maxWaitShare(w.req.Session, w.arrival) * float64(cfg.MaxWait))
-	return w.enqueued.Add(cfg.MaxWait - early)
+	mw := cfg.MaxWait
+	early := time.Duration(min(cfg.Jitter, maxWaitSpread) * maxWaitShare(w.req.Session, w.arrival) * float64(mw))
+	return w.enqueued.Add(mw - early), w.enqueued.Add(mw)
+}
+
+// maxWaitSpread is the share of maxWait over which the grants it forces are
+// spread (deadlineLocked); Config.Jitter when smaller (none with 0).
+const maxWaitSpread = 0.1
+
+// forcedDue reports whether a waiter whose wait ends at until (its next drain
+// time, or the one that holds the queue; capped: unknown, its session's call
+// must settle) is forced through now, and when to look at it again otherwise.
+func forcedDue(now, until time.Time, capped bool, spread, hard time.Time) (due bool, next time.Time) {
+	overrun := capped || until.After(hard)
+	switch {
+	case !now.Before(hard), overrun && !now.Before(spread):
+		return true, time.Time{}
+	case overrun:
+		return false, spread
+	}
+	return false, until
 }
 
 // maxWaitShare is a share in [0, 1) for a waiter from its session and its
@@ -970,26 +991,29 @@ func (b *bucket) dispatchLocked(now time.Time) {
 		if w.granted {
 			continue // granted by a dispatch that a panicking event hook cut short
 		}
-		deadline := b.deadlineLocked(w)
+		spread, hard := b.deadlineLocked(w)
 		if held != nil {
 			if w.reason == "" {
 				w.reason = "queue"
 			}
-			if !now.Before(deadline) { // holding the queue never stretches a wait past maxWait
-				id, held := b.forcedReserveLocked(now, w)
-				if held {
-					continue
+			// Holding the queue never stretches a wait past maxWait. Its own
+			// wait ends no sooner than the head's (held.until), which no
+			// forced grant of the head shortens.
+			if due, next := forcedDue(now, held.until, false, spread, hard); !due {
+				w.next = next
+				if held.next.Before(next) { // looked at again with the head
+					w.next = held.next
 				}
-				b.grantWaiterLocked(now, w, "max-wait")
-				b.attachWaiterShared(w, id)
-				w.ticket.FailOpen = true
-				b.event(EventFailOpen, now, w.req.Session, "max-wait:queue", now.Sub(w.enqueued), w.reserved)
 				continue
 			}
-			w.next = held.next
-			if w.next.After(deadline) {
-				w.next = deadline
+			id, held := b.forcedReserveLocked(now, w)
+			if held {
+				continue
 			}
+			b.grantWaiterLocked(now, w, "max-wait")
+			b.attachWaiterShared(w, id)
+			w.ticket.FailOpen = true
+			b.event(EventFailOpen, now, w.req.Session, "max-wait:queue", now.Sub(w.enqueued), w.reserved)
 			continue
 		}
 		if !w.size.asked && w.size.output == int64(b.est.configuredReserve) && b.est.calibrated() {
@@ -1008,12 +1032,14 @@ func (b *bucket) dispatchLocked(now time.Time) {
 				reason, wait = sreason, sw
 			}
 		}
+		w.until = now.Add(wait)
+		due, next := forcedDue(now, w.until, capped, spread, hard)
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
 			b.attachWaiterShared(w, id)
 			continue
-		case !now.Before(deadline):
+		case due:
 			var held bool
 			if id, held = b.forcedReserveLocked(now, w); held {
 				continue
@@ -1027,13 +1053,11 @@ func (b *bucket) dispatchLocked(now time.Time) {
 		if w.reason == "" {
 			w.reason = reason
 		}
-		if capped && wait == 0 {
-			w.next = deadline // woken by the settlement that frees the cap
-		} else {
+		// A capped call is woken by the settlement that frees the cap, or at its
+		// deadline; any other at its drain time, or where maxWait forces it.
+		w.next = next
+		if wait > 0 && now.Add(wait).Before(next) {
 			w.next = now.Add(wait)
-			if w.next.After(deadline) {
-				w.next = deadline
-			}
 		}
 		// Only a call the window holds back holds the queue: one held by its own
 		// session's in-flight cap waits for that session, not for capacity.

@@ -624,6 +624,7 @@ type Waiter struct {
 
 	// guarded by b.mu
 	next      time.Time
+	until     time.Time // when its own wait ends, as the last dispatch found it (the queue's head: see dispatchLocked)
 	granted   bool
 	cancelled bool
 	ticket    Ticket

@@ -286,6 +286,20 @@ func TestCooldownLeft(t *testing.T) {
 	if l.Buckets() != 1 {
 		t.Fatalf("%d buckets, want the one the 429 made", l.Buckets())
 	}
+	// Past MaxModels a new name is counted as provider/(other): its cooldown
+	// is that bucket's.
+	c := testGate()
+	c.MaxModels = 1
+	l, _, _ = newTestLedger(t, c)
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "first", InputTokens: 1})
+	mustAdmit(t, l, t0, Request{Provider: "p", Model: "folded", InputTokens: 1})
+	l.RateLimited(t0, "p", "folded", 30*time.Second)
+	if cd := l.CooldownLeft(t0, "p", "another"); cd != 30*time.Second {
+		t.Fatalf("a name past MaxModels: %s, want provider/(other)'s 30s", cd)
+	}
+	if cd := l.CooldownLeft(t0, "p", "first"); cd != 0 {
+		t.Fatalf("a model of its own: %s, want none", cd)
+	}
 }
 
 func TestPerModelOverrides(t *testing.T) {

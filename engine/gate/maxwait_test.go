@@ -12,17 +12,23 @@ import (
 // open at its own point of the last Config.Jitter (10%) of maxWait — between
 // 108 and 120 s, never later — not all in the one dispatch at 120 s, which
 // let the whole burst through into a window the gate held full. Without
-// jitter, they all go at 120 s, as before.
+// jitter, they all go at 120 s, as before. A wait that ends within maxWait —
+// a cooldown of 115 s — is waited out: the spread moves only the grants
+// maxWait forces.
 func TestMaxWaitGrantsAreSpread(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		jitter float64
-	}{{"spread", 0.1}, {"no jitter", 0}} {
+		name     string
+		jitter   float64
+		cooldown time.Duration // from the start
+		within   bool          // it ends within maxWait; else lengthened to 350 s at 50 s
+	}{{"spread", 0.1, 100 * time.Second, false}, {"no jitter", 0, 100 * time.Second, false}, {"within maxWait", 0.1, 115 * time.Second, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testGate()
 			c.Jitter = tc.jitter
+			c.OutputReserveTokens = 20 // twenty calls of 30 fit the window's 1,000 tokens
+			c.Defaults.RPM = 100
 			l, _, _ := newTestLedger(t, c)
-			l.RateLimited(t0, "p", "m", 100*time.Second)
+			l.RateLimited(t0, "p", "m", tc.cooldown)
 			var ws []*Waiter
 			for i := range 20 {
 				_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("session-%d", i), InputTokens: 10})
@@ -31,7 +37,10 @@ func TestMaxWaitGrantsAreSpread(t *testing.T) {
 				}
 				ws = append(ws, w)
 			}
-			l.RateLimited(t0.Add(50*time.Second), "p", "m", 300*time.Second)
+			within := tc.within
+			if !within {
+				l.RateLimited(t0.Add(50*time.Second), "p", "m", 300*time.Second)
+			}
 			var at []time.Duration
 			seen := make([]bool, len(ws))
 			for now := t0.Add(100 * time.Second); len(at) < len(ws) && now.Before(t0.Add(130*time.Second)); now = now.Add(100 * time.Millisecond) {
@@ -41,8 +50,8 @@ func TestMaxWaitGrantsAreSpread(t *testing.T) {
 					if !ok || seen[i] {
 						continue
 					}
-					if !tk.FailOpen || tk.Reason != "max-wait" {
-						t.Fatalf("granted %+v, want a max-wait fail-open", tk)
+					if failOpen := tk.FailOpen && tk.Reason == "max-wait"; failOpen == within {
+						t.Fatalf("at %s granted %+v, want a max-wait fail-open: %v", now.Sub(t0), tk, !within)
 					}
 					seen[i] = true
 					at = append(at, now.Sub(t0))
@@ -53,6 +62,12 @@ func TestMaxWaitGrantsAreSpread(t *testing.T) {
 			}
 			slices.Sort(at)
 			first, last := at[0], at[len(at)-1]
+			if within {
+				if first != tc.cooldown || last != tc.cooldown {
+					t.Fatalf("granted from %s to %s, want all as the cooldown ends", first, last)
+				}
+				return
+			}
 			if tc.jitter == 0 {
 				if first != 120*time.Second || last != 120*time.Second {
 					t.Fatalf("granted from %s to %s, want all at maxWait", first, last)

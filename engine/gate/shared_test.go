@@ -185,3 +185,34 @@ func TestStoreThatHoldsIsAskedOncePerRetry(t *testing.T) {
 		t.Fatalf("the store was asked %d times for 100 calls over one retry, want at most 2", st.asked)
 	}
 }
+
+// coolingStore is a shared window whose model cools down (another instance
+// met the 429) until until: its Reserve refuses with reason cooldown.
+type coolingStore struct{ until time.Time }
+
+func (s *coolingStore) Reserve(r SharedReserve) (SharedGrant, error) {
+	if !r.Force && r.Now.Before(s.until) {
+		return SharedGrant{Wait: s.until.Sub(r.Now), Reason: "cooldown"}, nil
+	}
+	return SharedGrant{ID: "e"}, nil
+}
+func (s *coolingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
+func (s *coolingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *coolingStore) Available() error { return nil }
+
+// Another instance's cooldown reaches this one as the shared window's
+// refusal; CooldownLeft counts it, as this instance's own.
+func TestCooldownLeftOfAnotherInstance(t *testing.T) {
+	st := &coolingStore{until: t0.Add(200 * time.Second)}
+	l, _ := sharedLedger(t, testGate(), st)
+	// Longer than maxWait: the gate fails the call open (the proxy sends no
+	// such call: server/proxy_cooling.go).
+	if tk, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10}); w != nil || !tk.FailOpen {
+		t.Fatalf("%+v, %v: want a fail-open grant", tk, w)
+	}
+	if cd := l.CooldownLeft(t0.Add(10*time.Second), "p", "m"); cd != 190*time.Second {
+		t.Fatalf("CooldownLeft %s, want the shared cooldown's 190s", cd)
+	}
+}

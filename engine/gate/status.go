@@ -98,14 +98,20 @@ func (l *Ledger) BucketStatus(now time.Time, provider, model string) BucketStatu
 	return l.bucketFor(provider, model, now).status(now)
 }
 
-// CooldownLeft is how long provider/model still cools down: its own cooldown
-// or its provider's. It builds no bucket: a model the ledger does not hold
-// yet has its provider's alone.
+// CooldownLeft is how long provider/model still cools down: its own cooldown,
+// its provider's, or — with a shared store — another instance's that the
+// store's window answered with. It builds no bucket: a model the ledger does
+// not hold yet has its provider's, or, when it would be folded into
+// provider/(other) past MaxModels (bucketFor), that bucket's.
 func (l *Ledger) CooldownLeft(now time.Time, provider, model string) time.Duration {
-	sh := l.shardOf(provider, model)
-	sh.mu.RLock()
-	b := sh.m[bucketKey{provider, model}]
-	sh.mu.RUnlock()
+	b := l.existingBucket(provider, model)
+	if b == nil && model != OtherModel {
+		if cfg := l.conf(); cfg.MaxModels > 0 && l.nBuckets.Load() >= int64(cfg.MaxModels) {
+			if _, listed := cfg.Models[provider+"/"+model]; !listed {
+				b = l.existingBucket(provider, OtherModel)
+			}
+		}
+	}
 	if b == nil {
 		l.mu.RLock()
 		ps := l.providers[provider]
@@ -120,7 +126,19 @@ func (l *Ledger) CooldownLeft(now time.Time, provider, model string) time.Durati
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.cooldownLeft(now)
+	cd := b.cooldownLeft(now)
+	if b.sharedHoldReason == "cooldown" {
+		cd = max(cd, b.sharedHoldUntil.Sub(now))
+	}
+	return cd
+}
+
+// existingBucket is provider/model's bucket, or nil when the ledger holds none.
+func (l *Ledger) existingBucket(provider, model string) *bucket {
+	sh := l.shardOf(provider, model)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.m[bucketKey{provider, model}]
 }
 
 func (b *bucket) status(now time.Time) BucketStatus {

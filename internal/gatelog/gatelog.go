@@ -52,7 +52,7 @@ func Hook(logger hclog.Logger) func(gate.Event) {
 			case "suspect":
 				// Nothing moved: the 429 was not read as the limit.
 				logger.Info("429 not taken as the limit: read below what the model is known to carry (a stated limit, or a window that passed without one), so timing or another client; cooling down, the learned quota stays",
-					"model", model, "step", e.Step, "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start), "token_budget", e.TokenBudget)
+					"model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start), "token_budget", e.TokenBudget)
 			case "reset":
 				logger.Info("learned quota forgotten (reset): back to the start", "model", model, "step", e.Step, "from", int64(e.From), "to", int64(e.To), "quota", int64(e.Quota), "trigger", trigger(e), "start", int64(e.Start), "token_budget", e.TokenBudget)
 			default:
