@@ -173,3 +173,28 @@ func stepQueued(t *testing.T, f *pxFixture, res <-chan pxResult) pxResult {
 	t.Fatal("no answer after 1000 steps")
 	return pxResult{}
 }
+
+// TestProxyFoldedModelNotSentIntoAPause: past gate.maxModels a new model name
+// is counted as provider/(other); a long pause there holds its calls too.
+func TestProxyFoldedModelNotSentIntoAPause(t *testing.T) {
+	up := newFakeUpstream(t,
+		chatOK(10, 2, 0),
+		jsonAnswer(429, `{"error":{"message":"Rate limit reached"}}`, "Retry-After", "250"),
+		chatOK(10, 2, 0))
+	f := newPxFixture(t, retryConfig(up.URL, "  rounds: 5")+"gate: {maxModels: 1}\n", true)
+	if r := <-f.callAsync("/v1/chat/completions", chatReq("pa/first")); r.resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first model: %d %s", r.resp.StatusCode, r.body)
+	}
+	if r := <-f.callAsync("/v1/chat/completions", chatReq("pa/second")); r.resp.StatusCode != http.StatusTooManyRequests || up.n() != 2 {
+		t.Fatalf("the 429: %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
+	}
+	for _, model := range []string{"pa/second", "pa/third"} { // both counted as pa/(other)
+		r := <-f.callAsync("/v1/chat/completions", chatReq(model))
+		if r.resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(r.body, "nothing was sent") {
+			t.Fatalf("%s: %d %s", model, r.resp.StatusCode, r.body)
+		}
+	}
+	if up.n() != 2 {
+		t.Fatalf("%d upstream calls, want the two before the pause", up.n())
+	}
+}
