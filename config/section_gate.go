@@ -27,7 +27,7 @@ var gateSchema = &schema[Gate]{
 			func(g *Gate) *float64 { return &g.Pace }),
 		numField("paceBurst", "share of the budget the pacer grants at once", unitRange,
 			func(g *Gate) *float64 { return &g.PaceBurst }),
-		durField("maxWait", "longest admission wait before failing open; at least window", positive,
+		durField("maxWait", "longest admission wait before failing open (a queued call in its last tenth, spread; never into a 429's pause: docs/gate.md); at least window", positive,
 			func(g *Gate) *time.Duration { return &g.MaxWait }),
 		durField("fallbackCooldown", "cooldown after a 429 without a wait hint", nonNegative,
 			func(g *Gate) *time.Duration { return &g.FallbackCooldown }),
