@@ -1,7 +1,8 @@
 package server
 
 // A call the gate lets through at gate.maxWait while the provider's pause is
-// still on is answered by gatectl, not sent into the pause.
+// still on is not sent into the pause: it sits a short pause out, or gatectl
+// answers it.
 
 import (
 	"fmt"
@@ -39,8 +40,9 @@ func (s *Server) longCooldown(now time.Time, route engine.Route) time.Duration {
 // maxWait, but sending the call keeps only the letter of it: the provider
 // asked for the pause and refuses the call. In a pause longer than maxWait
 // every new call went that way, each a 429 at the provider — the retry storm
-// the gate exists to stop. So the caller answers such a call itself, with the
-// time the pause still runs, and sends nothing.
+// the gate exists to stop. So the caller sends nothing: it sits out a pause
+// that ends within maxWait and asks again, or answers the call itself with the
+// time the pause still runs (refuseIntoCooldown).
 func (s *Server) intoCooldown(now time.Time, route engine.Route, t gate.Ticket) time.Duration {
 	if !t.FailOpen || t.Reason != "max-wait" {
 		return 0

@@ -57,6 +57,7 @@ func run(t *testing.T, s Scenario) Report {
 // targets they fall short of (≥ 93% of the true TPM) and the whole matrix are in
 // docs/benchmarks.md.
 func TestStartAtTruth(t *testing.T) {
+	testenv.LongSimulation(t)
 	r := run(t, loadScenario(t, "start-at-truth.yaml"))
 	g, n := r.Modes[ModeGate], r.Modes[ModeNaive]
 	if g.Utilization < 0.88 {
@@ -77,6 +78,7 @@ func TestStartAtTruth(t *testing.T) {
 }
 
 func TestStartTwiceTheTruth(t *testing.T) {
+	testenv.LongSimulation(t)
 	r := run(t, loadScenario(t, "start-2x.yaml"))
 	g := r.Modes[ModeGate]
 	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 3 {
@@ -93,6 +95,7 @@ func TestStartTwiceTheTruth(t *testing.T) {
 // Starting at half the truth the quota climbs in a slow start (each step 5%
 // larger than the last) and is within 5% of the truth by window 10.
 func TestStartHalfTheTruth(t *testing.T) {
+	testenv.LongSimulation(t)
 	r := run(t, loadScenario(t, "start-half.yaml"))
 	g := r.Modes[ModeGate]
 	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 10 {
@@ -188,6 +191,7 @@ func TestParseScenario(t *testing.T) {
 // the gate: set to what the gate defaults to, nothing moves; pacing off lets the
 // oracle serve more (the pacer holds grants back the window would allow).
 func TestScenarioAdmissionSettings(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := DefaultScenario()
 	s.Duration = Duration(30 * time.Minute)
 	base, err := RunModes(s, ModeOracle, ModeGate)
@@ -261,6 +265,7 @@ func TestExamplesParse(t *testing.T) {
 // what it spent since the reserve was full, in one 429, instead of stepping
 // down one reading at a time (seven 429s and 17 windows without it).
 func TestTokenBucketFromTwiceTheRate(t *testing.T) {
+	testenv.LongSimulation(t)
 	r := run(t, loadScenario(t, "token-bucket-2x.yaml"))
 	g := r.Modes[ModeGate]
 	if g.ConvergedAfterWindows == nil || *g.ConvergedAfterWindows > 3 {
@@ -351,6 +356,7 @@ func TestTokenBucketAtTheRate(t *testing.T) {
 // never relaxed: 0.692 of the limit for the hour. The clean record now stays
 // while the votes lean to completion (0.826).
 func TestCompletionTriggerRelaxesWhileTheViewIsInDoubt(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := DefaultScenario()
 	s.Seed, s.Sessions, s.Demand = 2, 31, 1.6
 	s.Provider.Model = LimitSlidingCompletion
@@ -423,6 +429,7 @@ func TestOutsideWarm(t *testing.T) {
 // view it read 0.50–0.58 of the limit with dozens of 429s an hour, a reference
 // the gate beat by 60–80%.
 func TestOracleKnowsHowTheProviderCounts(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := DefaultScenario()
 	s.Duration = Duration(time.Hour)
 	s.Provider.Model = LimitSlidingCompletion
@@ -468,6 +475,7 @@ func TestScenarioStatesLimit(t *testing.T) {
 // is the view's cost: docs/benchmarks.md, "The gate's eleventh round"). One
 // seed alone can tie: a learning run spared a late 429 by chance.
 func TestScenarioCountsAt(t *testing.T) {
+	testenv.LongSimulation(t)
 	var learned, told struct {
 		rateLimited int
 		util        float64
@@ -572,6 +580,7 @@ func TestCompletionKeepsRequestsForUnseenCompletions(t *testing.T) {
 // true limit over seeds 1–6, against 0.775–0.925 counting a sliding window,
 // which never lets a minute straddling an edge hold more than one budget).
 func TestScenarioFixedWindows(t *testing.T) {
+	testenv.LongSimulation(t)
 	seeds := []uint64{1, 2, 3, 4}
 	if testenv.RaceEnabled {
 		seeds = seeds[:1] // the race detector slows the simulator forty times
@@ -599,6 +608,7 @@ func TestScenarioFixedWindows(t *testing.T) {
 // sliding window there. (One seed under the race detector, which slows the
 // simulator forty times.)
 func TestFixedWindowsLearnedFromStatedWaits(t *testing.T) {
+	testenv.LongSimulation(t)
 	onlyFixedLearnsFixed(t, func(s *Scenario) {
 		s.Provider.ComputeRetryAfter = true
 		s.Gate.Start, s.Outside.Share = 2, 0.1
@@ -645,6 +655,7 @@ func onlyFixedLearnsFixed(t *testing.T, set func(*Scenario), check func(t *testi
 // refill, and the gate keeps the sliding window there (seeds 1–4; one under
 // the race detector).
 func TestFixedWindowsLearnedFromStatedResets(t *testing.T) {
+	testenv.LongSimulation(t)
 	onlyFixedLearnsFixed(t, func(s *Scenario) { s.Provider.Headers = true }, func(t *testing.T, model string, seed uint64, g Metrics) {
 		if model == LimitFixedWindow && (g.Utilization < 0.95 || g.RateLimited > 2 || g.Lost != 0) {
 			t.Errorf("seed %d: fixed windows from the resets %.3f of the limit, %d 429s, %d lost; want ≥ 0.95, ≤ 2, none", seed, g.Utilization, g.RateLimited, g.Lost)
@@ -661,6 +672,7 @@ func TestFixedWindowsLearnedFromStatedResets(t *testing.T) {
 // of it); with the step a trigger lowered again gets, these runs converge in
 // three or four windows.
 func TestTriggerLoweredAgainRecovers(t *testing.T) {
+	testenv.LongSimulation(t)
 	for _, seed := range []uint64{1, 3, 6, 12} {
 		base := DefaultScenario()
 		base.Seed, base.Duration = seed, Duration(MatrixDuration)
@@ -690,6 +702,7 @@ func TestTriggerLoweredAgainRecovers(t *testing.T) {
 // does; told that too (gate.countsAt: arrival), as long. The oracle is told
 // provider.decides, and how the provider counts, either way.
 func TestGateToldTheProviderDecidesOnWhatItKnows(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := DefaultScenario()
 	s.Duration = Duration(time.Hour)
 	s.Provider.Decides = DecidesKnown
@@ -716,6 +729,7 @@ func TestGateToldTheProviderDecidesOnWhatItKnows(t *testing.T) {
 // decides on what it knows counts the output from then, and even the oracle,
 // which knows the limit, took 429s when it counted the output with its call.
 func TestGateToldKnownCountsAnOutputFromWhenItWasWritten(t *testing.T) {
+	testenv.LongSimulation(t)
 	s := DefaultScenario()
 	s.Duration = Duration(time.Hour)
 	s.Provider.Model = LimitFixedWindow
