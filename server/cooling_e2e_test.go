@@ -29,20 +29,13 @@ func TestLongPauseOverRealSockets(t *testing.T) {
 		sessions = 8
 		run      = 3 * time.Second
 	)
-	prov := fakeprovider.New(fakeprovider.Config{Tokens: 4000, Window: 10 * time.Second, RetryAfter: 250 * time.Second,
-		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
-		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
-	up := httptest.NewServer(prov)
-	t.Cleanup(up.Close)
 	// Configured at twice the truth: the gate lets more in than the provider
 	// takes, and a 429 comes within the first second.
-	f := newPxFixtureWith(t, fmt.Sprintf(`
-providers:
-  fake: {kind: openai, baseURL: %s/v1}
+	prov, f := pausingProvider(t, 4000, 10*time.Second, 250*time.Second, `
 gate:
   window: 10s
   defaults: {tpm: 8000, rpm: 100000}
-`, up.URL), nil)
+`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions}}
 	start := time.Now()
 	prov.SetEpoch(start)
@@ -103,4 +96,18 @@ gate:
 			t.Fatalf("Retry-After %q on a call gatectl answered, want the pause's end (≤ 251 s)", a)
 		}
 	}
+}
+
+// pausingProvider starts a fake provider with a hidden limit of tokens a
+// window, whose 429s ask for retryAfter (short answers, a few milliseconds
+// away), and gatectl in front of it as provider "fake", with config's other
+// sections.
+func pausingProvider(t *testing.T, tokens int64, window, retryAfter time.Duration, config string) (*fakeprovider.Provider, *pxFixture) {
+	t.Helper()
+	prov := fakeprovider.New(fakeprovider.Config{Tokens: tokens, Window: window, RetryAfter: retryAfter,
+		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
+		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
+	up := httptest.NewServer(prov)
+	t.Cleanup(up.Close)
+	return prov, newPxFixtureWith(t, fmt.Sprintf("providers:\n  fake: {kind: openai, baseURL: %s/v1}\n", up.URL)+config, nil)
 }

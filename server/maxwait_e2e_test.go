@@ -6,13 +6,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gatectl/gatectl/internal/fakeprovider"
 	"github.com/gatectl/gatectl/internal/testenv"
 )
 
@@ -31,21 +29,14 @@ import (
 func TestMaxWaitBurstOverRealSockets(t *testing.T) {
 	testenv.RealTiming(t)
 	const sessions = 60
-	prov := fakeprovider.New(fakeprovider.Config{Tokens: 5000, Window: 2 * time.Second, RetryAfter: 2 * time.Second,
-		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
-		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
-	up := httptest.NewServer(prov)
-	t.Cleanup(up.Close)
-	f := newPxFixtureWith(t, fmt.Sprintf(`
-providers:
-  fake: {kind: openai, baseURL: %s/v1}
+	prov, f := pausingProvider(t, 5000, 2*time.Second, 2*time.Second, `
 retry: {rounds: 0}
 gate:
   window: 2s
   maxWait: 5s
   outputReserveTokens: 200
   defaults: {tpm: 5000, rpm: 100000}
-`, up.URL), nil)
+`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions}, Timeout: 30 * time.Second}
 	start := time.Now()
 	prov.SetEpoch(start)
