@@ -28,6 +28,10 @@ func TestSettleElsewhereCorrectsTheSharedOutput(t *testing.T) {
 
 // sharedAPIPair is two instances of the decision API sharing one real
 // redis-server, with a provider up and gate defaults as given (YAML).
+//
+// Their Redis calls get 2 s, not the default 100 ms: these tests check what
+// the instances tell each other, and under the race detector on a loaded
+// machine a call past 100 ms failed (a release "the store could not answer").
 func sharedAPIPair(t *testing.T, defaults string) (a, b *apiEnv, rs *redistest.Server) {
 	t.Helper()
 	rs = redistest.Start(t)
@@ -38,7 +42,7 @@ func sharedAPIPair(t *testing.T, defaults string) (a, b *apiEnv, rs *redistest.S
 gate:
   defaults: %s
 store:
-  redis: {url: "%s"}
+  redis: {url: "%s", timeout: 2s}
 `, up.URL, defaults, rs.URL())
 	return newAPIEnv(t, cfg), newAPIEnv(t, cfg), rs
 }
