@@ -5,6 +5,7 @@ import (
 	"github.com/gatectl/gatectl/internal/testlog"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,8 +24,13 @@ type testHost struct {
 	out   *testlog.Buffer // modules' stdout and stderr
 }
 
+// newTestHost makes a host; with cacheDir "" it shares the test process's
+// compilation cache (sharedCacheDir).
 func newTestHost(t testing.TB, cacheDir string) *testHost {
 	t.Helper()
+	if cacheDir == "" {
+		cacheDir = sharedCacheDir(t)
+	}
 	th := &testHost{clock: engine.NewFakeClock(t0), log: &testlog.Buffer{}, out: &testlog.Buffer{}}
 	lg := hclog.New(&hclog.LoggerOptions{Output: th.log, Level: hclog.Trace})
 	h, err := NewHost(HostOptions{CacheDir: cacheDir, Logger: lg, Clock: th.clock, Stderr: th.out})
@@ -34,6 +40,32 @@ func newTestHost(t testing.TB, cacheDir string) *testHost {
 	th.Host = h
 	t.Cleanup(func() { h.Close(context.Background()) })
 	return th
+}
+
+// sharedCache is the on-disk compilation cache every test host without a
+// directory of its own uses: the Go examples take 10–25 s each to compile under
+// -race, and a dozen tests load the same few modules. TestMain removes it.
+var sharedCache struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func sharedCacheDir(t testing.TB) string {
+	t.Helper()
+	sharedCache.once.Do(func() { sharedCache.dir, sharedCache.err = os.MkdirTemp("", "gatectl-wasm-test-cache-") })
+	if sharedCache.err != nil {
+		t.Fatal(sharedCache.err)
+	}
+	return sharedCache.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedCache.dir != "" {
+		os.RemoveAll(sharedCache.dir)
+	}
+	os.Exit(code)
 }
 
 // slow is the deadline of tests that are not about deadlines: the machine may be
