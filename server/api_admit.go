@@ -158,7 +158,8 @@ func notIntoCooldown(w http.ResponseWriter, tgt apiTarget, waited, cd time.Durat
 
 // admitRequest validates an admit body and turns it into the ledger's request.
 func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, maxWait time.Duration, err error) {
-	er = gate.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens}
+	er = gate.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens,
+		NotIntoPause: true} // the API admits no call into the pause (notIntoCooldown)
 	switch req.Priority {
 	case "", "interactive":
 		er.Priority = gate.PriorityInteractive
@@ -247,6 +248,9 @@ type apiWaitResult struct {
 // apiGiveUpWaiting leaves the queue at now, holding nothing, and reports the wait
 // that was ahead.
 func apiGiveUpWaiting(now time.Time, w *gate.Waiter) apiWaitResult {
+	if until, ok := w.Refused(); ok {
+		return apiWaitResult{left: max(until.Sub(now), 0), reason: "cooldown"}
+	}
 	left := max(w.Next().Sub(now), 0)
 	reason := w.Reason()
 	w.Cancel(now) // releases the grant too, if it came meanwhile
@@ -263,6 +267,10 @@ func (a *api) wait(ctx context.Context, w *gate.Waiter, start time.Time, maxWait
 	for {
 		if t, ok := w.Ticket(); ok {
 			return apiWaitResult{admitted: true, ticket: t}
+		}
+		if until, ok := w.Refused(); ok { // refused in a pause it would outlast (gate.PauseError)
+			now := clock.Now()
+			return apiWaitResult{waited: now.Sub(start), left: max(until.Sub(now), 0), reason: "cooldown"}
 		}
 		if err := a.s.ledger.StoreAvailable(); err != nil {
 			w.Cancel(clock.Now())

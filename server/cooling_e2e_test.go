@@ -111,3 +111,92 @@ func pausingProvider(t *testing.T, tokens int64, window, retryAfter time.Duratio
 	t.Cleanup(up.Close)
 	return prov, newPxFixtureWith(t, fmt.Sprintf("providers:\n  fake: {kind: openai, baseURL: %s/v1}\n", up.URL)+config, nil)
 }
+
+// TestQueuedCallsAnsweredWhenALongPauseStartsOverRealSockets: twenty sessions
+// send one call each at once through a gate configured at twice the truth, so
+// that most of them queue in the gate; the calls it lets through meet a 429
+// asking for 250 s. The queued calls would be let through at gate.maxWait
+// (120 s) with more than maxWait of the pause left, which gatectl never sends
+// into: each is answered as the 429 comes back, with the pause's end, not two
+// minutes later. (Before, they hung until maxWait's last tenth; the clients
+// here give up after 10 s.)
+func TestQueuedCallsAnsweredWhenALongPauseStartsOverRealSockets(t *testing.T) {
+	const sessions = 20
+	// Answers take 300 ms: every call reaches the gate, and the queue forms,
+	// before the first 429 comes back.
+	prov := fakeprovider.New(fakeprovider.Config{Tokens: 4000, Window: 10 * time.Second, RetryAfter: 250 * time.Second,
+		Latency: 300 * time.Millisecond, OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
+	up := httptest.NewServer(prov)
+	t.Cleanup(up.Close)
+	f := newPxFixtureWith(t, fmt.Sprintf(`
+providers:
+  fake: {kind: openai, baseURL: %s/v1}
+gate:
+  window: 10s
+  defaults: {tpm: 8000, rpm: 100000}
+`, up.URL), nil)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: sessions}}
+	start := time.Now()
+	prov.SetEpoch(start)
+	type answer struct {
+		status   int
+		at       time.Duration
+		notSent  bool
+		after    string
+		waitedMs string
+		err      error
+	}
+	answers := make([]answer, sessions)
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			session := fmt.Sprintf("s%d", s)
+			body := timingBody(session, 0, rand.New(rand.NewPCG(uint64(s), 7)), true) // max_tokens: six fit the gate's budget
+			req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(string(body)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Gate-Session", session)
+			resp, err := client.Do(req)
+			if err != nil {
+				answers[s] = answer{err: err, at: time.Since(start)}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers[s] = answer{status: resp.StatusCode, at: time.Since(start), notSent: strings.Contains(string(b), "nothing was sent"),
+				after: resp.Header.Get("Retry-After"), waitedMs: resp.Header.Get("X-Gate-Waited-Ms")}
+		}()
+	}
+	wg.Wait()
+	st := prov.Stats()
+	if st.Refused == 0 {
+		t.Fatalf("the provider refused nothing (served %d): the run did not reach the pause", st.Served)
+	}
+	first := st.Refusals[0]
+	var notSent, queued int
+	var latest time.Duration
+	for s, a := range answers {
+		switch {
+		case a.err != nil:
+			t.Errorf("session %d: no answer after %s: %v", s, a.at.Round(time.Millisecond), a.err)
+		case a.notSent:
+			notSent++
+			if w, _ := strconv.Atoi(a.waitedMs); w > 0 {
+				queued++
+			}
+			latest = max(latest, a.at-first)
+			if n, _ := strconv.Atoi(a.after); n < 245 || n > 251 {
+				t.Errorf("session %d: Retry-After %q, want the pause's end (≤ 251 s)", s, a.after)
+			}
+		}
+	}
+	t.Logf("%d calls: the provider served %d and refused %d (first at %s); gatectl answered %d without sending them (%d had queued), the last %s after the first 429",
+		sessions, st.Served, st.Refused, first.Round(time.Millisecond), notSent, queued, latest.Round(time.Millisecond))
+	if queued < sessions/2 {
+		t.Fatalf("%d queued calls answered by gatectl: the run did not queue calls behind the pause", queued)
+	}
+	if latest > 2*time.Second {
+		t.Errorf("the last queued call was answered %s after the first 429, want at once", latest)
+	}
+}

@@ -60,7 +60,7 @@ func TestGateRequestProbeE2E(t *testing.T) {
 		limit  = 20          // the provider's hidden requests per window
 		tokens = 100_000_000 // its hidden tokens per window: never the binding limit
 	)
-	for _, c := range []struct {
+	type probeCase struct {
 		name       string
 		start, tpm int  // the configured rpm and tpm
 		maxRPM     int  // 0: no cap
@@ -71,12 +71,26 @@ func TestGateRequestProbeE2E(t *testing.T) {
 		max429s    int64
 		quietAfter int // no 429 after this window; -1: not checked
 		minUtil    float64
-	}{
+	}
+	// Each case gets its own provider and server, and their loads run side by
+	// side, as TestGateTimingE2E's do: ten sessions of small calls each, a
+	// light load beside that one's (it took 70 s one after another).
+	type probeRun struct {
+		c             probeCase
+		prov          *fakeprovider.Provider
+		f             *pxFixture
+		target        int
+		caps          string
+		ok, lost, cut int
+		harness       []string
+	}
+	var runs []*probeRun
+	for _, c := range []probeCase{
 		{name: "HalfTheTruth", start: limit / 2, tpm: tokens, duration: 30 * time.Second, converged: 10, max429s: 2, quietAfter: -1, minUtil: 0.90},
 		{name: "CappedBelowTheTruth", start: limit / 2, tpm: tokens, maxRPM: 14, duration: 20 * time.Second, converged: 6, max429s: 0, quietAfter: -1, minUtil: 0.90},
 		{name: "UnnamedTwiceTheTruth", start: 2 * limit, tpm: 2 * tokens, unnamed: true, bigEvery: 10, duration: 20 * time.Second, converged: 3, max429s: 3, quietAfter: 3, minUtil: 0.95},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		{
 			target := limit
 			caps, guard := "", ""
 			if c.maxRPM > 0 {
@@ -102,8 +116,24 @@ gate:
   window: %s%s
   defaults: {tpm: %d, rpm: %d%s}
 `, up.URL, window, guard, c.tpm, c.start, caps), nil)
-			ok, lost, cut := runRequestLoad(t, f, prov, 10, c.duration, c.bigEvery)
-
+			runs = append(runs, &probeRun{c: c, prov: prov, f: f, target: target, caps: caps})
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.ok, r.lost, r.cut, r.harness = runRequestLoad(t, r.f, r.prov, 10, r.c.duration, r.c.bigEvery)
+		}()
+	}
+	wg.Wait()
+	for _, r := range runs {
+		c, prov, f, target, caps, ok, lost, cut := r.c, r.prov, r.f, r.target, r.caps, r.ok, r.lost, r.cut
+		t.Run(c.name, func(t *testing.T) {
+			if len(r.harness) > 0 {
+				t.Fatalf("%d harness errors: %s", len(r.harness), strings.Join(r.harness[:min(len(r.harness), 5)], "; "))
+			}
 			st := prov.Stats()
 			var series []string
 			first := -1 // the first window served at ≥ 90% of the target
@@ -175,8 +205,9 @@ gate:
 
 // runRequestLoad runs closed-loop sessions of small calls through f for
 // duration (every bigEvery-th asking max_tokens 4096, when bigEvery > 0) and
-// counts how they ended; a harness error fails the test.
-func runRequestLoad(t *testing.T, f *pxFixture, prov *fakeprovider.Provider, sessions int, duration time.Duration, bigEvery int) (ok, lost, cut int) {
+// counts how they ended, with the harness's own errors (the caller fails on
+// them: it may run on another goroutine than the test's).
+func runRequestLoad(t *testing.T, f *pxFixture, prov *fakeprovider.Provider, sessions int, duration time.Duration, bigEvery int) (ok, lost, cut int, harness []string) {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * sessions}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -189,9 +220,8 @@ func runRequestLoad(t *testing.T, f *pxFixture, prov *fakeprovider.Provider, ses
 	defer cancel()
 	const maxCallsPerSession = 2000 // a bound on each loop, far above what the run allows
 	var (
-		mu      sync.Mutex
-		harness []string
-		wg      sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for s := range sessions {
 		wg.Add(1)
@@ -231,8 +261,5 @@ func runRequestLoad(t *testing.T, f *pxFixture, prov *fakeprovider.Provider, ses
 		}()
 	}
 	wg.Wait()
-	if len(harness) > 0 {
-		t.Fatalf("%d harness errors: %s", len(harness), strings.Join(harness[:min(len(harness), 5)], "; "))
-	}
-	return ok, lost, cut
+	return ok, lost, cut, harness
 }

@@ -57,7 +57,8 @@ func (s *Server) intoCooldown(now time.Time, route engine.Route, t gate.Ticket) 
 // Retry-After says when the pause ends, and x-should-retry says whether
 // gatectl would wait that long: an SDK told to retry comes back within
 // seconds, which for a pause past maxWait is back into it.
-// t is the zero Ticket when the call was not asked for (longCooldown).
+// t is the zero Ticket when the call was not asked for (longCooldown), and
+// holds only Waited when the gate refused it in the queue (gate.PauseError).
 func (x *exchange) refuseIntoCooldown(route engine.Route, t gate.Ticket, cd time.Duration) {
 	s := x.s
 	now := s.clock.Now()
@@ -67,8 +68,11 @@ func (x *exchange) refuseIntoCooldown(route engine.Route, t gate.Ticket, cd time
 	x.waited += t.Waited
 	maxWait := s.ledger.Config().MaxWait
 	reason := fmt.Sprintf("the model cools down for %s more (the provider's pause), longer than gate.maxWait %s", cd.Round(time.Millisecond), maxWait)
-	if t.FailOpen {
+	switch {
+	case t.FailOpen:
 		reason = fmt.Sprintf("the model cools down for %s more (the provider's pause), and the call waited gate.maxWait %s", cd.Round(time.Millisecond), maxWait)
+	case t.Waited > 0: // refused in the queue (gate.PauseError)
+		reason = fmt.Sprintf("the model cools down for %s more (the provider's pause), past what the call may still wait (gate.maxWait %s, %s waited)", cd.Round(time.Millisecond), maxWait, t.Waited.Round(time.Millisecond))
 	}
 	if x.failed != nil {
 		x.pauseLeft = cd // after a failover, the pause is this route's, not the failed one's

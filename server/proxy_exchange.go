@@ -193,7 +193,7 @@ func (x *exchange) admit(ctx context.Context, route engine.Route) (t gate.Ticket
 	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
 		var err error
 		t, err = s.ledger.AdmitObserved(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
-			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens, Sends: true}, func(w *gate.Waiter) {
+			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens, Sends: true, NotIntoPause: true}, func(w *gate.Waiter) {
 			queued.Store(w)
 			started()
 		})
@@ -203,6 +203,13 @@ func (x *exchange) admit(ctx context.Context, route engine.Route) (t gate.Ticket
 	if errors.Is(err, gate.ErrStoreUnavailable) {
 		x.w.Header().Set("Retry-After", s.spreadRetryAfter())
 		x.fail(http.StatusServiceUnavailable, "", "the shared gate store (Redis) is unavailable and store.redis.onError is failClosed")
+		return t, true
+	}
+	var paused *gate.PauseError
+	if errors.As(err, &paused) {
+		// Refused while queued: a 429 started a pause the call would be
+		// refused in at its maxWait deadline anyway (proxy_cooling.go).
+		x.refuseIntoCooldown(route, gate.Ticket{Waited: paused.Waited}, max(paused.Until.Sub(s.clock.Now()), 0))
 		return t, true
 	}
 	if capped || err != nil {

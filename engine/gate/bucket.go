@@ -851,6 +851,11 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 			reason, wait = sreason, sw
 		}
 		var id, sreason string
+		if wait > b.l.conf().MaxWait && req.NotIntoPause {
+			if w := b.refusedAtOnceLocked(now, req); w != nil {
+				return Ticket{}, w
+			}
+		}
 		if wait > b.l.conf().MaxWait {
 			// Longer than maxWait: admitted at once (failing open), unless a
 			// failClosed store does not answer — then queued with the forced
@@ -986,10 +991,14 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	b.expireLocked(now)
 	b.ageLocked(now)
 	sortWaiters(b.waiters)
+	pauseEnd := b.pauseEndLocked(now)
 	var held *Waiter
 	for _, w := range b.waiters {
 		if w.granted {
 			continue // granted by a dispatch that a panicking event hook cut short
+		}
+		if pauseEnd.After(now) && b.refuseInPauseLocked(now, w, pauseEnd) {
+			continue
 		}
 		spread, hard := b.deadlineLocked(w)
 		if held != nil {
@@ -1067,7 +1076,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	}
 	n := 0
 	for _, w := range b.waiters {
-		if !w.granted {
+		if !w.granted && w.refusedUntil.IsZero() {
 			b.waiters[n] = w
 			n++
 		}

@@ -35,6 +35,13 @@ type Request struct {
 	// The level the call was admitted at is then read when it leaves, as the
 	// provider meets it.
 	Sends bool
+	// NotIntoPause: the caller sends nothing into the provider's pause (it
+	// answers a call the gate would let through into a cooldown itself). A
+	// queued call whose wait is a pause that will outlast its maxWait
+	// deadline by more than maxWait is then refused as soon as the gate sees
+	// it — Admit returns a *PauseError, Waiter.Refused reports it — not
+	// failed open at the deadline only to be refused by its caller.
+	NotIntoPause bool
 }
 
 // Usage is what the provider reported for a call. Cache reads and writes count
@@ -568,6 +575,13 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 		l.extendProviderCooldown(l.providerState(provider), until)
 		l.shareProviderCooldown(provider, now, until)
 		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
+		for _, b := range l.allBuckets() {
+			if b.provider == provider {
+				b.mu.Lock()
+				b.refusePausedLocked(now)
+				b.mu.Unlock()
+			}
+		}
 		return
 	}
 	b := l.lockedBucketFor(provider, model, now)
@@ -577,6 +591,7 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 		b.adoptStatedOutputLocked(now, sig.StatedOutputTokens)
 	}
 	b.rateLimitedLocked(now, sig, retryAfter, fallback)
+	b.refusePausedLocked(now)
 }
 
 // Reset forgets what the ledger learned about provider/model — the learned
@@ -628,9 +643,12 @@ type Waiter struct {
 	granted   bool
 	cancelled bool
 	ticket    Ticket
+	// refusedUntil, when set, is the end of the pause the waiter was refused
+	// in (pause.go): it left the queue, nothing granted.
+	refusedUntil time.Time
 }
 
-// Ready is closed when the waiter is granted.
+// Ready is closed when the waiter is granted (or refused: Refused).
 func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
 // Ticket returns the grant, if there is one yet.

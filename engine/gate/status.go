@@ -126,11 +126,7 @@ func (l *Ledger) CooldownLeft(now time.Time, provider, model string) time.Durati
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	cd := b.cooldownLeft(now)
-	if b.sharedHoldReason == "cooldown" {
-		cd = max(cd, b.sharedHoldUntil.Sub(now))
-	}
-	return cd
+	return b.pauseEndLocked(now).Sub(now)
 }
 
 // existingBucket is provider/model's bucket, or nil when the ledger holds none.

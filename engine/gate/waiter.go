@@ -54,12 +54,15 @@ func (l *Ledger) AdmitObserved(ctx context.Context, req Request, queued func(*Wa
 	if w == nil {
 		return t, nil
 	}
-	if queued != nil {
+	if _, refused := w.Refused(); queued != nil && !refused {
 		queued(w)
 	}
 	for {
 		if t, ok := w.Ticket(); ok {
 			return t, nil
+		}
+		if until, ok := w.Refused(); ok {
+			return Ticket{}, &PauseError{Until: until, Waited: l.clock.Now().Sub(w.enqueued)}
 		}
 		if err := l.StoreAvailable(); err != nil {
 			w.Cancel(l.clock.Now())
