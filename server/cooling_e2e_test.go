@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,6 +178,7 @@ gate:
 	first := st.Refusals[0]
 	var notSent, queued int
 	var latest time.Duration
+	afters := map[string]bool{}
 	for s, a := range answers {
 		switch {
 		case a.err != nil:
@@ -186,17 +189,18 @@ gate:
 				queued++
 			}
 			latest = max(latest, a.at-first)
+			afters[a.after] = true
 			if n, _ := strconv.Atoi(a.after); n < 245 || n > 251 {
 				t.Errorf("session %d: Retry-After %q, want the pause's end (≤ 251 s)", s, a.after)
 			}
 		}
 	}
-	t.Logf("%d calls: the provider served %d and refused %d (first at %s); gatectl answered %d without sending them (%d had queued), the last %s after the first 429",
-		sessions, st.Served, st.Refused, first.Round(time.Millisecond), notSent, queued, latest.Round(time.Millisecond))
+	t.Logf("%d calls: the provider served %d and refused %d (first at %s); gatectl answered %d without sending them (%d had queued, Retry-After %v), the last %s after the first 429",
+		sessions, st.Served, st.Refused, first.Round(time.Millisecond), notSent, queued, slices.Sorted(maps.Keys(afters)), latest.Round(time.Millisecond))
 	if queued < sessions/2 {
 		t.Fatalf("%d queued calls answered by gatectl: the run did not queue calls behind the pause", queued)
 	}
-	if latest > 2*time.Second {
+	if latest > 5*time.Second { // the queue waited until 108–120 s before; 2–3 ms now
 		t.Errorf("the last queued call was answered %s after the first 429, want at once", latest)
 	}
 }

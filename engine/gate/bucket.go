@@ -903,6 +903,9 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 	if w.granted {
 		return w.ticket, nil
 	}
+	if !w.refusedUntil.IsZero() { // refused in a pause (pause.go): it never waited
+		return Ticket{}, w
+	}
 	b.waits++
 	b.event(EventWait, now, req.Session, w.reason, w.next.Sub(now), res)
 	return Ticket{}, w
@@ -994,8 +997,8 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	pauseEnd := b.pauseEndLocked(now)
 	var held *Waiter
 	for _, w := range b.waiters {
-		if w.granted {
-			continue // granted by a dispatch that a panicking event hook cut short
+		if w.granted || !w.refusedUntil.IsZero() {
+			continue // granted or refused by a dispatch that a panicking event hook cut short
 		}
 		if pauseEnd.After(now) && b.refuseInPauseLocked(now, w, pauseEnd) {
 			continue

@@ -575,13 +575,7 @@ func (l *Ledger) RateLimitedBy(now time.Time, provider, model string, sig engine
 		l.extendProviderCooldown(l.providerState(provider), until)
 		l.shareProviderCooldown(provider, now, until)
 		l.emit(Event{Kind: EventRateLimited, At: now, Provider: provider, Reason: "provider-wide", RetryAfter: retryAfter, FromFallback: fallback})
-		for _, b := range l.allBuckets() {
-			if b.provider == provider {
-				b.mu.Lock()
-				b.refusePausedLocked(now)
-				b.mu.Unlock()
-			}
-		}
+		l.refusePausedOf(provider, now)
 		return
 	}
 	b := l.lockedBucketFor(provider, model, now)

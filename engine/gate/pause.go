@@ -47,17 +47,17 @@ func (b *bucket) pauseEndLocked(now time.Time) time.Time {
 }
 
 // refuseInPauseLocked refuses w when its caller sends nothing into a pause and
-// the pause ending at end outlasts what its wait can come to: at the latest,
-// maxWait forces it through at its deadline, and a caller that finds more
-// than maxWait of the pause left then answers the call itself (a pause
-// shorter than that it sits out). Refused now, the call is answered now,
-// not a deadline later. It reports whether w was refused.
+// the pause ending at end outlasts what its wait can come to: the pause makes
+// its wait run past maxWait, so the gate forces it through at its own point of
+// maxWait's last tenth (deadlineLocked), and a caller that finds more than
+// maxWait of the pause left there answers the call itself (a shorter pause
+// it sits out). Refused now, the call gets that answer now, not at maxWait.
+// It reports whether w was refused.
 func (b *bucket) refuseInPauseLocked(now time.Time, w *Waiter, end time.Time) bool {
 	if !w.req.NotIntoPause || w.granted || !w.refusedUntil.IsZero() {
 		return false
 	}
-	_, hard := b.deadlineLocked(w)
-	if !end.After(hard.Add(b.l.conf().MaxWait)) {
+	if at, _ := b.deadlineLocked(w); !end.After(at.Add(b.l.conf().MaxWait)) {
 		return false
 	}
 	w.refusedUntil = end
@@ -96,4 +96,17 @@ func (b *bucket) refusedAtOnceLocked(now time.Time, req Request) *Waiter {
 	w := &Waiter{b: b, req: req, enqueued: now, ready: make(chan struct{}), refusedUntil: end}
 	close(w.ready)
 	return w
+}
+
+// refusePausedOf runs the refusal pass over provider's models: a provider-wide
+// pause (this instance's 429, or another's through the shared store) holds
+// them all.
+func (l *Ledger) refusePausedOf(provider string, now time.Time) {
+	for _, b := range l.allBuckets() {
+		if b.provider == provider {
+			b.mu.Lock()
+			b.refusePausedLocked(now)
+			b.mu.Unlock()
+		}
+	}
 }

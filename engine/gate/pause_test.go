@@ -123,3 +123,107 @@ func TestAdmitRefusedInALongPause(t *testing.T) {
 		t.Errorf("submitted 400 s before the pause ends: refused %v until %s", ok, until.Sub(t0))
 	}
 }
+
+// TestPauseRefusesWhatTheCallerWouldAtItsFailOpen: twelve sessions queue behind
+// a 100 s cooldown that a second 429, 50 s in, lengthens to end at 235 s; the
+// gate spreads their maxWait fail-opens over 108–120 s (jitter 0.1). Asked
+// without NotIntoPause, each is let through at its own point, where its
+// caller finds the pause still on: more than maxWait of it left for some (the
+// caller answers them), less for others (the caller sits it out). Asked with
+// NotIntoPause, the gate refuses exactly the first kind, when the 429 comes.
+func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
+	const n = 12
+	run := func(notIntoPause bool) (*Ledger, []*Waiter) {
+		c := testGate()
+		c.Jitter = 0.1
+		c.Defaults.RPM = 100
+		l, _, _ := newTestLedger(t, c)
+		l.RateLimited(t0, "p", "m", 100*time.Second)
+		var ws []*Waiter
+		for i := range n {
+			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, NotIntoPause: notIntoPause})
+			ws = append(ws, w)
+		}
+		l.RateLimited(t0.Add(50*time.Second), "p", "m", 185*time.Second)
+		return l, ws
+	}
+	plain, pws := run(false)
+	callerRefuses, seen := make([]bool, n), make([]bool, n)
+	for now := t0.Add(100 * time.Second); !now.After(t0.Add(120 * time.Second)); now = now.Add(10 * time.Millisecond) {
+		pws[0].Poll(now) // one dispatch a step, over the whole queue
+		for i, w := range pws {
+			if tk, ok := w.Ticket(); ok && !seen[i] {
+				if !tk.FailOpen || tk.Reason != "max-wait" {
+					t.Fatalf("session %d granted %+v at %s, want a max-wait fail-open", i, tk, now.Sub(t0))
+				}
+				seen[i] = true
+				callerRefuses[i] = plain.CooldownLeft(now, "p", "m") > plain.Config().MaxWait
+				_ = plain.Release(now, tk)
+			}
+		}
+	}
+	for i := range seen {
+		if !seen[i] {
+			t.Fatalf("session %d not let through by 120 s", i)
+		}
+	}
+	_, ws := run(true)
+	var refused, satOut int
+	for i, w := range ws {
+		_, ok := w.Refused()
+		if ok != callerRefuses[i] {
+			t.Errorf("session %d: refused %v at 50 s; its caller, at its fail-open, refuses it: %v", i, ok, callerRefuses[i])
+		}
+		if ok {
+			refused++
+		} else {
+			satOut++
+		}
+	}
+	if refused == 0 || satOut == 0 {
+		t.Fatalf("%d refused, %d sat out: the case should hold both kinds", refused, satOut)
+	}
+}
+
+// TestRefusedWaiterHoldsNothing: a provider-wide pause another instance
+// started (AdoptProviderCooldown) refuses the NotIntoPause calls queued before
+// it at once, and leaves the others queued. A call submitted behind that queue
+// is refused in the dispatch: no wait is counted or told of, and Cancel and
+// Poll on it hold nothing.
+func TestRefusedWaiterHoldsNothing(t *testing.T) {
+	l, clk, ev := newTestLedger(t, testGate())
+	l.RateLimited(t0, "p", "m", 30*time.Second)
+	_, first := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, NotIntoPause: true})
+	_, plain := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 10}) // stays queued: not refused
+	if first == nil || plain == nil {
+		t.Fatal("admitted in the cooldown")
+	}
+	clk.Advance(5 * time.Second)
+	l.AdoptProviderCooldown("p", t0.Add(400*time.Second))
+	if until, ok := first.Refused(); !ok || until != t0.Add(400*time.Second) {
+		t.Fatalf("queued call after another instance's provider-wide pause: refused %v until %s", ok, until.Sub(t0))
+	}
+	if _, ok := plain.Refused(); ok {
+		t.Fatal("a call without NotIntoPause was refused")
+	}
+	waitsBefore := l.BucketStatus(clk.Now(), "p", "m").Waits
+	told := len(ev.kinds(EventWait))
+	_, w := l.Submit(clk.Now(), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, NotIntoPause: true})
+	if _, ok := w.Refused(); !ok {
+		t.Fatal("submitted behind a queue into the pause: not refused")
+	}
+	if len(ev.kinds(EventWait)) != told {
+		t.Errorf("a refused call was told of as a wait: %+v", ev.kinds(EventWait)[told:])
+	}
+	if got := l.BucketStatus(clk.Now(), "p", "m").Waits; got != waitsBefore {
+		t.Errorf("waits %d after a refused call, want %d", got, waitsBefore)
+	}
+	w.Cancel(clk.Now())
+	if _, ok := w.Poll(clk.Now()); ok {
+		t.Error("a refused waiter was granted")
+	}
+	plain.Cancel(clk.Now())
+	if st := l.BucketStatus(clk.Now(), "p", "m"); st.Waiting != 0 || st.InFlight != 0 || st.Reserved != 0 {
+		t.Errorf("after the refusals and a cancel: %+v", st)
+	}
+}

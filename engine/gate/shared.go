@@ -369,10 +369,12 @@ func (l *Ledger) shareProviderCooldown(provider string, now, until time.Time) {
 // every model of the provider waits until until. A shorter one never shortens a
 // longer one. It is not a 429 this instance saw, so no event tells of it.
 func (l *Ledger) AdoptProviderCooldown(provider string, until time.Time) {
-	if until.Before(l.clock.Now()) {
+	now := l.clock.Now()
+	if until.Before(now) {
 		return
 	}
 	l.extendProviderCooldown(l.providerState(provider), until)
+	l.refusePausedOf(provider, now)
 }
 
 // extendProviderCooldown moves ps's cooldown to until unless it ends later already.
