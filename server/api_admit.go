@@ -159,7 +159,7 @@ func notIntoCooldown(w http.ResponseWriter, tgt apiTarget, waited, cd time.Durat
 // admitRequest validates an admit body and turns it into the ledger's request.
 func (a *api) admitRequest(req *apiAdmitRequest) (er gate.Request, wait bool, maxWait time.Duration, err error) {
 	er = gate.Request{Session: req.Session, InputTokens: req.InputTokens, InputBytes: req.InputBytes, MaxTokens: req.MaxTokens,
-		NotIntoPause: true} // the API admits no call into the pause (notIntoCooldown)
+		Pause: gate.PauseAnswer} // the API admits no call into the pause (notIntoCooldown)
 	switch req.Priority {
 	case "", "interactive":
 		er.Priority = gate.PriorityInteractive

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -215,24 +216,29 @@ func TestAPIAdmitNotIntoALongCooldown(t *testing.T) {
 }
 
 // TestAPIQueuedAdmitAnsweredInALongPause: an admit queued behind a 30 s
-// cooldown when a second 429, 10 s in, asks for 290 s: the gate would let it
-// through at maxWait (120 s) with more than maxWait of the pause left, which
-// the API never admits into, so it is answered at once — not admitted, the
-// pause's end in waitMs and Retry-After — and nothing stays queued.
+// cooldown when a second 429, 10 s in, asks for more. A pause that ends past
+// the call's maxWait deadline (120 s) — at 300 s, or at 160 s — makes the gate
+// let it through at maxWait into the pause, which the API never admits into:
+// it is answered at once, not admitted, with the pause's end in waitMs, and
+// nothing stays queued.
 func TestAPIQueuedAdmitAnsweredInALongPause(t *testing.T) {
-	e := newAPIEnv(t, apiTestConfig)
-	e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t1","status":429,"headers":{"Retry-After":"30"}}`, http.StatusOK)
-	ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s2","inputTokens":10}`)
-	apiEventually(t, "the call to queue", func() bool { return e.bucket("alpha", "small").Waiting == 1 && e.clock.Timers() > 0 })
-	e.clock.Advance(10 * time.Second)
-	e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t2","status":429,"headers":{"Retry-After":"290"}}`, http.StatusOK)
-	a := apiRecv(t, ch)
-	if a.status != http.StatusOK || a.body["admitted"] != false || a.body["reason"] != "cooldown" ||
-		apiNum(t, a.body, "waitMs") != 290000 || apiNum(t, a.body, "waitedMs") != 10000 || a.body["ticket"] != nil {
-		t.Fatalf("queued admit when the pause outlasts it: %d %s", a.status, a.raw)
-	}
-	if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.Reserved != 0 || b.Waiting != 0 {
-		t.Fatalf("nothing may be held: %+v", b)
+	for _, retryAfter := range []int{290, 150} {
+		t.Run(fmt.Sprintf("Retry-After %d", retryAfter), func(t *testing.T) {
+			e := newAPIEnv(t, apiTestConfig)
+			e.post("/gate/v1/failure", `{"provider":"alpha","model":"small","session":"s1","turn":"t1","status":429,"headers":{"Retry-After":"30"}}`, http.StatusOK)
+			ch := e.async(context.Background(), http.MethodPost, "/gate/v1/admit", `{"provider":"alpha","model":"small","session":"s2","inputTokens":10}`)
+			apiEventually(t, "the call to queue", func() bool { return e.bucket("alpha", "small").Waiting == 1 && e.clock.Timers() > 0 })
+			e.clock.Advance(10 * time.Second)
+			e.post("/gate/v1/failure", fmt.Sprintf(`{"provider":"alpha","model":"small","session":"s1","turn":"t2","status":429,"headers":{"Retry-After":"%d"}}`, retryAfter), http.StatusOK)
+			a := apiRecv(t, ch)
+			if a.status != http.StatusOK || a.body["admitted"] != false || a.body["reason"] != "cooldown" ||
+				apiNum(t, a.body, "waitMs") != float64(retryAfter*1000) || apiNum(t, a.body, "waitedMs") != 10000 || a.body["ticket"] != nil {
+				t.Fatalf("queued admit when the pause outlasts it: %d %s", a.status, a.raw)
+			}
+			if b := e.bucket("alpha", "small"); b.InFlight != 0 || b.Reserved != 0 || b.Waiting != 0 {
+				t.Fatalf("nothing may be held: %+v", b)
+			}
+		})
 	}
 }
 

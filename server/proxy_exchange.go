@@ -193,7 +193,7 @@ func (x *exchange) admit(ctx context.Context, route engine.Route) (t gate.Ticket
 	capped, err := x.hold(ctx, func() holdInfo { return admissionHold(queued.Load(), route.String(), maxWait) }, func(ctx context.Context, started func()) error {
 		var err error
 		t, err = s.ledger.AdmitObserved(ctx, gate.Request{Provider: route.Provider, Model: route.Model, Session: pr.session,
-			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens, Sends: true, NotIntoPause: true}, func(w *gate.Waiter) {
+			Priority: pr.priority, InputBytes: pr.size, MaxTokens: pr.maxTokens, Sends: true, Pause: gate.PauseSitOut}, func(w *gate.Waiter) {
 			queued.Store(w)
 			started()
 		})
@@ -242,18 +242,18 @@ func (x *exchange) attempt(ctx context.Context, route engine.Route) (fail *upstr
 	}
 	if cd := s.intoCooldown(s.clock.Now(), route, t); cd > 0 {
 		// Failed open at maxWait into the model's cooldown: nothing is sent.
-		// A pause that ends within maxWait is sat out, and the call asks
-		// again (no round is spent: nothing failed); a longer one, or a
-		// second, is answered (proxy_cooling.go).
+		// A pause that ends within maxWait is sat out in the gate's queue:
+		// the call asks again at once (no round is spent: nothing failed),
+		// and the gate lets it through as the pause ends and the window
+		// takes it — not at the pause's end with every call that sat it out,
+		// all of whose next maxWait would then end together. A longer pause,
+		// or a second, is answered (proxy_cooling.go).
 		if cd > s.ledger.Config().MaxWait {
 			x.refuseIntoCooldown(route, t, cd)
 			return nil, true
 		}
 		_ = s.ledger.Release(s.clock.Now(), t)
 		x.waited += t.Waited
-		if !x.sleep(ctx, cd, fmt.Sprintf("the cooldown of %s after gate.maxWait", route)) {
-			return nil, true
-		}
 		if t, done = x.admit(ctx, route); done {
 			return nil, true
 		}

@@ -72,7 +72,13 @@ type bucket struct {
 	slots []ticketSlot
 	free  []int32
 
-	waiters     []*Waiter
+	waiters []*Waiter
+	// looking is the waiter whose own look (Waiter.Poll) runs the dispatch,
+	// nil for any other: a grant maxWait forces before the hard deadline is
+	// its own look's (forcedDue).
+	looking *Waiter
+	// lastForced is when maxWait last forced a grant (forcedGapLocked).
+	lastForced  time.Time
 	round       uint64 // fair round of the last grant
 	arrivals    uint64
 	waits       int64
@@ -851,7 +857,7 @@ func (b *bucket) submitLocked(now time.Time, req Request) (Ticket, *Waiter) {
 			reason, wait = sreason, sw
 		}
 		var id, sreason string
-		if wait > b.l.conf().MaxWait && req.NotIntoPause {
+		if wait > b.l.conf().MaxWait && req.Pause != PauseSend {
 			if w := b.refusedAtOnceLocked(now, req); w != nil {
 				return Ticket{}, w
 			}
@@ -940,15 +946,37 @@ const maxWaitSpread = 0.1
 // forcedDue reports whether a waiter whose wait ends at until (its next drain
 // time, or the one that holds the queue; capped: unknown, its session's call
 // must settle) is forced through now, and when to look at it again otherwise.
-func forcedDue(now, until time.Time, capped bool, spread, hard time.Time) (due bool, next time.Time) {
+// Before its hard deadline, only its own look forces it (own): a dispatch that
+// another waiter's look or a settlement runs leaves it to its own, or every
+// waiter whose point had passed went in that one dispatch — the cohort the
+// spread is there to break (over real sockets, 7–19 refused at the provider
+// within a few milliseconds where the spread allows two or three).
+//
+// Nor does it force one before forcedAfter, a gap after the last forced grant
+// (forcedGapLocked): the first call maxWait lets through into a full window
+// meets the provider alone, and its answer — a 429, whose cooldown the proxy
+// sends none of the others into, or room — is back before the next goes.
+func forcedDue(now, until time.Time, capped, own bool, spread, hard, forcedAfter time.Time) (due bool, next time.Time) {
 	overrun := capped || until.After(hard)
 	switch {
-	case !now.Before(hard), overrun && !now.Before(spread):
+	case !now.Before(hard):
+		return true, time.Time{}
+	case overrun && own && !now.Before(spread) && now.Before(forcedAfter):
+		return false, forcedAfter
+	case overrun && own && !now.Before(spread):
 		return true, time.Time{}
 	case overrun:
 		return false, spread
 	}
 	return false, until
+}
+
+// forcedGapLocked is the least time between two grants maxWait forces before
+// their hard deadlines: 1.5 × the longest recent admission→429 delay (a
+// refused call's round trip), and at least a thousandth of maxWait (120 ms
+// at 120 s: a hundred such grants across its last tenth).
+func (b *bucket) forcedGapLocked() time.Duration {
+	return max(b.roundTripLocked()*3/2, b.l.conf().MaxWait/1000)
 }
 
 // maxWaitShare is a share in [0, 1) for a waiter from its session and its
@@ -995,6 +1023,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 	b.ageLocked(now)
 	sortWaiters(b.waiters)
 	pauseEnd := b.pauseEndLocked(now)
+	forcedAfter := b.lastForced.Add(b.forcedGapLocked())
 	var held *Waiter
 	for _, w := range b.waiters {
 		if w.granted || !w.refusedUntil.IsZero() {
@@ -1011,9 +1040,9 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			// Holding the queue never stretches a wait past maxWait. Its own
 			// wait ends no sooner than the head's (held.until), which no
 			// forced grant of the head shortens.
-			if due, next := forcedDue(now, held.until, false, spread, hard); !due {
+			if due, next := forcedDue(now, held.until, false, w == b.looking, spread, hard, forcedAfter); !due {
 				w.next = next
-				if held.next.Before(next) { // looked at again with the head
+				if held.next.Before(next) && held.next.After(now) { // looked at again with the head
 					w.next = held.next
 				}
 				continue
@@ -1025,6 +1054,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			b.grantWaiterLocked(now, w, "max-wait")
 			b.attachWaiterShared(w, id)
 			w.ticket.FailOpen = true
+			b.lastForced, forcedAfter = now, now.Add(b.forcedGapLocked())
 			b.event(EventFailOpen, now, w.req.Session, "max-wait:queue", now.Sub(w.enqueued), w.reserved)
 			continue
 		}
@@ -1045,7 +1075,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			}
 		}
 		w.until = now.Add(wait)
-		due, next := forcedDue(now, w.until, capped, spread, hard)
+		due, next := forcedDue(now, w.until, capped, w == b.looking, spread, hard, forcedAfter)
 		switch {
 		case wait == 0 && !capped:
 			b.grantWaiterLocked(now, w, "")
@@ -1059,6 +1089,7 @@ func (b *bucket) dispatchLocked(now time.Time) {
 			b.grantWaiterLocked(now, w, "max-wait")
 			b.attachWaiterShared(w, id)
 			w.ticket.FailOpen = true
+			b.lastForced, forcedAfter = now, now.Add(b.forcedGapLocked())
 			b.event(EventFailOpen, now, w.req.Session, "max-wait:"+reason, now.Sub(w.enqueued), w.reserved)
 			continue
 		}

@@ -35,13 +35,13 @@ type Request struct {
 	// The level the call was admitted at is then read when it leaves, as the
 	// provider meets it.
 	Sends bool
-	// NotIntoPause: the caller sends nothing into the provider's pause (it
-	// answers a call the gate would let through into a cooldown itself). A
-	// queued call whose wait is a pause that will outlast its maxWait
-	// deadline by more than maxWait is then refused as soon as the gate sees
-	// it — Admit returns a *PauseError, Waiter.Refused reports it — not
-	// failed open at the deadline only to be refused by its caller.
-	NotIntoPause bool
+	// Pause says what the caller does with a call the gate lets through at
+	// maxWait while the provider's pause is still on (pause.go). Unless it
+	// sends it (PauseSend, the zero value), a queued call its caller would
+	// refuse there is refused as soon as the gate sees the pause — Admit
+	// returns a *PauseError, Waiter.Refused reports it — not let through at
+	// maxWait only to be refused by its caller.
+	Pause PausePolicy
 }
 
 // Usage is what the provider reported for a call. Cache reads and writes count
@@ -664,6 +664,8 @@ func (w *Waiter) Next() time.Time {
 func (w *Waiter) Poll(now time.Time) (Ticket, bool) {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
+	w.b.looking = w
+	defer func() { w.b.looking = nil }() // also when an event hook panics
 	w.b.dispatchLocked(now)
 	return w.ticket, w.granted
 }

@@ -44,7 +44,11 @@ func TestMaxWaitGrantsAreSpread(t *testing.T) {
 			var at []time.Duration
 			seen := make([]bool, len(ws))
 			for now := t0.Add(100 * time.Second); len(at) < len(ws) && now.Before(t0.Add(130*time.Second)); now = now.Add(100 * time.Millisecond) {
-				ws[0].Poll(now) // one dispatch a step, over the whole queue
+				for i, w := range ws { // each waiter's own look, as its caller's timer runs it
+					if !seen[i] {
+						w.Poll(now)
+					}
+				}
 				for i, w := range ws {
 					tk, ok := w.Ticket()
 					if !ok || seen[i] {
@@ -86,5 +90,46 @@ func TestMaxWaitGrantsAreSpread(t *testing.T) {
 				t.Fatalf("granted at %v (at most %d in one second), want spread over [108 s, 120 s]", at, most)
 			}
 		})
+	}
+}
+
+// TestMaxWaitForcesOnlyAtTheWaitersOwnLook: four waiters whose waits run past
+// maxWait and whose points of its last tenth have all passed. A dispatch run
+// by the look of one forces that one only: another is forced at its own look,
+// a gap after the last forced grant, or by anyone's at its hard deadline.
+// Forced by whichever dispatch came first, every waiter whose point had passed
+// went together (over real sockets, a cohort of 7–19 refused at the provider).
+func TestMaxWaitForcesOnlyAtTheWaitersOwnLook(t *testing.T) {
+	c := testGate()
+	c.Jitter = 0.1
+	l, _, _ := newTestLedger(t, c)
+	l.RateLimited(t0, "p", "m", 100*time.Second)
+	var ws []*Waiter
+	for i := range 4 {
+		_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10})
+		if w == nil {
+			t.Fatal("admitted in the cooldown")
+		}
+		ws = append(ws, w)
+	}
+	l.RateLimited(t0.Add(50*time.Second), "p", "m", 300*time.Second) // every wait now runs past maxWait (120 s)
+	at := t0.Add(119900 * time.Millisecond)                          // every point passed (108–120 s), not the deadline
+	if tk, ok := ws[0].Poll(at); !ok || !tk.FailOpen {
+		t.Fatalf("the looking waiter at 119.9 s: %+v, %v; want forced", tk, ok)
+	}
+	for i, w := range ws[1:] {
+		if _, ok := w.Ticket(); ok {
+			t.Fatalf("waiter %d was forced by another's look", i+1)
+		}
+	}
+	// At its own look, a gap after the last forced grant (a thousandth of
+	// maxWait, no 429 measured): looked at again then.
+	if _, ok := ws[1].Poll(at); ok || ws[1].Next() != at.Add(120*time.Millisecond) {
+		t.Fatalf("at its own look, with the other forced at that instant: granted %v, next look at %s; want it 120 ms later", ok, ws[1].Next().Sub(t0))
+	}
+	// At the hard deadline any dispatch forces a waiter.
+	ws[2].Poll(t0.Add(120 * time.Second))
+	if _, ok := ws[3].Ticket(); !ok {
+		t.Fatal("a waiter at its hard deadline was not forced by another's look")
 	}
 }

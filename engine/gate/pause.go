@@ -1,9 +1,9 @@
 package gate
 
 // A call whose caller sends nothing into the provider's pause
-// (Request.NotIntoPause) is refused while it waits, as soon as the gate sees
-// that the pause outlasts anything its wait could end in: failing it open at
-// maxWait would only hand the caller a ticket it refuses.
+// (Request.Pause) is refused while it waits, as soon as the gate sees a pause
+// its caller would refuse it in at maxWait: failing it open there would only
+// hand the caller a ticket it refuses, later.
 
 import (
 	"errors"
@@ -11,11 +11,25 @@ import (
 	"time"
 )
 
+// PausePolicy is what a caller does with a call the gate lets through at
+// maxWait (failing open) while the provider's pause is still on.
+type PausePolicy uint8
+
+const (
+	// PauseSend: it sends the call (the simulator's sessions).
+	PauseSend PausePolicy = iota
+	// PauseSitOut: it sits out a pause that ends within maxWait, and answers
+	// the call itself when more than maxWait of the pause is left (the proxy).
+	PauseSitOut
+	// PauseAnswer: it answers the call itself (the decision API).
+	PauseAnswer
+)
+
 // ErrLongPause is what a refused waiter's admission wraps (PauseError).
 var ErrLongPause = errors.New("gate: the model's pause outlasts the call's wait")
 
 // PauseError is Admit's answer to a call refused in a pause
-// (Request.NotIntoPause): the pause ends at Until, and the call had waited
+// (Request.Pause): the pause ends at Until, and the call had waited
 // Waited when it was refused. Nothing is held.
 type PauseError struct {
 	Until  time.Time
@@ -28,7 +42,7 @@ func (e *PauseError) Error() string {
 
 func (e *PauseError) Unwrap() error { return ErrLongPause }
 
-// Refused reports when the pause a waiter was refused in ends (NotIntoPause),
+// Refused reports when the pause a waiter was refused in ends (Request.Pause),
 // and whether it was.
 func (w *Waiter) Refused() (until time.Time, ok bool) {
 	w.b.mu.Lock()
@@ -46,18 +60,18 @@ func (b *bucket) pauseEndLocked(now time.Time) time.Time {
 	return end
 }
 
-// refuseInPauseLocked refuses w when its caller sends nothing into a pause and
-// the pause ending at end outlasts what its wait can come to: the pause makes
-// its wait run past maxWait, so the gate forces it through at its own point of
-// maxWait's last tenth (deadlineLocked), and a caller that finds more than
-// maxWait of the pause left there answers the call itself (a shorter pause
-// it sits out). Refused now, the call gets that answer now, not at maxWait.
-// It reports whether w was refused.
+// refuseInPauseLocked refuses w when its caller would refuse it in the pause
+// ending at end. A pause that ends past w's maxWait deadline makes its wait
+// run past maxWait, so the gate lets it through at its own point of maxWait's
+// last tenth (deadlineLocked); the caller answers it there when more of the
+// pause is left than it sits out (Request.Pause). Refused now, the call gets
+// that answer now, not at maxWait. It reports whether w was refused.
 func (b *bucket) refuseInPauseLocked(now time.Time, w *Waiter, end time.Time) bool {
-	if !w.req.NotIntoPause || w.granted || !w.refusedUntil.IsZero() {
+	if w.req.Pause == PauseSend || w.granted || !w.refusedUntil.IsZero() {
 		return false
 	}
-	if at, _ := b.deadlineLocked(w); !end.After(at.Add(b.l.conf().MaxWait)) {
+	at, hard := b.deadlineLocked(w)
+	if !end.After(hard) || !end.After(at.Add(b.sitsOut(w.req.Pause))) {
 		return false
 	}
 	w.refusedUntil = end
@@ -86,11 +100,11 @@ func (b *bucket) refusePausedLocked(now time.Time) {
 
 // refusedAtOnceLocked is the waiter, already refused, of a call req whose wait
 // is past maxWait as it arrives — the gate would admit it at once, failing
-// open — when that wait is a pause with more than maxWait left; nil otherwise.
+// open — when its caller would refuse it in the pause still on; nil otherwise.
 // It never joins the queue.
 func (b *bucket) refusedAtOnceLocked(now time.Time, req Request) *Waiter {
 	end := b.pauseEndLocked(now)
-	if !end.After(now.Add(b.l.conf().MaxWait)) {
+	if !end.After(now.Add(b.sitsOut(req.Pause))) {
 		return nil
 	}
 	w := &Waiter{b: b, req: req, enqueued: now, ready: make(chan struct{}), refusedUntil: end}
@@ -109,4 +123,13 @@ func (l *Ledger) refusePausedOf(provider string, now time.Time) {
 			b.mu.Unlock()
 		}
 	}
+}
+
+// sitsOut is how much of a pause a caller with policy p sits out at the point
+// the gate lets its call through.
+func (b *bucket) sitsOut(p PausePolicy) time.Duration {
+	if p == PauseSitOut {
+		return b.l.conf().MaxWait
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,33 +12,39 @@ import (
 )
 
 // TestQueuedCallsRefusedInALongPause: calls queue behind a 100 s cooldown; at
-// 50 s a second 429 asks for 300 s more. A call whose caller sends nothing into
-// the pause (NotIntoPause) would fail open at its maxWait deadline (120 s) with
-// 230 s of the pause left, more than maxWait, and be refused by its caller
-// then: the gate refuses it at once, with the pause's end, and nothing stays
-// queued or granted. A call without it is failed open at its deadline as
-// before. A pause its caller would sit out (ending within maxWait of the
-// deadline) refuses nothing. A provider-wide 429 refuses its models' calls.
+// 50 s a second 429 lengthens it. Without jitter the gate lets a call whose
+// wait runs past maxWait through at its deadline, 120 s. There:
+//   - a caller that sits a pause out (PauseSitOut, the proxy) refuses the call
+//     when more than maxWait of the pause is left: a pause to 350 s;
+//   - a caller that never sends into a pause (PauseAnswer, the decision API)
+//     refuses it when any is left: a pause to 130 s too;
+//
+// and the gate refuses such a call at once, with the pause's end, nothing
+// queued or granted. A call that is sent (PauseSend) is let through at its
+// deadline as before; a pause that ends by the deadline (115 s) refuses
+// nothing. A provider-wide 429 refuses its models' calls.
 func TestQueuedCallsRefusedInALongPause(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		model        string        // the second 429's model ("": provider-wide)
-		second       time.Duration // its Retry-After, at 50 s
-		refused      bool          // the NotIntoPause calls are refused at 50 s
-		wantPauseEnd time.Duration
+		name    string
+		model   string        // the second 429's model ("": provider-wide)
+		end     time.Duration // the pause's end after it
+		refused []PausePolicy // the policies refused at 50 s
 	}{
-		{"long pause", "m", 300 * time.Second, true, 350 * time.Second},
-		{"provider-wide", "", 300 * time.Second, true, 350 * time.Second},
-		{"sat out", "m", 190 * time.Second, false, 0}, // ends at 240 s: maxWait after the deadline
+		{"long pause", "m", 350 * time.Second, []PausePolicy{PauseSitOut, PauseAnswer}},
+		{"provider-wide", "", 350 * time.Second, []PausePolicy{PauseSitOut, PauseAnswer}},
+		{"sat out", "m", 240 * time.Second, []PausePolicy{PauseAnswer}}, // maxWait after the deadline
+		{"past the deadline", "m", 130 * time.Second, []PausePolicy{PauseAnswer}},
+		{"by the deadline", "m", 115 * time.Second, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testGate()
 			c.Jitter = 0
 			l, _, _ := newTestLedger(t, c)
 			l.RateLimited(t0, "p", "m", 100*time.Second)
+			policies := []PausePolicy{PauseSend, PauseSitOut, PauseAnswer, PauseSend, PauseSitOut, PauseAnswer}
 			var ws []*Waiter
-			for i := range 6 {
-				r := Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, NotIntoPause: i%2 == 0}
+			for i, p := range policies {
+				r := Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, Pause: p}
 				if _, w := l.Submit(t0, r); w == nil {
 					t.Fatalf("call %d admitted in the cooldown", i)
 				} else {
@@ -45,18 +52,19 @@ func TestQueuedCallsRefusedInALongPause(t *testing.T) {
 				}
 			}
 			at := t0.Add(50 * time.Second)
-			l.RateLimitedBy(at, "p", tc.model, engine.RateLimit{RetryAfter: tc.second})
+			l.RateLimitedBy(at, "p", tc.model, engine.RateLimit{RetryAfter: tc.end - 50*time.Second})
+			queued := 0
 			for i, w := range ws {
 				until, refused := w.Refused()
-				want := tc.refused && i%2 == 0
-				if refused != want {
-					t.Fatalf("call %d (NotIntoPause %v): refused %v at 50 s, want %v", i, i%2 == 0, refused, want)
+				if want := slices.Contains(tc.refused, policies[i]); refused != want {
+					t.Fatalf("call %d (policy %d): refused %v at 50 s, want %v", i, policies[i], refused, want)
 				}
 				if !refused {
+					queued++
 					continue
 				}
-				if got := until.Sub(t0); got != tc.wantPauseEnd {
-					t.Errorf("call %d refused until %s, want the pause's end %s", i, got, tc.wantPauseEnd)
+				if got := until.Sub(t0); got != tc.end {
+					t.Errorf("call %d refused until %s, want the pause's end %s", i, got, tc.end)
 				}
 				select {
 				case <-w.Ready():
@@ -67,15 +75,14 @@ func TestQueuedCallsRefusedInALongPause(t *testing.T) {
 					t.Errorf("call %d refused and granted", i)
 				}
 			}
-			want := 6
-			if tc.refused {
-				want = 3
+			if st := l.BucketStatus(at, "p", "m"); st.Waiting != queued {
+				t.Errorf("%d queued after the second 429, want %d", st.Waiting, queued)
 			}
-			if st := l.BucketStatus(at, "p", "m"); st.Waiting != want {
-				t.Errorf("%d queued after the second 429, want %d", st.Waiting, want)
+			if tc.end <= 120*time.Second {
+				return // the calls wait the pause out, as any wait
 			}
 			// The calls left fail open at their deadline, as before.
-			ws[1].Poll(t0.Add(120 * time.Second))
+			ws[0].Poll(t0.Add(120 * time.Second)) // the deadline: any look forces them all
 			for i, w := range ws {
 				if _, refused := w.Refused(); refused {
 					continue
@@ -95,7 +102,7 @@ func TestQueuedCallsRefusedInALongPause(t *testing.T) {
 func TestAdmitRefusedInALongPause(t *testing.T) {
 	l, clk, _ := newTestLedger(t, testGate())
 	l.RateLimited(t0, "p", "m", 30*time.Second)
-	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10, NotIntoPause: true}
+	r := Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10, Pause: PauseSitOut}
 	// The context ends once the call is queued: not refused, Admit returns
 	// its error rather than sleep on the fake clock.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,13 +134,14 @@ func TestAdmitRefusedInALongPause(t *testing.T) {
 // TestPauseRefusesWhatTheCallerWouldAtItsFailOpen: twelve sessions queue behind
 // a 100 s cooldown that a second 429, 50 s in, lengthens to end at 235 s; the
 // gate spreads their maxWait fail-opens over 108–120 s (jitter 0.1). Asked
-// without NotIntoPause, each is let through at its own point, where its
-// caller finds the pause still on: more than maxWait of it left for some (the
-// caller answers them), less for others (the caller sits it out). Asked with
-// NotIntoPause, the gate refuses exactly the first kind, when the 429 comes.
+// with PauseSend, each is let through at its own point, where its caller
+// finds the pause still on: more than maxWait of it left for some, less for
+// others. A caller that sits out up to maxWait (PauseSitOut) would refuse the
+// first kind there, one that sits out nothing (PauseAnswer) all of them: asked
+// with its policy, the gate refuses exactly those, when the 429 comes.
 func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
 	const n = 12
-	run := func(notIntoPause bool) (*Ledger, []*Waiter) {
+	run := func(p PausePolicy) (*Ledger, []*Waiter) {
 		c := testGate()
 		c.Jitter = 0.1
 		c.Defaults.RPM = 100
@@ -141,23 +149,27 @@ func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
 		l.RateLimited(t0, "p", "m", 100*time.Second)
 		var ws []*Waiter
 		for i := range n {
-			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, NotIntoPause: notIntoPause})
+			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, Pause: p})
 			ws = append(ws, w)
 		}
 		l.RateLimited(t0.Add(50*time.Second), "p", "m", 185*time.Second)
 		return l, ws
 	}
-	plain, pws := run(false)
-	callerRefuses, seen := make([]bool, n), make([]bool, n)
+	plain, pws := run(PauseSend)
+	left, seen := make([]time.Duration, n), make([]bool, n) // the pause left at each fail-open
 	for now := t0.Add(100 * time.Second); !now.After(t0.Add(120 * time.Second)); now = now.Add(10 * time.Millisecond) {
-		pws[0].Poll(now) // one dispatch a step, over the whole queue
+		for i, w := range pws { // each waiter's own look, as its caller's timer runs it
+			if !seen[i] {
+				w.Poll(now)
+			}
+		}
 		for i, w := range pws {
 			if tk, ok := w.Ticket(); ok && !seen[i] {
 				if !tk.FailOpen || tk.Reason != "max-wait" {
 					t.Fatalf("session %d granted %+v at %s, want a max-wait fail-open", i, tk, now.Sub(t0))
 				}
 				seen[i] = true
-				callerRefuses[i] = plain.CooldownLeft(now, "p", "m") > plain.Config().MaxWait
+				left[i] = plain.CooldownLeft(now, "p", "m")
 				_ = plain.Release(now, tk)
 			}
 		}
@@ -167,33 +179,37 @@ func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
 			t.Fatalf("session %d not let through by 120 s", i)
 		}
 	}
-	_, ws := run(true)
-	var refused, satOut int
-	for i, w := range ws {
-		_, ok := w.Refused()
-		if ok != callerRefuses[i] {
-			t.Errorf("session %d: refused %v at 50 s; its caller, at its fail-open, refuses it: %v", i, ok, callerRefuses[i])
+	for _, p := range []PausePolicy{PauseSitOut, PauseAnswer} {
+		sitsOut := time.Duration(0)
+		if p == PauseSitOut {
+			sitsOut = plain.Config().MaxWait
 		}
-		if ok {
-			refused++
-		} else {
-			satOut++
+		_, ws := run(p)
+		var refused int
+		for i, w := range ws {
+			_, ok := w.Refused()
+			if callerRefuses := left[i] > sitsOut; ok != callerRefuses {
+				t.Errorf("policy %d, session %d: refused %v at 50 s; its caller, at its fail-open (%s of the pause left), refuses it: %v", p, i, ok, left[i], callerRefuses)
+			}
+			if ok {
+				refused++
+			}
 		}
-	}
-	if refused == 0 || satOut == 0 {
-		t.Fatalf("%d refused, %d sat out: the case should hold both kinds", refused, satOut)
+		if p == PauseSitOut && (refused == 0 || refused == n) {
+			t.Fatalf("%d of %d refused: the case should hold both kinds", refused, n)
+		}
 	}
 }
 
 // TestRefusedWaiterHoldsNothing: a provider-wide pause another instance
-// started (AdoptProviderCooldown) refuses the NotIntoPause calls queued before
+// started (AdoptProviderCooldown) refuses the PauseSitOut calls queued before
 // it at once, and leaves the others queued. A call submitted behind that queue
 // is refused in the dispatch: no wait is counted or told of, and Cancel and
 // Poll on it hold nothing.
 func TestRefusedWaiterHoldsNothing(t *testing.T) {
 	l, clk, ev := newTestLedger(t, testGate())
 	l.RateLimited(t0, "p", "m", 30*time.Second)
-	_, first := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, NotIntoPause: true})
+	_, first := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 10, Pause: PauseSitOut})
 	_, plain := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 10}) // stays queued: not refused
 	if first == nil || plain == nil {
 		t.Fatal("admitted in the cooldown")
@@ -204,11 +220,11 @@ func TestRefusedWaiterHoldsNothing(t *testing.T) {
 		t.Fatalf("queued call after another instance's provider-wide pause: refused %v until %s", ok, until.Sub(t0))
 	}
 	if _, ok := plain.Refused(); ok {
-		t.Fatal("a call without NotIntoPause was refused")
+		t.Fatal("a PauseSend call was refused")
 	}
 	waitsBefore := l.BucketStatus(clk.Now(), "p", "m").Waits
 	told := len(ev.kinds(EventWait))
-	_, w := l.Submit(clk.Now(), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, NotIntoPause: true})
+	_, w := l.Submit(clk.Now(), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 10, Pause: PauseSitOut})
 	if _, ok := w.Refused(); !ok {
 		t.Fatal("submitted behind a queue into the pause: not refused")
 	}
