@@ -956,27 +956,34 @@ const maxWaitSpread = 0.1
 // (forcedGapLocked): the first call maxWait lets through into a full window
 // meets the provider alone, and its answer — a 429, whose cooldown the proxy
 // sends none of the others into, or room — is back before the next goes.
+// Neither moves a look past the hard deadline, where any dispatch forces it.
+// What the gap holds back until then goes together there: a hundred grants fit
+// in the last tenth of a 120 s maxWait at the least gap.
 func forcedDue(now, until time.Time, capped, own bool, spread, hard, forcedAfter time.Time) (due bool, next time.Time) {
 	overrun := capped || until.After(hard)
 	switch {
 	case !now.Before(hard):
 		return true, time.Time{}
-	case overrun && own && !now.Before(spread) && now.Before(forcedAfter):
-		return false, forcedAfter
-	case overrun && own && !now.Before(spread):
+	case !overrun:
+		return false, until
+	case !now.Before(spread) && own && !now.Before(forcedAfter):
 		return true, time.Time{}
-	case overrun:
-		return false, spread
 	}
-	return false, until
+	// Its point ahead, or passed while another looks (its own look is due:
+	// its caller's timer runs it), or inside the gap.
+	if next = maxTime(maxTime(spread, forcedAfter), now); next.After(hard) {
+		next = hard
+	}
+	return false, next
 }
 
 // forcedGapLocked is the least time between two grants maxWait forces before
 // their hard deadlines: 1.5 × the longest recent admission→429 delay (a
-// refused call's round trip), and at least a thousandth of maxWait (120 ms
-// at 120 s: a hundred such grants across its last tenth).
+// refused call's round trip), at most a fiftieth of the window (as the count
+// guard), and at least a thousandth of maxWait (120 ms at 120 s).
 func (b *bucket) forcedGapLocked() time.Duration {
-	return max(b.roundTripLocked()*3/2, b.l.conf().MaxWait/1000)
+	cfg := b.l.conf()
+	return max(min(b.roundTripLocked()*3/2, cfg.Window/50), cfg.MaxWait/1000)
 }
 
 // maxWaitShare is a share in [0, 1) for a waiter from its session and its

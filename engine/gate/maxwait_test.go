@@ -113,22 +113,44 @@ func TestMaxWaitForcesOnlyAtTheWaitersOwnLook(t *testing.T) {
 		ws = append(ws, w)
 	}
 	l.RateLimited(t0.Add(50*time.Second), "p", "m", 300*time.Second) // every wait now runs past maxWait (120 s)
-	at := t0.Add(119900 * time.Millisecond)                          // every point passed (108–120 s), not the deadline
+	point := func(w *Waiter) time.Time {
+		w.b.mu.Lock()
+		defer w.b.mu.Unlock()
+		spread, _ := w.b.deadlineLocked(w)
+		return spread
+	}
+	slices.SortFunc(ws, func(a, b *Waiter) int { return point(a).Compare(point(b)) })
+	hard := t0.Add(120 * time.Second)
+	at := point(ws[1]) // the first two points passed, not the deadline
+	if !at.Add(120 * time.Millisecond).Before(hard) {
+		t.Fatalf("the sessions' points %s, %s leave no room for the gap before the deadline", point(ws[0]).Sub(t0), at.Sub(t0))
+	}
 	if tk, ok := ws[0].Poll(at); !ok || !tk.FailOpen {
-		t.Fatalf("the looking waiter at 119.9 s: %+v, %v; want forced", tk, ok)
+		t.Fatalf("the looking waiter at %s: %+v, %v; want forced", at.Sub(t0), tk, ok)
 	}
 	for i, w := range ws[1:] {
 		if _, ok := w.Ticket(); ok {
 			t.Fatalf("waiter %d was forced by another's look", i+1)
 		}
 	}
-	// At its own look, a gap after the last forced grant (a thousandth of
-	// maxWait, no 429 measured): looked at again then.
+	// Its own look, at the instant of the other's forced grant: a gap later
+	// (a thousandth of maxWait, no 429 measured).
 	if _, ok := ws[1].Poll(at); ok || ws[1].Next() != at.Add(120*time.Millisecond) {
 		t.Fatalf("at its own look, with the other forced at that instant: granted %v, next look at %s; want it 120 ms later", ok, ws[1].Next().Sub(t0))
 	}
-	// At the hard deadline any dispatch forces a waiter.
-	ws[2].Poll(t0.Add(120 * time.Second))
+	if tk, ok := ws[1].Poll(at.Add(120 * time.Millisecond)); !ok || !tk.FailOpen {
+		t.Fatalf("a gap later: %+v, %v; want forced", tk, ok)
+	}
+	// The gap never moves a look past the deadline, where any dispatch
+	// forces a waiter.
+	near := hard.Add(-50 * time.Millisecond)
+	if _, ok := ws[2].Poll(near); ok && ws[3].Next().After(hard) {
+		t.Fatalf("next look at %s, past the deadline", ws[3].Next().Sub(t0))
+	}
+	if _, ok := ws[3].Poll(near); ok || ws[3].Next() != hard {
+		t.Fatalf("in the gap 50 ms before the deadline: granted %v, next look at %s; want the deadline", ok, ws[3].Next().Sub(t0))
+	}
+	ws[2].Poll(hard)
 	if _, ok := ws[3].Ticket(); !ok {
 		t.Fatal("a waiter at its hard deadline was not forced by another's look")
 	}

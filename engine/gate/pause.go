@@ -63,15 +63,16 @@ func (b *bucket) pauseEndLocked(now time.Time) time.Time {
 // refuseInPauseLocked refuses w when its caller would refuse it in the pause
 // ending at end. A pause that ends past w's maxWait deadline makes its wait
 // run past maxWait, so the gate lets it through at its own point of maxWait's
-// last tenth (deadlineLocked); the caller answers it there when more of the
-// pause is left than it sits out (Request.Pause). Refused now, the call gets
-// that answer now, not at maxWait. It reports whether w was refused.
+// last tenth, or at the deadline (forcedDue); the caller answers it there when
+// more of the pause is left than it sits out (Request.Pause). The rule reads
+// the deadline, the latest point: it refuses only a call its caller would
+// refuse wherever the gate let it through. Refused now, the call gets that
+// answer now, not at maxWait. It reports whether w was refused.
 func (b *bucket) refuseInPauseLocked(now time.Time, w *Waiter, end time.Time) bool {
 	if w.req.Pause == PauseSend || w.granted || !w.refusedUntil.IsZero() {
 		return false
 	}
-	at, hard := b.deadlineLocked(w)
-	if !end.After(hard) || !end.After(at.Add(b.sitsOut(w.req.Pause))) {
+	if _, hard := b.deadlineLocked(w); !end.After(hard.Add(b.sitsOut(w.req.Pause))) {
 		return false
 	}
 	w.refusedUntil = end

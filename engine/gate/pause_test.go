@@ -132,16 +132,18 @@ func TestAdmitRefusedInALongPause(t *testing.T) {
 }
 
 // TestPauseRefusesWhatTheCallerWouldAtItsFailOpen: twelve sessions queue behind
-// a 100 s cooldown that a second 429, 50 s in, lengthens to end at 235 s; the
-// gate spreads their maxWait fail-opens over 108–120 s (jitter 0.1). Asked
-// with PauseSend, each is let through at its own point, where its caller
-// finds the pause still on: more than maxWait of it left for some, less for
-// others. A caller that sits out up to maxWait (PauseSitOut) would refuse the
-// first kind there, one that sits out nothing (PauseAnswer) all of them: asked
-// with its policy, the gate refuses exactly those, when the 429 comes.
+// a 100 s cooldown that a second 429, 50 s in, lengthens; the gate spreads
+// their maxWait fail-opens over 108–120 s (jitter 0.1), each at its own look.
+// Asked with PauseSend, each is let through at its point, where its caller
+// finds the pause still on. Asked with the caller's policy, the gate refuses
+// at once only calls the caller would refuse there — more of the pause left
+// than it sits out (maxWait for PauseSitOut, nothing for PauseAnswer) — and
+// it reads the deadline, the latest point, so a pause ending at 235 s refuses
+// none for PauseSitOut (some would be refused at their point, with 115–127 s
+// left, and are answered there) and one ending at 250 s all.
 func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
 	const n = 12
-	run := func(p PausePolicy) (*Ledger, []*Waiter) {
+	run := func(p PausePolicy, end time.Duration) (*Ledger, []*Waiter) {
 		c := testGate()
 		c.Jitter = 0.1
 		c.Defaults.RPM = 100
@@ -152,51 +154,62 @@ func TestPauseRefusesWhatTheCallerWouldAtItsFailOpen(t *testing.T) {
 			_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprintf("s%d", i), InputTokens: 10, Pause: p})
 			ws = append(ws, w)
 		}
-		l.RateLimited(t0.Add(50*time.Second), "p", "m", 185*time.Second)
+		l.RateLimited(t0.Add(50*time.Second), "p", "m", end-50*time.Second)
 		return l, ws
 	}
-	plain, pws := run(PauseSend)
-	left, seen := make([]time.Duration, n), make([]bool, n) // the pause left at each fail-open
-	for now := t0.Add(100 * time.Second); !now.After(t0.Add(120 * time.Second)); now = now.Add(10 * time.Millisecond) {
-		for i, w := range pws { // each waiter's own look, as its caller's timer runs it
-			if !seen[i] {
-				w.Poll(now)
-			}
-		}
-		for i, w := range pws {
-			if tk, ok := w.Ticket(); ok && !seen[i] {
-				if !tk.FailOpen || tk.Reason != "max-wait" {
-					t.Fatalf("session %d granted %+v at %s, want a max-wait fail-open", i, tk, now.Sub(t0))
+	for _, tc := range []struct {
+		policy  PausePolicy
+		end     time.Duration
+		refused int // of n, at 50 s
+	}{
+		{PauseSitOut, 235 * time.Second, 0},
+		{PauseSitOut, 250 * time.Second, n},
+		{PauseAnswer, 235 * time.Second, n},
+		{PauseAnswer, 115 * time.Second, 0}, // ends within maxWait: waited out
+	} {
+		plain, pws := run(PauseSend, tc.end)
+		left, seen := make([]time.Duration, n), make([]bool, n) // the pause left where each is let through
+		for now := t0.Add(100 * time.Second); !now.After(t0.Add(120 * time.Second)); now = now.Add(10 * time.Millisecond) {
+			for i, w := range pws { // each waiter's own look, as its caller's timer runs it
+				if seen[i] {
+					continue
 				}
-				seen[i] = true
-				left[i] = plain.CooldownLeft(now, "p", "m")
-				_ = plain.Release(now, tk)
+				if tk, ok := w.Poll(now); ok {
+					seen[i] = true
+					left[i] = plain.CooldownLeft(now, "p", "m")
+					_ = plain.Release(now, tk)
+				}
 			}
 		}
-	}
-	for i := range seen {
-		if !seen[i] {
-			t.Fatalf("session %d not let through by 120 s", i)
-		}
-	}
-	for _, p := range []PausePolicy{PauseSitOut, PauseAnswer} {
 		sitsOut := time.Duration(0)
-		if p == PauseSitOut {
+		if tc.policy == PauseSitOut {
 			sitsOut = plain.Config().MaxWait
 		}
-		_, ws := run(p)
-		var refused int
+		callerRefuses := 0
+		for i := range seen {
+			if !seen[i] {
+				t.Fatalf("end %s: session %d not let through by 120 s", tc.end, i)
+			}
+			if left[i] > sitsOut {
+				callerRefuses++
+			}
+		}
+		_, ws := run(tc.policy, tc.end)
+		refused := 0
 		for i, w := range ws {
 			_, ok := w.Refused()
-			if callerRefuses := left[i] > sitsOut; ok != callerRefuses {
-				t.Errorf("policy %d, session %d: refused %v at 50 s; its caller, at its fail-open (%s of the pause left), refuses it: %v", p, i, ok, left[i], callerRefuses)
+			if ok && left[i] <= sitsOut {
+				t.Errorf("policy %d, end %s, session %d: refused at 50 s, but its caller, with %s of the pause left where it is let through, would not refuse it", tc.policy, tc.end, i, left[i])
 			}
 			if ok {
 				refused++
 			}
 		}
-		if p == PauseSitOut && (refused == 0 || refused == n) {
-			t.Fatalf("%d of %d refused: the case should hold both kinds", refused, n)
+		if refused != tc.refused {
+			t.Errorf("policy %d, end %s: %d refused at 50 s, want %d (its caller refuses %d where they are let through)", tc.policy, tc.end, refused, tc.refused, callerRefuses)
+		}
+		if tc.policy == PauseSitOut && tc.end == 235*time.Second && (callerRefuses == 0 || callerRefuses == n) {
+			t.Errorf("end 235 s: the caller refuses %d of %d where they are let through: the case should hold both kinds", callerRefuses, n)
 		}
 	}
 }
