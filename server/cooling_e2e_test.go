@@ -106,9 +106,16 @@ gate:
 // sections.
 func pausingProvider(t *testing.T, tokens int64, window, retryAfter time.Duration, config string) (*fakeprovider.Provider, *pxFixture) {
 	t.Helper()
-	prov := fakeprovider.New(fakeprovider.Config{Tokens: tokens, Window: window, RetryAfter: retryAfter,
+	return fakeProviderFixture(t, fakeprovider.Config{Tokens: tokens, Window: window, RetryAfter: retryAfter,
 		Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
-		OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
+		OutputMedian: 100, OutputSigma: 0.5, Seed: 1}, config)
+}
+
+// fakeProviderFixture starts a fake provider of pc on 127.0.0.1 and gatectl in
+// front of it as provider "fake", with config's other sections.
+func fakeProviderFixture(t *testing.T, pc fakeprovider.Config, config string) (*fakeprovider.Provider, *pxFixture) {
+	t.Helper()
+	prov := fakeprovider.New(pc)
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)
 	return prov, newPxFixtureWith(t, fmt.Sprintf("providers:\n  fake: {kind: openai, baseURL: %s/v1}\n", up.URL)+config, nil)
@@ -126,17 +133,12 @@ func TestQueuedCallsAnsweredWhenALongPauseStartsOverRealSockets(t *testing.T) {
 	const sessions = 20
 	// Answers take 300 ms: every call reaches the gate, and the queue forms,
 	// before the first 429 comes back.
-	prov := fakeprovider.New(fakeprovider.Config{Tokens: 4000, Window: 10 * time.Second, RetryAfter: 250 * time.Second,
-		Latency: 300 * time.Millisecond, OutputMedian: 100, OutputSigma: 0.5, Seed: 1})
-	up := httptest.NewServer(prov)
-	t.Cleanup(up.Close)
-	f := newPxFixtureWith(t, fmt.Sprintf(`
-providers:
-  fake: {kind: openai, baseURL: %s/v1}
+	prov, f := fakeProviderFixture(t, fakeprovider.Config{Tokens: 4000, Window: 10 * time.Second, RetryAfter: 250 * time.Second,
+		Latency: 300 * time.Millisecond, OutputMedian: 100, OutputSigma: 0.5, Seed: 1}, `
 gate:
   window: 10s
   defaults: {tpm: 8000, rpm: 100000}
-`, up.URL), nil)
+`)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: sessions}}
 	start := time.Now()
 	prov.SetEpoch(start)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -102,20 +101,15 @@ func TestGateRequestProbeE2E(t *testing.T) {
 				target, caps = c.maxRPM, fmt.Sprintf(", maxRpm: %d", c.maxRPM)
 				guard = "\n  countGuard: 0.02"
 			}
-			prov := fakeprovider.New(fakeprovider.Config{
+			prov, f := fakeProviderFixture(t, fakeprovider.Config{
 				Tokens: tokens, Window: window, Requests: limit, RetryAfter: window, Unstated: true, Unnamed: c.unnamed,
 				Latency: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, PerOutputToken: 100 * time.Microsecond,
 				OutputMedian: timingOutputMedian, OutputSigma: timingOutputSigma, Seed: 1,
-			})
-			up := httptest.NewServer(prov)
-			t.Cleanup(up.Close)
-			f := newPxFixtureWith(t, fmt.Sprintf(`
-providers:
-  fake: {kind: openai, baseURL: %s/v1}
+			}, fmt.Sprintf(`
 gate:
   window: %s%s
   defaults: {tpm: %d, rpm: %d%s}
-`, up.URL, window, guard, c.tpm, c.start, caps), nil)
+`, window, guard, c.tpm, c.start, caps))
 			runs = append(runs, &probeRun{c: c, prov: prov, f: f, target: target, caps: caps})
 		}
 	}
