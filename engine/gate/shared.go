@@ -213,13 +213,20 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		if g.Reason == "rpm" {
 			b.rpmBoundAt = now // the shared request count binds: the request pacer runs
 		}
+		if g.Reason == "cooldown" {
+			// Another instance's 429: the provider's pause holds every call,
+			// whatever its size, until it ends — asked again meanwhile, the
+			// store says the same, and failing open it would let one in.
+			b.sharedHoldNeed, b.sharedHoldOutput = 0, 0
+		}
 		return "", g.Wait, g.Reason
 	}
 	return g.ID, 0, ""
 }
 
-// sharedReleased is a release notification from another instance (or this
-// one): capacity came back, so the hold is lifted and the waiters are tried.
+// SharedReleased is a release notification from another instance (or this
+// one): capacity came back, so the hold is lifted and the waiters are tried —
+// unless the hold is another instance's cooldown, which a release does not end.
 func (l *Ledger) SharedReleased(provider, model string) {
 	sh := l.shardOf(provider, model)
 	sh.mu.RLock()
@@ -230,6 +237,9 @@ func (l *Ledger) SharedReleased(provider, model string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.sharedHoldReason == "cooldown" && b.l.clock.Now().Before(b.sharedHoldUntil) {
+		return // room came back, the provider's pause did not end
+	}
 	b.sharedHoldUntil = time.Time{}
 	b.dispatchLocked(b.l.clock.Now())
 }

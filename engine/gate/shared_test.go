@@ -216,3 +216,78 @@ func TestCooldownLeftOfAnotherInstance(t *testing.T) {
 		t.Fatalf("CooldownLeft %s, want the shared cooldown's 190s", cd)
 	}
 }
+
+// switchingStore is a shared window whose model cools down until until
+// (another instance met the 429); with down set it fails (failOpen: the
+// instance decides alone). asked counts the Reserve calls that were not forced.
+type switchingStore struct {
+	until time.Time
+	down  bool
+	asked int
+}
+
+func (s *switchingStore) Reserve(r SharedReserve) (SharedGrant, error) {
+	if s.down {
+		return SharedGrant{}, errDown
+	}
+	if !r.Force {
+		s.asked++
+	}
+	if !r.Force && r.Now.Before(s.until) {
+		return SharedGrant{Wait: s.until.Sub(r.Now), Reason: "cooldown"}, nil
+	}
+	return SharedGrant{ID: "e"}, nil
+}
+func (s *switchingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
+func (s *switchingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *switchingStore) Available() error { return nil }
+
+// Another instance's cooldown, once the shared window answered it, holds every
+// call of the model until it ends, whatever its size: a cooldown is the
+// provider's pause, not a window too full for one call. Neither a release
+// notification (another instance's call settled: room came back, the pause
+// did not end) nor a store that fails open afterwards lets a call into it, and
+// the calls held ask the store nothing more until it ends.
+func TestAnotherInstancesCooldownHoldsEveryCall(t *testing.T) {
+	until := t0.Add(30 * time.Second) // within maxWait: the calls wait it out
+	st := &switchingStore{until: until}
+	l, _ := sharedLedger(t, testGate(), st)
+	big := Request{Provider: "p", Model: "m", Session: "a", InputTokens: 500}
+	if tk, w := l.Submit(t0, big); w == nil {
+		t.Fatalf("admitted %+v into another instance's cooldown", tk)
+	}
+	asked := st.asked
+	// A smaller call: held by the cooldown known, without asking again.
+	small := Request{Provider: "p", Model: "m", Session: "b", InputTokens: 10}
+	tk, w := l.Submit(t0.Add(time.Second), small)
+	if w == nil {
+		t.Fatalf("a smaller call admitted %+v into another instance's cooldown", tk)
+	}
+	if st.asked != asked {
+		t.Fatalf("the store was asked %d more times during a cooldown it answered", st.asked-asked)
+	}
+	// Another instance's call settles: a release, not the pause's end.
+	l.SharedReleased("p", "m")
+	if st.asked != asked {
+		t.Fatalf("a release during the cooldown had the store asked %d more times", st.asked-asked)
+	}
+	if cd := l.CooldownLeft(t0.Add(2*time.Second), "p", "m"); cd != 28*time.Second {
+		t.Fatalf("CooldownLeft %s after a release, want the shared cooldown's 28s", cd)
+	}
+	// The store fails (failOpen): the cooldown known still holds, through a
+	// release too.
+	st.down = true
+	l.SharedReleased("p", "m")
+	if tk, ok := w.Poll(t0.Add(3 * time.Second)); ok {
+		t.Fatalf("granted %+v into the known cooldown with the store down", tk)
+	}
+	if tk, w2 := l.Submit(t0.Add(4*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 5}); w2 == nil {
+		t.Fatalf("a new call admitted %+v into the known cooldown with the store down", tk)
+	}
+	// At its end the calls go, the store still down: this instance alone.
+	if tk, ok := w.Poll(until); !ok || tk.FailOpen {
+		t.Fatalf("at the cooldown's end: granted=%v %+v, want a grant", ok, tk)
+	}
+}

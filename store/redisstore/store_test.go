@@ -683,3 +683,68 @@ func TestReserveNeverReusesALiveEntrysID(t *testing.T) {
 		t.Fatalf("once both left the window it holds %d tokens, want 1 (the new call alone)", g.WindowTokens)
 	}
 }
+
+// Through a real Redis: a call B holds in A's cooldown stays held when A's
+// call settles (a release: room came back, the pause did not end) and when
+// Redis then goes down (failOpen: B decides alone, the cooldown it was told of
+// still holds), and goes at the cooldown's end.
+func TestCooldownHoldOutlivesAReleaseAndTheStore(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := engine.NewFakeClock(time.Now())
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100000, RPM: 1000}
+	cfg.Pace = 0
+	released := make(chan struct{}, 16)
+	var ls []*gate.Ledger
+	for i := range 2 {
+		s := open(t, srv, FailOpen)
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := Handlers{Released: l.SharedReleased}
+		if i == 1 {
+			h.Released = func(provider, model string) {
+				l.SharedReleased(provider, model)
+				released <- struct{}{}
+			}
+		}
+		s.Notify(h)
+		ls = append(ls, l)
+	}
+	a, b := ls[0], ls[1]
+	waitSubscribed(t, srv)
+	first, w := a.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 1000, MaxTokens: 1000})
+	if w != nil {
+		t.Fatal("A waited on an empty window")
+	}
+	a.RateLimited(clock.Now(), "p", "m", 30*time.Second)
+	_, held := b.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "t", InputTokens: 10, MaxTokens: 10})
+	if held == nil {
+		t.Fatal("B admitted a call into the cooldown A's 429 started")
+	}
+	_ = a.Settle(clock.Now(), first, gate.Usage{InputTokens: 1000, OutputTokens: 10}) // frees 990: a release
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("B heard no release within 5s")
+	}
+	if tk, ok := held.Poll(clock.Now()); ok {
+		t.Fatalf("B granted %+v into A's cooldown after a release", tk)
+	}
+	if cd := b.CooldownLeft(clock.Now(), "p", "m"); cd < 29*time.Second {
+		t.Fatalf("B's CooldownLeft %s after a release, want A's 30s", cd)
+	}
+	srv.Kill()
+	clock.Advance(time.Second)
+	if tk, ok := held.Poll(clock.Now()); ok {
+		t.Fatalf("B granted %+v into A's cooldown with Redis down", tk)
+	}
+	if tk, w := b.Submit(clock.Now(), gate.Request{Provider: "p", Model: "m", Session: "u", InputTokens: 1, MaxTokens: 1}); w == nil {
+		t.Fatalf("B admitted a smaller call %+v into A's cooldown with Redis down", tk)
+	}
+	clock.Advance(30 * time.Second)
+	if tk, ok := held.Poll(clock.Now()); !ok || tk.FailOpen {
+		t.Fatalf("at the cooldown's end with Redis down: granted=%v %+v, want B's own grant", ok, tk)
+	}
+}
