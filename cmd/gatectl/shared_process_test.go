@@ -35,6 +35,48 @@ type phaseResult struct {
 	utilization        float64 // tokens served per full window ÷ the hidden limit, over the steady windows
 	clientOK, clientKO int64
 	perBase            []int64 // calls served through each instance
+	peak               int     // the most calls that reached the provider within peakSpan, after the first window
+}
+
+// peakSpan is the span the busiest moment of a phase is counted over: a
+// tenth of the pace's third of a window.
+const peakSpan = sharedWindow / 30
+
+// arrivalLog records when each call reached the provider.
+type arrivalLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (a *arrivalLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		if len(a.at) < 100000 { // bounded: the load is
+			a.at = append(a.at, time.Now())
+		}
+		a.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// peak is the most arrivals within any span, from skip after the first on.
+func (a *arrivalLog) peak(skip, span time.Duration) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.at) == 0 {
+		return 0
+	}
+	from := a.at[0].Add(skip)
+	most, lo := 0, 0
+	for hi, t := range a.at {
+		for a.at[lo].Before(t.Add(-span)) {
+			lo++
+		}
+		if !t.Before(from) {
+			most = max(most, hi-lo+1)
+		}
+	}
+	return most
 }
 
 // fairness is the largest share of the calls one instance got over its fair
@@ -169,7 +211,8 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 	t.Helper()
 	fake := fakeprovider.New(fakeprovider.Config{Tokens: 20000, Window: sharedWindow, RetryAfter: time.Second,
 		Latency: 20 * time.Millisecond, OutputMedian: 140, Seed: uint64(n)})
-	up := httptest.NewServer(fake)
+	arrivals := &arrivalLog{}
+	up := httptest.NewServer(arrivals.wrap(fake))
 	defer up.Close()
 	prefix := fmt.Sprintf("e2e%d-%d:", n, time.Now().UnixNano())
 	var bases []string
@@ -192,7 +235,8 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 	const windows = 3
 	ok, ko, perBase := runLoad(t, bases, 12, windows*sharedWindow, hook)
 	st := fake.Stats()
-	r := phaseResult{instances: n, served: st.Served, refused: st.Refused, clientOK: ok, clientKO: ko, perBase: perBase}
+	r := phaseResult{instances: n, served: st.Served, refused: st.Refused, clientOK: ok, clientKO: ko, perBase: perBase,
+		peak: arrivals.peak(sharedWindow, peakSpan)}
 	// Utilization over the full windows after the first (the learner's first window).
 	var tokens int64
 	steady := 0
@@ -217,15 +261,15 @@ func phase(t *testing.T, bin, dir string, rs *redistest.Server, n int, shared bo
 	if h.after != nil {
 		h.after(bases)
 	}
-	t.Logf("shared=%v %d instance(s): %d calls ok, %d failed; provider served %d, refused %d (429 share %.3f); utilization %.3f",
-		shared, n, ok, ko, r.served, r.refused, r.share429(), r.utilization)
+	t.Logf("shared=%v %d instance(s): %d calls ok, %d failed; provider served %d, refused %d (429 share %.3f); utilization %.3f; at most %d calls within %v",
+		shared, n, ok, ko, r.served, r.refused, r.share429(), r.utilization, r.peak, peakSpan)
 	return r
 }
 
 // Two and three `gatectl serve` processes sharing one Redis behave as one gate:
 // against one provider with a hidden limit, the load split across them gets
-// the 429s and the utilization one instance gets on the same load, and no call
-// is lost. Then Redis dies mid-load: with failOpen no call fails, and when it
+// the 429s, the utilization and the pace one instance gets on the same load,
+// and no call is lost. Then Redis dies mid-load: with failOpen no call fails, and when it
 // returns the instances share again without a restart.
 func TestSharedGateProcesses(t *testing.T) {
 	if testing.Short() {
@@ -250,6 +294,12 @@ func TestSharedGateProcesses(t *testing.T) {
 		}
 		if ratio := r.utilization / one.utilization; ratio < 0.9 || ratio > 1.1 {
 			t.Errorf("%d instances: utilization %.3f is %.2f× one instance's %.3f (want within 10%%)", n, r.utilization, ratio, one.utilization)
+		}
+		// The instances pace the key as one does: each at its share of the
+		// pace. (Each at the whole pace, two let 9–10 calls reach the provider
+		// within 133 ms and three 14, where one lets 5.)
+		if r.peak > one.peak*3/2+1 {
+			t.Errorf("%d instances: %d calls reached the provider within %v, one instance %d: they do not pace as one", n, r.peak, peakSpan, one.peak)
 		}
 		// Fairness across instances is approximate; an instance starved or
 		// hogging the quota is not.

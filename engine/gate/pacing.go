@@ -26,12 +26,12 @@ func (p *pacer) refill(now time.Time, rate, burst float64) {
 	}
 	if at < p.at { // the clock stepped back: refill from here on, never wait for it to catch up
 		p.at = at
-		return
 	}
 	if at > p.at {
-		p.level = math.Min(burst, p.level+rate*float64(at-p.at)/1e9)
+		p.level += rate * float64(at-p.at) / 1e9
 		p.at = at
 	}
+	p.level = math.Min(burst, p.level) // (a burst that shrank — a share of a shared pace — holds at once)
 }
 
 // wait is how long until the pacer holds need (a full burst, for more than
@@ -60,12 +60,26 @@ func (p *pacer) spend(now time.Time, amount, rate, burst, budget float64) {
 
 // paceParams are the pacer's rate (a second) and burst for a budget of one
 // window: the token budget's, or the request budget's.
+//
+// With a shared window the budget is the key's, and each of the N instances
+// asking for the model paces at 1/N of it. Each at the whole pace, N
+// instances let N bursts through at once when a shared cooldown ended, and
+// the budget went in a pace-th of a window ÷ N: the cohort the pacer is
+// there to break. A share, rather than one pacer in the store, keeps what
+// each instance's own pacer gave: when room comes back in the shared
+// window, the instance that asks first cannot take every call of it, so the
+// instances share the quota evenly (one pacer in the store, which the first
+// to ask drew on, let one of three instances take 1.5–1.8× its share).
 func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 	cfg := b.l.conf()
 	if cfg.Pace <= 0 || budget <= 0 {
 		return 0, 0
 	}
-	return cfg.Pace * float64(budget) / cfg.Window.Seconds(), math.Max(1, cfg.PaceBurst*float64(budget))
+	share := 1.0
+	if b.l.shared != nil && b.sharedAsking > 1 {
+		share = 1 / float64(b.sharedAsking)
+	}
+	return share * cfg.Pace * float64(budget) / cfg.Window.Seconds(), math.Max(1, share*cfg.PaceBurst*float64(budget))
 }
 
 // paceWaitLocked is how long the pacers hold a reservation of res (within the

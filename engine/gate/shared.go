@@ -64,6 +64,9 @@ type SharedReserve struct {
 	Budget          int64         // token budget; 0: no token check (an over-budget call)
 	RPM             int           // request budget; 0: no request check
 	Force           bool          // record without checking (a call that fails open)
+	// ActiveSpan: an instance that asked within it counts among those
+	// asking (SharedGrant.Instances).
+	ActiveSpan time.Duration
 	// The output window (output.go), shared when the model has an output
 	// limit: the call's output reserve recorded, checked against
 	// OutputBudget; OutputBudget 0: none recorded, no output check.
@@ -91,6 +94,9 @@ type SharedGrant struct {
 	Reason       string        // why refused: cooldown | tpm | rpm | otpm
 	WindowTokens int64         // the shared window's tokens after the decision
 	WindowOutput int64         // its output tokens, when the request had an OutputBudget
+	// Instances is how many instances asked for the model within the
+	// request's ActiveSpan, this one included (0: not known).
+	Instances int
 }
 
 // ErrStoreUnavailable is Admit's answer when the shared store is down and its
@@ -143,7 +149,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
 	}
 	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
-		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force}
+		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force, ActiveSpan: b.l.conf().Window}
 	if ob <= 0 {
 		// The axis stopped binding (a reload, a reset): when it binds again,
 		// what this instance spent meanwhile goes to the shared window again.
@@ -190,6 +196,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		}
 		return "", 0, "" // failOpen: the local gate decides alone
 	}
+	b.sharedAsking = g.Instances
 	others := g.WindowTokens - b.win.tokens
 	if g.ID != "" {
 		others -= sz.total // the window Redis reported holds this call already; the local one will

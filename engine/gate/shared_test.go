@@ -291,3 +291,48 @@ func TestAnotherInstancesCooldownHoldsEveryCall(t *testing.T) {
 		t.Fatalf("at the cooldown's end: granted=%v %+v, want a grant", ok, tk)
 	}
 }
+
+// askingStore grants every call and says n instances ask for the model.
+type askingStore struct{ n int }
+
+func (s *askingStore) Reserve(SharedReserve) (SharedGrant, error) {
+	return SharedGrant{ID: "e", Instances: s.n}, nil
+}
+func (s *askingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
+func (s *askingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *askingStore) Available() error { return nil }
+
+// With a shared window each of the instances asking for a model paces at its
+// share of the pace: the burst it lets through at once and the rate after.
+func TestSharedPaceIsSplitAmongTheInstancesAsking(t *testing.T) {
+	cfg := testGate()
+	cfg.Defaults = ModelLimits{TPM: 100000, RPM: 10000}
+	cfg.Pace, cfg.PaceBurst = 3, 0.1 // a burst of 10,000 tokens; 5,000 a second
+	granted := func(n int) (atOnce, inASecond int) {
+		l, _ := sharedLedger(t, cfg, &askingStore{n: n})
+		var ws []*Waiter
+		for i := range 40 {
+			if _, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: fmt.Sprint("s", i), InputTokens: 1000}); w != nil {
+				ws = append(ws, w)
+				continue
+			}
+			atOnce++
+		}
+		for _, w := range ws {
+			if _, ok := w.Poll(t0.Add(3 * time.Second)); ok {
+				inASecond++
+			}
+		}
+		return atOnce, inASecond
+	}
+	// Each call reserves 1,100 tokens (its input and testGate's output
+	// reserve of 100): alone, 9 at once and 13 in three seconds.
+	alone, aloneNext := granted(1)
+	three, threeNext := granted(3)
+	t.Logf("granted at once and within the next three seconds: alone %d, %d; one of three %d, %d", alone, aloneNext, three, threeNext)
+	if three*2 > alone || threeNext*2 > aloneNext || three == 0 || threeNext == 0 {
+		t.Fatalf("one of three instances let %d through at once and %d in the next three seconds, alone %d and %d: want about a third", three, threeNext, alone, aloneNext)
+	}
+}

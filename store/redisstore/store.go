@@ -434,11 +434,13 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 	_, _ = rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])
 	err := s.call(func(ctx context.Context) error {
-		keys := []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o"}
-		args := []any{r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce}
+		// (The output window's keys go every time, so the instances' is
+		// always the tenth; a key named is not a key created.)
+		keys := []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o", k + "ow", k + "ot", k + "os", k + "i"}
+		args := []any{r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce,
+			0, 0, s.instance, max(r.ActiveSpan.Milliseconds(), 1)}
 		if r.OutputBudget != 0 { // the output window, only for a model with an output limit
-			keys = append(keys, k+"ow", k+"ot", k+"os")
-			args = append(args, max(r.Output, 0), r.OutputBudget)
+			args[9], args[10] = max(r.Output, 0), r.OutputBudget
 		}
 		if r.OutputBudget != 0 && len(r.OpenOutputs)+len(r.OutputBefore) > 0 {
 			open := make([]any, 0, 2*len(r.OpenOutputs))
@@ -458,9 +460,11 @@ func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 		if err != nil {
 			return err
 		}
-		if len(v) != 5 {
+		if len(v) != 6 {
 			return fmt.Errorf("redisstore: reserve answered %d values", len(v))
 		}
+		asking, _ := v[5].(int64)
+		g.Instances = int(asking)
 		g.WindowOutput, _ = v[4].(int64)
 		if g.ID, _ = v[0].(string); g.ID != "" {
 			g.ID += "-" + nonce // the entry, and the proof of holding it

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -746,5 +747,88 @@ func TestCooldownHoldOutlivesAReleaseAndTheStore(t *testing.T) {
 	clock.Advance(30 * time.Second)
 	if tk, ok := held.Poll(clock.Now()); !ok || tk.FailOpen {
 		t.Fatalf("at the cooldown's end with Redis down: granted=%v %+v, want B's own grant", ok, tk)
+	}
+}
+
+// pacedInstances submits calls of size tokens to n ledgers sharing srv, all
+// waiting out the cooldown the first one's 429 starts, and returns what each
+// moment from the cooldown's end on granted, in tokens, across them all.
+func pacedInstances(t *testing.T, srv *redistest.Server, n int, prefix string, steps []time.Duration) []int64 {
+	t.Helper()
+	clock := engine.NewFakeClock(t0)
+	cfg := gate.DefaultConfig()
+	cfg.Defaults = gate.ModelLimits{TPM: 100000, RPM: 10000}
+	cfg.Learn = false
+	cfg.Jitter = 0
+	cfg.MarginSigmas = 0
+	cfg.OutputReserveTokens = 0
+	var ls []*gate.Ledger
+	for range n {
+		s, err := Open(Options{URL: srv.URL(), KeyPrefix: prefix, Timeout: time.Second, OnError: FailOpen}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		l, err := gate.NewLedger(cfg, clock, gate.WithSharedWindow(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	const cooldown = 30 * time.Second
+	ls[0].RateLimited(t0, "p", "m", cooldown)
+	var waiters []*gate.Waiter
+	for i, l := range ls {
+		for j := range 60 / n {
+			tk, w := l.Submit(t0, gate.Request{Provider: "p", Model: "m", Session: fmt.Sprint("s", i, "-", j), InputTokens: 1000, MaxTokens: 1})
+			if w == nil {
+				t.Fatalf("instance %d admitted %+v in the cooldown", i, tk)
+			}
+			waiters = append(waiters, w)
+		}
+	}
+	granted := make([]int64, len(steps))
+	done := make([]bool, len(waiters))
+	for k, d := range steps {
+		now := t0.Add(cooldown + d)
+		clock.Set(now)
+		for i, w := range waiters {
+			if tk, ok := w.Poll(now); ok && !done[i] {
+				done[i] = true
+				granted[k] += tk.Reserved
+			}
+		}
+	}
+	return granted
+}
+
+// Instances sharing a key pace its calls as one instance does: at a shared
+// cooldown's end they let through one burst between them, not one each, and
+// then the budget at the pace's rate between them. (Each at the whole pace,
+// three instances let three bursts through at the end — the cohort a provider
+// that still counts the calls of before the cooldown refuses — and the budget
+// three times as fast.)
+func TestInstancesPaceTheKeyAsOne(t *testing.T) {
+	srv := redistest.Start(t)
+	steps := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
+	cfg := gate.DefaultConfig()
+	burst := cfg.PaceBurst * 100000                  // 7,000 tokens at once
+	rate := cfg.Pace * 100000 / cfg.Window.Seconds() // 5,000 a second
+	const call = 1001                                // what each call reserves
+	for _, n := range []int{1, 3} {
+		g := pacedInstances(t, srv, n, fmt.Sprintf("pace%d:", n), steps)
+		t.Logf("%d instance(s): tokens granted at the cooldown's end, then in each second after: %v", n, g)
+		// Each instance's pacer lets a call through when it holds the whole
+		// call: what it holds short of the next call is each one's slack.
+		var sum int64
+		for k, d := range steps {
+			sum += g[k]
+			if want := burst + rate*d.Seconds() + float64(n*call); float64(sum) > want {
+				t.Errorf("%d instance(s): %d tokens from the cooldown's end to %v after, want at most one burst and the pace: %.0f", n, sum, d, want)
+			}
+		}
+		if want := burst + rate*steps[len(steps)-1].Seconds() - float64(2*n*call); float64(sum) < want {
+			t.Errorf("%d instance(s): %d tokens by %v, want the burst and the pace: at least %.0f", n, sum, steps[len(steps)-1], want)
+		}
 	}
 }
