@@ -297,9 +297,10 @@ func TestSharedGateProcesses(t *testing.T) {
 		}
 		// The instances pace the key as one does: each at its share of the
 		// pace. (Each at the whole pace, two let 9–10 calls reach the provider
-		// within 133 ms and three 14, where one lets 5.)
-		if r.peak > one.peak*3/2+1 {
-			t.Errorf("%d instances: %d calls reached the provider within %v, one instance %d: they do not pace as one", n, r.peak, peakSpan, one.peak)
+		// within 133 ms and three 14, where one lets 5 — in each of six runs,
+		// the figure the bound takes when one instance measured less.)
+		if most := max(one.peak, 5)*3/2 + 1; r.peak > most {
+			t.Errorf("%d instances: %d calls reached the provider within %v (one instance: %d), want at most %d: they do not pace as one", n, r.peak, peakSpan, one.peak, most)
 		}
 		// Fairness across instances is approximate; an instance starved or
 		// hogging the quota is not.

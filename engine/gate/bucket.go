@@ -213,8 +213,8 @@ type bucket struct {
 	sharedHoldNeed       int64
 	sharedHoldOutput     int64 // an output refusal's: a call with less output may fit
 	sharedHoldReason     string
-	// sharedAsking: how many instances asked the shared window for the model
-	// within a window, at its last answer; each paces at its share.
+	// sharedAsking: how many instances compete for the model, at the shared
+	// window's last answer (0: not known); each paces at its share.
 	sharedAsking int
 	// storeHoldUntil: a failClosed store did not answer (ErrStoreHolds); until
 	// then no call of the model asks it again. Each held waiter asked on every

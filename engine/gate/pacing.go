@@ -59,27 +59,38 @@ func (p *pacer) spend(now time.Time, amount, rate, burst, budget float64) {
 }
 
 // paceParams are the pacer's rate (a second) and burst for a budget of one
-// window: the token budget's, or the request budget's.
-//
-// With a shared window the budget is the key's, and each of the N instances
-// asking for the model paces at 1/N of it. Each at the whole pace, N
-// instances let N bursts through at once when a shared cooldown ended, and
-// the budget went in a pace-th of a window ÷ N: the cohort the pacer is
-// there to break. A share, rather than one pacer in the store, keeps what
-// each instance's own pacer gave: when room comes back in the shared
-// window, the instance that asks first cannot take every call of it, so the
-// instances share the quota evenly (one pacer in the store, which the first
-// to ask drew on, let one of three instances take 1.5–1.8× its share).
+// window: the token budget's, or the request budget's, at this instance's
+// share of the pace (paceShareLocked).
 func (b *bucket) paceParams(budget int64) (rate, burst float64) {
 	cfg := b.l.conf()
 	if cfg.Pace <= 0 || budget <= 0 {
 		return 0, 0
 	}
-	share := 1.0
-	if b.l.shared != nil && b.sharedAsking > 1 {
-		share = 1 / float64(b.sharedAsking)
-	}
+	share := b.paceShareLocked()
 	return share * cfg.Pace * float64(budget) / cfg.Window.Seconds(), math.Max(1, share*cfg.PaceBurst*float64(budget))
+}
+
+// paceShareLocked is the share of the pace this instance paces at: 1 alone;
+// with a shared window, 1/N of it with N instances competing for the model
+// (calls of theirs queued, or refused by the shared window, within its last
+// window) — but never so little that it could not let a whole budget through
+// in a window: with more instances than `pace`, they together pace faster
+// than one would rather than hold a busy one under the limit.
+//
+// The budget is the key's. Each at the whole pace, N instances let N bursts
+// through at once when a shared cooldown ended, and the budget went in a
+// pace-th of a window ÷ N: the cohort the pacer is there to break. A share of
+// each instance's own pacer, rather than one pacer in the store, keeps what
+// the own pacer gave: when room comes back in the shared window, the instance
+// that asks first cannot take every call of it, so the instances share the
+// quota evenly (one pacer in the store, which the first to ask drew on, let
+// one of three instances take 1.5–1.8× its share).
+func (b *bucket) paceShareLocked() float64 {
+	pace := b.l.conf().Pace
+	if b.l.shared == nil || b.sharedAsking <= 1 || pace <= 1 {
+		return 1
+	}
+	return max(1/float64(b.sharedAsking), 1/pace)
 }
 
 // paceWaitLocked is how long the pacers hold a reservation of res (within the
@@ -104,11 +115,12 @@ func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration 
 
 // spendPaceLocked charges a grant of res (within the budget) to the pacers.
 func (b *bucket) spendPaceLocked(now time.Time, res, budget int64) {
+	share := b.paceShareLocked() // (the longest wait stays a window ÷ pace at a share too)
 	rate, burst := b.paceParams(budget)
-	b.pace.spend(now, float64(res), rate, burst, float64(budget))
+	b.pace.spend(now, float64(res), rate, burst, share*float64(budget))
 	if b.requestPacedLocked(now) {
 		rate, burst = b.paceParams(int64(b.rpm))
-		b.paceReq.spend(now, 1, rate, burst, float64(b.rpm))
+		b.paceReq.spend(now, 1, rate, burst, share*float64(b.rpm))
 	}
 }
 

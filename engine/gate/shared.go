@@ -64,8 +64,10 @@ type SharedReserve struct {
 	Budget          int64         // token budget; 0: no token check (an over-budget call)
 	RPM             int           // request budget; 0: no request check
 	Force           bool          // record without checking (a call that fails open)
-	// ActiveSpan: an instance that asked within it counts among those
-	// asking (SharedGrant.Instances).
+	// Queued: the instance has calls of the model queued. It competes for
+	// the model (SharedGrant.Instances) from a call it queues or that the
+	// shared window refuses, for ActiveSpan.
+	Queued     bool
 	ActiveSpan time.Duration
 	// The output window (output.go), shared when the model has an output
 	// limit: the call's output reserve recorded, checked against
@@ -94,8 +96,8 @@ type SharedGrant struct {
 	Reason       string        // why refused: cooldown | tpm | rpm | otpm
 	WindowTokens int64         // the shared window's tokens after the decision
 	WindowOutput int64         // its output tokens, when the request had an OutputBudget
-	// Instances is how many instances asked for the model within the
-	// request's ActiveSpan, this one included (0: not known).
+	// Instances is how many instances compete for the model (see
+	// SharedReserve.Queued), this one included when it does; 0: not known.
 	Instances int
 }
 
@@ -149,7 +151,8 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		return "", b.sharedHoldUntil.Sub(now), b.sharedHoldReason
 	}
 	r := SharedReserve{Provider: b.provider, Model: b.model, Now: now, Span: b.win.span,
-		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force, ActiveSpan: b.l.conf().Window}
+		Tokens: sz.total, Need: min(need, budget), Budget: budget, RPM: b.rpm, Force: force,
+		Queued: len(b.waiters) > 0, ActiveSpan: b.l.conf().Window}
 	if ob <= 0 {
 		// The axis stopped binding (a reload, a reset): when it binds again,
 		// what this instance spent meanwhile goes to the shared window again.
@@ -190,6 +193,7 @@ func (b *bucket) sharedReserveLocked(now time.Time, sz sizing, force bool) (id s
 		b.sharedOutputsOpen = true // the calls in flight are in the output window now, or left the shared one
 	}
 	if err != nil {
+		b.sharedAsking = 0 // deciding alone, it paces alone; the next answer says again
 		if errors.Is(err, ErrStoreHolds) || s.Available() != nil {
 			b.storeHoldUntil = now.Add(storeRetry)
 			return "", storeRetry, storeReason

@@ -304,13 +304,13 @@ func (s *askingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (in
 }
 func (s *askingStore) Available() error { return nil }
 
-// With a shared window each of the instances asking for a model paces at its
-// share of the pace: the burst it lets through at once and the rate after.
+// With a shared window each of the instances competing for a model paces at
+// its share of the pace: the burst it lets through at once and the rate after.
 func TestSharedPaceIsSplitAmongTheInstancesAsking(t *testing.T) {
 	cfg := testGate()
 	cfg.Defaults = ModelLimits{TPM: 100000, RPM: 10000}
 	cfg.Pace, cfg.PaceBurst = 3, 0.1 // a burst of 10,000 tokens; 5,000 a second
-	granted := func(n int) (atOnce, inASecond int) {
+	granted := func(n int) (atOnce, inThreeSeconds int) {
 		l, _ := sharedLedger(t, cfg, &askingStore{n: n})
 		var ws []*Waiter
 		for i := range 40 {
@@ -322,10 +322,10 @@ func TestSharedPaceIsSplitAmongTheInstancesAsking(t *testing.T) {
 		}
 		for _, w := range ws {
 			if _, ok := w.Poll(t0.Add(3 * time.Second)); ok {
-				inASecond++
+				inThreeSeconds++
 			}
 		}
-		return atOnce, inASecond
+		return atOnce, inThreeSeconds
 	}
 	// Each call reserves 1,100 tokens (its input and testGate's output
 	// reserve of 100): alone, 9 at once and 13 in three seconds.
@@ -334,5 +334,33 @@ func TestSharedPaceIsSplitAmongTheInstancesAsking(t *testing.T) {
 	t.Logf("granted at once and within the next three seconds: alone %d, %d; one of three %d, %d", alone, aloneNext, three, threeNext)
 	if three*2 > alone || threeNext*2 > aloneNext || three == 0 || threeNext == 0 {
 		t.Fatalf("one of three instances let %d through at once and %d in the next three seconds, alone %d and %d: want about a third", three, threeNext, alone, aloneNext)
+	}
+	// Never less than a budget a window: ten instances at a pace of 3 pace
+	// at a third each, not a tenth — a busy one is not held under the limit.
+	if ten, tenNext := granted(10); ten != three || tenNext != threeNext {
+		t.Fatalf("one of ten instances let %d through at once and %d in the next three seconds, want %d and %d: a third of the pace", ten, tenNext, three, threeNext)
+	}
+}
+
+// At a share of the pace, the longest pace wait is still a window ÷ pace: a
+// large call takes the pacer no deeper than the share of the budget.
+func TestSharedPaceWaitStaysWithinAWindowOverPace(t *testing.T) {
+	cfg := testGate()
+	cfg.Defaults = ModelLimits{TPM: 100000, RPM: 10000}
+	cfg.Pace, cfg.PaceBurst = 3, 0.1
+	l, _ := sharedLedger(t, cfg, &askingStore{n: 3})
+	if _, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "a", InputTokens: 100}); w != nil {
+		t.Fatal("the first call waited")
+	}
+	at := t0.Add(time.Second) // the pacer full again, at its share
+	if _, w := l.Submit(at, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 50000}); w != nil {
+		t.Fatal("a call of half the budget waited on a full pacer")
+	}
+	_, w := l.Submit(at, Request{Provider: "p", Model: "m", Session: "c", InputTokens: 1000})
+	if w == nil {
+		t.Fatal("a call right after half the budget went unpaced")
+	}
+	if d, most := w.Next().Sub(at), cfg.Window/time.Duration(cfg.Pace); d > most {
+		t.Fatalf("paced for %v, want at most a window ÷ pace, %v", d, most)
 	}
 }

@@ -5,8 +5,8 @@ import "github.com/redis/go-redis/v9"
 // The scripts run atomically in Redis: each decision is one round trip, and no
 // other instance can slip a reservation between the check and the record.
 //
-// A model's window is three keys that share the hash tag {provider/model}, so a
-// script only touches one Redis Cluster slot:
+// A model's keys share the hash tag {provider/model}, so a script only
+// touches one Redis Cluster slot. Its window is three of them, and its state:
 //
 //	…:w   sorted set: entry id → admission time (ms)
 //	…:t   hash: entry id → tokens (the reservation, then the real usage)
@@ -16,6 +16,7 @@ import "github.com/redis/go-redis/v9"
 //	      (":sent" appended once a send was reported: see sentScript)
 //	…:q   the id sequence
 //	…:cd  the cooldown's end (ms)
+//	…:i   sorted set: the instances competing for the model → when they last did (ms)
 //
 // and, for a model with an output limit (gate.SharedReserve.OutputBudget),
 // its output window: the calls recorded with an output reserve, in a window
@@ -78,29 +79,37 @@ end
 `
 
 // reserveScript: KEYS w t s q cd o ow ot os i; ARGV now span tokens need budget
-// rpm force ttl nonce output outputBudget instance activeSpan, then n and the
-// entry and output of n calls in flight, then the time (ms) and output of
-// settled calls: what the instance's output window held before the output
-// limit was known, added to the output window first. Returns {id, wait ms,
-// reason, window tokens, window output, instances}: an id when the call was
-// recorded, else the time until it could fit and what holds it; and how many
-// instances asked for the model within activeSpan ms, this one included.
+// rpm force ttl nonce output outputBudget instance activeSpan queued, then n
+// and the entry and output of n calls in flight, then the time (ms) and
+// output of settled calls: what the instance's output window held before the
+// output limit was known, added to the output window first. Returns {id, wait
+// ms, reason, window tokens, window output, instances}: an id when the call
+// was recorded, else the time until it could fit and what holds it; and how
+// many instances compete for the model: those that queued a call (queued 1)
+// or had one refused here within activeSpan ms.
 // outputBudget 0 leaves the output window alone; below 0 records the output
 // without checking it (a call larger than the whole output budget, which goes
 // at once).
 //
-// …:i is a sorted set of the instances asking: instance id → when it last
-// asked (ms). Each instance paces its calls at its share of the key's pace
-// (gate's shared.go, sharedPaceLocked).
+// …:i is a sorted set of the instances competing: instance id → when it last
+// queued a call or had one refused (ms). Each paces its calls at its share of
+// the key's pace (gate's pacing.go, paceShareLocked).
 var reserveScript = redis.NewScript(expireLua + `
 local now, span = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tokens, need, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rpm, force, ttl = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
 local out, outBudget = tonumber(ARGV[10]), tonumber(ARGV[11])
-redis.call('ZADD', KEYS[10], now, ARGV[12])
-redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now - tonumber(ARGV[13]))
-redis.call('PEXPIRE', KEYS[10], ttl)
-local asking = redis.call('ZCARD', KEYS[10])
+-- the instances competing for the model: this one counts from a call it
+-- queues or that is refused here (one granted at once, with nothing queued,
+-- does not compete) until activeSpan later
+local function asking(competes)
+  if competes then
+    redis.call('ZADD', KEYS[10], now, ARGV[12])
+    redis.call('PEXPIRE', KEYS[10], ttl)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now - tonumber(ARGV[13]))
+  return redis.call('ZCARD', KEYS[10])
+end
 local sum = expire(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now - span, ttl)
 local osum = 0
 if outBudget ~= 0 then
@@ -108,8 +117,8 @@ if outBudget ~= 0 then
   -- what the instance's output window held before the output limit was
   -- known: its calls in flight (entry, output: from when the entry counts,
   -- unless there already), then what settled (at, output: a closed entry)
-  local open = tonumber(ARGV[14] or '0')
-  for i = 15, 14 + 2 * open, 2 do
+  local open = tonumber(ARGV[15] or '0')
+  for i = 16, 15 + 2 * open, 2 do
     local at = redis.call('ZSCORE', KEYS[1], ARGV[i])
     if at and redis.call('HEXISTS', KEYS[8], ARGV[i]) == 0 then
       redis.call('ZADD', KEYS[7], at, ARGV[i])
@@ -117,7 +126,7 @@ if outBudget ~= 0 then
       osum = osum + tonumber(ARGV[i + 1])
     end
   end
-  for i = 15 + 2 * open, #ARGV - 1, 2 do
+  for i = 16 + 2 * open, #ARGV - 1, 2 do
     if tonumber(ARGV[i]) > now - span then
       local id = 'b' .. redis.call('INCR', KEYS[4])
       while redis.call('HEXISTS', KEYS[8], id) == 1 do id = 'b' .. redis.call('INCR', KEYS[4]) end -- (see the entry's id below)
@@ -131,21 +140,21 @@ if outBudget ~= 0 then
 end
 if not force then
   local cd = tonumber(redis.call('GET', KEYS[5]) or '0')
-  if cd > now then return {'', cd - now, 'cooldown', sum, osum, asking} end
+  if cd > now then return {'', cd - now, 'cooldown', sum, osum, asking(true)} end
   if rpm > 0 then
     local n = redis.call('ZCARD', KEYS[1])
     if n >= rpm then
       local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
-      return {'', math.max(1, tonumber(e[2]) + span - now), 'rpm', sum, osum, asking}
+      return {'', math.max(1, tonumber(e[2]) + span - now), 'rpm', sum, osum, asking(true)}
     end
   end
   if budget > 0 then
     local wait = untilFits(KEYS[1], KEYS[2], sum, need, budget, now, span)
-    if wait > 0 then return {'', wait, 'tpm', sum, osum, asking} end
+    if wait > 0 then return {'', wait, 'tpm', sum, osum, asking(true)} end
   end
   if outBudget > 0 then
     local wait = untilFits(KEYS[7], KEYS[8], osum, out, outBudget, now, span)
-    if wait > 0 then return {'', wait, 'otpm', sum, osum, asking} end
+    if wait > 0 then return {'', wait, 'otpm', sum, osum, asking(true)} end
   end
 end
 -- The sequence may be gone while entries it gave out are not (its TTL runs
@@ -175,7 +184,7 @@ if outBudget ~= 0 and out > 0 then
   redis.call('PEXPIRE', KEYS[7], ttl)
   redis.call('PEXPIRE', KEYS[8], ttl)
 end
-return {tostring(id), 0, '', sum, osum, asking}
+return {tostring(id), 0, '', sum, osum, asking(ARGV[14] == '1')}
 `)
 
 // writeBackScript: KEYS w t s q o ow ot os; ARGV cutoff ttl, then at tokens

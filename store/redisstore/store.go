@@ -425,20 +425,23 @@ func windowTTL(span time.Duration) int64 { return max(2*span.Milliseconds(), 100
 // Reserve implements gate.SharedWindow.
 func (s *Store) Reserve(r gate.SharedReserve) (gate.SharedGrant, error) {
 	k := s.base(r.Provider, r.Model)
-	force := "0"
+	force, queued := "0", "0"
 	if r.Force {
 		force = "1"
+	}
+	if r.Queued {
+		queued = "1"
 	}
 	var g gate.SharedGrant
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])
 	err := s.call(func(ctx context.Context) error {
-		// (The output window's keys go every time, so the instances' is
+		// (The output window's keys go every time, so the instances' one is
 		// always the tenth; a key named is not a key created.)
 		keys := []string{k + "w", k + "t", k + "s", k + "q", k + "cd", k + "o", k + "ow", k + "ot", k + "os", k + "i"}
 		args := []any{r.Now.UnixMilli(), r.Span.Milliseconds(), r.Tokens, r.Need, r.Budget, r.RPM, force, windowTTL(r.Span), nonce,
-			0, 0, s.instance, max(r.ActiveSpan.Milliseconds(), 1)}
+			0, 0, s.instance, max(r.ActiveSpan.Milliseconds(), 1), queued}
 		if r.OutputBudget != 0 { // the output window, only for a model with an output limit
 			args[9], args[10] = max(r.Output, 0), r.OutputBudget
 		}

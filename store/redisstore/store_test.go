@@ -832,3 +832,35 @@ func TestInstancesPaceTheKeyAsOne(t *testing.T) {
 		}
 	}
 }
+
+// An instance competes for a model — counts in the others' share of the pace —
+// from a call it queues or that Redis refuses, for a window: not for calls
+// granted at once with nothing queued (a trickle does not slow a busy peer).
+func TestInstancesCompetingForAModel(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv, FailOpen), open(t, srv, FailOpen)
+	ask := func(s *Store, now time.Time, budget int64, queued bool) gate.SharedGrant {
+		t.Helper()
+		g, err := s.Reserve(gate.SharedReserve{Provider: "p", Model: "m", Now: now, Span: time.Minute, ActiveSpan: time.Minute,
+			Tokens: 100, Need: 100, Budget: budget, Queued: queued})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := ask(a, t0, 100000, false); g.ID == "" || g.Instances != 0 {
+		t.Fatalf("a call granted at once, nothing queued: %+v, want granted and no instance competing", g)
+	}
+	if g := ask(b, t0, 100000, true); g.Instances != 1 {
+		t.Fatalf("b with calls queued: %d instances, want 1", g.Instances)
+	}
+	if g := ask(a, t0, 100000, false); g.Instances != 1 {
+		t.Fatalf("a granted at once again: %d instances, want b's 1", g.Instances)
+	}
+	if g := ask(a, t0, 1, false); g.ID != "" || g.Instances != 2 {
+		t.Fatalf("a refused: %+v, want refused and 2 instances", g)
+	}
+	if g := ask(a, t0.Add(time.Minute+time.Millisecond), 100000, false); g.Instances != 0 {
+		t.Fatalf("a window later: %d instances, want none", g.Instances)
+	}
+}
