@@ -23,7 +23,7 @@ var gateSchema = &schema[Gate]{
 			func(g *Gate) *float64 { return &g.CountGuard }),
 		numField("marginSigmas", "standard deviations of the calls in flight's summed cost kept free", between(0, 10),
 			func(g *Gate) *float64 { return &g.MarginSigmas }),
-		numField("pace", "grants are spaced at this multiple of the budget per window, so a drained window does not release the whole queue at once; 0 turns pacing off. With `store.redis`, each of the N instances competing for a model paces at 1/N of it and of `paceBurst` (never under 1/pace): together they pace as one ([redis.md](redis.md))", between(0, 10),
+		numField("pace", "grants are spaced at this multiple of the budget per window, so a drained window does not release the whole queue at once; 0 turns pacing off. With `store.redis`, each of the N instances competing for a model paces at 1/N of it and of `paceBurst`, never under 1/pace ([redis.md](redis.md))", between(0, 10),
 			func(g *Gate) *float64 { return &g.Pace }),
 		numField("paceBurst", "share of the budget the pacer grants at once", unitRange,
 			func(g *Gate) *float64 { return &g.PaceBurst }),

@@ -35,12 +35,14 @@ func (p *pacer) refill(now time.Time, rate, burst float64) {
 }
 
 // wait is how long until the pacer holds need (a full burst, for more than
-// the burst).
-func (p *pacer) wait(now time.Time, need, rate, burst float64) time.Duration {
+// the burst). Its debt is never more than budget past the burst (see spend):
+// a budget that shrank since — a smaller share of a shared pace — shortens it.
+func (p *pacer) wait(now time.Time, need, rate, burst, budget float64) time.Duration {
 	if rate <= 0 {
 		return 0
 	}
 	p.refill(now, rate, burst)
+	p.level = math.Max(p.level, burst-budget)
 	need = math.Min(need, burst)
 	if p.level >= need {
 		return 0
@@ -104,11 +106,12 @@ func (b *bucket) paceShareLocked() float64 {
 // limit nobody reaches waits for nothing — but for the first window the gate
 // knows nothing of the limit (requestPacedLocked).
 func (b *bucket) paceWaitLocked(now time.Time, res, budget int64) time.Duration {
+	share := b.paceShareLocked()
 	rate, burst := b.paceParams(budget)
-	wait := b.pace.wait(now, float64(res), rate, burst)
+	wait := b.pace.wait(now, float64(res), rate, burst, share*float64(budget))
 	if b.requestPacedLocked(now) {
 		rate, burst = b.paceParams(int64(b.rpm))
-		wait = max(wait, b.paceReq.wait(now, 1, rate, burst))
+		wait = max(wait, b.paceReq.wait(now, 1, rate, burst, share*float64(b.rpm)))
 	}
 	return wait
 }

@@ -364,3 +364,39 @@ func TestSharedPaceWaitStaysWithinAWindowOverPace(t *testing.T) {
 		t.Fatalf("paced for %v, want at most a window ÷ pace, %v", d, most)
 	}
 }
+
+// queuedStore refuses the first call it is asked for (tpm, a second) and
+// grants the rest, recording whether each ask said calls were queued.
+type queuedStore struct{ queued []bool }
+
+func (s *queuedStore) Reserve(r SharedReserve) (SharedGrant, error) {
+	s.queued = append(s.queued, r.Queued)
+	if len(s.queued) == 1 {
+		return SharedGrant{Wait: time.Second, Reason: "tpm"}, nil
+	}
+	return SharedGrant{ID: "e"}, nil
+}
+func (s *queuedStore) Settle(_, _, _ string, _, _ int64) error { return nil }
+func (s *queuedStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
+	return 0, nil
+}
+func (s *queuedStore) Available() error { return nil }
+
+// An instance tells the shared window it competes for a model when it has
+// calls queued: not for a call asked at once into an empty queue (a trickle
+// granted at once does not slow the others' pace), but for one its queue
+// asks for.
+func TestSharedReserveSaysWhenCallsAreQueued(t *testing.T) {
+	st := &queuedStore{}
+	l, _ := sharedLedger(t, testGate(), st)
+	_, w := l.Submit(t0, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 10})
+	if w == nil {
+		t.Fatal("the first call was not refused")
+	}
+	if _, ok := w.Poll(t0.Add(time.Second)); !ok {
+		t.Fatal("the queued call was not granted when the store let it")
+	}
+	if len(st.queued) != 2 || st.queued[0] || !st.queued[1] {
+		t.Fatalf("asked with queued %v, want [false true]: the empty queue's call, then the queued one", st.queued)
+	}
+}
