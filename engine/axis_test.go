@@ -64,3 +64,21 @@ func TestReadOutputLimit(t *testing.T) {
 		t.Fatalf("StatedOutputLimit(nil) = %d, want 0", got)
 	}
 }
+
+func TestOutputLimitInWords(t *testing.T) {
+	for body, want := range map[string]int64{
+		`{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (0dccdde6-f924-4f1b-bb3b-92ef846e0a5b) of 8,000 output tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}`: 8000,
+		`This request would exceed your organization's rate limit of 16,000 output tokens per minute (org: 5456025a, model: claude-sonnet-4-20250514). For details…`:                                                                                                                   16000,
+		`… of 40,000 input tokens per minute. …`:            0, // the input limit, not the output's
+		`… of 8k output tokens per minute`:                  0, // a figure that runs into a unit
+		`rate limit exceeded`:                               0,
+		`… of 99999999999999999 output tokens per minute …`: 0, // out of range
+	} {
+		if got := OutputLimitInWords(&Failure{Body: body}); got != want {
+			t.Errorf("OutputLimitInWords(%.60q) = %d, want %d", body, got, want)
+		}
+	}
+	if got := OutputLimitInWords(nil); got != 0 {
+		t.Errorf("OutputLimitInWords(nil) = %d", got)
+	}
+}

@@ -105,3 +105,30 @@ func takeStated(axis, figure string, tokens, requests int64) (int64, int64) {
 	}
 	return tokens, requests
 }
+
+// OutputLimitInWords reads the per-minute output-token limit a 429's words
+// name, as Anthropic words it when a call would pass its OTPM:
+//
+//	… exceed the rate limit for your organization (…) of 8,000 output tokens per minute. …
+//	… exceed your organization's rate limit of 8,000 output tokens per minute (org: …, model: …). …
+//
+// 0 when the words name none (or a figure outside [1, MaxStatedLimit], or one
+// that runs into a unit). A proxy or a harness's failure report often keeps
+// only the body; the headers' figure (StatedOutputLimit) is the provider's
+// word where both are there.
+func OutputLimitInWords(f *Failure) int64 {
+	if f == nil || f.Body == "" {
+		return 0
+	}
+	m := outputInWords.FindStringSubmatch(f.Body)
+	if m == nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
+	if err != nil || !statedInRange(n) {
+		return 0
+	}
+	return n
+}
+
+var outputInWords = regexp.MustCompile(`(?i)\bof\s+([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)\s+output\s+tokens\s+per\s+min(?:ute)?\b`)

@@ -165,6 +165,11 @@ type RateLimit struct {
 	// StatedOutputTokens is the per-minute limit on output tokens alone its
 	// headers stated (ReadOutputLimit); 0: none.
 	StatedOutputTokens int64
+	// OutputInWords is the per-minute limit on output tokens alone its words
+	// name (OutputLimitInWords: "… of 8,000 output tokens per minute"); 0:
+	// none. A 429 about the output reads it as the limit, where it would read
+	// its own window's count.
+	OutputInWords int64
 	// Unread: nothing of the 429 was read but its status and headers (its body
 	// found no room, its client left). It cools the model down and teaches the
 	// learner nothing: it may be spent quota or a gateway's refusal.

@@ -270,7 +270,8 @@ func TestGateOutputLimitE2E(t *testing.T) {
 		// Anthropic's way: every answer states the output limit; the gate holds
 		// to it from the first answer on.
 		{"OTPMStated", true, 0, 0.90, 1},
-		// Only the 429's words name the output limit: the first 429 teaches it.
+		// Only the 429's words name the output limit (and its figure, which
+		// caps the reading: engine.OutputLimitInWords): the first 429 teaches it.
 		// The calls already sent when it comes back meet it too (one to six,
 		// all within 90 ms, in most runs recorded; 15 within 65 ms in one
 		// `.ci/run`: nothing could hold them, no limit being known). How many

@@ -476,7 +476,7 @@ func (x *exchange) gateRateLimit(route engine.Route, f *engine.Failure, v engine
 	statedT, statedR := engine.StatedLimits(f)
 	x.s.ledger.RateLimitedBy(x.s.clock.Now(), route.Provider, route.Model, engine.RateLimit{
 		RetryAfter: cooldown, Axis: engine.RateLimitAxis(f), Admitted: admitted, Tokens: x.reserved,
-		StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(f), Unread: unread})
+		StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(f), OutputInWords: engine.OutputLimitInWords(f), Unread: unread})
 }
 
 // budgetFull answers 503 with a Retry-After (spreadRetryAfter): the body budget had no room for the

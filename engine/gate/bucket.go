@@ -1410,7 +1410,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		b.learn.noteOther429(now, cfg.Window)
 		if axis == engine.AxisOutputTokens {
 			b.sharedOutputReadLocked(now)
-			b.outputRateLimitedLocked(now, sig.Admitted)
+			b.outputRateLimitedLocked(now, sig.Admitted, sig.OutputInWords)
 			b.saveLearnedLocked()
 		}
 		return

@@ -181,7 +181,13 @@ func (b *bucket) outputHeldLocked(now time.Time) {
 // nearly empty window — after a restart, or while another client spent the
 // key — stayed at the floor for good: every call larger than its budget went
 // at once, none waited to step it back up, and a 429 came each cooldown.)
-func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
+//
+// A 429 whose words name the limit (inWords, per minute: Anthropic's "of 8,000
+// output tokens per minute") is read at no more than that figure: the gate's
+// count holds the calls whose answers it has not read yet at their max_tokens,
+// which the provider corrected already, and over real sockets a first reading
+// lay 8% above the limit, its trigger refused again a window later.
+func (b *bucket) outputRateLimitedLocked(now, admitted time.Time, inWords int64) {
 	span := b.l.conf().Window
 	prev429 := b.out.last429
 	b.out.last429 = now
@@ -224,6 +230,11 @@ func (b *bucket) outputRateLimitedLocked(now, admitted time.Time) {
 		b.out.refutedOTPM = b.limits.OTPM
 	}
 	t := math.Max(stepDown*reading, floor)
+	if inWords > 0 {
+		// The figure caps the reading; a reading below it is what the key
+		// leaves this instance (another client's spend) and stands.
+		t = math.Min(t, float64(inWords)*float64(b.window)/float64(rateLimitPeriod))
+	}
 	if base > 0 && t > base {
 		t = base // the limit said is not refuted by a 429 above it: that was another client's spend
 	}

@@ -563,3 +563,28 @@ func TestOutputKeepsRoomForTheSpreadOfExpectedOutputs(t *testing.T) {
 		mustAdmit(t, l, at, sized("b", 1000)) // exactly the output budget: no margin for an input's spread
 	})
 }
+
+// A 429 whose words name the output limit is read at no more than that
+// figure: the gate's window counts calls whose answers it has not read yet at
+// their max_tokens, and read as it is, the trigger lies above the limit. A
+// reading below the figure (what another client leaves) stands.
+func TestOutputLimitInWordsCapsTheReading(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inFlight int     // max_tokens held in flight when the 429 comes
+		want     float64 // the output limit after it
+	}{
+		{"ReadingAboveTheFigure", 1200, 1000}, // 1,000 a minute: the 60 s window
+		{"ReadingBelowIt", 600, 582},          // stepDown below the reading of 600
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, _ := newTestLedger(t, outGate(0))
+			mustAdmit(t, l, t0, outReq("a", tc.inFlight))
+			l.RateLimitedBy(t0.Add(time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Second,
+				Axis: engine.AxisOutputTokens, OutputInWords: 1_000})
+			if got := l.BucketStatus(t0.Add(time.Second), "p", "m").OutputLimit; got != tc.want {
+				t.Fatalf("output limit %g after the 429, want %g", got, tc.want)
+			}
+		})
+	}
+}

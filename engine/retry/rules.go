@@ -47,7 +47,7 @@ func (p *Planner) planRateLimit(now time.Time, c *retryConf, req *Request) Actio
 		statedT, statedR := engine.StatedLimits(req.Failure)
 		p.sink.RateLimitedBy(now, req.Provider, req.Model, engine.RateLimit{
 			RetryAfter: cooldown, Axis: engine.RateLimitAxis(req.Failure), Admitted: req.Admitted, Tokens: req.Reserved,
-			StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(req.Failure)})
+			StatedTokens: statedT, StatedRequests: statedR, StatedOutputTokens: engine.StatedOutputLimit(req.Failure), OutputInWords: engine.OutputLimitInWords(req.Failure)})
 	}
 	return a
 }
