@@ -24,9 +24,10 @@ func sharedLedger(t *testing.T, cfg Config, st SharedWindow) (*Ledger, *engine.F
 // downStore is a shared window that is down (failing open) until up is set,
 // and records what it is written back.
 type downStore struct {
-	up      bool
-	opened  int
-	written []SharedCall
+	nopShared // Settle, Cooldown, Available
+	up        bool
+	opened    int
+	written   []SharedCall
 }
 
 var errDown = errors.New("down")
@@ -38,11 +39,6 @@ func (s *downStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	s.opened++
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *downStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *downStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *downStore) Available() error { return nil }
 func (s *downStore) WriteBack(_, _ string, _ time.Time, _ time.Duration, calls []SharedCall) (int, error) {
 	if !s.up {
 		return 0, errDown
@@ -101,6 +97,7 @@ func TestWriteBackAloneBoundedToTheWindow(t *testing.T) {
 // its Reserve errors wrap ErrStoreHolds; Available stays nil (the store's
 // grace before it refuses). asked counts the Reserve calls.
 type holdingStore struct {
+	nopShared
 	up    bool
 	asked int
 }
@@ -112,11 +109,6 @@ func (s *holdingStore) Reserve(SharedReserve) (SharedGrant, error) {
 	}
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *holdingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *holdingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *holdingStore) Available() error { return nil }
 
 // A store that holds calls (failClosed, not answering) keeps every way to a
 // grant shut — the window's, the one for a wait longer than maxWait, the one at
@@ -188,7 +180,10 @@ func TestStoreThatHoldsIsAskedOncePerRetry(t *testing.T) {
 
 // coolingStore is a shared window whose model cools down (another instance
 // met the 429) until until: its Reserve refuses with reason cooldown.
-type coolingStore struct{ until time.Time }
+type coolingStore struct {
+	nopShared
+	until time.Time
+}
 
 func (s *coolingStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	if !r.Force && r.Now.Before(s.until) {
@@ -196,11 +191,6 @@ func (s *coolingStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	}
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *coolingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *coolingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *coolingStore) Available() error { return nil }
 
 // Another instance's cooldown reaches this one as the shared window's
 // refusal; CooldownLeft counts it, as this instance's own.
@@ -221,6 +211,7 @@ func TestCooldownLeftOfAnotherInstance(t *testing.T) {
 // (another instance met the 429); with down set it fails (failOpen: the
 // instance decides alone). asked counts the Reserve calls that were not forced.
 type switchingStore struct {
+	nopShared
 	until time.Time
 	down  bool
 	asked int
@@ -238,11 +229,6 @@ func (s *switchingStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	}
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *switchingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *switchingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *switchingStore) Available() error { return nil }
 
 // Another instance's cooldown, once the shared window answered it, holds every
 // call of the model until it ends, whatever its size: a cooldown is the
@@ -293,16 +279,14 @@ func TestAnotherInstancesCooldownHoldsEveryCall(t *testing.T) {
 }
 
 // askingStore grants every call and says n instances ask for the model.
-type askingStore struct{ n int }
+type askingStore struct {
+	nopShared
+	n int
+}
 
 func (s *askingStore) Reserve(SharedReserve) (SharedGrant, error) {
 	return SharedGrant{ID: "e", Instances: s.n}, nil
 }
-func (s *askingStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *askingStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *askingStore) Available() error { return nil }
 
 // With a shared window each of the instances competing for a model paces at
 // its share of the pace: the burst it lets through at once and the rate after.
@@ -367,7 +351,10 @@ func TestSharedPaceWaitStaysWithinAWindowOverPace(t *testing.T) {
 
 // queuedStore refuses the first call it is asked for (tpm, a second) and
 // grants the rest, recording whether each ask said calls were queued.
-type queuedStore struct{ queued []bool }
+type queuedStore struct {
+	nopShared
+	queued []bool
+}
 
 func (s *queuedStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	s.queued = append(s.queued, r.Queued)
@@ -376,11 +363,6 @@ func (s *queuedStore) Reserve(r SharedReserve) (SharedGrant, error) {
 	}
 	return SharedGrant{ID: "e"}, nil
 }
-func (s *queuedStore) Settle(_, _, _ string, _, _ int64) error { return nil }
-func (s *queuedStore) Cooldown(_, _ string, _, _ time.Time, _ time.Duration) (int64, error) {
-	return 0, nil
-}
-func (s *queuedStore) Available() error { return nil }
 
 // An instance tells the shared window it competes for a model when it has
 // calls queued: not for a call asked at once into an empty queue (a trickle
