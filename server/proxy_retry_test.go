@@ -502,6 +502,43 @@ quota:
 	}
 }
 
+// A long-term wait ends when its provider's mark is lifted by hand (the
+// allowance was topped up): the call is retried at once, not at the end of
+// quota.longTermDelay.
+func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
+	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  pa: {kind: openai, baseURL: %s/v1}
+pools:
+  solo:
+    routes:
+      - {provider: pa, model: m1}
+quota:
+  longTermDelay: 10m
+`, up.URL), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
+	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	resp, err := http.Post(f.url+"/gate/v1/providers/pa/unmark", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// The server's clock never moves: only the unmark ends the wait. (The
+	// timer only keeps a missing wake from hanging the test.)
+	var r pxResult
+	select {
+	case r = <-res:
+	case <-time.After(10 * time.Second):
+		f.clock.Advance(10 * time.Minute) // let the wait end, so the server can stop
+		<-res
+		t.Fatal("the call was still waiting 10 s after its provider was unmarked")
+	}
+	if resp.StatusCode != 200 || r.resp.StatusCode != 200 || up.n() != 2 {
+		t.Fatalf("unmark %d; the call's status %d after %d upstream calls: %s", resp.StatusCode, r.resp.StatusCode, up.n(), r.body)
+	}
+}
+
 // TestProxyMetrics: the proxy's decisions show in /metrics.
 func TestProxyMetrics(t *testing.T) {
 	up := newFakeUpstream(t, jsonAnswer(500, `{"error":{"message":"boom"}}`), chatOK(3, 1, 0))

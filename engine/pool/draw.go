@@ -75,6 +75,7 @@ func (q *Router) Unmark(provider string) {
 	q.mu.Lock()
 	delete(q.marks, provider)
 	q.mu.Unlock()
+	q.wakeWaiting(provider)
 	if q.onUnmark != nil {
 		q.onUnmark(provider, now)
 	}
@@ -85,10 +86,15 @@ func (q *Router) Unmark(provider string) {
 // not hear it.
 func (q *Router) AdoptUnmark(provider string, at time.Time) {
 	q.mu.Lock()
-	if cur, ok := q.marks[provider]; ok && !cur.After(at) {
+	cur, ok := q.marks[provider]
+	lifted := ok && !cur.After(at)
+	if lifted {
 		delete(q.marks, provider)
 	}
 	q.mu.Unlock()
+	if lifted || !ok {
+		q.wakeWaiting(provider) // (a mark this instance never had: its waits, if any, began before the unmark reached it)
+	}
 }
 
 // Marked returns when the provider was marked, and whether the mark still holds at

@@ -130,6 +130,7 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	e.attempts++
 	e.pending = true
 	e.nextAttemptAt = dec.Until
+	e.wake, e.woken = make(chan struct{}), false
 	e.provider, e.turn, e.step = f.Route.Provider, f.Turn, f.Step
 	dec.Attempts = e.attempts
 	dec.entry = e
@@ -154,9 +155,12 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	if d.Action != ActionWait {
 		return nil
 	}
-	var done <-chan struct{}
+	var done, wake <-chan struct{}
 	if d.entry != nil {
 		done = d.entry.done
+		q.mu.Lock()
+		wake = d.entry.wake
+		q.mu.Unlock()
 		select { // ended before the wait began
 		case <-done:
 			return q.endedErr(d.entry)
@@ -166,6 +170,10 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	t := q.clock.NewTimer(d.Wait)
 	select {
 	case <-t.C():
+		q.disarm(d.entry)
+		return nil
+	case <-wake: // its provider was unmarked by hand: try again now
+		t.Stop()
 		q.disarm(d.entry)
 		return nil
 	case <-done:
@@ -202,6 +210,22 @@ func (q *Router) disarm(e *quotaEntry) {
 	e.pending = false
 	e.nextAttemptAt = time.Time{}
 	q.mu.Unlock()
+}
+
+// wakeWaiting ends the armed long-term waits on provider: its mark was lifted
+// by hand (Unmark, or another instance's adopted), so the allowance is back as
+// far as anyone can tell, and its sessions try again now rather than at the
+// end of their LongTermDelay. (A reading that lifts a mark is looked at when a
+// route is drawn, not when it arrives: it wakes nobody.)
+func (q *Router) wakeWaiting(provider string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, e := range q.entries {
+		if e.pending && e.provider == provider && e.wake != nil && !e.woken {
+			close(e.wake)
+			e.woken = true
+		}
+	}
 }
 
 // OnSuccess records that a request of the session succeeded: an open entry ends

@@ -296,6 +296,11 @@ type quotaEntry struct {
 	step          int
 	done          chan struct{} // closed when the entry ends
 	reason        string        // why it ended; set before done is closed
+	// wake is closed when the mark on provider is lifted by hand while a wait
+	// is armed (wakeWaiting): the wait ends, the call tries again at once.
+	// Each armed wait gets its own; woken: it was closed.
+	wake  chan struct{}
+	woken bool
 }
 
 // NewRouter builds the runtime. It has no side effects.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // LongTermWaits lists each session in a long-term wait with its next attempt,
@@ -51,5 +53,44 @@ func TestLongTermWaitsUnarmedComeLast(t *testing.T) {
 	}
 	if len(got) != 3 || order[0] != "m-soon" || order[1] != "z-late" || order[2] != "a-left" || got[2].Pending {
 		t.Fatalf("LongTermWaits order = %v (%+v), want m-soon, z-late (armed, soonest first), then a-left (not armed)", order, got)
+	}
+}
+
+// A mark lifted by hand (Unmark, or another instance's adopted) ends the
+// armed long-term waits on that provider: their calls try again now, not at
+// the end of LongTermDelay. Waits on another provider sleep on, and an
+// adopted unmark older than this instance's mark wakes nobody.
+func TestUnmarkWakesTheWaitsOnItsProvider(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	f.q.Mark("x", pt0)
+	rY := engine.Route{Provider: "y", Model: "other"} // in no pool either
+	f.q.Mark("y", pt0)
+	onX := f.q.ArmLongTerm(QuotaFailure{Session: "sx", Route: rX}, time.Hour)
+	onY := f.q.ArmLongTerm(QuotaFailure{Session: "sy", Route: rY}, time.Hour)
+	f.q.Unmark("x")
+	// The fake clock never moves: only the wake can end the wait. (The
+	// context only keeps a missing wake from hanging the test.)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.q.Wait(ctx, onX); err != nil {
+		t.Fatalf("the wait on the unmarked provider: %v, want nil (try again now)", err)
+	}
+	f.q.mu.Lock()
+	xPending, yWoken := f.q.entries["sx"].pending, f.q.entries["sy"].woken
+	f.q.mu.Unlock()
+	if xPending || yWoken {
+		t.Fatalf("after unmarking x: sx pending %v, sy woken %v; want sx's wait over, sy's on", xPending, yWoken)
+	}
+	f.q.Mark("y", pt0.Add(time.Minute))
+	f.q.AdoptUnmark("y", pt0) // older than the mark here: it stands
+	f.q.mu.Lock()
+	yWoken = f.q.entries["sy"].woken
+	f.q.mu.Unlock()
+	if yWoken {
+		t.Fatal("an adopted unmark older than the mark woke the wait on y")
+	}
+	f.q.AdoptUnmark("y", pt0.Add(2*time.Minute))
+	if err := f.q.Wait(ctx, onY); err != nil {
+		t.Fatalf("the wait on y after a newer adopted unmark: %v, want nil", err)
 	}
 }
