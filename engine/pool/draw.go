@@ -74,8 +74,8 @@ func (q *Router) Unmark(provider string) {
 	now := q.clock.Now()
 	q.mu.Lock()
 	delete(q.marks, provider)
+	q.wakeLocked(provider) // with the mark: a wait armed after the unmark is not woken by it
 	q.mu.Unlock()
-	q.wakeWaiting(provider)
 	if q.onUnmark != nil {
 		q.onUnmark(provider, now)
 	}
@@ -86,15 +86,11 @@ func (q *Router) Unmark(provider string) {
 // not hear it.
 func (q *Router) AdoptUnmark(provider string, at time.Time) {
 	q.mu.Lock()
-	cur, ok := q.marks[provider]
-	lifted := ok && !cur.After(at)
-	if lifted {
+	if cur, ok := q.marks[provider]; ok && !cur.After(at) {
 		delete(q.marks, provider)
+		q.wakeLocked(provider)
 	}
 	q.mu.Unlock()
-	if lifted || !ok {
-		q.wakeWaiting(provider) // (a mark this instance never had: its waits, if any, began before the unmark reached it)
-	}
 }
 
 // Marked returns when the provider was marked, and whether the mark still holds at

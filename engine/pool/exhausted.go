@@ -117,6 +117,9 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 		dec.Reason = fmt.Sprintf("no other route of pool %q has allowance: waiting", p.name)
 	}
 	if f.Session == "" {
+		q.mu.Lock()
+		dec.wake = q.wakeForLocked(f.Route.Provider)
+		q.mu.Unlock()
 		return dec
 	}
 	q.mu.Lock()
@@ -130,10 +133,10 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 	e.attempts++
 	e.pending = true
 	e.nextAttemptAt = dec.Until
-	e.wake, e.woken = make(chan struct{}), false
 	e.provider, e.turn, e.step = f.Route.Provider, f.Turn, f.Step
 	dec.Attempts = e.attempts
 	dec.entry = e
+	dec.wake = q.wakeForLocked(f.Route.Provider)
 	if opened {
 		q.noteAdd(now) // armed first: a sweep it sets off must see the entry as it is
 	}
@@ -155,12 +158,9 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	if d.Action != ActionWait {
 		return nil
 	}
-	var done, wake <-chan struct{}
+	var done <-chan struct{}
 	if d.entry != nil {
 		done = d.entry.done
-		q.mu.Lock()
-		wake = d.entry.wake
-		q.mu.Unlock()
 		select { // ended before the wait began
 		case <-done:
 			return q.endedErr(d.entry)
@@ -172,7 +172,7 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	case <-t.C():
 		q.disarm(d.entry)
 		return nil
-	case <-wake: // its provider was unmarked by hand: try again now
+	case <-d.wake: // its provider was unmarked by hand: try again now
 		t.Stop()
 		q.disarm(d.entry)
 		return nil
@@ -212,19 +212,26 @@ func (q *Router) disarm(e *quotaEntry) {
 	q.mu.Unlock()
 }
 
-// wakeWaiting ends the armed long-term waits on provider: its mark was lifted
-// by hand (Unmark, or another instance's adopted), so the allowance is back as
-// far as anyone can tell, and its sessions try again now rather than at the
-// end of their LongTermDelay. (A reading that lifts a mark is looked at when a
-// route is drawn, not when it arrives: it wakes nobody.)
-func (q *Router) wakeWaiting(provider string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, e := range q.entries {
-		if e.pending && e.provider == provider && e.wake != nil && !e.woken {
-			close(e.wake)
-			e.woken = true
-		}
+// wakeForLocked is the channel a long-term wait armed on provider now ends
+// on (q.mu held): see Router.wakes.
+func (q *Router) wakeForLocked(provider string) <-chan struct{} {
+	ch := q.wakes[provider]
+	if ch == nil {
+		ch = make(chan struct{})
+		q.wakes[provider] = ch
+	}
+	return ch
+}
+
+// wakeLocked ends the long-term waits armed on provider (q.mu held): its
+// mark was lifted by hand (Unmark, or another instance's adopted), so the
+// allowance is back as far as anyone can tell, and their calls try again now
+// rather than at the end of their LongTermDelay. (A reading that lifts a mark
+// is looked at when a route is drawn, not when it arrives: it wakes nobody.)
+func (q *Router) wakeLocked(provider string) {
+	if ch := q.wakes[provider]; ch != nil {
+		close(ch)
+		delete(q.wakes, provider)
 	}
 }
 

@@ -158,6 +158,9 @@ type Decision struct {
 	Reason   string
 
 	entry *quotaEntry // the entry a ActionWait belongs to; nil outside a session
+	// wake, of an ActionWait, is closed when its provider's mark is lifted by
+	// hand after the wait was armed (see Router.wakes).
+	wake <-chan struct{}
 }
 
 // RouteChoice is Router.RouteFor's answer: where a session's request goes.
@@ -266,6 +269,11 @@ type Router struct {
 	routes map[string]*sessionRoute
 	// entries: session -> its open long-term entry.
 	entries map[string]*quotaEntry
+	// wakes: per provider, the channel the long-term waits armed on it since
+	// its mark was last lifted by hand hold; lifting it closes the channel
+	// (the waits end, their calls try again now) and the next wait gets a new
+	// one. Keyed by configured providers: bounded.
+	wakes map[string]chan struct{}
 	// adds counts insertions into routes and entries since the last sweep.
 	adds int
 }
@@ -296,18 +304,13 @@ type quotaEntry struct {
 	step          int
 	done          chan struct{} // closed when the entry ends
 	reason        string        // why it ended; set before done is closed
-	// wake is closed when the mark on provider is lifted by hand while a wait
-	// is armed (wakeWaiting): the wait ends, the call tries again at once.
-	// Each armed wait gets its own; woken: it was closed.
-	wake  chan struct{}
-	woken bool
 }
 
 // NewRouter builds the runtime. It has no side effects.
 func NewRouter(o RouterOptions) *Router {
 	q := &Router{
 		readings: o.Readings, sessions: o.Sessions, clock: o.Clock, rand: o.Rand, events: o.Events, onMark: o.OnMark, onUnmark: o.OnUnmark, shared: o.Routes,
-		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{},
+		marks: map[string]time.Time{}, routes: map[string]*sessionRoute{}, entries: map[string]*quotaEntry{}, wakes: map[string]chan struct{}{},
 	}
 	if q.readings == nil {
 		q.readings = noReadings{}

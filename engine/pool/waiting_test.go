@@ -57,36 +57,43 @@ func TestLongTermWaitsUnarmedComeLast(t *testing.T) {
 }
 
 // A mark lifted by hand (Unmark, or another instance's adopted) ends the
-// armed long-term waits on that provider: their calls try again now, not at
-// the end of LongTermDelay. Waits on another provider sleep on, and an
-// adopted unmark older than this instance's mark wakes nobody.
+// long-term waits armed on that provider: their calls try again now, not at
+// the end of LongTermDelay — every call of a session, and calls without one.
+// Waits on another provider sleep on; so does a wait armed after the unmark,
+// and one whose provider was marked after the unmark it adopted.
 func TestUnmarkWakesTheWaitsOnItsProvider(t *testing.T) {
 	f := newPoolFixture(t, twoPools(), DefaultSettings())
-	f.q.Mark("x", pt0)
 	rY := engine.Route{Provider: "y", Model: "other"} // in no pool either
+	f.q.Mark("x", pt0)
 	f.q.Mark("y", pt0)
-	onX := f.q.ArmLongTerm(QuotaFailure{Session: "sx", Route: rX}, time.Hour)
+	first := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rX}, time.Hour)
+	second := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rX}, time.Hour) // another call of the session
+	alone := f.q.ArmLongTerm(QuotaFailure{Route: rX}, time.Hour)                // a call without one
 	onY := f.q.ArmLongTerm(QuotaFailure{Session: "sy", Route: rY}, time.Hour)
 	f.q.Unmark("x")
-	// The fake clock never moves: only the wake can end the wait. (The
-	// context only keeps a missing wake from hanging the test.)
+	// The fake clock never moves: only the wake can end a wait. (The context
+	// only keeps a missing wake from hanging the test.)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := f.q.Wait(ctx, onX); err != nil {
-		t.Fatalf("the wait on the unmarked provider: %v, want nil (try again now)", err)
+	for name, d := range map[string]Decision{"first": first, "second": second, "alone": alone} {
+		if err := f.q.Wait(ctx, d); err != nil {
+			t.Fatalf("the %s wait on the unmarked provider: %v, want nil (try again now)", name, err)
+		}
 	}
-	f.q.mu.Lock()
-	xPending, yWoken := f.q.entries["sx"].pending, f.q.entries["sy"].woken
-	f.q.mu.Unlock()
-	if xPending || yWoken {
-		t.Fatalf("after unmarking x: sx pending %v, sy woken %v; want sx's wait over, sy's on", xPending, yWoken)
+	woken := func(d Decision) bool {
+		select {
+		case <-d.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	if later := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rX}, time.Hour); woken(later) || woken(onY) {
+		t.Fatalf("woken: a wait armed after the unmark %v, the wait on y %v; want neither", woken(later), woken(onY))
 	}
 	f.q.Mark("y", pt0.Add(time.Minute))
 	f.q.AdoptUnmark("y", pt0) // older than the mark here: it stands
-	f.q.mu.Lock()
-	yWoken = f.q.entries["sy"].woken
-	f.q.mu.Unlock()
-	if yWoken {
+	if woken(onY) {
 		t.Fatal("an adopted unmark older than the mark woke the wait on y")
 	}
 	f.q.AdoptUnmark("y", pt0.Add(2*time.Minute))
