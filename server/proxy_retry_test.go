@@ -465,9 +465,11 @@ func mustRequest(t *testing.T, ctx context.Context, url string, body any) *http.
 	return req
 }
 
-// TestProxyLongTermWait: a spent allowance with no other route is waited out
-// (quota.longTermDelay on the server's clock), then retried on the same route.
-func TestProxyLongTermWait(t *testing.T) {
+// inLongTermWait starts a call of session "lt" whose only route's allowance
+// is spent (the upstream answers QUOTA, then 200) and returns once the call
+// sits in its long-term wait of quota.longTermDelay (10m).
+func inLongTermWait(t *testing.T) (*fakeUpstream, *pxFixture, <-chan pxResult) {
+	t.Helper()
 	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
 	f := newPxFixture(t, fmt.Sprintf(`
 providers:
@@ -482,6 +484,13 @@ quota:
 	// The wait is longer than proxy.maxHold: the client asks to sit it out.
 	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
 	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	return up, f, res
+}
+
+// TestProxyLongTermWait: a spent allowance with no other route is waited out
+// (quota.longTermDelay on the server's clock), then retried on the same route.
+func TestProxyLongTermWait(t *testing.T) {
+	up, f, res := inLongTermWait(t)
 	if st, ok := f.srv.Quota().State("lt"); !ok || !st.Pending {
 		t.Fatalf("quota state %+v %v: want a pending long-term wait", st, ok)
 	}
@@ -506,19 +515,7 @@ quota:
 // allowance was topped up): the call is retried at once, not at the end of
 // quota.longTermDelay.
 func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
-	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
-	f := newPxFixture(t, fmt.Sprintf(`
-providers:
-  pa: {kind: openai, baseURL: %s/v1}
-pools:
-  solo:
-    routes:
-      - {provider: pa, model: m1}
-quota:
-  longTermDelay: 10m
-`, up.URL), true)
-	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
-	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	up, f, res := inLongTermWait(t)
 	resp, err := http.Post(f.url+"/gate/v1/providers/pa/unmark", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
