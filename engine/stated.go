@@ -83,14 +83,24 @@ func inputOrOutput(before string) bool {
 	return false
 }
 
+// statedFigure is a stated figure ("30,000") as a limit the gate may adopt;
+// 0 when it is out of range.
+func statedFigure(figure string) int64 {
+	n, err := strconv.ParseInt(strings.ReplaceAll(figure, ",", ""), 10, 64)
+	if err != nil || !statedInRange(n) {
+		return 0
+	}
+	return n
+}
+
 // statedInRange: a stated limit the gate may adopt.
 func statedInRange(n int64) bool { return n >= 1 && n <= MaxStatedLimit }
 
 // takeStated files one stated figure under its axis (the first figure of an
 // axis wins: a message that names one limit twice means the same one).
 func takeStated(axis, figure string, tokens, requests int64) (int64, int64) {
-	n, err := strconv.ParseInt(strings.ReplaceAll(figure, ",", ""), 10, 64)
-	if err != nil || !statedInRange(n) {
+	n := statedFigure(figure)
+	if n == 0 {
 		return tokens, requests
 	}
 	switch strings.ToLower(axis) {
@@ -120,15 +130,10 @@ func OutputLimitInWords(f *Failure) int64 {
 	if f == nil || f.Body == "" {
 		return 0
 	}
-	m := outputInWords.FindStringSubmatch(f.Body)
-	if m == nil {
-		return 0
+	if m := outputInWords.FindStringSubmatch(f.Body); m != nil {
+		return statedFigure(m[1])
 	}
-	n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
-	if err != nil || !statedInRange(n) {
-		return 0
-	}
-	return n
+	return 0
 }
 
 var outputInWords = regexp.MustCompile(`(?i)\bof\s+([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)\s+output\s+tokens\s+per\s+min(?:ute)?\b`)
