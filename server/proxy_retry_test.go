@@ -7,6 +7,8 @@ import (
 	"github.com/gatectl/gatectl/engine"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -533,6 +535,60 @@ func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
 	}
 	if resp.StatusCode != 200 || r.resp.StatusCode != 200 || up.n() != 2 {
 		t.Fatalf("unmark %d; the call's status %d after %d upstream calls: %s", resp.StatusCode, r.resp.StatusCode, up.n(), r.body)
+	}
+}
+
+// A long-term wait on a provider with a balance source ends when the source,
+// read again each refresh while the call waits, shows allowance (the account
+// was topped up): the call is retried then, not at the end of
+// quota.longTermDelay. The source is a real script; the server's clock moves
+// one refresh at a time.
+func TestProxyLongTermWaitEndsOnATopUp(t *testing.T) {
+	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
+	balance := filepath.Join(t.TempDir(), "balance.json")
+	if err := os.WriteFile(balance, []byte(`{"remaining": 0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newPxFixture(t, fmt.Sprintf(`
+providers:
+  pa: {kind: openai, baseURL: %s/v1}
+pools:
+  solo:
+    routes:
+      - {provider: pa, model: m1}
+balances:
+  - provider: pa
+    script: [cat, %s]
+    refresh: 1m
+quota:
+  longTermDelay: 10m
+`, up.URL, balance), true)
+	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
+	// A failed check ends the wait, so the server can stop (cleanups run last
+	// registered first).
+	t.Cleanup(func() { f.clock.Advance(10 * time.Minute) })
+	// The wait's timer and its source's next read.
+	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 2 })
+	f.clock.Advance(time.Minute) // read again: still spent
+	waitFor(t, "the next read", func() bool { return f.clock.Timers() == 2 })
+	if up.n() != 1 {
+		t.Fatalf("%d upstream calls after a reading that shows none left, want 1", up.n())
+	}
+	if err := os.WriteFile(balance, []byte(`{"remaining": 12.5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Minute)
+	var r pxResult
+	select {
+	case r = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call was still waiting 10 s after its provider's balance showed allowance")
+	}
+	if r.resp.StatusCode != 200 || up.n() != 2 {
+		t.Fatalf("status %d after %d upstream calls: %s", r.resp.StatusCode, up.n(), r.body)
+	}
+	if w, _ := strconv.Atoi(r.resp.Header.Get("X-Gate-Waited-Ms")); w != 120000 {
+		t.Fatalf("X-Gate-Waited-Ms %d, want 120000 (two refreshes)", w)
 	}
 }
 

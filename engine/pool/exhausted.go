@@ -154,6 +154,12 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 // were no pools), or ctx.Err() when the request was cancelled — the entry then
 // survives with pending false, no "left" is announced, and the next QUOTA failure
 // re-arms it. Any other decision returns nil at once.
+//
+// The wait also ends, nil, when its provider's mark is lifted: by hand
+// (Unmark, or another instance's adopted), or by a reading that shows allowance
+// again. While it waits on a provider with a balance source, it reads that
+// source again each refresh (as a draw would), so a top-up ends the wait within
+// one refresh rather than at the end of LongTermDelay.
 func (q *Router) Wait(ctx context.Context, d Decision) error {
 	if d.Action != ActionWait {
 		return nil
@@ -168,21 +174,38 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 		}
 	}
 	t := q.clock.NewTimer(d.Wait)
-	select {
-	case <-t.C():
-		q.disarm(d.entry)
-		return nil
-	case <-d.wake: // its provider was unmarked by hand: try again now
-		t.Stop()
-		q.disarm(d.entry)
-		return nil
-	case <-done:
-		t.Stop()
-		return q.endedErr(d.entry)
-	case <-ctx.Done():
-		t.Stop()
-		q.disarm(d.entry)
-		return ctx.Err()
+	defer t.Stop()
+	provider := d.Route.Provider
+	b, sourced := q.cfg.Load().pools.sourceOf(provider)
+	var read engine.Timer
+	var readC <-chan time.Time
+	if sourced && b.refresh > 0 && d.wake != nil {
+		read = q.clock.NewTimer(b.refresh)
+		readC = read.C()
+		defer func() { read.Stop() }()
+	}
+	for {
+		select {
+		case <-t.C():
+			q.disarm(d.entry)
+			return nil
+		case <-d.wake: // its provider's mark was lifted: try again now
+			q.disarm(d.entry)
+			return nil
+		case <-done:
+			return q.endedErr(d.entry)
+		case <-ctx.Done():
+			q.disarm(d.entry)
+			return ctx.Err()
+		case <-readC:
+			// A due source is read (one read for every wait on it), within its
+			// own timeout; a reading that withdraws the mark lifts it and
+			// closes d.wake.
+			q.readings.Refresh(ctx, []string{provider})
+			q.marked(q.cfg.Load(), provider, q.clock.Now())
+			read = q.clock.NewTimer(b.refresh)
+			readC = read.C()
+		}
 	}
 }
 
@@ -224,10 +247,11 @@ func (q *Router) wakeForLocked(provider string) <-chan struct{} {
 }
 
 // wakeLocked ends the long-term waits armed on provider (q.mu held): its
-// mark was lifted by hand (Unmark, or another instance's adopted), so the
+// mark was lifted — by hand (Unmark, or another instance's adopted), by a
+// reading that shows allowance again, or by its ExhaustedCooldown — so the
 // allowance is back as far as anyone can tell, and their calls try again now
-// rather than at the end of their LongTermDelay. (A reading that lifts a mark
-// is looked at when a route is drawn, not when it arrives: it wakes nobody.)
+// rather than at the end of their LongTermDelay. Called in the step that
+// deletes the mark: a wait armed after it is not woken.
 func (q *Router) wakeLocked(provider string) {
 	if ch := q.wakes[provider]; ch != nil {
 		close(ch)
