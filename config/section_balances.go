@@ -39,7 +39,7 @@ var balanceSchema = &schema[Balance]{
 		strField("unit", "what remaining counts, for reports", nil, func(b *Balance) *string { return &b.Unit }),
 		numField("minimumRemaining", "a reading below it (or at 0 or less) makes the provider's routes unusable for a draw", rng{},
 			func(b *Balance) *float64 { return &b.MinimumRemaining }),
-		durField("refresh", "how long a reading answers", positive,
+		durField("refresh", "how long a reading answers; also how often a call in a long-term wait on the provider reads it again", positive,
 			func(b *Balance) *time.Duration { return &b.Refresh }),
 		durField("timeout", "how long one read may take", positive,
 			func(b *Balance) *time.Duration { return &b.Timeout }),

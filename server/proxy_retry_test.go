@@ -539,10 +539,10 @@ func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
 }
 
 // A long-term wait on a provider with a balance source ends when the source,
-// read again each refresh while the call waits, shows allowance (the account
-// was topped up): the call is retried then, not at the end of
-// quota.longTermDelay. The source is a real script; the server's clock moves
-// one refresh at a time.
+// read again each refresh while the call waits, shows a top-up (allowance,
+// where it showed none as the wait began): the call is retried then, not at
+// the end of quota.longTermDelay. The source is a real script; the server's
+// clock moves one refresh at a time.
 func TestProxyLongTermWaitEndsOnATopUp(t *testing.T) {
 	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
 	balance := filepath.Join(t.TempDir(), "balance.json")

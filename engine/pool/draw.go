@@ -125,7 +125,6 @@ func (q *Router) holdsOrLift(c *quotaConfig, provider string, at, now time.Time)
 	q.mu.Lock()
 	if cur, ok := q.marks[provider]; ok && cur.Equal(at) {
 		delete(q.marks, provider)
-		q.wakeLocked(provider)
 	}
 	q.mu.Unlock()
 	return false
@@ -329,7 +328,6 @@ func (q *Router) lift(c *quotaConfig, p *Pool, marks []markSnap, now time.Time) 
 		q.mu.Lock()
 		if at, ok := q.marks[prov]; ok && at.Equal(marks[i].at) {
 			delete(q.marks, prov)
-			q.wakeLocked(prov)
 		}
 		q.mu.Unlock()
 	}

@@ -3,8 +3,10 @@ package pool
 import (
 	"context"
 	"fmt"
-	"github.com/gatectl/gatectl/engine"
+	"math"
 	"time"
+
+	"github.com/gatectl/gatectl/engine"
 )
 
 // OnQuota decides what a QUOTA failure leads to (why: see docs/RATIONALE.md,
@@ -155,11 +157,11 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 // survives with pending false, no "left" is announced, and the next QUOTA failure
 // re-arms it. Any other decision returns nil at once.
 //
-// The wait also ends, nil, when its provider's mark is lifted: by hand
-// (Unmark, or another instance's adopted), or by a reading that shows allowance
-// again. While it waits on a provider with a balance source, it reads that
-// source again each refresh (as a draw would), so a top-up ends the wait within
-// one refresh rather than at the end of LongTermDelay.
+// The wait also ends, nil, when the allowance is back as far as anyone can
+// tell: its provider's mark lifted by hand (Unmark, or another instance's
+// adopted), or a top-up its balance source shows (see toppedUp). While it waits
+// on a provider with a balance source it reads the source again each refresh —
+// no draw may come to read it, as every session of the pool may be waiting.
 func (q *Router) Wait(ctx context.Context, d Decision) error {
 	if d.Action != ActionWait {
 		return nil
@@ -175,21 +177,29 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	}
 	t := q.clock.NewTimer(d.Wait)
 	defer t.Stop()
-	provider := d.Route.Provider
-	b, sourced := q.cfg.Load().pools.sourceOf(provider)
+	provider, since := d.Route.Provider, q.clock.Now()
+	base, _ := q.readings.Last(provider) // what the source showed as the wait began
 	var read engine.Timer
 	var readC <-chan time.Time
-	if sourced && b.refresh > 0 && d.wake != nil {
-		read = q.clock.NewTimer(b.refresh)
-		readC = read.C()
-		defer func() { read.Stop() }()
+	var readDone chan struct{}
+	arm := func() {
+		if b, ok := q.cfg.Load().pools.sourceOf(provider); ok && b.refresh > 0 && d.wake != nil {
+			read = q.clock.NewTimer(b.refresh)
+			readC = read.C()
+		}
 	}
+	arm()
+	defer func() {
+		if read != nil {
+			read.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-t.C():
 			q.disarm(d.entry)
 			return nil
-		case <-d.wake: // its provider's mark was lifted: try again now
+		case <-d.wake: // its provider's mark was lifted, or a top-up read: try again now
 			q.disarm(d.entry)
 			return nil
 		case <-done:
@@ -198,15 +208,82 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 			q.disarm(d.entry)
 			return ctx.Err()
 		case <-readC:
-			// A due source is read (one read for every wait on it), within its
-			// own timeout; a reading that withdraws the mark lifts it and
-			// closes d.wake.
-			q.readings.Refresh(ctx, []string{provider})
-			q.marked(q.cfg.Load(), provider, q.clock.Now())
-			read = q.clock.NewTimer(b.refresh)
-			readC = read.C()
+			// Read in the background (within the source's own timeout, one
+			// read for every wait on it: the source's cache shares it), so
+			// an unmark or the switch is not kept waiting.
+			readC, readDone = nil, make(chan struct{})
+			go func(ch chan struct{}) {
+				q.readings.Refresh(ctx, []string{provider})
+				close(ch)
+			}(readDone)
+		case <-readDone:
+			readDone = nil
+			q.toppedUp(provider, &base, since) // closes d.wake when it was
+			arm()
 		}
 	}
+}
+
+// toppedUp lifts provider's mark and ends the long-term waits on it when its
+// latest reading shows a top-up since base, the reading when a wait began: it
+// shows allowance (withdraws, taken at least a refresh after the mark, or
+// after since without one) and more of it than base did. A source that showed
+// allowance all along disagrees with the provider's QUOTA failure (it reports
+// another limit, or answers from a cache); a reading like it says nothing new,
+// and waking on it would send every waiting call back to the provider each
+// refresh rather than each LongTermDelay. The mark goes only when the reading
+// is a refresh newer than it: a later QUOTA failure stands.
+func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time) {
+	r, ok := q.readings.Last(provider)
+	if !ok || !hasContent(&r) {
+		return
+	}
+	b := q.cfg.Load().pools.balanceOf(provider)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	at, marked := q.marks[provider]
+	if !marked {
+		at = since
+	}
+	if !withdraws(&r, b, at) || !showsMore(&r, base, b) {
+		return
+	}
+	if marked {
+		delete(q.marks, provider)
+	}
+	q.wakeLocked(provider)
+}
+
+// showsMore reports whether reading r shows more allowance than base: base
+// said nothing, or r's remaining or one of its weighed windows is above base's.
+func showsMore(r, base *engine.Reading, b *balance) bool {
+	if !hasContent(base) {
+		return true
+	}
+	if r.Remaining != nil && (base.Remaining == nil || *r.Remaining > *base.Remaining) {
+		return true
+	}
+	for i := range r.Windows {
+		w := &r.Windows[i]
+		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) {
+			continue // not weighed
+		}
+		was, seen := windowRemaining(base, w.Name)
+		if !seen || w.Remaining > was {
+			return true
+		}
+	}
+	return false
+}
+
+// windowRemaining is the remaining of r's window name, and whether r has it.
+func windowRemaining(r *engine.Reading, name string) (float64, bool) {
+	for i := range r.Windows {
+		if r.Windows[i].Name == name && !math.IsNaN(r.Windows[i].Remaining) {
+			return r.Windows[i].Remaining, true
+		}
+	}
+	return 0, false
 }
 
 func (q *Router) endedErr(e *quotaEntry) error {
@@ -247,11 +324,13 @@ func (q *Router) wakeForLocked(provider string) <-chan struct{} {
 }
 
 // wakeLocked ends the long-term waits armed on provider (q.mu held): its
-// mark was lifted — by hand (Unmark, or another instance's adopted), by a
-// reading that shows allowance again, or by its ExhaustedCooldown — so the
-// allowance is back as far as anyone can tell, and their calls try again now
-// rather than at the end of their LongTermDelay. Called in the step that
-// deletes the mark: a wait armed after it is not woken.
+// mark was lifted by hand (Unmark, or another instance's adopted), or its
+// balance source showed a top-up (toppedUp), so the allowance is back as far
+// as anyone can tell, and their calls try again now rather than at the end of
+// their LongTermDelay. Called in the step that deletes the mark: a wait armed
+// after it is not woken. (A draw that finds a mark withdrawn by a reading
+// lifts it without a wake: the waits read the source themselves, and tell a
+// top-up from a source that never agreed with the provider.)
 func (q *Router) wakeLocked(provider string) {
 	if ch := q.wakes[provider]; ch != nil {
 		close(ch)

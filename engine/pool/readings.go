@@ -16,8 +16,9 @@ type Readings interface {
 	// the source's refresh) and waits for exactly those, each bounded by its own
 	// timeout (and by ctx). A fresh reading costs no round trip; concurrent calls on
 	// one due source start it once; providers with no source are ignored. Called by
-	// Router.Pick and at a session's start, never when a started session is
-	// moved off an exhausted provider.
+	// Router.Pick, at a session's start, and each refresh by a long-term wait on
+	// the provider (Router.Wait); never when a started session is moved off an
+	// exhausted provider.
 	Refresh(ctx context.Context, providers []string)
 	// Last returns the provider's latest reading (TakenAt set) and whether it has
 	// one. It never blocks on a source. Called for every route of every draw, so it

@@ -159,7 +159,8 @@ type Decision struct {
 
 	entry *quotaEntry // the entry a ActionWait belongs to; nil outside a session
 	// wake, of an ActionWait, is closed when its provider's mark is lifted by
-	// hand after the wait was armed (see Router.wakes).
+	// hand, or its balance source shows a top-up, after the wait was armed
+	// (see Router.wakes).
 	wake <-chan struct{}
 }
 
@@ -270,9 +271,10 @@ type Router struct {
 	// entries: session -> its open long-term entry.
 	entries map[string]*quotaEntry
 	// wakes: per provider, the channel the long-term waits armed on it since
-	// its mark was last lifted by hand hold; lifting it closes the channel
-	// (the waits end, their calls try again now) and the next wait gets a new
-	// one. Keyed by configured providers: bounded.
+	// its mark was last lifted by hand (or its source last showed a top-up)
+	// hold; lifting it closes the channel (the waits end, their calls try
+	// again now) and the next wait gets a new one. Keyed by configured
+	// providers: bounded.
 	wakes map[string]chan struct{}
 	// adds counts insertions into routes and entries since the last sweep.
 	adds int

@@ -103,17 +103,21 @@ func TestUnmarkWakesTheWaitsOnItsProvider(t *testing.T) {
 }
 
 // A long-term wait on a provider with a balance source reads the source again
-// each refresh: a reading that shows allowance lifts the mark and ends the
-// wait (and every wait on that provider) within a refresh, not at the end of
-// LongTermDelay. A reading that shows none, a wait on another provider and a
-// provider without a source wait on.
-func TestAReadingThatShowsAllowanceEndsTheWait(t *testing.T) {
+// each refresh: a reading that shows a top-up — allowance, taken a refresh
+// after the mark, and more than the source showed as the wait began — lifts
+// the mark and ends the waits on that provider, not at the end of
+// LongTermDelay. A reading that shows none, one too old, and a source that
+// showed allowance all along (it disagrees with the provider's QUOTA failure)
+// end nothing; a provider without a source is not read.
+func TestATopUpEndsTheLongTermWait(t *testing.T) {
 	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	f.read("a", 0, 0)  // spent
+	f.read("b", 30, 0) // shows allowance all along
 	f.q.Mark("a", pt0)
 	f.q.Mark("b", pt0)
 	f.q.Mark("x", pt0)
 	onA := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
-	alsoOnA := f.q.ArmLongTerm(QuotaFailure{Route: rA}, time.Hour) // a call without a session: it is not waiting (no Wait), only armed
+	alsoOnA := f.q.ArmLongTerm(QuotaFailure{Route: rA}, time.Hour) // armed, never slept out here
 	onB := f.q.ArmLongTerm(QuotaFailure{Session: "sb", Route: rB}, time.Hour)
 	onX := f.q.ArmLongTerm(QuotaFailure{Session: "sx", Route: rX}, time.Hour) // x has no balance source
 	ended := make(chan string, 3)
@@ -126,64 +130,62 @@ func TestAReadingThatShowsAllowanceEndsTheWait(t *testing.T) {
 			}
 		}()
 	}
+	none := func(when string) {
+		t.Helper()
+		select {
+		case name := <-ended:
+			t.Fatalf("%s: the wait on %s ended", when, name)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	// Three wait timers, and a read timer each on a and b.
 	waitTimers(t, f.clock, 5)
-	f.read("a", 0, 0) // spent
-	f.read("b", 0, 0)
 	f.clock.Advance(time.Minute)
-	waitTimers(t, f.clock, 5) // the reads re-armed
+	f.read("a", 0, 0)
+	f.read("b", 30, 0)
+	waitTimers(t, f.clock, 5) // read, and the next read armed
 	if f.readings.refreshes() != 2 {
 		t.Fatalf("%d refreshes after one refresh interval, want one each for a and b: %v", f.readings.refreshes(), f.readings.refreshed)
 	}
-	select {
-	case name := <-ended:
-		t.Fatalf("the wait on %s ended on a reading that shows no allowance", name)
-	default:
-	}
-	f.clock.Advance(30 * time.Second)
-	f.read("a", 50, 0) // the top-up, read before the next refresh is due
-	if _, held := f.q.Marked("b"); !held {
-		t.Fatal("b's mark was lifted by a's reading")
-	}
-	f.clock.Advance(30 * time.Second)
+	f.clock.Advance(time.Minute)
+	waitTimers(t, f.clock, 5)
+	none("a spent reading, and b's unchanged allowance")
+	f.read("a", 50, 105*time.Second) // taken at pt0+15s: before a refresh had passed since the mark
+	f.clock.Advance(time.Minute)
+	waitTimers(t, f.clock, 5)
+	none("a reading older than the mark's refresh")
+	f.read("a", 50, 0) // the top-up
+	f.clock.Advance(time.Minute)
 	select {
 	case name := <-ended:
 		if name != "a" {
 			t.Fatalf("the wait on %s ended, want the one on a", name)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the wait on a was still waiting after a reading showed allowance")
+		t.Fatal("the wait on a was still waiting after its source showed a top-up")
 	}
 	if _, held := f.q.Marked("a"); held {
-		t.Fatal("a is still marked after a reading that shows allowance")
+		t.Fatal("a is still marked after its source showed a top-up")
 	}
 	select {
 	case <-alsoOnA.wake:
 	default:
-		t.Fatal("the other wait armed on a was not woken with the mark's lift")
-	}
-	select {
-	case name := <-ended:
-		t.Fatalf("the wait on %s ended too", name)
-	case <-time.After(50 * time.Millisecond):
+		t.Fatal("the other wait armed on a was not woken with the top-up")
 	}
 	if st, ok := f.q.State("s"); !ok || st.Pending {
 		t.Fatalf("the session's entry %+v %v: want open (the retry decides) and no longer pending", st, ok)
 	}
-}
-
-// A draw that finds a mark withdrawn by a reading lifts it and ends the waits
-// on it, as Unmark does.
-func TestADrawThatLiftsAMarkWakesItsWaits(t *testing.T) {
-	f := newPoolFixture(t, twoPools(), DefaultSettings())
-	f.q.Mark("a", pt0)
-	d := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
+	waitTimers(t, f.clock, 3) // b's wait and read, x's wait
+	none("a's top-up")
+	f.read("b", 40, 0) // b's source shows more than it did: a top-up too
 	f.clock.Advance(time.Minute)
-	f.read("a", 50, 0)
-	f.pick(t, "medium", 0)
 	select {
-	case <-d.wake:
-	default:
-		t.Fatal("a draw lifted a's mark and the wait on it was not woken")
+	case name := <-ended:
+		if name != "b" {
+			t.Fatalf("the wait on %s ended, want the one on b", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait on b was still waiting after its source showed more allowance")
 	}
+	none("b's top-up") // x waits on
 }
