@@ -539,8 +539,8 @@ func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
 }
 
 // A long-term wait on a provider with a balance source ends when the source,
-// read again each refresh while the call waits, shows a top-up (allowance,
-// where it showed none as the wait began): the call is retried then, not at
+// read again each refresh while the call waits, shows a top-up (a balance
+// above the 0 it showed as the wait began): the call is retried then, not at
 // the end of quota.longTermDelay. The source is a real script; the server's
 // clock moves one refresh at a time.
 func TestProxyLongTermWaitEndsOnATopUp(t *testing.T) {

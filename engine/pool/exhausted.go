@@ -160,8 +160,9 @@ func (q *Router) armLongTerm(now time.Time, f QuotaFailure, d time.Duration) Dec
 // The wait also ends, nil, when the allowance is back as far as anyone can
 // tell: its provider's mark lifted by hand (Unmark, or another instance's
 // adopted), or a top-up its balance source shows (see toppedUp). While it waits
-// on a provider with a balance source it reads the source again each refresh —
-// no draw may come to read it, as every session of the pool may be waiting.
+// on a provider with a balance source it reads the source as it begins and
+// again each refresh — no draw may come to read it, as every session of the
+// pool may be waiting.
 func (q *Router) Wait(ctx context.Context, d Decision) error {
 	if d.Action != ActionWait {
 		return nil
@@ -178,17 +179,26 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	t := q.clock.NewTimer(d.Wait)
 	defer t.Stop()
 	provider, since := d.Route.Provider, q.clock.Now()
-	base, _ := q.readings.Last(provider) // what the source showed as the wait began
+	// base is what the source showed as the wait began — read at once, as a
+	// session's last draw may have read it long before — and then each
+	// reading new enough to tell that was no top-up (toppedUp): a top-up is
+	// news against the last reading.
+	var base engine.Reading
 	var read engine.Timer
 	var readC <-chan time.Time
 	var readDone chan struct{}
-	arm := func() {
+	first := true
+	arm := func(now bool) { // the next read: now, or a refresh on
 		if b, ok := q.cfg.Load().pools.sourceOf(provider); ok && b.refresh > 0 && d.wake != nil {
-			read = q.clock.NewTimer(b.refresh)
+			after := b.refresh
+			if now {
+				after = 0
+			}
+			read = q.clock.NewTimer(after)
 			readC = read.C()
 		}
 	}
-	arm()
+	arm(true)
 	defer func() {
 		if read != nil {
 			read.Stop()
@@ -218,21 +228,29 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 			}(readDone)
 		case <-readDone:
 			readDone = nil
-			q.toppedUp(provider, &base, since) // closes d.wake when it was
-			arm()
+			if first {
+				base, _ = q.readings.Last(provider)
+				first = false
+			} else {
+				q.toppedUp(provider, &base, since) // a top-up closes d.wake
+			}
+			arm(false)
 		}
 	}
 }
 
 // toppedUp lifts provider's mark and ends the long-term waits on it when its
-// latest reading shows a top-up since base, the reading when a wait began: it
-// shows allowance (withdraws, taken at least a refresh after the mark, or
-// after since without one) and more of it than base did. A source that showed
-// allowance all along disagrees with the provider's QUOTA failure (it reports
-// another limit, or answers from a cache); a reading like it says nothing new,
-// and waking on it would send every waiting call back to the provider each
-// refresh rather than each LongTermDelay. The mark goes only when the reading
-// is a refresh newer than it: a later QUOTA failure stands.
+// latest reading shows a top-up against base, the last reading a wait saw: it
+// shows allowance (withdraws: taken at least a refresh after the mark, or
+// after since without one), and either more balance than base or allowance in
+// a window base showed spent. A reading new enough to tell and no top-up is
+// the next base. A source that showed allowance all along disagrees with the
+// provider's QUOTA failure (it reports another limit, or answers from a
+// cache), and a window that merely refilled a little says nothing new of a
+// limit it never showed spent: waking on such readings would send every
+// waiting call back to be refused each refresh rather than each
+// LongTermDelay. The mark goes only when the reading is a refresh newer than
+// it: a later QUOTA failure stands.
 func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time) {
 	r, ok := q.readings.Last(provider)
 	if !ok || !hasContent(&r) {
@@ -245,7 +263,11 @@ func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time
 	if !marked {
 		at = since
 	}
+	if r.TakenAt.Before(at.Add(b.refresh)) {
+		return // too close to the failure to tell (see withdraws)
+	}
 	if !withdraws(&r, b, at) || !showsMore(&r, base, b) {
+		*base = r
 		return
 	}
 	if marked {
@@ -254,8 +276,10 @@ func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time
 	q.wakeLocked(provider)
 }
 
-// showsMore reports whether reading r shows more allowance than base: base
-// said nothing, or r's remaining or one of its weighed windows is above base's.
+// showsMore reports whether reading r shows a top-up against base: base said
+// nothing, r's remaining is above base's (a balance rises only when someone
+// pays in), or a weighed window base showed spent (0 or less) shows allowance
+// in r.
 func showsMore(r, base *engine.Reading, b *balance) bool {
 	if !hasContent(base) {
 		return true
@@ -265,11 +289,10 @@ func showsMore(r, base *engine.Reading, b *balance) bool {
 	}
 	for i := range r.Windows {
 		w := &r.Windows[i]
-		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) {
-			continue // not weighed
+		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) || !(w.Remaining > 0) {
+			continue // not weighed, or no allowance
 		}
-		was, seen := windowRemaining(base, w.Name)
-		if !seen || w.Remaining > was {
+		if was, seen := windowRemaining(base, w.Name); seen && !(was > 0) {
 			return true
 		}
 	}
@@ -327,8 +350,9 @@ func (q *Router) wakeForLocked(provider string) <-chan struct{} {
 // mark was lifted by hand (Unmark, or another instance's adopted), or its
 // balance source showed a top-up (toppedUp), so the allowance is back as far
 // as anyone can tell, and their calls try again now rather than at the end of
-// their LongTermDelay. Called in the step that deletes the mark: a wait armed
-// after it is not woken. (A draw that finds a mark withdrawn by a reading
+// their LongTermDelay. Called in the step that deletes the mark (or, for a
+// top-up read where no mark is left, decides to wake): a wait armed after it
+// is not woken. (A draw that finds a mark withdrawn by a reading
 // lifts it without a wake: the waits read the source themselves, and tell a
 // top-up from a source that never agreed with the provider.)
 func (q *Router) wakeLocked(provider string) {

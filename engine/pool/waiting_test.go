@@ -102,28 +102,39 @@ func TestUnmarkWakesTheWaitsOnItsProvider(t *testing.T) {
 	}
 }
 
-// A long-term wait on a provider with a balance source reads the source again
-// each refresh: a reading that shows a top-up — allowance, taken a refresh
-// after the mark, and more than the source showed as the wait began — lifts
-// the mark and ends the waits on that provider, not at the end of
-// LongTermDelay. A reading that shows none, one too old, and a source that
-// showed allowance all along (it disagrees with the provider's QUOTA failure)
-// end nothing; a provider without a source is not read.
+// A long-term wait on a provider with a balance source reads the source as it
+// begins and again each refresh: a reading that shows a top-up — allowance,
+// taken a refresh after the mark, and more balance than the last reading, or
+// allowance in a window the last reading showed spent — lifts the mark and
+// ends the waits on that provider, not at the end of LongTermDelay. A reading
+// that shows none, one too close to the mark, a balance that showed allowance
+// all along and a window that only grew end nothing; a provider without a
+// source is not read.
 func TestATopUpEndsTheLongTermWait(t *testing.T) {
 	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	windows := func(daily, weekly float64) []engine.WindowReading {
+		return []engine.WindowReading{{Name: "daily", Remaining: daily}, {Name: "weekly", Remaining: weekly}}
+	}
+	readC := func(daily, weekly float64) {
+		f.readings.Set("c", engine.Reading{Windows: windows(daily, weekly), TakenAt: f.clock.Now()})
+	}
 	f.read("a", 0, 0)  // spent
 	f.read("b", 30, 0) // shows allowance all along
-	f.q.Mark("a", pt0)
-	f.q.Mark("b", pt0)
-	f.q.Mark("x", pt0)
+	readC(5, 2)        // so does c, in windows
+	for _, p := range []string{"a", "b", "c", "x"} {
+		f.q.Mark(p, pt0)
+	}
 	onA := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
 	alsoOnA := f.q.ArmLongTerm(QuotaFailure{Route: rA}, time.Hour) // armed, never slept out here
-	onB := f.q.ArmLongTerm(QuotaFailure{Session: "sb", Route: rB}, time.Hour)
-	onX := f.q.ArmLongTerm(QuotaFailure{Session: "sx", Route: rX}, time.Hour) // x has no balance source
-	ended := make(chan string, 3)
+	waits := map[string]Decision{"a": onA,
+		"b": f.q.ArmLongTerm(QuotaFailure{Session: "sb", Route: rB}, time.Hour),
+		"c": f.q.ArmLongTerm(QuotaFailure{Session: "sc", Route: rC}, time.Hour),
+		"x": f.q.ArmLongTerm(QuotaFailure{Session: "sx", Route: rX}, time.Hour), // x has no balance source
+	}
+	ended := make(chan string, len(waits))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for name, d := range map[string]Decision{"a": onA, "b": onB, "x": onX} {
+	for name, d := range waits {
 		go func() {
 			if err := f.q.Wait(ctx, d); err == nil {
 				ended <- name
@@ -138,34 +149,51 @@ func TestATopUpEndsTheLongTermWait(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	// Three wait timers, and a read timer each on a and b.
-	waitTimers(t, f.clock, 5)
+	endedNow := func(want ...string) {
+		t.Helper()
+		got := map[string]bool{}
+		for range want {
+			select {
+			case name := <-ended:
+				got[name] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the waits that ended: %v; want %v", got, want)
+			}
+		}
+		for _, w := range want {
+			if !got[w] {
+				t.Fatalf("the waits that ended: %v; want %v", got, want)
+			}
+		}
+	}
+	// Four wait timers, and the next read of a, b and c (each read once as
+	// its wait began).
+	waitTimers(t, f.clock, 7)
+	if f.readings.refreshes() != 3 {
+		t.Fatalf("%d refreshes as the waits began, want one each for a, b and c: %v", f.readings.refreshes(), f.readings.refreshed)
+	}
 	f.clock.Advance(time.Minute)
 	f.read("a", 0, 0)
 	f.read("b", 30, 0)
-	waitTimers(t, f.clock, 5) // read, and the next read armed
-	if f.readings.refreshes() != 2 {
-		t.Fatalf("%d refreshes after one refresh interval, want one each for a and b: %v", f.readings.refreshes(), f.readings.refreshed)
-	}
+	readC(8, 2) // a window grew; none was spent
+	waitTimers(t, f.clock, 7)
+	none("a spent balance, b's unchanged one, c's windows that only grew")
 	f.clock.Advance(time.Minute)
-	waitTimers(t, f.clock, 5)
-	none("a spent reading, and b's unchanged allowance")
-	f.read("a", 50, 105*time.Second) // taken at pt0+15s: before a refresh had passed since the mark
+	readC(8, 0) // c's weekly window spent
+	waitTimers(t, f.clock, 7)
+	none("c's spent window")
+	f.readings.Set("a", engine.Reading{Remaining: pf(50), TakenAt: pt0.Add(30 * time.Second)}) // taken within a refresh of the mark
 	f.clock.Advance(time.Minute)
-	waitTimers(t, f.clock, 5)
-	none("a reading older than the mark's refresh")
+	waitTimers(t, f.clock, 7)
+	none("a reading taken within a refresh of the mark")
 	f.read("a", 50, 0) // the top-up
+	readC(8, 3)        // c's weekly window back
 	f.clock.Advance(time.Minute)
-	select {
-	case name := <-ended:
-		if name != "a" {
-			t.Fatalf("the wait on %s ended, want the one on a", name)
+	endedNow("a", "c")
+	for _, p := range []string{"a", "c"} {
+		if _, held := f.q.Marked(p); held {
+			t.Fatalf("%s is still marked after its source showed a top-up", p)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the wait on a was still waiting after its source showed a top-up")
-	}
-	if _, held := f.q.Marked("a"); held {
-		t.Fatal("a is still marked after its source showed a top-up")
 	}
 	select {
 	case <-alsoOnA.wake:
@@ -176,16 +204,9 @@ func TestATopUpEndsTheLongTermWait(t *testing.T) {
 		t.Fatalf("the session's entry %+v %v: want open (the retry decides) and no longer pending", st, ok)
 	}
 	waitTimers(t, f.clock, 3) // b's wait and read, x's wait
-	none("a's top-up")
-	f.read("b", 40, 0) // b's source shows more than it did: a top-up too
+	none("the top-ups on a and c")
+	f.read("b", 40, 0) // b's balance rose: paid in
 	f.clock.Advance(time.Minute)
-	select {
-	case name := <-ended:
-		if name != "b" {
-			t.Fatalf("the wait on %s ended, want the one on b", name)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the wait on b was still waiting after its source showed more allowance")
-	}
+	endedNow("b")
 	none("b's top-up") // x waits on
 }
