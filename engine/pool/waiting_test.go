@@ -210,3 +210,43 @@ func TestATopUpEndsTheLongTermWait(t *testing.T) {
 	endedNow("b")
 	none("b's top-up") // x waits on
 }
+
+// A QUOTA failure after the wait began marks the provider again: a top-up
+// read within a refresh of that mark ends nothing and leaves the mark (the
+// newer failure stands); a read a refresh after it ends the wait.
+func TestATopUpReadBeforeANewerMarkLeavesIt(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	f.read("a", 0, 0)
+	f.q.Mark("a", pt0)
+	d := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
+	ended := make(chan error, 1)
+	go func() { ended <- f.q.Wait(context.Background(), d) }()
+	waitTimers(t, f.clock, 2) // the wait, and its next read (it read once as it began)
+	f.clock.Advance(time.Minute)
+	waitTimers(t, f.clock, 2) // read (still spent), and the next read armed: at +2m
+	f.clock.Advance(30 * time.Second)
+	newer := f.clock.Now()
+	f.q.Mark("a", newer) // another call's QUOTA failure
+	f.read("a", 50, 0)   // paid in, but read at the newer mark
+	f.clock.Advance(30 * time.Second)
+	waitTimers(t, f.clock, 2) // read at +2m, and the next armed: at +3m
+	select {
+	case err := <-ended:
+		t.Fatalf("the wait ended (%v) on a reading within a refresh of the newer mark", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if at, held := f.q.Marked("a"); !held || !at.Equal(newer) {
+		t.Fatalf("a's mark: %v, held %v; want the newer one, held", at, held)
+	}
+	f.clock.Advance(30 * time.Second)
+	f.read("a", 50, 0) // a refresh after the newer mark
+	f.clock.Advance(30 * time.Second)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the wait ended with %v, want nil (try again now)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait was still waiting a refresh after the newer mark, with the top-up read")
+	}
+}
