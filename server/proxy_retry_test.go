@@ -540,7 +540,7 @@ func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
 
 // A long-term wait on a provider with a balance source ends when the source,
 // read again each refresh while the call waits, shows a top-up (a balance
-// above the 0 it showed as the wait began): the call is retried then, not at
+// above the 0 it last showed): the call is retried then, not at
 // the end of quota.longTermDelay. The source is a real script; the server's
 // clock moves one refresh at a time.
 func TestProxyLongTermWaitEndsOnATopUp(t *testing.T) {

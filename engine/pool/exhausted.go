@@ -180,9 +180,10 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	defer t.Stop()
 	provider, since := d.Route.Provider, q.clock.Now()
 	// base is what the source showed as the wait began — read at once, as a
-	// session's last draw may have read it long before — and then each
-	// reading new enough to tell that was no top-up (toppedUp): a top-up is
-	// news against the last reading.
+	// session's last draw may have read it long before; a source that failed
+	// is read each refresh until it answers — and then each reading new
+	// enough to tell that was no top-up (toppedUp): a top-up is news against
+	// the last reading.
 	var base engine.Reading
 	var read engine.Timer
 	var readC <-chan time.Time
@@ -229,8 +230,11 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 		case <-readDone:
 			readDone = nil
 			if first {
-				base, _ = q.readings.Last(provider)
-				first = false
+				// Until the source answers, nothing is news: a top-up is
+				// read against a reading, never against a failed read.
+				if r, ok := q.readings.Last(provider); ok && hasContent(&r) {
+					base, first = r, false
+				}
 			} else {
 				q.toppedUp(provider, &base, since) // a top-up closes d.wake
 			}
@@ -276,14 +280,10 @@ func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time
 	q.wakeLocked(provider)
 }
 
-// showsMore reports whether reading r shows a top-up against base: base said
-// nothing, r's remaining is above base's (a balance rises only when someone
-// pays in), or a weighed window base showed spent (0 or less) shows allowance
-// in r.
+// showsMore reports whether reading r shows a top-up against base: r's
+// remaining is above base's (a balance rises only when someone pays in), or a
+// weighed window base showed spent (0 or less) shows allowance in r.
 func showsMore(r, base *engine.Reading, b *balance) bool {
-	if !hasContent(base) {
-		return true
-	}
 	if r.Remaining != nil && (base.Remaining == nil || *r.Remaining > *base.Remaining) {
 		return true
 	}

@@ -172,23 +172,27 @@ func TestATopUpEndsTheLongTermWait(t *testing.T) {
 	if f.readings.refreshes() != 3 {
 		t.Fatalf("%d refreshes as the waits began, want one each for a, b and c: %v", f.readings.refreshes(), f.readings.refreshed)
 	}
-	f.clock.Advance(time.Minute)
+	// Each reading is set before the clock reaches the read that takes it.
+	f.clock.Advance(30 * time.Second)
 	f.read("a", 0, 0)
 	f.read("b", 30, 0)
 	readC(8, 2) // a window grew; none was spent
+	f.clock.Advance(30 * time.Second)
 	waitTimers(t, f.clock, 7)
 	none("a spent balance, b's unchanged one, c's windows that only grew")
-	f.clock.Advance(time.Minute)
+	f.clock.Advance(30 * time.Second)
 	readC(8, 0) // c's weekly window spent
+	f.clock.Advance(30 * time.Second)
 	waitTimers(t, f.clock, 7)
 	none("c's spent window")
 	f.readings.Set("a", engine.Reading{Remaining: pf(50), TakenAt: pt0.Add(30 * time.Second)}) // taken within a refresh of the mark
 	f.clock.Advance(time.Minute)
 	waitTimers(t, f.clock, 7)
 	none("a reading taken within a refresh of the mark")
+	f.clock.Advance(30 * time.Second)
 	f.read("a", 50, 0) // the top-up
 	readC(8, 3)        // c's weekly window back
-	f.clock.Advance(time.Minute)
+	f.clock.Advance(30 * time.Second)
 	endedNow("a", "c")
 	for _, p := range []string{"a", "c"} {
 		if _, held := f.q.Marked(p); held {
@@ -205,8 +209,9 @@ func TestATopUpEndsTheLongTermWait(t *testing.T) {
 	}
 	waitTimers(t, f.clock, 3) // b's wait and read, x's wait
 	none("the top-ups on a and c")
+	f.clock.Advance(30 * time.Second)
 	f.read("b", 40, 0) // b's balance rose: paid in
-	f.clock.Advance(time.Minute)
+	f.clock.Advance(30 * time.Second)
 	endedNow("b")
 	none("b's top-up") // x waits on
 }
@@ -248,5 +253,39 @@ func TestATopUpReadBeforeANewerMarkLeavesIt(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait was still waiting a refresh after the newer mark, with the top-up read")
+	}
+}
+
+// A source that had no reading as the wait began (its read failed) is judged
+// only against its first reading: that one, allowance or not, ends nothing;
+// a balance above it then does.
+func TestATopUpIsReadAgainstAReading(t *testing.T) {
+	f := newPoolFixture(t, twoPools(), DefaultSettings())
+	f.q.Mark("a", pt0) // and no reading of a
+	d := f.q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
+	ended := make(chan error, 1)
+	go func() { ended <- f.q.Wait(context.Background(), d) }()
+	waitTimers(t, f.clock, 2)
+	for i, remaining := range []float64{30, 30} { // its first reading, then the same
+		f.clock.Advance(30 * time.Second)
+		f.read("a", remaining, 0)
+		f.clock.Advance(30 * time.Second)
+		waitTimers(t, f.clock, 2)
+		select {
+		case err := <-ended:
+			t.Fatalf("read %d: the wait ended (%v) on a balance of %g, no more than the first reading", i+1, err, remaining)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	f.clock.Advance(30 * time.Second)
+	f.read("a", 45, 0) // paid in
+	f.clock.Advance(30 * time.Second)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the wait ended with %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait was still waiting after the balance rose above its first reading")
 	}
 }
