@@ -471,6 +471,13 @@ func mustRequest(t *testing.T, ctx context.Context, url string, body any) *http.
 // is spent (the upstream answers QUOTA, then 200) and returns once the call
 // sits in its long-term wait of quota.longTermDelay (10m).
 func inLongTermWait(t *testing.T) (*fakeUpstream, *pxFixture, <-chan pxResult) {
+	return inLongTermWaitWith(t, "", 1)
+}
+
+// inLongTermWaitWith is inLongTermWait with more config (YAML sections) and
+// the server clock's timers the wait holds (its own, and its source's next
+// read). A test that fails ends the wait, so the server can stop.
+func inLongTermWaitWith(t *testing.T, more string, timers int) (*fakeUpstream, *pxFixture, <-chan pxResult) {
 	t.Helper()
 	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
 	f := newPxFixture(t, fmt.Sprintf(`
@@ -482,10 +489,11 @@ pools:
       - {provider: pa, model: m1}
 quota:
   longTermDelay: 10m
-`, up.URL), true)
+%s`, up.URL, more), true)
 	// The wait is longer than proxy.maxHold: the client asks to sit it out.
 	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
-	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 1 })
+	t.Cleanup(func() { f.clock.Advance(10 * time.Minute) }) // (cleanups run last registered first: before the server stops)
+	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == timers })
 	return up, f, res
 }
 
@@ -544,31 +552,15 @@ func TestProxyLongTermWaitEndsOnUnmark(t *testing.T) {
 // the end of quota.longTermDelay. The source is a real script; the server's
 // clock moves one refresh at a time.
 func TestProxyLongTermWaitEndsOnATopUp(t *testing.T) {
-	up := newFakeUpstream(t, quotaAnswer, chatOK(4, 1, 0))
 	balance := filepath.Join(t.TempDir(), "balance.json")
 	if err := os.WriteFile(balance, []byte(`{"remaining": 0}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := newPxFixture(t, fmt.Sprintf(`
-providers:
-  pa: {kind: openai, baseURL: %s/v1}
-pools:
-  solo:
-    routes:
-      - {provider: pa, model: m1}
-balances:
+	up, f, res := inLongTermWaitWith(t, fmt.Sprintf(`balances:
   - provider: pa
     script: [cat, %s]
     refresh: 1m
-quota:
-  longTermDelay: 10m
-`, up.URL, balance), true)
-	res := f.callAsync("/v1/chat/completions", chatReq("solo"), "X-Gate-Session", "lt", "Authorization", "Bearer sk-x", "X-Gate-Max-Wait", "10m")
-	// A failed check ends the wait, so the server can stop (cleanups run last
-	// registered first).
-	t.Cleanup(func() { f.clock.Advance(10 * time.Minute) })
-	// The wait's timer and its source's next read.
-	waitFor(t, "the long-term wait", func() bool { return up.n() == 1 && f.clock.Timers() == 2 })
+`, balance), 2) // the wait's timer and its source's next read
 	f.clock.Advance(time.Minute) // read again: still spent
 	waitFor(t, "the next read", func() bool { return f.clock.Timers() == 2 })
 	if up.n() != 1 {

@@ -246,13 +246,20 @@ func TestATopUpReadBeforeANewerMarkLeavesIt(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	f.read("a", 50, 0) // a refresh after the newer mark
 	f.clock.Advance(30 * time.Second)
+	waitEnds(t, ended, "a refresh after the newer mark, with the top-up read")
+}
+
+// waitEnds fails unless the wait reporting on ended returned nil (try again
+// now) or does within 5 s; after says what it should have ended on.
+func waitEnds(t *testing.T, ended <-chan error, after string) {
+	t.Helper()
 	select {
 	case err := <-ended:
 		if err != nil {
-			t.Fatalf("the wait ended with %v, want nil (try again now)", err)
+			t.Fatalf("the wait ended with %v after %s, want nil (try again now)", err, after)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the wait was still waiting a refresh after the newer mark, with the top-up read")
+		t.Fatalf("the wait was still waiting after %s", after)
 	}
 }
 
@@ -280,12 +287,5 @@ func TestATopUpIsReadAgainstAReading(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	f.read("a", 45, 0) // paid in
 	f.clock.Advance(30 * time.Second)
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Fatalf("the wait ended with %v, want nil", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the wait was still waiting after the balance rose above its first reading")
-	}
+	waitEnds(t, ended, "the balance rose above its first reading")
 }
