@@ -144,6 +144,13 @@ func (q *Router) markHolds(c *quotaConfig, provider string, at, now time.Time) b
 // missing reading.
 func hasContent(r *engine.Reading) bool { return r.Remaining != nil || len(r.Windows) > 0 }
 
+// weighs reports whether a reading's window w counts toward the provider's
+// allowance: its coefficient is not 0 and it reports a number.
+func (b *balance) weighs(w *engine.WindowReading) bool {
+	k, ok := b.coefficients[w.Name]
+	return !(ok && k == 0) && !math.IsNaN(w.Remaining)
+}
+
 // withdraws reports whether reading r lifts a mark set at `at`: taken at least one
 // refresh after it, and showing allowance in everything it reports — a
 // remaining above 0 and not below the minimum, and every weighed window (one
@@ -162,8 +169,8 @@ func withdraws(r *engine.Reading, b *balance, at time.Time) bool {
 	}
 	for i := range r.Windows {
 		w := &r.Windows[i]
-		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) {
-			continue // not weighed
+		if !b.weighs(w) {
+			continue
 		}
 		if !(w.Remaining > 0) {
 			return false

@@ -289,8 +289,8 @@ func showsMore(r, base *engine.Reading, b *balance) bool {
 	}
 	for i := range r.Windows {
 		w := &r.Windows[i]
-		if k, ok := b.coefficients[w.Name]; ok && k == 0 || math.IsNaN(w.Remaining) || !(w.Remaining > 0) {
-			continue // not weighed, or no allowance
+		if !b.weighs(w) || !(w.Remaining > 0) {
+			continue
 		}
 		if was, seen := windowRemaining(base, w.Name); seen && !(was > 0) {
 			return true
