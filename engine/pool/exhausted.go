@@ -178,6 +178,10 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	}
 	t := q.clock.NewTimer(d.Wait)
 	defer t.Stop()
+	// The source's reads end with the wait: the request goes on to retry,
+	// and its context with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	provider, since := d.Route.Provider, q.clock.Now()
 	// base is what the source showed as the wait began — read at once, as a
 	// session's last draw may have read it long before; a source that failed
@@ -188,10 +192,9 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 	var read engine.Timer
 	var readC <-chan time.Time
 	var readDone chan struct{}
-	first := true
 	arm := func(now bool) { // the next read: now, or a refresh on
-		if b, ok := q.cfg.Load().pools.sourceOf(provider); ok && b.refresh > 0 && d.wake != nil {
-			after := b.refresh
+		if b := q.cfg.Load().pools.balanceOf(provider); b != noBalance {
+			after := b.refresh // (NewPools gives every source one)
 			if now {
 				after = 0
 			}
@@ -229,22 +232,15 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 			}(readDone)
 		case <-readDone:
 			readDone = nil
-			if first {
-				// Until the source answers, nothing is news: a top-up is
-				// read against a reading, never against a failed read.
-				if r, ok := q.readings.Last(provider); ok && hasContent(&r) {
-					base, first = r, false
-				}
-			} else {
-				q.toppedUp(provider, &base, since) // a top-up closes d.wake
-			}
+			q.toppedUp(provider, &base, since) // a top-up closes d.wake
 			arm(false)
 		}
 	}
 }
 
 // toppedUp lifts provider's mark and ends the long-term waits on it when its
-// latest reading shows a top-up against base, the last reading a wait saw: it
+// latest reading shows a top-up against base, the last reading a wait saw (the
+// first reading with content is only the base): it
 // shows allowance (withdraws: taken at least a refresh after the mark, or
 // after since without one), and either more balance than base or allowance in
 // a window base showed spent. A reading new enough to tell and no top-up is
@@ -258,6 +254,12 @@ func (q *Router) Wait(ctx context.Context, d Decision) error {
 func (q *Router) toppedUp(provider string, base *engine.Reading, since time.Time) {
 	r, ok := q.readings.Last(provider)
 	if !ok || !hasContent(&r) {
+		return
+	}
+	if !hasContent(base) {
+		// Until the source answers, nothing is news: a top-up is read
+		// against a reading, never against a failed read.
+		*base = r
 		return
 	}
 	b := q.cfg.Load().pools.balanceOf(provider)

@@ -450,19 +450,6 @@ func (ps *Pools) balanceOf(provider string) *balance {
 	return noBalance
 }
 
-// sourceOf returns provider's balance rules and whether the config gives it a
-// balance source (balanceOf answers noBalance for one without).
-func (ps *Pools) sourceOf(provider string) (*balance, bool) {
-	if ps == nil {
-		return noBalance, false
-	}
-	b := ps.balances[provider]
-	if b == nil {
-		return noBalance, false
-	}
-	return b, true
-}
-
 func cloneMap(m map[string]float64) map[string]float64 {
 	if m == nil {
 		return nil

@@ -289,3 +289,52 @@ func TestATopUpIsReadAgainstAReading(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	waitEnds(t, ended, "the balance rose above its first reading")
 }
+
+// blockingReadings is a source that does not answer: its Refresh holds until
+// its context ends, and tells when it began and when it returned.
+type blockingReadings struct {
+	StaticReadings
+	began, returned chan struct{}
+}
+
+func (b *blockingReadings) Refresh(ctx context.Context, _ []string) {
+	close(b.began) // one read: the wait's first
+	<-ctx.Done()
+	close(b.returned)
+}
+
+// A long-term wait's read of the source ends with the wait: the request goes
+// on to retry, and a source that does not answer is not left reading for it
+// until its own timeout.
+func TestTheSourceReadEndsWithTheWait(t *testing.T) {
+	pools, err := NewPools(twoPools())
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := &blockingReadings{began: make(chan struct{}), returned: make(chan struct{})}
+	q := NewRouter(RouterOptions{Pools: pools, Settings: DefaultSettings(), Readings: br, Sessions: NewSessions(nil),
+		Clock: engine.NewFakeClock(pt0), Rand: &seqRand{vals: []float64{0}}, Events: &quotaLog{}})
+	q.Mark("a", pt0)
+	d := q.ArmLongTerm(QuotaFailure{Session: "s", Route: rA}, time.Hour)
+	ended := make(chan error, 1)
+	go func() { ended <- q.Wait(context.Background(), d) }()
+	select {
+	case <-br.began:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait never read the source")
+	}
+	q.Unmark("a")
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the wait ended with %v, want nil (retry now)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end on the unmark")
+	}
+	select {
+	case <-br.returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the source's read outlived the wait")
+	}
+}
