@@ -19,7 +19,7 @@ var gateSchema = &schema[Gate]{
 			func(g *Gate) *time.Duration { return &g.Window }),
 		unsetZero(numField("safetyFactor", "share of each budget the gate spends, in place of the 0.99 it spends when this is left out: a hard cap you chose. The margin for what the calls in flight will cost (marginSigmas) is kept either way", safetyFactor,
 			func(g *Gate) *float64 { return &g.SafetyFactor })),
-		numField("countGuard", "share of the window a call stays counted past it, for a provider that counts late; measured delays raise it", between(0, 0.02),
+		numField("countGuard", "share of the window a call stays counted past it, for a provider that counts late; measured delays raise it, and the first window of sent traffic keeps four times it (at most 0.02)", between(0, 0.02),
 			func(g *Gate) *float64 { return &g.CountGuard }),
 		numField("marginSigmas", "standard deviations of the calls in flight's summed cost kept free", between(0, 10),
 			func(g *Gate) *float64 { return &g.MarginSigmas }),

@@ -153,6 +153,11 @@ type bucket struct {
 	// window, so the gate never frees a call the provider still holds.
 	delays [8]time.Duration
 	nDelay int
+	// coldFrom (unix ns; 0 when none): the admission that found both windows
+	// empty; its traffic keeps coldGuardFactor × the count guard until
+	// coldUntil (unix ns; 0 when not cold) once a send is reported
+	// (startColdLocked).
+	coldFrom, coldUntil int64
 
 	// The pacers (pacing.go): the tokens and the requests they allow now.
 	pace, paceReq pacer
@@ -449,6 +454,10 @@ const baseMargin = 0.01
 // expireLocked drops what left both windows at now.
 func (b *bucket) expireLocked(now time.Time) {
 	b.followClockLocked(now)
+	if b.coldUntil != 0 && now.UnixNano() >= b.coldUntil {
+		b.coldUntil = 0 // the first window's calls have left: the guard as measured
+		b.setSpanLocked(now, b.l.conf())
+	}
 	b.win.expire(now)
 	b.done.expire(now)
 	b.out.win.expire(now)
@@ -497,7 +506,7 @@ func (b *bucket) followClockLocked(now time.Time) {
 			s.admitted += step
 		}
 	}
-	for _, p := range []*int64{&b.agedAt, &b.lastGrantAt, &b.refilledAt, &b.pace.at, &b.paceReq.at} {
+	for _, p := range []*int64{&b.agedAt, &b.lastGrantAt, &b.refilledAt, &b.pace.at, &b.paceReq.at, &b.coldFrom, &b.coldUntil} {
 		if *p != 0 {
 			*p += step
 		}
@@ -665,12 +674,45 @@ func (b *bucket) roundTripLocked() time.Duration {
 }
 
 // guardFor is how long past the window an entry stays: the configured share of
-// the window, or 1.5 × the longest recent admission→429 delay, at most 2% of
-// the window — and never so long that a drain wait exceeds maxWait.
+// the window (coldGuardFactor times it while traffic starts cold), or 1.5 ×
+// the longest recent admission→429 delay, at most 2% of the window — and never
+// so long that a drain wait exceeds maxWait.
 func (b *bucket) guardFor(cfg *Config) time.Duration {
 	g := time.Duration(cfg.CountGuard * float64(cfg.Window))
+	if b.coldUntil != 0 {
+		g *= coldGuardFactor
+	}
 	g = max(g, b.roundTripLocked()*3/2)
 	return max(0, min(g, cfg.Window/50, cfg.MaxWait-cfg.Window))
+}
+
+// coldGuardFactor is how much longer than the count guard the calls of
+// traffic that starts into empty windows stay counted (still at most 2% of
+// the window): 2% at the default 0.5%.
+const coldGuardFactor = 4
+
+// startColdLocked gives the calls of traffic that started into empty windows
+// coldGuardFactor × the count guard, from the first send reported after it
+// until the last of the first window's calls has left. Those are the calls a
+// provider counts latest against their send: every session starts at once,
+// each on a new connection, and a provider reads a call when it gets to it.
+// Over real sockets (30 sessions, a 10 s window, the fake provider sharing
+// two cores with the other cases' gates and sessions) calls written in the
+// first half second were counted up to 145 ms after they were written (p90
+// 33 ms), later ones within 20 ms; the default guard (0.5%, 50 ms) let some
+// of the first window's calls leave the gate's window while the provider
+// still held them, and the queue admitted at that edge took a 429. Only a
+// reported send starts it: the lateness is the send's, and a caller that
+// reports none (the simulator, whose provider counts a call a set latency
+// after its admission) has none to guard against.
+func (b *bucket) startColdLocked(now time.Time, cfg *Config) {
+	until := b.coldFrom + int64(2*cfg.Window+cfg.Window/50)
+	b.coldFrom = 0
+	if until <= now.UnixNano() {
+		return
+	}
+	b.coldUntil = until
+	b.setSpanLocked(now, cfg)
 }
 
 func (b *bucket) cooldownLeft(now time.Time) time.Duration {
@@ -1191,6 +1233,9 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	}
 	b.noteSpentLocked(now, float64(res))
 	reqArrival, reqDone := b.providerRequestsIn(false), b.providerRequestsIn(true) // without this call
+	if b.win.n == 0 && b.done.n == 0 && b.coldUntil == 0 {
+		b.coldFrom = now.UnixNano() // traffic starts: cold once a send is reported
+	}
 	seq := b.win.add(now, res, out, sz.asked)
 	outSeq := b.out.win.add(now, out, 0, false)
 	var idx int32

@@ -451,6 +451,9 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 		return time.Time{}
 	}
 	b.expireLocked(now)
+	if b.coldFrom != 0 {
+		b.startColdLocked(now, l.conf())
+	}
 	admitted := s.admitted
 	var at int64
 	if s.seq < b.win.headSeq {

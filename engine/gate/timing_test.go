@@ -10,21 +10,72 @@ import (
 
 // Entries stay counted a little past the window: a provider counts a call a few
 // milliseconds after the gate admits it, and frees it that much later too.
+// (Past the start of traffic: TestTrafficStartingColdKeepsALongerGuard.)
 func TestCountGuardKeepsEntriesPastTheWindow(t *testing.T) {
 	c := testGate()
 	c.CountGuard = 0.005 // 300 ms of a 60 s window
 	l, _, _ := newTestLedger(t, c)
-	mustAdmit(t, l, t0, req(800)) // 900 of 1000
-	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 60*time.Second+300*time.Millisecond)
+	at := warmUp(t, l) // the window holds 30
+	w := at.Sub(t0)
+	mustAdmit(t, l, at, req(770)) // 900 of 1000
+	mustWait(t, l, at.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", w+60*time.Second+300*time.Millisecond)
 
 	// A 429 that came 400 ms after its call was admitted: the provider counts
 	// late, and the guard grows to 1.5 × that.
-	l.RateLimitedBy(t0.Add(2*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(1600 * time.Millisecond), Axis: engine.AxisRequests})
-	mustWait(t, l, t0.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 100}, "tpm", 60*time.Second+600*time.Millisecond)
+	l.RateLimitedBy(at.Add(2*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: at.Add(1600 * time.Millisecond), Axis: engine.AxisRequests})
+	mustWait(t, l, at.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 100}, "tpm", w+60*time.Second+600*time.Millisecond)
 
 	// never more than 2% of the window, whatever was measured
-	l.RateLimitedBy(t0.Add(4*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(-10 * time.Second), Axis: engine.AxisRequests})
-	mustWait(t, l, t0.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "d", InputTokens: 100}, "tpm", 60*time.Second+1200*time.Millisecond)
+	l.RateLimitedBy(at.Add(4*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: at.Add(-10 * time.Second), Axis: engine.AxisRequests})
+	mustWait(t, l, at.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "d", InputTokens: 100}, "tpm", w+60*time.Second+1200*time.Millisecond)
+}
+
+// warmUp sends a call of 10 tokens every 20 s from t0 until the start of
+// traffic no longer keeps the longer guard (two windows and 2% on), and
+// returns that time: the window then holds three of them.
+func warmUp(t *testing.T, l *Ledger) time.Time {
+	t.Helper()
+	at := t0
+	for ; at.Before(t0.Add(130 * time.Second)); at = at.Add(20 * time.Second) {
+		l.Sent(at, mustAdmit(t, l, at, stepCall("warm")))
+	}
+	return at
+}
+
+// Traffic that starts into empty windows keeps four times the count guard
+// (at most 2% of the window) from its first reported send until the first
+// window's calls have left: the provider counts those latest against their
+// send — every session starts at once, on a new connection — and the default
+// guard let them leave the gate's window while the provider still held them
+// (a 429 at the first edge over real sockets). Once they have left, the guard
+// is the measured one; an idle window makes the next start a cold one again.
+// A caller that reports no sends (the simulator) keeps the guard as it is.
+func TestTrafficStartingColdKeepsALongerGuard(t *testing.T) {
+	c := testGate()
+	c.CountGuard = 0.005 // 300 ms of a 60 s window; 1.2 s from a cold start
+	c.Learn = false      // no probe above the full budget
+
+	l, _, _ := newTestLedger(t, c)
+	l.Sent(t0, mustAdmit(t, l, t0, req(800))) // 900 of 1000, into empty windows
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 61200*time.Millisecond)
+
+	// No send reported: the guard as configured.
+	l, _, _ = newTestLedger(t, c)
+	mustAdmit(t, l, t0, req(800))
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 60300*time.Millisecond)
+
+	// Sent without a break for two windows: the guard is back to 300 ms.
+	l, _, _ = newTestLedger(t, c)
+	at := warmUp(t, l) // 140 s; the window holds the calls of 80, 100 and 120 s
+	l.Sent(at, mustAdmit(t, l, at, req(870)))
+	mustWait(t, l, at, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 0, MaxTokens: 10}, "tpm", 140300*time.Millisecond)
+
+	// Idle for a window: what starts then is cold again.
+	l, _, _ = newTestLedger(t, c)
+	l.Sent(t0, mustAdmit(t, l, t0, stepCall("a"))) // left at 61.2 s; cold until 121.2 s
+	idle := t0.Add(200 * time.Second)
+	l.Sent(idle, mustAdmit(t, l, idle, req(800)))
+	mustWait(t, l, idle.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 261200*time.Millisecond)
 }
 
 // A drained window must not release the whole queue in one instant: grants are
@@ -763,8 +814,9 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 // others; a reload that keeps the window keeps the step.
 func TestProbeStepEdges(t *testing.T) {
 	t.Run("gap capped", func(t *testing.T) {
-		_, _, _, b := stepLedger(t, 20*time.Second) // one slow 429
+		_, _, _, b := stepLedger(t, 0)
 		b.mu.Lock()
+		b.delays[0], b.nDelay = 20*time.Second, 1 // one slow 429
 		gap := b.stepGapLocked()
 		b.mu.Unlock()
 		if gap != time.Minute/50 {

@@ -600,11 +600,13 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := p.c.Now() // counted when the request arrives: before its body is read
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	var req chatRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
 	if err != nil {
+		// The client went away while writing the body (a call cut mid-send):
+		// nothing to answer, and not an unreadable request.
+		return
+	}
+	var req chatRequest
+	if err = json.Unmarshal(body, &req); err != nil {
 		p.bad()
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "the body is not a chat completion request")
 		return

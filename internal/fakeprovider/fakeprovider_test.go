@@ -572,3 +572,32 @@ func TestWindowTokens(t *testing.T) {
 		t.Errorf("window holds %d a window later, want 0", got)
 	}
 }
+
+// brokenBody reads part of a body, then fails: a client that went away while
+// writing it.
+type brokenBody struct{ r io.Reader }
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// TestBodyCutIsNoBadRequest: a body the client stopped writing is not an
+// unreadable request (the timing tests fail on those as harness errors, and a
+// call cut mid-send at a run's end made one); a body that is not a chat
+// completion is.
+func TestBodyCutIsNoBadRequest(t *testing.T) {
+	c := &clock{now: t0}
+	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Now: c.Now})
+	cut := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", &brokenBody{strings.NewReader(`{"model":"m","messages":[{"ro`)})
+	p.ServeHTTP(httptest.NewRecorder(), cut)
+	if st := p.Stats(); st.BadRequests != 0 || st.Served != 0 {
+		t.Fatalf("a cut body: %d bad requests, %d served; want neither", st.BadRequests, st.Served)
+	}
+	if w := send(p, []byte(`{"model":"m","messages":[{"ro`)); w.Code != http.StatusBadRequest || p.Stats().BadRequests != 1 {
+		t.Fatalf("a whole body that is not JSON: %d, %d bad requests; want 400 and 1", w.Code, p.Stats().BadRequests)
+	}
+}
