@@ -473,6 +473,7 @@ type timingResult struct {
 	budget             int64
 	elapsed            time.Duration
 	providerBadRequest int64
+	providerCutBodies  int64
 }
 
 func TestGateTimingE2E(t *testing.T) {
@@ -739,7 +740,7 @@ func answerUsage(b []byte) (prompt, completion int64, ok bool) {
 func (run *timingRun) report(t *testing.T) {
 	tc, r, f := run.tc, &run.r, run.f
 	st := run.prov.Stats()
-	r.windows, r.refusals, r.refused, r.providerBadRequest = st.Windows, st.Refusals, st.Refused, st.BadRequests
+	r.windows, r.refusals, r.refused, r.providerBadRequest, r.providerCutBodies = st.Windows, st.Refusals, st.Refused, st.BadRequests, st.CutBodies
 	windows := int(tc.dur() / timingWindow)
 	var served, servedL, outServed, outServedL, outRefused, servedAfter int64
 	for i, w := range st.Windows {
@@ -830,8 +831,11 @@ func (run *timingRun) report(t *testing.T) {
 
 	// The harness: bugs of the test or of gatectl's plumbing, never the gate's
 	// timing. They always fail.
-	if r.harnessN > 0 || r.providerBadRequest > 0 {
-		t.Errorf("%d harness errors, %d unreadable requests at the provider: %s", r.harnessN, r.providerBadRequest, strings.Join(r.harness, "; "))
+	// A body that stopped before its end is a call the run cut while it was
+	// being written, or a gate that sent less than it said: more than the
+	// calls cut is the latter.
+	if r.harnessN > 0 || r.providerBadRequest > 0 || r.providerCutBodies > int64(r.cut) {
+		t.Errorf("%d harness errors, %d unreadable requests and %d cut bodies (%d calls cut) at the provider: %s", r.harnessN, r.providerBadRequest, r.providerCutBodies, r.cut, strings.Join(r.harness, "; "))
 		logs := f.logs.String()
 		t.Logf("gatectl log (last 4k):\n%s", logs[max(0, len(logs)-4096):])
 	}

@@ -342,6 +342,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	}
 	b.setRPMLocked()
 	if windowChanged {
+		b.coldFrom, b.coldUntil = 0, 0 // a start's period, in the old window's length
 		// What was learned of the tokens, in the new window's units: the same
 		// rate (as a stated limit is rescaled). Kept as it was, a shorter
 		// window let the old window's budget through in each of its own, and
@@ -678,8 +679,16 @@ func (b *bucket) roundTripLocked() time.Duration {
 // the longest recent admission→429 delay, at most 2% of the window — and never
 // so long that a drain wait exceeds maxWait.
 func (b *bucket) guardFor(cfg *Config) time.Duration {
+	return b.guardOf(cfg, b.coldUntil != 0)
+}
+
+// warmGuardLocked is the guard without a cold start's factor: what the other
+// instances on a shared window keep.
+func (b *bucket) warmGuardLocked(cfg *Config) time.Duration { return b.guardOf(cfg, false) }
+
+func (b *bucket) guardOf(cfg *Config, cold bool) time.Duration {
 	g := time.Duration(cfg.CountGuard * float64(cfg.Window))
-	if b.coldUntil != 0 {
+	if cold {
 		g *= coldGuardFactor
 	}
 	g = max(g, b.roundTripLocked()*3/2)
@@ -708,10 +717,10 @@ const coldGuardFactor = 4
 func (b *bucket) startColdLocked(now time.Time, cfg *Config) {
 	until := b.coldFrom + int64(2*cfg.Window+cfg.Window/50)
 	b.coldFrom = 0
-	if until <= now.UnixNano() {
+	if until <= now.UnixNano() || until <= b.coldUntil {
 		return
 	}
-	b.coldUntil = until
+	b.coldUntil = until // (a start within an earlier one's period extends it)
 	b.setSpanLocked(now, cfg)
 }
 
@@ -1233,7 +1242,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	}
 	b.noteSpentLocked(now, float64(res))
 	reqArrival, reqDone := b.providerRequestsIn(false), b.providerRequestsIn(true) // without this call
-	if b.win.n == 0 && b.done.n == 0 && b.coldUntil == 0 {
+	if b.win.n == 0 && b.done.n == 0 {
 		b.coldFrom = now.UnixNano() // traffic starts: cold once a send is reported
 	}
 	seq := b.win.add(now, res, out, sz.asked)

@@ -499,10 +499,11 @@ func (l *Ledger) Sent(now time.Time, t Ticket) time.Time {
 	}
 	s.admitted = at                      // the call writes from its send: its age counts from there
 	b.readAtSendLocked(time.Unix(0, at)) // stamped as the caller will name the send
-	if ss, ok := l.shared.(SharedSends); ok && s.shared != "" && time.Duration(at-admitted) > b.win.span-b.win.inner {
+	if ss, ok := l.shared.(SharedSends); ok && s.shared != "" && time.Duration(at-admitted) > b.warmGuardLocked(l.conf()) {
 		// Later than the count guard: the other instances would free it
-		// before the provider does. A store that fails counts its own
-		// failure; the local entry moved either way.
+		// before the provider does (the guard they keep: a start's longer
+		// one is this instance's alone, and ends). A store that fails
+		// counts its own failure; the local entry moved either way.
 		_, _ = ss.Sent(b.provider, b.model, s.shared, time.Unix(0, at), b.win.span)
 	}
 	return time.Unix(0, at)

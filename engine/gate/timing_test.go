@@ -70,12 +70,30 @@ func TestTrafficStartingColdKeepsALongerGuard(t *testing.T) {
 	l.Sent(at, mustAdmit(t, l, at, req(870)))
 	mustWait(t, l, at, Request{Provider: "p", Model: "m", Session: "b", InputTokens: 0, MaxTokens: 10}, "tpm", 140300*time.Millisecond)
 
-	// Idle for a window: what starts then is cold again.
+	// A reload that changes the window ends a start's period (counted in the
+	// old window's length): the guard is the configured one of the new.
 	l, _, _ = newTestLedger(t, c)
-	l.Sent(t0, mustAdmit(t, l, t0, stepCall("a"))) // left at 61.2 s; cold until 121.2 s
-	idle := t0.Add(200 * time.Second)
-	l.Sent(idle, mustAdmit(t, l, idle, req(800)))
-	mustWait(t, l, idle.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 261200*time.Millisecond)
+	l.Sent(t0, mustAdmit(t, l, t0, req(800)))
+	c2 := c
+	c2.Window = 30 * time.Second // a guard of 150 ms
+	c2.MaxWait = 60 * time.Second
+	if err := l.Reconfigure(t0, c2); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 30150*time.Millisecond)
+
+	// Idle for a window: what starts then is cold again — after the first
+	// start's period, and within it (which it then extends: a call that
+	// warmed the model up does not shorten the burst's guard).
+	for _, restart := range []time.Duration{200 * time.Second, 70 * time.Second} {
+		l, _, _ = newTestLedger(t, c)
+		l.Sent(t0, mustAdmit(t, l, t0, stepCall("a"))) // left at 61.2 s; cold until 121.2 s
+		idle := t0.Add(restart)
+		l.Sent(idle, mustAdmit(t, l, idle, req(800)))
+		// Read after the first start's period ended, past the warm guard:
+		// the burst's call is still counted.
+		mustWait(t, l, idle.Add(60500*time.Millisecond), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", restart+61200*time.Millisecond)
+	}
 }
 
 // A drained window must not release the whole queue in one instant: grants are
@@ -814,9 +832,8 @@ func TestProbeStepSpacingEnds(t *testing.T) {
 // others; a reload that keeps the window keeps the step.
 func TestProbeStepEdges(t *testing.T) {
 	t.Run("gap capped", func(t *testing.T) {
-		_, _, _, b := stepLedger(t, 0)
+		_, _, _, b := stepLedger(t, 20*time.Second) // one slow 429
 		b.mu.Lock()
-		b.delays[0], b.nDelay = 20*time.Second, 1 // one slow 429
 		gap := b.stepGapLocked()
 		b.mu.Unlock()
 		if gap != time.Minute/50 {

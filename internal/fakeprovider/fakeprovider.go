@@ -176,6 +176,7 @@ type Provider struct {
 	refused     int64 // 429s since the epoch
 	refusedRPM  int64 // of which on the request axis
 	badRequests int64 // requests the fake could not read
+	cutBodies   int64 // requests whose body stopped before its end
 }
 
 type entry struct {
@@ -203,6 +204,7 @@ type Stats struct {
 	Refused     int64         // 429s
 	RefusedRPM  int64         // of which on the request limit
 	BadRequests int64         // requests that were not a readable chat completion
+	CutBodies   int64         // requests whose body stopped before its end (the client went away)
 	Refusals    []time.Duration
 }
 
@@ -268,7 +270,7 @@ func (p *Provider) SetEpoch(t time.Time) {
 	p.epoch = t
 	p.windows, p.firstWindow = nil, 0
 	p.refusals, p.refHead = nil, 0
-	p.served, p.tokens, p.refused, p.refusedRPM, p.badRequests = 0, 0, 0, 0, 0
+	p.served, p.tokens, p.refused, p.refusedRPM, p.badRequests, p.cutBodies = 0, 0, 0, 0, 0, 0
 }
 
 // Stats returns a copy of the records.
@@ -277,7 +279,7 @@ func (p *Provider) Stats() Stats {
 	defer p.mu.Unlock()
 	s := Stats{Epoch: p.epoch, Window: p.c.Window, Limit: p.c.Tokens, FirstWindow: p.firstWindow,
 		Windows: append([]WindowStats(nil), p.windows...), Served: p.served, Tokens: p.tokens,
-		Refused: p.refused, RefusedRPM: p.refusedRPM, BadRequests: p.badRequests}
+		Refused: p.refused, RefusedRPM: p.refusedRPM, BadRequests: p.badRequests, CutBodies: p.cutBodies}
 	s.Refusals = append(s.Refusals, p.refusals[p.refHead:]...)
 	s.Refusals = append(s.Refusals, p.refusals[:p.refHead]...)
 	return s
@@ -601,8 +603,14 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := p.c.Now() // counted when the request arrives: before its body is read
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
-		// The client went away while writing the body (a call cut mid-send):
-		// nothing to answer, and not an unreadable request.
+		// The body stopped before its end: a client that went away while
+		// writing it (a call cut mid-send), or one that sent less than it
+		// said. Counted apart from unreadable requests: a caller that cut no
+		// call should see none.
+		p.mu.Lock()
+		p.cutBodies++
+		p.mu.Unlock()
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "the body ended early")
 		return
 	}
 	var req chatRequest

@@ -585,19 +585,21 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// TestBodyCutIsNoBadRequest: a body the client stopped writing is not an
-// unreadable request (the timing tests fail on those as harness errors, and a
-// call cut mid-send at a run's end made one); a body that is not a chat
-// completion is.
+// TestBodyCutIsNoBadRequest: a body that stopped before its end is counted
+// as cut, not as an unreadable request (the timing tests fail on those as
+// harness errors, and a call cut mid-send at a run's end made one; they check
+// the cut bodies against the calls they cut); a body that is not a chat
+// completion is an unreadable request.
 func TestBodyCutIsNoBadRequest(t *testing.T) {
 	c := &clock{now: t0}
 	p := New(Config{Tokens: 1000, Window: 10 * time.Second, OutputMedian: 100, Now: c.Now})
 	cut := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", &brokenBody{strings.NewReader(`{"model":"m","messages":[{"ro`)})
-	p.ServeHTTP(httptest.NewRecorder(), cut)
-	if st := p.Stats(); st.BadRequests != 0 || st.Served != 0 {
-		t.Fatalf("a cut body: %d bad requests, %d served; want neither", st.BadRequests, st.Served)
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, cut)
+	if st := p.Stats(); w.Code != http.StatusBadRequest || st.CutBodies != 1 || st.BadRequests != 0 || st.Served != 0 {
+		t.Fatalf("a cut body: %d, %d cut, %d bad requests, %d served; want 400, 1 cut and nothing else", w.Code, st.CutBodies, st.BadRequests, st.Served)
 	}
-	if w := send(p, []byte(`{"model":"m","messages":[{"ro`)); w.Code != http.StatusBadRequest || p.Stats().BadRequests != 1 {
-		t.Fatalf("a whole body that is not JSON: %d, %d bad requests; want 400 and 1", w.Code, p.Stats().BadRequests)
+	if w := send(p, []byte(`{"model":"m","messages":[{"ro`)); w.Code != http.StatusBadRequest || p.Stats().BadRequests != 1 || p.Stats().CutBodies != 1 {
+		t.Fatalf("a whole body that is not JSON: %d, %+v; want 400 and one bad request", w.Code, p.Stats())
 	}
 }

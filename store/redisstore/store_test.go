@@ -594,6 +594,13 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 		t.Fatal("A's second call was not admitted")
 	}
 	la.Sent(t0.Add(time.Second+100*time.Millisecond), early) // within the guard (300 ms): stays at +1s
+	// Later than the guard, within the four times it A keeps as its traffic
+	// starts cold: the other instances keep the guard alone, so it moves.
+	startLate, w := la.Submit(t0.Add(2*time.Second), gate.Request{Provider: "p", Model: "m", Session: "s", InputTokens: 100, MaxTokens: 100})
+	if w != nil {
+		t.Fatal("A's third call was not admitted")
+	}
+	la.Sent(t0.Add(2800*time.Millisecond), startLate)
 	// The window's keys would expire in a second; the move keeps them two windows.
 	for _, key := range []string{"w", "t", "s", "o"} {
 		a.c.PExpire(context.Background(), a.base("p", "m")+key, time.Second)
@@ -618,6 +625,9 @@ func TestSentMovesTheSharedEntry(t *testing.T) {
 	}
 	if got, want := score(early), float64(t0.Add(time.Second).UnixMilli()); got != want {
 		t.Fatalf("the call sent within the guard counts from %v ms, want %v (its admission)", got, want)
+	}
+	if got, want := score(startLate), float64(t0.Add(2800*time.Millisecond).UnixMilli()); got != want {
+		t.Fatalf("the call sent 800 ms late as traffic started counts from %v ms, want %v (its send)", got, want)
 	}
 	// The same send reported again — here to the other instance, as a
 	// harness that retries its report may — leaves the entry where the first
