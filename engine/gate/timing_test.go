@@ -10,24 +10,23 @@ import (
 
 // Entries stay counted a little past the window: a provider counts a call a few
 // milliseconds after the gate admits it, and frees it that much later too.
-// (Past the start of traffic: TestTrafficStartingColdKeepsALongerGuard.)
+// (No send is reported here: a start's longer guard is
+// TestTrafficStartingColdKeepsALongerGuard's.)
 func TestCountGuardKeepsEntriesPastTheWindow(t *testing.T) {
 	c := testGate()
 	c.CountGuard = 0.005 // 300 ms of a 60 s window
 	l, _, _ := newTestLedger(t, c)
-	at := warmUp(t, l) // the window holds 30
-	w := at.Sub(t0)
-	mustAdmit(t, l, at, req(770)) // 900 of 1000
-	mustWait(t, l, at.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", w+60*time.Second+300*time.Millisecond)
+	mustAdmit(t, l, t0, req(800)) // 900 of 1000
+	mustWait(t, l, t0.Add(time.Second), Request{Provider: "p", Model: "m", Session: "b", InputTokens: 100}, "tpm", 60*time.Second+300*time.Millisecond)
 
 	// A 429 that came 400 ms after its call was admitted: the provider counts
 	// late, and the guard grows to 1.5 × that.
-	l.RateLimitedBy(at.Add(2*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: at.Add(1600 * time.Millisecond), Axis: engine.AxisRequests})
-	mustWait(t, l, at.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 100}, "tpm", w+60*time.Second+600*time.Millisecond)
+	l.RateLimitedBy(t0.Add(2*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(1600 * time.Millisecond), Axis: engine.AxisRequests})
+	mustWait(t, l, t0.Add(3*time.Second), Request{Provider: "p", Model: "m", Session: "c", InputTokens: 100}, "tpm", 60*time.Second+600*time.Millisecond)
 
 	// never more than 2% of the window, whatever was measured
-	l.RateLimitedBy(at.Add(4*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: at.Add(-10 * time.Second), Axis: engine.AxisRequests})
-	mustWait(t, l, at.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "d", InputTokens: 100}, "tpm", w+60*time.Second+1200*time.Millisecond)
+	l.RateLimitedBy(t0.Add(4*time.Second), "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Admitted: t0.Add(-10 * time.Second), Axis: engine.AxisRequests})
+	mustWait(t, l, t0.Add(5*time.Second), Request{Provider: "p", Model: "m", Session: "d", InputTokens: 100}, "tpm", 60*time.Second+1200*time.Millisecond)
 }
 
 // warmUp sends a call of 10 tokens every 20 s from t0 until the start of
