@@ -596,7 +596,7 @@ func readMaxTokens(body []byte) int64 {
 // ServeHTTP answers POST …/chat/completions; anything else is a 404.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-		p.bad()
+		p.tally(&p.badRequests)
 		writeError(w, http.StatusNotFound, "invalid_request_error", "no such endpoint: "+r.Method+" "+r.URL.Path)
 		return
 	}
@@ -607,15 +607,13 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// writing it (a call cut mid-send), or one that sent less than it
 		// said. Counted apart from unreadable requests: a caller that cut no
 		// call should see none.
-		p.mu.Lock()
-		p.cutBodies++
-		p.mu.Unlock()
+		p.tally(&p.cutBodies)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "the body ended early")
 		return
 	}
 	var req chatRequest
 	if err = json.Unmarshal(body, &req); err != nil {
-		p.bad()
+		p.tally(&p.badRequests)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "the body is not a chat completion request")
 		return
 	}
@@ -683,9 +681,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 }
 
-func (p *Provider) bad() {
+// tally counts one more in n, a record under p.mu.
+func (p *Provider) tally(n *int64) {
 	p.mu.Lock()
-	p.badRequests++
+	*n++
 	p.mu.Unlock()
 }
 
