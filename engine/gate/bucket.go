@@ -1561,11 +1561,18 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		steps = b.learn.onSuspect(now, reading, cfg.Window)
 	default:
 		// The provider held more than the reading by up to the refused call, and
-		// the reading itself is off by the spread of the calls in flight.
-		slack := float64(sig.Tokens)
-		if !b.atCompletion {
-			slack += float64(b.marginOf(b.openVar))
+		// the reading itself is off by the spread of the calls in flight. The
+		// refused call is an estimate too: the provider decided on its whole
+		// cost, output included (not when it decides on input and max_tokens,
+		// which the gate knows).
+		var spread float64
+		if !b.decidesKnown() {
+			spread = b.est.outputVariance(false, b.agingLocked())
 		}
+		if !b.atCompletion {
+			spread += b.openVar
+		}
+		slack := float64(sig.Tokens + b.marginOf(spread))
 		if byRate {
 			b.emitLearn(now, learnStep{Kind: "rate", From: reading, To: rate, Reading: rate, Trigger: b.learn.trigger})
 			b.rateViewLocked(now) // a lone bucket's: count at completion (rate.go)

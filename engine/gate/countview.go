@@ -217,7 +217,15 @@ func (b *bucket) switchViewLocked(now time.Time, atCompletion bool) {
 	b.clearVotesLocked()
 	// The others' windows of readings: outside429Locked started them over.
 	// Their moving mean was read in the other view: it starts over too.
+	others := b.othersSpendingLocked(now)
 	b.learn.forgetReadings()
+	if atCompletion && !others {
+		// The switching 429's trigger is the bottom of a bracket in the new
+		// view: it gets the first trigger's one step (learner.on429), unless
+		// another client's calls land in that bracket too (docs/RATIONALE.md,
+		// "Why does the switch to completion get the step again?").
+		b.learn.firstUsed = false
+	}
 	b.outside.others = othersSpend{}
 	b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)

@@ -296,6 +296,100 @@ func TestNarrowFirstTriggerGetsNoStep(t *testing.T) {
 	}
 }
 
+// The 429 that switches the view to completion reads the provider's count of
+// completions, and its trigger is the bottom of the bracket [reading, reading
+// + the refused call] (or a level served inside it): in the simulator the
+// completion-counting provider at the truth then sat 5–10% under its limit
+// for the hour. So that trigger gets the first trigger's one step too (the
+// bucket reopens it at the switch: TestSwitchToCompletionReopensTheStep) —
+// only from a level the provider served in that view (such a provider decides
+// on the completions alone and may hold more than its limit once the calls in
+// flight complete, so a reading above every served level is no floor), and
+// only when the step stays inside the bracket (past it, the step is refused
+// for certain; the same holds for any first trigger).
+func TestSwitchTriggerGetsOneStepFromAServedLevel(t *testing.T) {
+	span := time.Minute
+	for _, tc := range []struct {
+		name                    string
+		switched                bool
+		reading, slack, served  float64
+		wantTrigger, wantStepTo float64 // wantStepTo 0: no step
+	}{
+		{"served at the reading, the step inside the bracket", true, 900, 100, 900, 900, 945},
+		{"read above every level served", true, 900, 100, 850, 900, 0},
+		{"a served level whose step leaves the bracket", true, 900, 100, 960, 960, 0},
+		{"narrow bracket", true, 900, 40, 900, 900, 0},
+		// Not switched: the first trigger's own rule, and the bracket's top bounds it too.
+		{"first trigger, the step inside the bracket", false, 900, 100, 0, 900, 945},
+		{"first trigger lifted by the clean record past one step under the top", false, 900, 100, 0, 990, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLearner(1000, true, t0) // a switch keeps 900 of it as the clean record: nothing to relax toward
+			if tc.switched {                // as switchViewLocked does
+				l.forgetReadings()
+				l.firstUsed = false
+				l.toCompletion, l.servedInView = true, tc.served
+			}
+			if tc.wantTrigger == 990 {
+				l.cleanMax = 990 // a clean window inside the bracket
+			}
+			l.on429(t0.Add(30*time.Second), tc.reading, tc.slack, false, false, span)
+			l.toCompletion, l.servedInView = false, 0 // they describe this 429 only
+			if l.trigger != tc.wantTrigger {
+				t.Fatalf("trigger %v, want %v", l.trigger, tc.wantTrigger)
+			}
+			at := t0.Add(30*time.Second + 2*span)
+			st, moved := l.onTokenBlocked(at, span, true)
+			switch {
+			case tc.wantStepTo == 0 && moved:
+				t.Fatalf("stepped: %+v", st)
+			case tc.wantStepTo > 0 && (!moved || math.Abs(l.trigger-tc.wantStepTo) > 1e-9):
+				t.Fatalf("step %+v (moved %v), trigger %v: want one step to %v", st, moved, l.trigger, tc.wantStepTo)
+			}
+		})
+	}
+}
+
+// A switch to completion reopens the first trigger's one step (used, most
+// often, by the arrival view's first 429): the switching 429's trigger is a
+// reading of the new view (TestSwitchTriggerGetsOneStepFromAServedLevel). Not
+// on a switch back to arrival, and not while another client is read spending
+// the key: its calls land inside the bracket too, and in the simulator with
+// rate-limit headers and another client the step took 15–25 more 429s over 36
+// seeds of the completion-counting provider.
+func TestSwitchToCompletionReopensTheStep(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		toCompletion bool
+		others       bool
+		wantUsed     bool
+	}{
+		{"to completion", true, false, false},
+		{"to arrival", false, false, true},
+		{"to completion, another client spending", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, _ := newTestLedger(t, learnGate())
+			now := t0.Add(time.Minute)
+			b := l.bucketFor("p", "m", now)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.learn.firstUsed, b.atCompletion = true, !tc.toCompletion
+			if tc.others {
+				b.learn.stated = 10000
+				b.outside.others = othersSpend{mean: 1000, variance: 100, weight: 1, on: true, at: now}
+				if !b.othersSpendingLocked(now) {
+					t.Fatal("the fixture's other client is not read as spending")
+				}
+			}
+			b.switchViewLocked(now, tc.toCompletion)
+			if b.learn.firstUsed != tc.wantUsed {
+				t.Fatalf("firstUsed %v after the switch, want %v", b.learn.firstUsed, tc.wantUsed)
+			}
+		})
+	}
+}
+
 // slowStart takes n probe steps of a learner's slow start, one a window from t0
 // + span: 1,000 → 1,050 → 1,158 → 1,340 from a start of 1,000.
 func slowStart(t *testing.T, l *learner, n int, span time.Duration) {
@@ -556,6 +650,65 @@ func TestServedLevelInTheBracketIsTheTrigger(t *testing.T) {
 			l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: tc.refused})
 			if st := l.BucketStatus(at, "p", "m"); st.Trigger != tc.want {
 				t.Fatalf("trigger %.0f, want %.0f", st.Trigger, tc.want)
+			}
+		})
+	}
+}
+
+// The provider decides on the refused call's whole cost, output included, and
+// the gate knows only its estimate: the bracket reaches the estimate plus the
+// output's spread (MarginSigmas of it) above the reading. In the simulator a
+// completion-counting provider's 429 read 185,684 with a refused call of
+// 12,805 estimated and 14,334 real; the level of 199,073 the provider had
+// served lay just past the estimate, and the trigger sat at the reading, 7%
+// under the limit, for the hour.
+func TestRefusedCallsSpreadWidensTheBracket(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		beyond     bool // the served level lies past the spread too
+		wantServed bool
+	}{
+		{"served within the spread", false, true},
+		{"served past the spread", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnGate()
+			c.Defaults.TPM, c.Defaults.RPM = 10000, 1000
+			c.Defaults.CountsAt = CountsAtCompletion
+			c.MarginSigmas = 2
+			l, _, _ := newTestLedger(t, c)
+			// Twenty calls of 300 in and 0 or 200 out (no max_tokens: their outputs
+			// teach the spread), each settled a second after it was admitted.
+			now := t0
+			for i := 0; i < 20; i++ {
+				tk := mustAdmit(t, l, now, Request{Provider: "p", Model: "m", InputTokens: 300})
+				now = now.Add(time.Second)
+				if err := l.Settle(now, tk, Usage{InputTokens: 300, OutputTokens: int64(200 * (i % 2))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			at := t0.Add(71 * time.Second)
+			b := l.bucketFor("p", "m", at)
+			b.mu.Lock()
+			b.learn.cleanMax, b.learn.curWindowMax = 0, 0 // as in TestServedLevelInTheBracketIsTheTrigger
+			b.expireLocked(at)
+			served, reading := float64(b.servedDone.max(at, c.Window)), b.providerViewLocked()
+			spread := b.marginOf(b.est.outputVariance(false, b.agingLocked()))
+			b.mu.Unlock()
+			if spread < 10 || served <= reading+float64(spread) {
+				t.Fatalf("fixture: served %.0f, reading %.0f, spread %d", served, reading, spread)
+			}
+			refused := int64(served-reading) - spread/2 // the served level: past the estimate, within its spread
+			if tc.beyond {
+				refused = int64(served-reading) - spread - 10
+			}
+			l.RateLimitedBy(at, "p", "m", engine.RateLimit{RetryAfter: time.Millisecond, Axis: engine.AxisTokens, Admitted: at, Tokens: refused})
+			want := reading
+			if tc.wantServed {
+				want = served
+			}
+			if st := l.BucketStatus(at, "p", "m"); st.Trigger != want {
+				t.Fatalf("trigger %.0f, want %.0f (reading %.0f, refused %d, spread %d, served %.0f)", st.Trigger, want, reading, refused, spread, served)
 			}
 		})
 	}

@@ -147,7 +147,7 @@ type learner struct {
 	// trigger a second 429 lowered gets the same step (againProbeWindows).
 	firstProbe int
 	firstFrom  float64
-	firstUsed  bool // the one probe was armed already, or the readings were forgotten
+	firstUsed  bool // the one probe was armed already, or the readings were forgotten (a switch to completion reopens it)
 	// againProbeAt: when a trigger lowered by a second 429 last got that step
 	// (see againProbeWindows).
 	againProbeAt time.Time
@@ -425,9 +425,13 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading:
+	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading && l.trigger*learnProbeFactor <= reading+slack && (!l.toCompletion || l.trigger <= l.servedInView):
 		// Only a wide bracket: when the refused call and the reading's spread
-		// reach less than one step above the reading, the step would overshoot.
+		// reach less than one step above the reading, the step would overshoot —
+		// as it does from a trigger lifted near the bracket's top. At the 429
+		// that switched the view to completion, only from a level the provider
+		// served there: its window may hold more than its limit once the calls
+		// it let through complete, so a reading above that is no floor.
 		// After a refused probe step, see revertMayStep.
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
 	case hadTrigger && repeated && !probing && l.trigger*learnProbeFactor < stepDown*prevTrigger && (l.onArrival || slack >= (learnProbeFactor-1)*reading) &&
