@@ -1566,7 +1566,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 		// cost, output included (not when it decides on input and max_tokens,
 		// which the gate knows).
 		var spread float64
-		if !b.decidesKnown() {
+		if sig.Tokens > 0 && !b.decidesKnown() { // (a call of unknown size brackets nothing)
 			spread = b.est.outputVariance(false, b.agingLocked())
 		}
 		if !b.atCompletion {
@@ -1608,7 +1608,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 			steps = append(steps, b.learn.rateInBurst(reading)...)
 		}
 	}
-	b.learn.toCompletion = false // it describes this 429 only
+	b.learn.toCompletion, b.learn.stepAtSwitch = false, false // they describe this 429 only
 	if axis == engine.AxisTokens && b.learn.trigger != trigger {
 		b.outsideTriggerSetLocked(b.atCompletion != view)
 	}

@@ -219,15 +219,13 @@ func (b *bucket) switchViewLocked(now time.Time, atCompletion bool) {
 	// Their moving mean was read in the other view: it starts over too.
 	others := b.othersSpendingLocked(now)
 	b.learn.forgetReadings()
-	if atCompletion && !others {
-		// The switching 429's trigger is the bottom of a bracket in the new
-		// view: it gets the first trigger's one step (learner.on429), unless
-		// another client's calls land in that bracket too (docs/RATIONALE.md,
-		// "Why does the switch to completion get the step again?").
-		b.learn.firstUsed = false
-	}
 	b.outside.others = othersSpend{}
 	b.learn.toCompletion = b.atCompletion // for this 429's on429 only: rateLimitedLocked clears it
+	// The trigger a switching token 429 reads is the bottom of a bracket in
+	// the new view: it may take the first trigger's one step (learner.on429),
+	// unless another client's calls land in that bracket too (docs/RATIONALE.md,
+	// "Why does the switch to completion get the step again?").
+	b.learn.stepAtSwitch = b.atCompletion && !others
 	e := b.newEvent(EventLearn, now, "", "", 0, 0)
 	e.Step, e.Reason = "count-mode", map[bool]string{true: "at-completion", false: "on-arrival"}[b.atCompletion]
 	b.l.emit(e)

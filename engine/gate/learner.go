@@ -147,7 +147,7 @@ type learner struct {
 	// trigger a second 429 lowered gets the same step (againProbeWindows).
 	firstProbe int
 	firstFrom  float64
-	firstUsed  bool // the one probe was armed already, or the readings were forgotten (a switch to completion reopens it)
+	firstUsed  bool // the one probe was armed already, or the readings were forgotten (but see stepAtSwitch)
 	// againProbeAt: when a trigger lowered by a second 429 last got that step
 	// (see againProbeWindows).
 	againProbeAt time.Time
@@ -184,6 +184,11 @@ type learner struct {
 	// view's first reading, with the refused call, brackets the limit in the
 	// view that explains the 429.
 	toCompletion bool
+	// stepAtSwitch is set with toCompletion, for the same on429 call: the
+	// trigger it reads may take the first trigger's one step although the
+	// arrival view used it — from a level served in the completion view, and
+	// not while another client is read spending the key (the bucket decides).
+	stepAtSwitch bool
 	// onArrival is set by the bucket for one on429 call: the reading counts
 	// the calls on arrival (the arrival view; not a rate, nor a count of
 	// completions). Such a reading, taken again within two windows and lower,
@@ -337,7 +342,7 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // refused call frees its reservation and the readings fall through a burst.
 //
 // slack is how far above the reading the limit may lie: the refused call's
-// reservation, and the reading's own uncertainty. When a clean window's reading
+// reservation and its output's spread, and the reading's own uncertainty. When a clean window's reading
 // falls in [reading, reading + slack] too, it is the better estimate of the limit.
 // refuted says the provider refused below a level it served within two windows
 // (see bucket.voteLocked): the clean windows above the reading then describe a
@@ -425,7 +430,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && !l.firstUsed && slack >= (learnProbeFactor-1)*reading && l.trigger*learnProbeFactor <= reading+slack && (!l.toCompletion || l.trigger <= l.servedInView):
+	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && (!l.firstUsed || l.stepAtSwitch) && slack >= (learnProbeFactor-1)*reading && l.trigger*learnProbeFactor <= reading+slack && (!l.toCompletion || l.trigger <= l.servedInView):
 		// Only a wide bracket: when the refused call and the reading's spread
 		// reach less than one step above the reading, the step would overshoot —
 		// as it does from a trigger lifted near the bracket's top. At the 429

@@ -322,7 +322,7 @@ func (b *bucket) rateViewLocked(now time.Time) {
 		b.switchViewLocked(now, true)
 		// The readings go as at any switch; but the 429 is the rate's, not a
 		// completion count's first (learner.toCompletion).
-		b.learn.toCompletion = false
+		b.learn.toCompletion, b.learn.stepAtSwitch = false, false
 	}
 	b.rateViewAt = now
 }
