@@ -342,8 +342,9 @@ func (l *learner) onSuspect(now time.Time, reading float64, span time.Duration) 
 // refused call frees its reservation and the readings fall through a burst.
 //
 // slack is how far above the reading the limit may lie: the refused call's
-// reservation and its output's spread, and the reading's own uncertainty. When a clean window's reading
-// falls in [reading, reading + slack] too, it is the better estimate of the limit.
+// reservation and its output's spread, and the reading's own uncertainty. When
+// a clean window's reading falls in [reading, reading + slack] too, it is the
+// better estimate of the limit.
 // refuted says the provider refused below a level it served within two windows
 // (see bucket.voteLocked): the clean windows above the reading then describe a
 // reserve it has spent, not a level it carries. viewInDoubt says the votes lean
@@ -430,14 +431,7 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 		l.firstProbe = firstProbeDone
 		steps = append(steps, learnStep{Kind: "trigger", From: l.trigger, To: l.firstFrom, Reading: reading})
 		l.trigger = l.firstFrom
-	case !hadTrigger && l.trigger > 0 && (!probing || l.revertMayStep(reading, slack, from)) && !refuted && (!l.firstUsed || l.stepAtSwitch) && slack >= (learnProbeFactor-1)*reading && l.trigger*learnProbeFactor <= reading+slack && (!l.toCompletion || l.trigger <= l.servedInView):
-		// Only a wide bracket: when the refused call and the reading's spread
-		// reach less than one step above the reading, the step would overshoot —
-		// as it does from a trigger lifted near the bracket's top. At the 429
-		// that switched the view to completion, only from a level the provider
-		// served there: its window may hold more than its limit once the calls
-		// it let through complete, so a reading above that is no floor.
-		// After a refused probe step, see revertMayStep.
+	case !hadTrigger && l.firstStepArms(reading, slack, from, probing, refuted):
 		l.firstProbe, l.firstUsed = firstProbeArmed, true
 	case hadTrigger && repeated && !probing && l.trigger*learnProbeFactor < stepDown*prevTrigger && (l.onArrival || slack >= (learnProbeFactor-1)*reading) &&
 		(l.againProbeAt.IsZero() || now.Sub(l.againProbeAt) >= againProbeWindows*span):
@@ -505,6 +499,30 @@ func (l *learner) on429(now time.Time, reading, slack float64, refuted, viewInDo
 	l.lastCut = now
 	l.lastProbe = now // the next probe needs a full window without a 429
 	return append(steps, learnStep{Kind: kind, From: from, To: l.quota, Trigger: l.trigger})
+}
+
+// firstStepArms reports whether the trigger a 429 just set, the first, arms its
+// one probe step: one the provider did not refute, while the step is unused (or
+// this 429 switched the view to completion: stepAtSwitch), with a bracket at
+// least a step wide and the step inside it. When the refused call and the
+// reading's spread reach less than one step above the reading, the step would
+// overshoot, as it does from a trigger lifted near the bracket's top. After a
+// refused probe step, see revertMayStep. At the switch to completion, only
+// from a level the provider served there: its window may hold more than its
+// limit once the calls it let through complete, so a reading above that is no
+// floor.
+func (l *learner) firstStepArms(reading, slack, from float64, probing, refuted bool) bool {
+	switch {
+	case l.trigger <= 0 || refuted || (l.firstUsed && !l.stepAtSwitch):
+		return false
+	case probing && !l.revertMayStep(reading, slack, from):
+		return false
+	case slack < (learnProbeFactor-1)*reading || l.trigger*learnProbeFactor > reading+slack:
+		return false
+	case l.toCompletion && l.trigger > l.servedInView:
+		return false
+	}
+	return true
 }
 
 // revertMayStep reports whether a first trigger set by a refused probe step of
