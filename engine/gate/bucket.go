@@ -43,6 +43,9 @@ type bucket struct {
 	// a call the provider then served: a lower bound on the limit in that view. A
 	// 429 read well below it refutes the view (see voteLocked).
 	servedArrival, servedDone servedLevel
+	// servedFixed: the served levels of the arrival view's fixed part (fixedwindow.go,
+	// the readings' vote), kept while the windows may be learned.
+	servedFixed servedLevel
 	// Requests likewise, in each view: the count the call met, plus itself
 	// (voteRequestsLocked; the view counted in: samecount.go).
 	servedReqArrival, servedReqDone servedLevel
@@ -68,6 +71,12 @@ type bucket struct {
 	// evidence toward a switch.
 	fixedLearned bool
 	fixedEv      fixedEvidence
+	// fixedRefutedAt: the last token 429 whose fixed window served above what
+	// it refused (fixedReadLocked).
+	fixedRefutedAt time.Time
+	// fixedByReadings: the fixed windows learned were the readings' (not
+	// persisted: a restored model keeps them until the waits or resets say).
+	fixedByReadings bool
 
 	slots []ticketSlot
 	free  []int32
@@ -258,6 +267,7 @@ type ticketSlot struct {
 	// The two views of the provider's window when the call was admitted (see
 	// servedLevel).
 	viewArrival, viewDone int64
+	viewFixed             int64 // the arrival view's fixed part before the call (-1: not kept)
 	// The request counts the call met, without it, in the arrival and the
 	// completion view (servedReqArrival, servedReqDone).
 	reqArrival, reqDone int32
@@ -314,7 +324,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 	wasFixed := b.fixedWindowsLocked()
 	b.limits = lim
 	if lim.Windows != "" || !cfg.Learn || b.l.shared != nil {
-		b.fixedLearned, b.fixedEv = false, fixedEvidence{} // the user says now, or nothing is learned
+		b.fixedLearned, b.fixedEv, b.fixedByReadings = false, fixedEvidence{}, false // the user says now, or nothing is learned
 	}
 	if b.fixedWindowsLocked() != wasFixed {
 		b.forgetReadingsLocked() // read in the other window
@@ -353,7 +363,7 @@ func (b *bucket) reconfigureLocked(now time.Time, cfg *Config) {
 		b.window = cfg.Window
 		b.stepHeld = 0 // held in the old window's units
 		// Levels served in the old window's units refute nothing in the new.
-		b.servedArrival, b.servedDone = servedLevel{}, servedLevel{}
+		b.servedArrival, b.servedDone, b.servedFixed = servedLevel{}, servedLevel{}, servedLevel{}
 		b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
 		b.forgetDecidesEvidenceLocked() // counts of the old window's length
 		b.outside = outsideSpend{}      // and readings
@@ -529,7 +539,9 @@ func (b *bucket) setSpanLocked(now time.Time, cfg *Config) {
 	b.done.setInner(cfg.Window, now)
 	b.out.win.setInner(cfg.Window, now)
 	fixed := b.fixedWindowsLocked()
-	b.win.setFixed(fixed, cfg.Window, guard, now)
+	// The arrival window keeps its fixed part while the windows may yet be
+	// learned from the readings too (fixedwindow.go, fixedReadLocked).
+	b.win.setFixed(fixed || b.fixedReadableLocked(cfg), cfg.Window, guard, now)
 	b.done.setFixed(fixed, cfg.Window, guard, now)
 }
 
@@ -1240,6 +1252,10 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 	if b.est.meanOutput() >= 0 {
 		arrivalBefore = int64(b.arrivalViewLocked()) - b.win.tail()
 	}
+	fixedBefore := int64(-1)
+	if b.win.fixed.on && b.est.meanOutput() >= 0 {
+		fixedBefore = int64(b.fixedArrivalViewLocked())
+	}
 	b.noteSpentLocked(now, float64(res))
 	reqArrival, reqDone := b.providerRequestsIn(false), b.providerRequestsIn(true) // without this call
 	if b.win.n == 0 && b.done.n == 0 {
@@ -1265,7 +1281,7 @@ func (b *bucket) grantLocked(now time.Time, req Request, sz sizing, waited time.
 		b.unsent += s.unsent
 		b.unsentCount++
 	}
-	s.viewArrival, s.viewDone = arrivalBefore, b.done.tokens-b.done.tail()
+	s.viewArrival, s.viewDone, s.viewFixed = arrivalBefore, b.done.tokens-b.done.tail(), fixedBefore
 	s.reqArrival, s.reqDone = int32(reqArrival), int32(reqDone)
 	b.reservedOpen += res
 	s.landing = b.providerCostLocked(res, out)
@@ -1414,6 +1430,9 @@ func (b *bucket) closeSlotLocked(now time.Time, t Ticket, tokens int64, u *Usage
 			b.servedArrival.note(now, s.viewArrival+cost, span)
 		}
 		b.servedDone.note(now, s.viewDone+cost, span)
+		if s.viewFixed >= 0 {
+			b.servedFixed.note(now, s.viewFixed+cost, span)
+		}
 		if s.paced && u.CacheReadsUncounted && u.CacheReadTokens > 0 {
 			// The pacer was charged the whole input the request's size
 			// stood for; the provider counts none of its cache reads.
@@ -1493,6 +1512,7 @@ func (b *bucket) rateLimitedLocked(now time.Time, sig engine.RateLimit, retryAft
 	trigger, view := b.learn.trigger, b.atCompletion
 	if axis == engine.AxisTokens {
 		b.outside429Locked(now)
+		b.fixedReadLocked(now, sig.Admitted, sig.Tokens) // before the views' vote: fixed windows count on arrival
 	}
 	refuted, bothRefuted := false, false
 	if axis == engine.AxisTokens && b.learn.enabled && !b.fixedWindowsLocked() {
@@ -1649,8 +1669,9 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.rpmFreshAt = now
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
-	b.fixedLearned, b.fixedEv = false, fixedEvidence{} // read again from the stated waits and resets
+	b.fixedLearned, b.fixedEv, b.fixedByReadings = false, fixedEvidence{}, false // read again from the stated waits and resets
 	b.servedArrival, b.servedDone, b.doneRefutedAt, b.rateViewAt = servedLevel{}, servedLevel{}, time.Time{}, time.Time{}
+	b.servedFixed, b.fixedRefutedAt = servedLevel{}, time.Time{}
 	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}
 	b.delays, b.nDelay = [8]time.Duration{}, 0
 	b.nSpent = 0 // the spend before a reset says nothing of the limit after it

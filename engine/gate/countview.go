@@ -98,33 +98,8 @@ func (b *bucket) clearVotesLocked() {
 // and whether it refuted both.
 func (b *bucket) voteLocked(now, admitted time.Time, refused int64) (refutedInUse, bothRefuted bool) {
 	span := b.l.conf().Window
-	// The views as the provider's own window holds them: without what the
-	// gate's count guard keeps past the window — but with what it held when the
-	// refused call was admitted. A 429 comes back a round trip later; when a
-	// cohort admitted together leaves the window in between, the arrival view
-	// read now has lost what the provider counted, and reads as refuted (the
-	// completion view likewise, for calls that completed together). Entries
-	// the count guard no longer keeps either cannot be read back.
-	tail, doneTail := b.win.tail(), b.done.tail()
-	if !admitted.IsZero() && admitted.Before(now) {
-		cutoff := admitted.Add(-span).UnixNano()
-		tail -= b.win.tailAfter(cutoff)
-		doneTail -= b.done.tailAfter(cutoff)
-	}
-	arrival := b.arrivalViewLocked() - float64(tail)
-	completion := float64(b.done.tokens - doneTail)
-	// How far a refused level may honestly lie below a served one: the refused
-	// call's own spread (its real output may exceed what it reserved), and the
-	// view's error — the calls in flight counted at their expected output in the
-	// arrival view; the settled calls are exact, only the network delay and
-	// rounding blur the completion view.
-	callVar := b.est.outputVariance(false, b.agingLocked())
-	if b.decidesKnown() {
-		callVar = 0 // the provider decided on the refused call's input and max_tokens, no output
-	}
-	callSlack := float64(b.marginOf(callVar))
-	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
-	doneSlack := callSlack + baseMargin*b.learn.budget()
+	v := b.refusedViewsLocked(now, admitted)
+	arrival, completion, arrivalSlack, doneSlack := v.arrival, v.completion, v.arrivalSlack, v.doneSlack
 	r := float64(refused)
 	arrivalRefuted := float64(b.servedArrival.max(now, span)) > arrival+r+arrivalSlack
 	doneRefuted := float64(b.servedDone.max(now, span)) > completion+r+doneSlack
@@ -370,4 +345,45 @@ func (s *servedLevel) note(now time.Time, level int64, span time.Duration) {
 func (s *servedLevel) max(now time.Time, span time.Duration) int64 {
 	s.roll(now, span)
 	return max(s.cur, s.prev)
+}
+
+// refusedViews is what a token 429 is read against: the arrival and completion
+// views as the provider's own window held them when the refused call was
+// admitted, and how far a refused level may honestly lie below a served one
+// in each.
+type refusedViews struct {
+	arrival, completion     float64
+	arrivalSlack, doneSlack float64
+}
+
+func (b *bucket) refusedViewsLocked(now, admitted time.Time) refusedViews {
+	span := b.l.conf().Window
+	// The views as the provider's own window holds them: without what the
+	// gate's count guard keeps past the window — but with what it held when the
+	// refused call was admitted. A 429 comes back a round trip later; when a
+	// cohort admitted together leaves the window in between, the arrival view
+	// read now has lost what the provider counted, and reads as refuted (the
+	// completion view likewise, for calls that completed together). Entries
+	// the count guard no longer keeps either cannot be read back.
+	tail, doneTail := b.win.tail(), b.done.tail()
+	if !admitted.IsZero() && admitted.Before(now) {
+		cutoff := admitted.Add(-span).UnixNano()
+		tail -= b.win.tailAfter(cutoff)
+		doneTail -= b.done.tailAfter(cutoff)
+	}
+	arrival := b.arrivalViewLocked() - float64(tail)
+	completion := float64(b.done.tokens - doneTail)
+	// How far a refused level may honestly lie below a served one: the refused
+	// call's own spread (its real output may exceed what it reserved), and the
+	// view's error — the calls in flight counted at their expected output in the
+	// arrival view; the settled calls are exact, only the network delay and
+	// rounding blur the completion view.
+	callVar := b.est.outputVariance(false, b.agingLocked())
+	if b.decidesKnown() {
+		callVar = 0 // the provider decided on the refused call's input and max_tokens, no output
+	}
+	callSlack := float64(b.marginOf(callVar))
+	arrivalSlack := float64(b.marginOf(callVar + b.openVar))
+	doneSlack := callSlack + baseMargin*b.learn.budget()
+	return refusedViews{arrival: arrival, completion: completion, arrivalSlack: arrivalSlack, doneSlack: doneSlack}
 }

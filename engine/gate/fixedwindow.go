@@ -15,9 +15,10 @@ import (
 // waits for the next edge, not for the calls of the last minute to age out:
 // a sliding window holds a minute that straddles an edge to one budget where
 // such a provider allows up to two, and a sliding view of its 429s reads
-// anywhere between the two (so no reading tells them from another client's
-// traffic: not told, the gate learns fixed windows only from what the
-// provider states — its 429s' waits and its answers' token resets, below).
+// anywhere between the two (so where a reading falls does not tell them from
+// another client's traffic: not told, the gate learns fixed windows from what
+// the provider states — its 429s' waits and its answers' token resets — and
+// from what it served above a level it refused, below).
 //
 // Requests are counted in the fixed window as tokens are. What stays
 // approximate: the reading subtracts every call not yet sent, also one
@@ -168,6 +169,11 @@ func (b *bucket) fixedViewLocked() float64 {
 	if b.atCompletion {
 		return float64(b.done.fixed.tokens)
 	}
+	return b.fixedArrivalViewLocked()
+}
+
+// fixedArrivalViewLocked is the arrival view of the current fixed window.
+func (b *bucket) fixedArrivalViewLocked() float64 {
 	f := &b.win.fixed
 	view := f.tokens - b.unsent // the calls not yet sent are the newest: all in it
 	switch {
@@ -286,7 +292,7 @@ func (b *bucket) observeStatedWaitLocked(now, admitted time.Time, wait time.Dura
 
 // switchWindowsLocked adopts fixed windows (or sliding ones) as learned.
 func (b *bucket) switchWindowsLocked(now time.Time, fixed bool) {
-	b.fixedLearned, b.fixedEv = fixed, fixedEvidence{}
+	b.fixedLearned, b.fixedEv, b.fixedByReadings = fixed, fixedEvidence{}, false
 	b.setSpanLocked(now, b.l.conf())
 	b.forgetReadingsLocked() // read in the other window
 	b.clearVotesLocked()
@@ -303,6 +309,8 @@ func (b *bucket) switchWindowsLocked(now time.Time, fixed bool) {
 // stated waits in a row that voted for it, and the stated resets (and the
 // eighths of the window their answers came in).
 type fixedEvidence struct {
+	readVotes   int // token 429s whose readings voted for fixed windows (fixedReadLocked)
+	readVoteAt  time.Time
 	waitVotes   int
 	waitVoteAt  time.Time
 	resetVotes  int
@@ -410,4 +418,106 @@ func reachesEdge(earliest, latest time.Time, slack, window time.Duration) bool {
 	from := earliest.Add(-slack).UnixNano()
 	edge := from + (int64(window)-from%int64(window))%int64(window) // the first edge at or after from
 	return edge <= latest.Add(slack).UnixNano()
+}
+
+// From the readings. A provider that states neither waits nor resets still
+// tells fixed windows by what it serves: a sliding window never serves a
+// level above one it refuses a moment later (another client's calls only
+// lower what it serves), a fixed window does once its edge has passed. So a
+// token 429 that refutes both sliding views (the provider served, within two
+// windows, above the level it refused there, beyond each view's error: a
+// provider that counts at completion refutes the arrival view alone) while
+// the current fixed window explains it — that window served no more than it
+// refused, and the refused level is the gate's own excess — is a vote, and
+// fixedReadVotes of them switch a model the user said nothing about. The arrival view is the one read: a provider
+// that counts in fixed windows counts a call when it arrives. A token bucket,
+// or another client's calls, refutes each view in turn: a 429 that refutes
+// the fixed view keeps the readings from voting for refuteMemory windows, and
+// takes fixed windows learned this way back at once. docs/RATIONALE.md, "Why
+// are fixed windows a setting, learned from what the provider states or
+// serves?"
+
+// fixedReadVotes: 429s a half window or more apart, with none that refuted
+// the fixed view between them, that switch the windows. One is not enough:
+// over real sockets, another client's backlog landing with the gate's own
+// after a cooldown (AtTruthOutside) refuted both sliding views at a level its
+// fixed window explained, and the switch cost a third 429 (0.776 of the limit
+// once learned against 0.92); in the simulator's matrix the second vote cost
+// ten of the eighteen runs one vote gained.
+const fixedReadVotes = 2
+
+// fixedReadTolerance: how far, as a share of the level, a fixed window may
+// have served above what it refused before that refutes it.
+const fixedReadTolerance = 0.01
+
+// fixedReadableLocked says whether the windows may be learned from the
+// readings: the user has not said, no shared window, learning on, and a window
+// long enough for its edges to say anything (fixedEdgeMinWindow).
+func (b *bucket) fixedReadableLocked(cfg *Config) bool {
+	return b.limits.Windows == "" && b.l.shared == nil && cfg.Learn && cfg.Window >= fixedEdgeMinWindow
+}
+
+// fixedReadLocked weighs a token 429's readings as evidence of fixed windows
+// (admitted: when the refused call was admitted, zero if unknown; refused:
+// what it reserved).
+func (b *bucket) fixedReadLocked(now, admitted time.Time, refused int64) {
+	cfg := b.l.conf()
+	if !b.fixedReadableLocked(cfg) || !b.learn.enabled || !b.win.fixed.on || b.est.meanOutput() < 0 {
+		return
+	}
+	if !admitted.IsZero() && admitted.UnixNano() < b.win.fixed.edge-b.win.fixed.guard {
+		return // admitted in the window before: the current one does not hold what it met
+	}
+	span := cfg.Window
+	v := b.refusedViewsLocked(now, admitted)
+	r := float64(refused)
+	fixed := b.fixedArrivalViewLocked()
+	// The refused level is the gate's own excess, not a fraction of what it
+	// held: as the views' vote asks, but of no more than the start, as a
+	// sliding view's probes that passed over an edge raise the budget past a
+	// fixed window's limit.
+	level := suspectRatio * b.learn.budget()
+	if b.learn.start > 0 {
+		level = min(level, suspectRatio*b.learn.start)
+	}
+	slidingRefuted := float64(b.servedArrival.max(now, span)) > v.arrival+r+v.arrivalSlack
+	doneRefuted := float64(b.servedDone.max(now, span)) > v.completion+r+v.doneSlack
+	// The fixed view's own error: besides the calls in flight, a call admitted
+	// within the count guard before an edge counts on both sides of it.
+	servedFixed := float64(b.servedFixed.max(now, span))
+	fixedRefuted := servedFixed > fixed+r+max(v.arrivalSlack, fixedReadTolerance*servedFixed)
+	if fixedRefuted {
+		b.fixedRefutedAt = now
+		b.fixedEv.readVotes = 0
+	}
+	switch {
+	case b.fixedLearned && b.fixedByReadings && fixedRefuted:
+		b.switchWindowsLocked(now, false)
+		return
+	case b.fixedLearned:
+		return
+	}
+	// (fixedRefutedAt covers this 429 too.)
+	if !slidingRefuted || !doneRefuted || fixed+r+v.arrivalSlack < level || b.othersSpendingLocked(now) ||
+		(!b.fixedRefutedAt.IsZero() && now.Sub(b.fixedRefutedAt) < refuteMemory*span) {
+		return
+	}
+	ev := &b.fixedEv
+	if !ev.readVoteAt.IsZero() && now.Sub(ev.readVoteAt) < span/2 {
+		return // the same burst
+	}
+	ev.readVoteAt = now
+	if ev.readVotes++; ev.readVotes < fixedReadVotes {
+		return
+	}
+	if b.atCompletion {
+		if _, set := b.limits.countView(); !set {
+			b.switchViewLocked(now, false) // fixed windows count a call on arrival
+		}
+	}
+	b.switchWindowsLocked(now, true)
+	b.fixedByReadings = true
+	// What passed cleanly in the fixed windows is their served level, not
+	// the sliding window's.
+	b.learn.cleanMax = min(b.learn.cleanMax, servedFixed)
 }
