@@ -43,8 +43,8 @@ type bucket struct {
 	// a call the provider then served: a lower bound on the limit in that view. A
 	// 429 read well below it refutes the view (see voteLocked).
 	servedArrival, servedDone servedLevel
-	// servedFixed: the served levels of the arrival view's fixed part (fixedwindow.go,
-	// the readings' vote), kept while the windows may be learned.
+	// servedFixed: the served levels of the arrival view's fixed part
+	// (fixedwindow.go, the readings' vote), kept while the fixed part is.
 	servedFixed servedLevel
 	// Requests likewise, in each view: the count the call met, plus itself
 	// (voteRequestsLocked; the view counted in: samecount.go).
@@ -66,16 +66,17 @@ type bucket struct {
 	unsent      int64
 	unsentCount int
 
-	// Fixed windows read from the 429s' stated waits and the answers' stated
-	// resets while the user has not said (fixedwindow.go): learned, and the
-	// evidence toward a switch.
+	// Fixed windows read from the 429s' stated waits, the answers' stated
+	// resets or the readings while the user has not said (fixedwindow.go):
+	// learned, and the evidence toward a switch.
 	fixedLearned bool
 	fixedEv      fixedEvidence
 	// fixedRefutedAt: the last token 429 whose fixed window served above what
 	// it refused (fixedReadLocked).
 	fixedRefutedAt time.Time
-	// fixedByReadings: the fixed windows learned were the readings' (not
-	// persisted: a restored model keeps them until the waits or resets say).
+	// fixedByReadings: the fixed windows learned were the readings', which a
+	// 429 the fixed window does not explain undoes (kept with the learned
+	// quota).
 	fixedByReadings bool
 
 	slots []ticketSlot
@@ -622,6 +623,7 @@ func (b *bucket) snapshotLocked() LearnedQuota {
 	q.DecidesLearned = b.limits.Decides == "" && b.decidesLearnedKnown
 	q.Fixed = b.fixedWindowsLocked()
 	q.FixedLearned = b.limits.Windows == "" && b.fixedLearned
+	q.FixedByReadings = q.FixedLearned && b.fixedByReadings
 	q.Window = b.window
 	q.OutputTrigger, q.OutputLast429, q.OutputRelaxedAt = b.out.trigger, b.out.last429, b.out.relaxedAt
 	q.OutputRefutedOTPM = b.out.refutedOTPM
@@ -651,8 +653,11 @@ func (b *bucket) restoreLocked(q LearnedQuota) {
 	if (q.Decides == DecidesKnown) != b.decidesKnown() {
 		b.forgetReadingsLocked()
 	}
+	if b.limits.Windows == "" && b.l.shared == nil && b.learn.enabled {
+		b.fixedByReadings = q.FixedLearned && q.FixedByReadings
+	}
 	if b.limits.Windows == "" && b.l.shared == nil && b.learn.enabled && q.FixedLearned != b.fixedLearned {
-		// What the stated waits and resets said of the windows, the last time.
+		// What the stated waits, resets or readings said of the windows, the last time.
 		b.fixedLearned, b.fixedEv = q.FixedLearned, fixedEvidence{}
 		b.setSpanLocked(b.l.clock.Now(), b.l.conf())
 	}
@@ -1669,7 +1674,7 @@ func (b *bucket) resetLocked(now time.Time) {
 	b.rpmFreshAt = now
 	b.atCompletion, _ = b.limits.countView()
 	b.clearVotesLocked()
-	b.fixedLearned, b.fixedEv, b.fixedByReadings = false, fixedEvidence{}, false // read again from the stated waits and resets
+	b.fixedLearned, b.fixedEv, b.fixedByReadings = false, fixedEvidence{}, false // read again from the stated waits, resets and readings
 	b.servedArrival, b.servedDone, b.doneRefutedAt, b.rateViewAt = servedLevel{}, servedLevel{}, time.Time{}, time.Time{}
 	b.servedFixed, b.fixedRefutedAt = servedLevel{}, time.Time{}
 	b.servedReqArrival, b.servedReqDone = servedLevel{}, servedLevel{}

@@ -138,11 +138,15 @@ func TestFixedWindowsNotLearnedFromReadingsThatDoNotFit(t *testing.T) {
 		p    fixedReadPlay
 		set  func(*Config)
 	}{
-		// 1,120 served in the fixed window, refused at 1,100
 		// the first vote: another client's backlog can look like this once
 		{"one vote", fixedReadPlay{}, nil},
 		// the vote before came 10 s earlier: the same burst
 		{"two votes in one burst", fixedReadPlay{voted: 10 * time.Second}, nil},
+		// a lone bucket's rate moved the view to completion a second ago
+		{"a rate holds the completion view", fixedReadPlay{voted: 40 * time.Second, hook: func(b *bucket, at time.Time) {
+			b.atCompletion, b.rateViewAt = true, at.Add(-time.Second)
+		}}, nil},
+		// 1,120 served in the fixed window, refused at 1,100
 		{"the fixed window served more", fixedReadPlay{voted: 40 * time.Second, hook: func(b *bucket, at time.Time) {
 			b.servedFixed.note(at, 1120, time.Minute)
 		}}, nil},
@@ -219,10 +223,21 @@ func TestFixedWindowsFromReadingsGoWhenAFixedWindowRefusesLow(t *testing.T) {
 	}
 
 	l2, _, _ := newTestLedger(t, func() Config { c := learnGate(); c.Defaults.TPM, c.Defaults.RPM = 1250, 100; return c }())
+	warm := mustAdmit(t, l2, t0, Request{Provider: "p", Model: "m", Session: "s", InputTokens: 100, MaxTokens: 100})
+	if err := l2.Settle(t0.Add(time.Second), warm, Usage{InputTokens: 100, OutputTokens: 100}); err != nil {
+		t.Fatal(err) // an output seen: the levels served are recorded from here
+	}
 	learnFixedFromWaits(t, l2)
 	refuseEarlyInAWindow(t, l2)
 	if got := windowsOf(l2, t0.Add(242*time.Second)); got != WindowsFixed {
 		t.Fatalf("windows learned from waits: %q after a low 429, want fixed still", got)
+	}
+	b2 := l2.bucketFor("p", "m", t0.Add(242*time.Second))
+	b2.mu.Lock()
+	refutedAt := b2.fixedRefutedAt
+	b2.mu.Unlock()
+	if !refutedAt.Equal(t0.Add(241 * time.Second)) {
+		t.Fatalf("the low 429 did not refute the fixed view (refuted at %s): the case tests nothing", refutedAt.Sub(t0))
 	}
 }
 
@@ -237,5 +252,74 @@ func TestFixedWindowsReadingVotesForgottenAtARefutation(t *testing.T) {
 	defer b.mu.Unlock()
 	if b.fixedEv.readVotes != 0 {
 		t.Fatalf("%d votes kept, want none after the fixed window refused below what it served", b.fixedEv.readVotes)
+	}
+}
+
+// One vote is counted, and kept with when it came: the next, half a window
+// or more later, switches (TestFixedWindowsLearnedFromTheReadings).
+func TestFixedWindowsOneReadingVoteIsCounted(t *testing.T) {
+	l, _ := fixedReadFrom(t, fixedReadPlay{}, nil)
+	b := l.bucketFor("p", "m", t0.Add(114*time.Second))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fixedEv.readVotes != 1 || !b.fixedEv.readVoteAt.Equal(t0.Add(113*time.Second)) {
+		t.Fatalf("votes %d at %s, want 1 at 1:53", b.fixedEv.readVotes, b.fixedEv.readVoteAt.Sub(t0))
+	}
+}
+
+// Fixed windows the readings learned are kept as such with the learned
+// quota: restored, a 429 the fixed window does not explain still undoes them.
+func TestFixedWindowsFromReadingsRestoredAsSuch(t *testing.T) {
+	l, _ := fixedRead(t, nil)
+	b := l.bucketFor("p", "m", t0.Add(114*time.Second))
+	b.mu.Lock()
+	q := b.snapshotLocked()
+	b.mu.Unlock()
+	if !q.FixedLearned || !q.FixedByReadings {
+		t.Fatalf("saved fixedLearned %v fixedByReadings %v, want both", q.FixedLearned, q.FixedByReadings)
+	}
+	l2, _, _ := newTestLedger(t, func() Config { c := learnGate(); c.Defaults.TPM, c.Defaults.RPM = 1250, 100; return c }())
+	b2 := l2.bucketFor("p", "m", t0.Add(114*time.Second))
+	b2.mu.Lock()
+	b2.restoreLocked(q)
+	byReadings := b2.fixedByReadings
+	b2.mu.Unlock()
+	if !byReadings || windowsOf(l2, t0.Add(114*time.Second)) != WindowsFixed {
+		t.Fatalf("restored: windows %q, by the readings %v; want fixed, by the readings", windowsOf(l2, t0.Add(114*time.Second)), byReadings)
+	}
+}
+
+// A wait that says the windows slide forgets the readings' votes, as it
+// starts the waits' and the resets' counts again.
+func TestFixedWindowsReadingVotesForgottenAtAStatedSlidingWait(t *testing.T) {
+	l := learningLedger(t, nil)
+	b := l.bucketFor("p", "m", t0)
+	b.mu.Lock()
+	b.fixedEv.readVotes, b.fixedEv.readVoteAt = 1, t0
+	b.mu.Unlock()
+	l.RateLimited(t0.Add(40*time.Second), "p", "m", 10*time.Second) // ends at 0:50, away from an edge
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fixedEv.readVotes != 0 {
+		t.Fatalf("%d reading votes kept after a wait that ends away from an edge, want none", b.fixedEv.readVotes)
+	}
+}
+
+// With no fixed level served to read (levels noted before the fixed part was
+// kept), the switch leaves the clean record as it was: an empty level is no
+// clean window.
+func TestFixedWindowsFromReadingsKeepACleanRecordWithoutAFixedLevel(t *testing.T) {
+	l, _ := fixedReadFrom(t, fixedReadPlay{voted: 40 * time.Second, hook: func(b *bucket, at time.Time) {
+		b.servedFixed = servedLevel{}
+	}}, nil)
+	now := t0.Add(114 * time.Second)
+	if got := windowsOf(l, now); got != WindowsFixed {
+		t.Fatalf("windows %q, want fixed", got)
+	}
+	b := l.bucketFor("p", "m", now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.learn.cleanMax <= 0 {
+		t.Fatalf("clean record %g after the switch, want the one kept", b.learn.cleanMax)
 	}
 }

@@ -171,7 +171,7 @@ func TestHeadersViewReadingGoesWithWhatItWasReadIn(t *testing.T) {
 		wantHeld bool
 	}{
 		{"nothing changed", "", func(*Ledger, *bucket, time.Time) {}, true},
-		{"fixed windows learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchWindowsLocked(now, true) }, false},
+		{"fixed windows learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchWindowsLocked(now, true, false) }, false},
 		{"known learned", "", func(_ *Ledger, b *bucket, now time.Time) { b.switchDecidesLocked(now, true, 0) }, false},
 		{"the arrival view read back", "", func(_ *Ledger, b *bucket, now time.Time) { b.arrivalByHeadersLocked(now) }, false},
 		{"a reload keeping decides: whole", DecidesWhole, reloadTo(t, DecidesWhole), true},

@@ -51,10 +51,12 @@ type LearnedQuota struct {
 	// headers, not configured (decides.go).
 	DecidesLearned bool `json:"decidesLearned,omitempty"`
 	// Fixed: the readings were taken in fixed windows (fixedwindow.go);
-	// FixedLearned: those were read from the 429s' stated waits or the
-	// answers' stated resets, not configured.
-	Fixed        bool `json:"fixed,omitempty"`
-	FixedLearned bool `json:"fixedLearned,omitempty"`
+	// FixedLearned: those were learned (the 429s' stated waits, the answers'
+	// stated resets, or the readings), not configured; FixedByReadings: from
+	// the readings, which a 429 the fixed window does not explain undoes.
+	Fixed           bool `json:"fixed,omitempty"`
+	FixedLearned    bool `json:"fixedLearned,omitempty"`
+	FixedByReadings bool `json:"fixedByReadings,omitempty"`
 	// Window is the window the figures are per (0 in a record from before it:
 	// taken as the bucket's). A record from an instance with another window is
 	// adopted at the same rate, as a reload that changes the window converts.
