@@ -462,6 +462,17 @@ func (b *bucket) fixedReadableLocked(cfg *Config) bool {
 	return b.limits.Windows == "" && b.l.shared == nil && cfg.Learn && cfg.Window >= fixedEdgeMinWindow
 }
 
+// completionHeldLocked says the completion view is the user's, or a rate's
+// or the headers' reading (a lone bucket's, not a fixed window's): no vote
+// moves it.
+func (b *bucket) completionHeldLocked(now time.Time) bool {
+	if !b.atCompletion {
+		return false
+	}
+	_, set := b.limits.countView()
+	return set || b.rateViewHoldsLocked(now) || b.headersSayCompletionLocked()
+}
+
 // fixedReadLocked weighs a token 429's readings as evidence of fixed windows
 // (admitted: when the refused call was admitted, zero if unknown; refused:
 // what it reserved).
@@ -504,7 +515,7 @@ func (b *bucket) fixedReadLocked(now, admitted time.Time, refused int64) {
 	}
 	// (A 429 that refutes the fixed view cannot vote: fixedRefutedAt is now.)
 	if !arrivalRefuted || !doneRefuted || fixed+r+v.arrivalSlack < level || b.othersSpendingLocked(now) ||
-		(!b.fixedRefutedAt.IsZero() && now.Sub(b.fixedRefutedAt) < refuteMemory*span) {
+		(!b.fixedRefutedAt.IsZero() && now.Sub(b.fixedRefutedAt) < refuteMemory*span) || b.completionHeldLocked(now) {
 		return
 	}
 	ev := &b.fixedEv
@@ -516,16 +527,11 @@ func (b *bucket) fixedReadLocked(now, admitted time.Time, refused int64) {
 		return
 	}
 	if b.atCompletion {
-		if _, set := b.limits.countView(); set || b.rateViewHoldsLocked(now) || b.headersSayCompletionLocked() {
-			return // a rate or the headers read the completion view: not a fixed window's
-		}
-	}
-	if b.atCompletion {
 		b.switchViewLocked(now, false) // fixed windows count a call on arrival
 	}
+	b.switchWindowsLocked(now, true, true)
 	// What passed cleanly in the fixed windows is at most their served level,
 	// not the sliding window's.
-	b.switchWindowsLocked(now, true, true)
 	if servedFixed > 0 {
 		b.learn.cleanMax = min(b.learn.cleanMax, servedFixed)
 	}
